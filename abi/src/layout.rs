@@ -1,0 +1,176 @@
+#![allow(non_camel_case_types)] // Names match the C uapi header exactly.
+//! Byte layout of ABI v1: constants and `#[repr(C)]` structs with fixed
+//! little-endian fields. Field names match the C uapi header exactly.
+
+use zerocopy::little_endian::{U16, U32, U64};
+use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
+
+pub const HMB_RING_MAGIC: u32 = 0x5442_4d48; // "HMBT" in memory order
+pub const HMB_RING_VERSION_MAJOR: u16 = 1;
+pub const HMB_RING_VERSION_MINOR: u16 = 0;
+
+pub const HMB_RING_HDR_SIZE: u32 = 4096;
+pub const HMB_RING_MIN_SIZE: u32 = 8192;
+pub const HMB_RING_MAX_SIZE: u64 = 1 << 30;
+pub const HMB_RING_ALIGN: u32 = 8;
+
+pub const HMB_RING_FLAG_OVERFLOWED: u32 = 1 << 0;
+pub const HMB_RING_FLAG_FROZEN: u32 = 1 << 1;
+pub const HMB_RING_FLAGS_KNOWN: u32 = HMB_RING_FLAG_OVERFLOWED | HMB_RING_FLAG_FROZEN;
+
+pub const HMB_RECORD_HDR_SIZE: u32 = 32;
+pub const HMB_RECORD_MAX_SIZE: u32 = 4096;
+pub const HMB_RECORD_MAX_PAYLOAD: u32 = HMB_RECORD_MAX_SIZE - HMB_RECORD_HDR_SIZE;
+
+pub const HMB_RECORD_FLAG_PAD: u16 = 1 << 0;
+pub const HMB_RECORD_FLAG_MARKER: u16 = 1 << 1;
+
+pub const HMB_ADVERT_MAGIC: u32 = 0x4142_4d48; // "HMBA"
+pub const HMB_ADVERT_OFFSET: u64 = 0;
+pub const HMB_TRACE_SLICE_ALIGN: u64 = 4096;
+pub const HMB_ADVERT_STATE_NONE: u32 = 0;
+pub const HMB_ADVERT_STATE_READY: u32 = 1;
+
+/// Size of one cache line as the ABI assumes it when separating writers.
+pub const CACHE_LINE: usize = 64;
+
+/// The ring header at the start of the trace slice. Three cache lines, one
+/// writer each: module (identity), producer (head, flags, counters), module
+/// on behalf of the consumer (tail).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct hmb_ring_hdr {
+    pub magic: U32,
+    pub version_major: U16,
+    pub version_minor: U16,
+    pub hdr_size: U32,
+    pub max_record: U32,
+    pub ring_size: U64,
+    pub epoch: U64,
+    pub reserved0: [u8; 32],
+
+    pub head: U64,
+    pub flags: U32,
+    pub reserved1: U32,
+    pub next_seq: U64,
+    pub dropped_records: U64,
+    pub overflow_events: U64,
+    pub reserved2: [u8; 24],
+
+    pub tail: U64,
+    pub reserved3: [u8; 56],
+}
+
+/// The 32-byte header in front of every record's payload.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct hmb_record_hdr {
+    pub length: U32,
+    pub opcode: U16,
+    pub flags: U16,
+    pub seq: U64,
+    pub timestamp_ns: U64,
+    pub source: U32,
+    pub reserved: U32,
+}
+
+/// Advertisement block at offset 0 of the emulated HMB: how the module tells
+/// the emulated device where the trace slice is (the NVMe core patch's job on
+/// real hardware).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct hmb_advert {
+    pub magic: U32,
+    pub state: U32,
+    pub generation: U64,
+    pub slice_offset: U64,
+    pub slice_len: U64,
+    pub reserved: [u8; 32],
+}
+
+/// Filled by `HMB_TRACE_IOC_GET_INFO`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct hmb_trace_info {
+    pub abi_major: U16,
+    pub abi_minor: U16,
+    pub hdr_size: U32,
+    pub ring_size: U64,
+    pub mmap_len: U64,
+    pub epoch: U64,
+    pub flags: U32,
+    pub reserved: U32,
+}
+
+/// Filled by `HMB_TRACE_IOC_GET_STATS`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct hmb_trace_stats {
+    pub head: U64,
+    pub tail: U64,
+    pub dropped_records: U64,
+    pub overflow_events: U64,
+    pub freeze_count: U64,
+    pub irq_count: U64,
+    pub tail_publishes: U64,
+    pub epoch: U64,
+}
+
+/// Byte offsets of the fields that producer and consumer access atomically
+/// in shared memory.
+pub mod offsets {
+    use super::hmb_ring_hdr;
+    use core::mem::offset_of;
+
+    pub const MAGIC: usize = offset_of!(hmb_ring_hdr, magic);
+    pub const EPOCH: usize = offset_of!(hmb_ring_hdr, epoch);
+    pub const HEAD: usize = offset_of!(hmb_ring_hdr, head);
+    pub const FLAGS: usize = offset_of!(hmb_ring_hdr, flags);
+    pub const NEXT_SEQ: usize = offset_of!(hmb_ring_hdr, next_seq);
+    pub const DROPPED_RECORDS: usize = offset_of!(hmb_ring_hdr, dropped_records);
+    pub const OVERFLOW_EVENTS: usize = offset_of!(hmb_ring_hdr, overflow_events);
+    pub const TAIL: usize = offset_of!(hmb_ring_hdr, tail);
+}
+
+impl hmb_ring_hdr {
+    /// A freshly initialised header, as the module writes it before
+    /// advertising the ring to the device.
+    pub fn initialised(ring_size: u64, epoch: u64) -> Self {
+        Self {
+            magic: HMB_RING_MAGIC.into(),
+            version_major: HMB_RING_VERSION_MAJOR.into(),
+            version_minor: HMB_RING_VERSION_MINOR.into(),
+            hdr_size: HMB_RING_HDR_SIZE.into(),
+            max_record: HMB_RECORD_MAX_SIZE.into(),
+            ring_size: ring_size.into(),
+            epoch: epoch.into(),
+            ..Self::default()
+        }
+    }
+}
+
+/// Whether `size` is a valid data-area size for a v1 ring.
+pub fn ring_size_valid(size: u64) -> bool {
+    size.is_power_of_two() && (HMB_RING_MIN_SIZE as u64..=HMB_RING_MAX_SIZE).contains(&size)
+}
+
+const _: () = {
+    assert!(core::mem::size_of::<hmb_ring_hdr>() == 3 * CACHE_LINE);
+    assert!(core::mem::offset_of!(hmb_ring_hdr, head) == CACHE_LINE);
+    assert!(core::mem::offset_of!(hmb_ring_hdr, tail) == 2 * CACHE_LINE);
+    assert!(core::mem::size_of::<hmb_record_hdr>() == HMB_RECORD_HDR_SIZE as usize);
+    assert!(core::mem::size_of::<hmb_advert>() == 64);
+};
+
+/// All-zero defaults: reserved bytes must be zero, and zero is what every
+/// counter starts from.
+macro_rules! zeroed_default {
+    ($($t:ty),*) => {$(
+        impl Default for $t {
+            fn default() -> Self {
+                Self::new_zeroed()
+            }
+        }
+    )*};
+}
+zeroed_default!(hmb_ring_hdr, hmb_record_hdr, hmb_advert, hmb_trace_info, hmb_trace_stats);

@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: ((GPL-2.0 WITH Linux-syscall-note) OR MIT) */
+/*
+ * nvme_hmb_trace.h - ring ABI v1 shared by SSD firmware (producer), the
+ * nvme-hmb-trace module and hmb-trace-daemon (consumer).
+ *
+ * docs/abi.md is the specification; this header and the Rust crate
+ * hmb-trace-abi mirror it, and abi/tests/c_layout.rs checks all three agree.
+ * All multi-byte fields are little-endian.
+ */
+#ifndef _UAPI_LINUX_NVME_HMB_TRACE_H
+#define _UAPI_LINUX_NVME_HMB_TRACE_H
+
+#include <linux/types.h>
+#include <linux/ioctl.h>
+
+/* ---- ring header: first HMB_RING_HDR_SIZE bytes of the trace slice ---- */
+
+#define HMB_RING_MAGIC		0x54424d48u	/* "HMBT" in memory order */
+#define HMB_RING_VERSION_MAJOR	1
+#define HMB_RING_VERSION_MINOR	0
+
+#define HMB_RING_HDR_SIZE	4096u	/* data area starts one page in */
+#define HMB_RING_MIN_SIZE	8192u	/* smallest data area (power of two) */
+#define HMB_RING_MAX_SIZE	(1ull << 30)
+#define HMB_RING_ALIGN		8u	/* records start on 8-byte boundaries */
+
+#define HMB_RING_FLAG_OVERFLOWED	(1u << 0)
+#define HMB_RING_FLAG_FROZEN		(1u << 1)
+#define HMB_RING_FLAGS_KNOWN		(HMB_RING_FLAG_OVERFLOWED | HMB_RING_FLAG_FROZEN)
+
+/*
+ * Three cache lines with one writer each, so producer and consumer never
+ * share a line they both write:
+ *   line 0 (bytes   0..63): identity, written by the module at (re)init only
+ *   line 1 (bytes  64..127): written by the producer only
+ *   line 2 (bytes 128..191): written by the module only (consumer tail)
+ * Bytes 192..4095 are reserved and zero.
+ */
+struct hmb_ring_hdr {
+	/* line 0: module, at init */
+	__u32 magic;
+	__u16 version_major;
+	__u16 version_minor;
+	__u32 hdr_size;		/* == HMB_RING_HDR_SIZE */
+	__u32 max_record;	/* == HMB_RECORD_MAX_SIZE */
+	__u64 ring_size;	/* data area bytes, power of two */
+	__u64 epoch;		/* bumped by every re-initialisation */
+	__u8  reserved0[32];
+
+	/* line 1: producer */
+	__u64 head;		/* bytes ever produced (release store) */
+	__u32 flags;		/* HMB_RING_FLAG_* (release store) */
+	__u32 reserved1;
+	__u64 next_seq;		/* seq the next record will carry */
+	__u64 dropped_records;	/* records dropped this epoch */
+	__u64 overflow_events;	/* times OVERFLOWED went 0 -> 1 this epoch */
+	__u8  reserved2[24];
+
+	/* line 2: module on behalf of the consumer */
+	__u64 tail;		/* bytes ever consumed (release store) */
+	__u8  reserved3[56];
+};
+
+/* ---- records: 32-byte header, payload, zero padding to 8 bytes ---- */
+
+#define HMB_RECORD_HDR_SIZE	32u
+#define HMB_RECORD_MAX_SIZE	4096u
+#define HMB_RECORD_MAX_PAYLOAD	(HMB_RECORD_MAX_SIZE - HMB_RECORD_HDR_SIZE)
+
+#define HMB_RECORD_FLAG_PAD	(1u << 0)	/* filler up to the ring end */
+#define HMB_RECORD_FLAG_MARKER	(1u << 1)	/* daemon marker, trace.bin only */
+
+struct hmb_record_hdr {
+	__u32 length;		/* payload bytes, 0..HMB_RECORD_MAX_PAYLOAD */
+	__u16 opcode;		/* firmware event type (catalog) */
+	__u16 flags;		/* HMB_RECORD_FLAG_* */
+	__u64 seq;		/* per-epoch sequence number */
+	__u64 timestamp_ns;	/* device clock */
+	__u32 source;		/* queue, die or core id */
+	__u32 reserved;		/* zero */
+};
+
+/* ---- emulated HMB: advertisement block at offset 0 of the HMB ---- */
+
+#define HMB_ADVERT_MAGIC	0x41424d48u	/* "HMBA" */
+#define HMB_ADVERT_OFFSET	0u
+#define HMB_TRACE_SLICE_ALIGN	4096u
+#define HMB_ADVERT_STATE_NONE	0u
+#define HMB_ADVERT_STATE_READY	1u
+
+struct hmb_advert {
+	__u32 magic;
+	__u32 state;		/* HMB_ADVERT_STATE_* (release store, last) */
+	__u64 generation;	/* == ring epoch it advertises */
+	__u64 slice_offset;	/* trace slice offset within the HMB */
+	__u64 slice_len;	/* HMB_RING_HDR_SIZE + ring_size */
+	__u8  reserved[32];
+};
+
+/* ---- character device ioctls ---- */
+
+#define HMB_TRACE_IOC_MAGIC	0xB7
+
+struct hmb_trace_info {
+	__u16 abi_major;	/* ABI the module speaks */
+	__u16 abi_minor;
+	__u32 hdr_size;
+	__u64 ring_size;
+	__u64 mmap_len;		/* hdr_size + ring_size: the only length mmap accepts */
+	__u64 epoch;
+	__u32 flags;
+	__u32 reserved;
+};
+
+struct hmb_trace_stats {
+	__u64 head;
+	__u64 tail;
+	__u64 dropped_records;
+	__u64 overflow_events;
+	__u64 freeze_count;	/* FROZEN observed by the module, ever */
+	__u64 irq_count;
+	__u64 tail_publishes;
+	__u64 epoch;
+};
+
+#define HMB_TRACE_IOC_GET_INFO	_IOR(HMB_TRACE_IOC_MAGIC, 0x01, struct hmb_trace_info)
+#define HMB_TRACE_IOC_PUBLISH_TAIL _IOW(HMB_TRACE_IOC_MAGIC, 0x02, __u64)
+#define HMB_TRACE_IOC_REINIT	_IOR(HMB_TRACE_IOC_MAGIC, 0x03, __u64)
+#define HMB_TRACE_IOC_GET_STATS	_IOR(HMB_TRACE_IOC_MAGIC, 0x04, struct hmb_trace_stats)
+
+#endif /* _UAPI_LINUX_NVME_HMB_TRACE_H */
