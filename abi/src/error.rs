@@ -16,7 +16,11 @@ pub enum AbiError {
     #[error("ring size {0} is not a power of two in [{min}, {max}]", min = crate::HMB_RING_MIN_SIZE, max = crate::HMB_RING_MAX_SIZE)]
     BadRingSize(u64),
     #[error("buffer of {have} bytes is too short for {what} ({need} bytes)")]
-    Short { what: &'static str, have: usize, need: usize },
+    Short {
+        what: &'static str,
+        have: usize,
+        need: usize,
+    },
     #[error("head {head} is behind tail {tail}")]
     HeadBehindTail { head: u64, tail: u64 },
     #[error("head {head} is more than ring size {ring_size} ahead of tail {tail}")]

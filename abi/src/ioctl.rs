@@ -5,7 +5,6 @@ use crate::layout::{hmb_trace_info, hmb_trace_stats};
 
 pub const HMB_TRACE_IOC_MAGIC: u8 = 0xB7;
 
-const IOC_NONE: u32 = 0;
 const IOC_WRITE: u32 = 1;
 const IOC_READ: u32 = 2;
 
@@ -17,9 +16,3 @@ pub const HMB_TRACE_IOC_GET_INFO: u32 = ioc(IOC_READ, 0x01, core::mem::size_of::
 pub const HMB_TRACE_IOC_PUBLISH_TAIL: u32 = ioc(IOC_WRITE, 0x02, core::mem::size_of::<u64>());
 pub const HMB_TRACE_IOC_REINIT: u32 = ioc(IOC_READ, 0x03, core::mem::size_of::<u64>());
 pub const HMB_TRACE_IOC_GET_STATS: u32 = ioc(IOC_READ, 0x04, core::mem::size_of::<hmb_trace_stats>());
-
-/// Kept so an `_IO` request can be added without re-deriving the encoding.
-#[allow(dead_code)]
-const fn io(nr: u8) -> u32 {
-    ioc(IOC_NONE, nr, 0)
-}

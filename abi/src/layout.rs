@@ -173,4 +173,10 @@ macro_rules! zeroed_default {
         }
     )*};
 }
-zeroed_default!(hmb_ring_hdr, hmb_record_hdr, hmb_advert, hmb_trace_info, hmb_trace_stats);
+zeroed_default!(
+    hmb_ring_hdr,
+    hmb_record_hdr,
+    hmb_advert,
+    hmb_trace_info,
+    hmb_trace_stats
+);

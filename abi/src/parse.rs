@@ -22,11 +22,17 @@ pub struct Compat {
 pub fn check_compat(hdr: &hmb_ring_hdr) -> Result<Compat, AbiError> {
     let magic = hdr.magic.get();
     if magic != HMB_RING_MAGIC {
-        return Err(AbiError::BadMagic { found: magic, expected: HMB_RING_MAGIC });
+        return Err(AbiError::BadMagic {
+            found: magic,
+            expected: HMB_RING_MAGIC,
+        });
     }
     let major = hdr.version_major.get();
     if major != HMB_RING_VERSION_MAJOR {
-        return Err(AbiError::UnsupportedMajor { found: major, supported: HMB_RING_VERSION_MAJOR });
+        return Err(AbiError::UnsupportedMajor {
+            found: major,
+            supported: HMB_RING_VERSION_MAJOR,
+        });
     }
     if hdr.hdr_size.get() != HMB_RING_HDR_SIZE {
         return Err(AbiError::BadHeaderSize(hdr.hdr_size.get()));
@@ -85,7 +91,11 @@ pub enum RecordAt {
     /// A PAD record filling the rest of the lap.
     Pad { bytes: u64 },
     /// A record: its header, its offset in the data area and its aligned size.
-    Record { hdr: hmb_record_hdr, offset: usize, size: u32 },
+    Record {
+        hdr: hmb_record_hdr,
+        offset: usize,
+        size: u32,
+    },
 }
 
 impl RecordAt {
@@ -113,12 +123,20 @@ pub fn parse_record_at(data: &[u8], pos: u64, head: u64) -> Result<RecordAt, Abi
     let room = ring_size - offset as u64;
     if room < HMB_RECORD_HDR_SIZE as u64 {
         if available < room {
-            return Err(AbiError::PastHead { pos, size: room as u32, available });
+            return Err(AbiError::PastHead {
+                pos,
+                size: room as u32,
+                available,
+            });
         }
         return Ok(RecordAt::Skip { bytes: room });
     }
     if available < HMB_RECORD_HDR_SIZE as u64 {
-        return Err(AbiError::PastHead { pos, size: HMB_RECORD_HDR_SIZE, available });
+        return Err(AbiError::PastHead {
+            pos,
+            size: HMB_RECORD_HDR_SIZE,
+            available,
+        });
     }
     let hdr = match hmb_record_hdr::read_from_prefix(&data[offset..]) {
         Ok((hdr, _)) => hdr,
@@ -131,7 +149,11 @@ pub fn parse_record_at(data: &[u8], pos: u64, head: u64) -> Result<RecordAt, Abi
             return Err(AbiError::BadPad { pos, length, room });
         }
         if available < room {
-            return Err(AbiError::PastHead { pos, size: room as u32, available });
+            return Err(AbiError::PastHead {
+                pos,
+                size: room as u32,
+                available,
+            });
         }
         return Ok(RecordAt::Pad { bytes: room });
     }

@@ -14,8 +14,12 @@ use crate::wrap::{align_record, placement, Placement};
 /// Outcome of one production attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Produced {
-    Written { seq: u64 },
-    Dropped { seq: u64 },
+    Written {
+        seq: u64,
+    },
+    Dropped {
+        seq: u64,
+    },
     /// FROZEN is set: nothing happens, no sequence number is used.
     Frozen,
 }
@@ -36,7 +40,9 @@ impl RefRing {
     }
 
     pub fn hdr(&self) -> hmb_ring_hdr {
-        hmb_ring_hdr::read_from_prefix(&self.image).expect("image holds a header").0
+        hmb_ring_hdr::read_from_prefix(&self.image)
+            .expect("image holds a header")
+            .0
     }
 
     pub fn set_hdr(&mut self, hdr: &hmb_ring_hdr) {
@@ -128,10 +134,27 @@ impl RefRing {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum DecodedItem {
-    Record { pos: u64, seq: u64, opcode: u16, source: u32, timestamp_ns: u64, length: u32, payload_hex: String },
-    Lost { first_seq: u64, count: u64 },
-    Skip { pos: u64, bytes: u64 },
-    Pad { pos: u64, bytes: u64 },
+    Record {
+        pos: u64,
+        seq: u64,
+        opcode: u16,
+        source: u32,
+        timestamp_ns: u64,
+        length: u32,
+        payload_hex: String,
+    },
+    Lost {
+        first_seq: u64,
+        count: u64,
+    },
+    Skip {
+        pos: u64,
+        bytes: u64,
+    },
+    Pad {
+        pos: u64,
+        bytes: u64,
+    },
 }
 
 /// A whole ring image decoded: header fields and the `[tail, head)` window.
@@ -191,10 +214,17 @@ pub fn decode(image: &[u8]) -> Result<Decoded, AbiError> {
                 let seq = rec.seq.get();
                 let want = expected.unwrap_or(seq);
                 if seq < want {
-                    return Err(AbiError::SeqBackwards { pos, seq, expected: want });
+                    return Err(AbiError::SeqBackwards {
+                        pos,
+                        seq,
+                        expected: want,
+                    });
                 }
                 if seq > want {
-                    items.push(DecodedItem::Lost { first_seq: want, count: seq - want });
+                    items.push(DecodedItem::Lost {
+                        first_seq: want,
+                        count: seq - want,
+                    });
                 }
                 expected = Some(seq + 1);
                 let payload = &data[offset + HMB_RECORD_HDR_SIZE as usize..][..rec.length.get() as usize];
@@ -215,7 +245,10 @@ pub fn decode(image: &[u8]) -> Result<Decoded, AbiError> {
     if hdr.flags.get() & HMB_RING_FLAG_FROZEN != 0 {
         if let Some(want) = expected {
             if next_seq > want {
-                items.push(DecodedItem::Lost { first_seq: want, count: next_seq - want });
+                items.push(DecodedItem::Lost {
+                    first_seq: want,
+                    count: next_seq - want,
+                });
             }
         }
     }

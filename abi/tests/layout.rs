@@ -131,7 +131,11 @@ fn c_header_matches_rust() {
         .arg(&exe)
         .output()
         .expect("a C compiler (cc) is needed for the layout check");
-    assert!(out.status.success(), "C build failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "C build failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let run = Command::new(&exe).output().unwrap();
     assert!(run.status.success());
     let mut c_facts = BTreeMap::new();
@@ -151,12 +155,18 @@ fn parse_number(text: &str) -> u64 {
     if let Some(hex) = text.strip_prefix("0x") {
         u64::from_str_radix(&hex.replace('_', ""), 16).unwrap_or_else(|_| panic!("bad hex {text}"))
     } else {
-        text.replace('_', "").parse().unwrap_or_else(|_| panic!("bad number {text}"))
+        text.replace('_', "")
+            .parse()
+            .unwrap_or_else(|_| panic!("bad number {text}"))
     }
 }
 
 fn table_cells(line: &str) -> Vec<String> {
-    line.trim().trim_matches('|').split('|').map(|c| c.trim().trim_matches('`').to_string()).collect()
+    line.trim()
+        .trim_matches('|')
+        .split('|')
+        .map(|c| c.trim().trim_matches('`').to_string())
+        .collect()
 }
 
 /// Layout tables (`### struct NAME (N bytes)`) and the constants table
@@ -201,9 +211,16 @@ fn abi_doc_matches_rust() {
     let doc = doc_facts();
     let rust = rust_facts();
     for (key, value) in &rust {
-        assert_eq!(doc.get(key), Some(value), "docs/abi.md and Rust disagree on {key} (Rust: {value} = {value:#x})");
+        assert_eq!(
+            doc.get(key),
+            Some(value),
+            "docs/abi.md and Rust disagree on {key} (Rust: {value} = {value:#x})"
+        );
     }
     for key in doc.keys() {
-        assert!(rust.contains_key(key), "docs/abi.md states {key}, which the Rust crate does not have");
+        assert!(
+            rust.contains_key(key),
+            "docs/abi.md states {key}, which the Rust crate does not have"
+        );
     }
 }

@@ -1,0 +1,132 @@
+//! The guest kernel matrix: parsing `images/KERNELS`.
+
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+
+/// Where the module build finds `linux-headers-<ABI>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Headers {
+    /// Installed on the host with apt (when the host runs the suite's distribution).
+    Host,
+    /// Installed inside a cached debootstrap chroot of the suite's distribution.
+    Chroot,
+}
+
+/// One line of `images/KERNELS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelSpec {
+    /// What the user types after `--kernel`, e.g. `6.1`.
+    pub name: String,
+    /// Debian suite, e.g. `bookworm` or `trixie-backports`.
+    pub suite: String,
+    /// Image package, usually the meta package `linux-image-amd64`.
+    pub image_package: String,
+    pub headers: Headers,
+}
+
+impl KernelSpec {
+    /// The distribution codename: `trixie` for `trixie-backports`.
+    pub fn codename(&self) -> &str {
+        self.suite.split('-').next().unwrap_or(&self.suite)
+    }
+
+    /// Backports are pinned at 100 by Debian, so apt must be told to target them.
+    pub fn apt_target_release(&self) -> Option<&str> {
+        if self.suite == self.codename() {
+            None
+        } else {
+            Some(&self.suite)
+        }
+    }
+}
+
+pub fn parse(text: &str) -> Result<Vec<KernelSpec>> {
+    let mut specs: Vec<KernelSpec> = Vec::new();
+    for (index, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let lineno = index + 1;
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [name, suite, image_package, headers] = fields[..] else {
+            bail!(
+                "KERNELS line {lineno}: expected 4 fields (name suite image-package headers), got {}: {raw:?}",
+                fields.len()
+            );
+        };
+        let headers = match headers {
+            "host" => Headers::Host,
+            "chroot" => Headers::Chroot,
+            other => bail!("KERNELS line {lineno}: headers must be `host` or `chroot`, got {other:?}"),
+        };
+        if !image_package.starts_with("linux-image-") {
+            bail!("KERNELS line {lineno}: {image_package:?} is not a linux-image-* package");
+        }
+        if !suite.chars().all(|c| c.is_ascii_lowercase() || c == '-') {
+            bail!("KERNELS line {lineno}: suspicious suite name {suite:?}");
+        }
+        if specs.iter().any(|s| s.name == name) {
+            bail!("KERNELS line {lineno}: kernel name {name:?} listed twice");
+        }
+        specs.push(KernelSpec {
+            name: name.to_string(),
+            suite: suite.to_string(),
+            image_package: image_package.to_string(),
+            headers,
+        });
+    }
+    if specs.is_empty() {
+        bail!("KERNELS lists no kernel");
+    }
+    Ok(specs)
+}
+
+pub fn load(path: &Path) -> Result<Vec<KernelSpec>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    parse(&text).with_context(|| format!("in {}", path.display()))
+}
+
+/// The spec named `name`, or the first (default) one when `name` is None.
+pub fn select(specs: &[KernelSpec], name: Option<&str>) -> Result<KernelSpec> {
+    match name {
+        None => Ok(specs[0].clone()),
+        Some(n) => specs.iter().find(|s| s.name == n).cloned().with_context(|| {
+            let known: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+            format!("unknown kernel {n:?}; images/KERNELS has: {}", known.join(", "))
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_repository_matrix() {
+        let specs = load(&crate::workspace_root().join("images/KERNELS")).unwrap();
+        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+        assert!(names.contains(&"6.1") && names.contains(&"6.12") && names.contains(&"7.x"));
+        assert_eq!(select(&specs, None).unwrap().name, specs[0].name);
+    }
+
+    #[test]
+    fn backports_need_a_target_release_and_the_base_suite_does_not() {
+        let specs = parse("a bookworm linux-image-amd64 host\nb trixie-backports linux-image-amd64 chroot\n").unwrap();
+        assert_eq!(specs[0].apt_target_release(), None);
+        assert_eq!(specs[1].apt_target_release(), Some("trixie-backports"));
+        assert_eq!(specs[1].codename(), "trixie");
+        assert_eq!(specs[1].headers, Headers::Chroot);
+    }
+
+    #[test]
+    fn rejects_bad_lines() {
+        assert!(parse("").is_err());
+        assert!(parse("6.1 bookworm linux-image-amd64").is_err());
+        assert!(parse("6.1 bookworm linux-image-amd64 somewhere").is_err());
+        assert!(parse("6.1 bookworm nginx host").is_err());
+        assert!(parse("6.1 bookworm linux-image-amd64 host\n6.1 bookworm linux-image-amd64 host").is_err());
+        let err = select(&parse("6.1 bookworm linux-image-amd64 host").unwrap(), Some("9.9")).unwrap_err();
+        assert!(err.to_string().contains("6.1"), "{err}");
+    }
+}
