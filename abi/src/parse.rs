@@ -73,10 +73,10 @@ impl RingSnapshot {
         if head - tail > ring_size {
             return Err(AbiError::HeadTooFarAhead { head, tail, ring_size });
         }
-        if head % HMB_RING_ALIGN as u64 != 0 {
+        if !head.is_multiple_of(HMB_RING_ALIGN as u64) {
             return Err(AbiError::Misaligned(head));
         }
-        if tail % HMB_RING_ALIGN as u64 != 0 {
+        if !tail.is_multiple_of(HMB_RING_ALIGN as u64) {
             return Err(AbiError::Misaligned(tail));
         }
         Ok(())
@@ -115,7 +115,7 @@ pub fn parse_record_at(data: &[u8], pos: u64, head: u64) -> Result<RecordAt, Abi
     if !ring_size.is_power_of_two() {
         return Err(AbiError::BadRingSize(ring_size));
     }
-    if pos % HMB_RING_ALIGN as u64 != 0 {
+    if !pos.is_multiple_of(HMB_RING_ALIGN as u64) {
         return Err(AbiError::Misaligned(pos));
     }
     let available = head.saturating_sub(pos);
