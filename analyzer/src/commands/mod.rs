@@ -1,0 +1,102 @@
+//! The subcommands, each writing to a caller-given output.
+
+pub mod convert;
+pub mod decode;
+pub mod export;
+pub mod filter_cmd;
+pub mod gaps;
+pub mod info;
+pub mod pccx_cmd;
+pub mod report;
+pub mod stats_cmd;
+
+use std::ops::ControlFlow;
+
+use hmb_trace_file::FileHeader;
+
+use crate::catalog::Catalog;
+use crate::exit::{from_file_error, AppError};
+use crate::format::Style;
+use crate::input::{TraceInput, WalkEnd};
+use crate::progress::Progress;
+use crate::stats::Stats;
+use crate::walk::{Event, Walker};
+
+/// What every subcommand needs besides its own arguments.
+pub struct Ctx {
+    pub catalog: Catalog,
+    pub style: Style,
+    pub progress: bool,
+}
+
+/// A finished walk.
+pub struct Walked {
+    pub name: String,
+    pub header: FileHeader,
+    pub file_len: Option<u64>,
+    pub end: WalkEnd,
+}
+
+impl Walked {
+    /// The reading error, if any, as the command's final error. Commands
+    /// print what they could read first, then return this.
+    pub fn status(&mut self) -> Result<(), AppError> {
+        match self.end.error.take() {
+            Some(e) => Err(from_file_error(&self.name, e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Human description of how the walk ended, for summaries.
+    pub fn ending(&self) -> Option<String> {
+        self.end.error.as_ref().map(|e| e.to_string())
+    }
+}
+
+/// Open `path`, build a state from its header with `init`, and feed every
+/// event to `f` until the end, an error, or `f` breaks.
+pub fn walk_trace<S>(
+    ctx: &Ctx,
+    path: &str,
+    init: impl FnOnce(&FileHeader) -> S,
+    mut f: impl FnMut(&mut S, &Event<'_, '_>) -> ControlFlow<()>,
+) -> Result<(Walked, S), AppError> {
+    let mut input = TraceInput::open(path).map_err(|e| from_file_error(path, e))?;
+    let mut state = init(&input.header);
+    let progress = Progress::new(input.file_len, ctx.progress);
+    let mut walker = Walker::new(&input.header);
+    let end = input.walk(&progress, |item| {
+        let mut flow = ControlFlow::Continue(());
+        walker.feed(item, &mut |ev| {
+            if flow.is_continue() {
+                flow = f(&mut state, &ev);
+            }
+        });
+        flow
+    });
+    progress.finish();
+    Ok((
+        Walked {
+            name: input.name,
+            header: input.header,
+            file_len: input.file_len,
+            end,
+        },
+        state,
+    ))
+}
+
+/// Accounting over the whole trace.
+pub fn collect_stats(ctx: &Ctx, path: &str) -> Result<(Walked, Stats), AppError> {
+    let (walked, mut stats) = walk_trace(
+        ctx,
+        path,
+        |h| Stats::new(h.first_epoch, h.ring_size),
+        |s, ev| {
+            s.add(ev);
+            ControlFlow::Continue(())
+        },
+    )?;
+    stats.finish();
+    Ok((walked, stats))
+}

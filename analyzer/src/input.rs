@@ -1,0 +1,129 @@
+//! Opening a trace.bin: a regular file is memory-mapped (the fast path),
+//! anything else (stdin as "-", a pipe) is streamed through a fixed buffer.
+//! Either way memory stays bounded by the buffer, not the file.
+
+use std::fs::File;
+use std::io::Read;
+use std::ops::ControlFlow;
+use std::path::Path;
+
+use hmb_trace_file::{FileError, FileHeader, Item, MappedTrace, TraceReader};
+
+use crate::progress::Progress;
+
+enum Source {
+    Mapped(MappedTrace),
+    Stream(TraceReader<Box<dyn Read>>),
+}
+
+pub struct TraceInput {
+    pub name: String,
+    pub header: FileHeader,
+    /// Size of the file when known (regular files).
+    pub file_len: Option<u64>,
+    source: Source,
+}
+
+/// How a walk over the items ended.
+#[derive(Debug)]
+pub struct WalkEnd {
+    /// Offset after the last item visited: the readable length.
+    pub offset: u64,
+    pub items: u64,
+    /// The error that stopped reading (a torn tail, a corrupt item).
+    pub error: Option<FileError>,
+    /// The visitor asked to stop (e.g. a record limit).
+    pub stopped: bool,
+}
+
+impl TraceInput {
+    pub fn open(path: &str) -> Result<Self, FileError> {
+        if path == "-" {
+            let reader = TraceReader::new(Box::new(std::io::stdin().lock()) as Box<dyn Read>)?;
+            return Ok(Self {
+                name: "<stdin>".into(),
+                header: *reader.header(),
+                file_len: None,
+                source: Source::Stream(reader),
+            });
+        }
+        let meta = std::fs::metadata(path)?;
+        if meta.is_file() {
+            let mapped = MappedTrace::open(Path::new(path))?;
+            return Ok(Self {
+                name: path.into(),
+                header: *mapped.header(),
+                file_len: Some(meta.len()),
+                source: Source::Mapped(mapped),
+            });
+        }
+        let reader = TraceReader::new(Box::new(File::open(path)?) as Box<dyn Read>)?;
+        Ok(Self {
+            name: path.into(),
+            header: *reader.header(),
+            file_len: None,
+            source: Source::Stream(reader),
+        })
+    }
+
+    /// Visit every item in file order until the end, an error, or the
+    /// visitor breaks.
+    pub fn walk(&mut self, progress: &Progress, mut visit: impl FnMut(&Item<'_>) -> ControlFlow<()>) -> WalkEnd {
+        let mut end = WalkEnd {
+            offset: self.header.header_size as u64,
+            items: 0,
+            error: None,
+            stopped: false,
+        };
+        let mut since_tick = 0u32;
+        match &mut self.source {
+            Source::Mapped(m) => {
+                for item in m.items() {
+                    match item {
+                        Ok(item) => {
+                            end.items += 1;
+                            end.offset = item.offset + item.size();
+                            if visit(&item).is_break() {
+                                end.stopped = true;
+                                break;
+                            }
+                        }
+                        Err(e) => {
+                            end.error = Some(e);
+                            break;
+                        }
+                    }
+                    since_tick += 1;
+                    if since_tick == 65536 {
+                        since_tick = 0;
+                        progress.set(end.offset);
+                    }
+                }
+            }
+            Source::Stream(r) => loop {
+                match r.next_item() {
+                    Ok(Some(item)) => {
+                        end.items += 1;
+                        end.offset = item.offset + item.size();
+                        if visit(&item).is_break() {
+                            end.stopped = true;
+                            break;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        end.error = Some(e);
+                        break;
+                    }
+                }
+                since_tick += 1;
+                if since_tick == 65536 {
+                    since_tick = 0;
+                    progress.set(end.offset);
+                }
+            },
+        }
+        progress.set(end.offset);
+        end
+    }
+}

@@ -1,0 +1,51 @@
+//! hmb-trace-analyze: turns trace.bin files into answers. The binary in
+//! `main.rs` is a thin shell over [`run`]; docs/analyzer.md is the manual.
+
+pub mod catalog;
+pub mod cli;
+pub mod commands;
+pub mod exit;
+pub mod filter;
+pub mod format;
+pub mod input;
+pub mod progress;
+pub mod stats;
+pub mod svg;
+pub mod synth;
+pub mod walk;
+
+use std::io::{IsTerminal, Write};
+
+use cli::{Cli, Command, ExportCmd, PccxCmd};
+use commands::Ctx;
+use exit::{AppError, CATALOG};
+
+/// Run a parsed command line, writing results to `out`.
+pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), AppError> {
+    let catalog = match &cli.catalog {
+        Some(p) => catalog::Catalog::load(p).map_err(|e| AppError::new(CATALOG, e.to_string()))?,
+        None => catalog::Catalog::builtin(),
+    };
+    let color = !cli.no_color && std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal();
+    let ctx = Ctx {
+        catalog,
+        style: format::Style { color },
+        progress: !cli.no_progress,
+    };
+    match &cli.command {
+        Command::Info(a) => commands::info::run(&ctx, &a.trace, out),
+        Command::Stats(a) => commands::stats_cmd::run(&ctx, &a.trace, a.json, out),
+        Command::Decode(a) => commands::decode::run(&ctx, a, out),
+        Command::Filter(a) => commands::filter_cmd::run(&ctx, a, out),
+        Command::Gaps(a) => commands::gaps::run(&ctx, &a.trace, a.json, out),
+        Command::Convert(a) => commands::convert::run(&ctx, a, out),
+        Command::Report(a) => commands::report::run(&ctx, a, out),
+        Command::Export(ExportCmd::Pccx(a)) => commands::export::run(&ctx, a, out),
+        Command::Pccx(PccxCmd::Verify(a)) => commands::pccx_cmd::verify(&ctx, &a.file, a.strict, out),
+        Command::Pccx(PccxCmd::Info(a)) => commands::pccx_cmd::info(&ctx, &a.file, a.events, out),
+        Command::Catalog => {
+            writeln!(out, "{}", ctx.catalog.to_json())?;
+            Ok(())
+        }
+    }
+}

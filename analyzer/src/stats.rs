@@ -1,0 +1,366 @@
+//! One pass of accounting over a trace: counts per opcode and per core,
+//! losses, epochs, time span and an inter-arrival histogram. Memory is
+//! bounded: per-opcode and per-core tables are capped, lists of gaps are
+//! capped (totals stay exact).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::walk::Event;
+
+/// Most distinct cores tracked individually; the rest are summed as "other".
+pub const MAX_CORES: usize = 4096;
+/// Most losses listed one by one (totals stay exact beyond it).
+pub const MAX_LISTED_LOSSES: usize = 10_000;
+/// Cores below this are counted in a flat table (fast path).
+const DENSE_CORES: usize = 1 << 16;
+/// Inter-arrival buckets: [0], [1], [2,4), [4,8) … [2^62, ∞) ns.
+pub const HIST_BUCKETS: usize = 64;
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct OpcodeStats {
+    pub records: u64,
+    pub payload_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EpochStats {
+    pub epoch: u64,
+    pub ring_size: u64,
+    pub records: u64,
+    pub first_seq: Option<u64>,
+    pub last_seq: Option<u64>,
+    pub first_ns: Option<u64>,
+    pub last_ns: Option<u64>,
+    pub lost_marked: u64,
+    pub lost_unmarked: u64,
+    pub frozen: bool,
+}
+
+impl EpochStats {
+    fn new(epoch: u64, ring_size: u64) -> Self {
+        Self {
+            epoch,
+            ring_size,
+            records: 0,
+            first_seq: None,
+            last_seq: None,
+            first_ns: None,
+            last_ns: None,
+            lost_marked: 0,
+            lost_unmarked: 0,
+            frozen: false,
+        }
+    }
+}
+
+/// One loss: a LOST marker or a gap found from sequence numbers.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Loss {
+    /// "lost_marker" | "seq_gap"
+    pub kind: &'static str,
+    pub offset: u64,
+    pub epoch: u64,
+    pub first_seq: u64,
+    pub count: u64,
+    /// Timestamp of the record that revealed a gap (0 when unknown).
+    pub timestamp_ns: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Stats {
+    pub records: u64,
+    pub markers: u64,
+    pub record_bytes: u64,
+    pub opcodes: BTreeMap<u16, OpcodeStats>,
+    pub cores: BTreeMap<u32, u64>,
+    /// Hot-path tables, folded into `opcodes` and `cores` by `finish`.
+    #[serde(skip)]
+    dense_ops: Vec<OpcodeStats>,
+    #[serde(skip)]
+    dense_cores: Vec<u64>,
+    pub other_cores_records: u64,
+    pub epochs: Vec<EpochStats>,
+    pub lost_marked: u64,
+    pub lost_unmarked: u64,
+    pub losses: Vec<Loss>,
+    pub losses_not_listed: u64,
+    pub first_ns: Option<u64>,
+    pub last_ns: Option<u64>,
+    pub inter_arrival: Vec<u64>,
+    pub ts_backwards: u64,
+    pub seq_backwards: u64,
+    pub unknown_markers: u64,
+    pub warnings: Vec<String>,
+    last_ts_in_epoch: Option<u64>,
+}
+
+impl Stats {
+    pub fn new(first_epoch: u64, ring_size: u64) -> Self {
+        Self {
+            records: 0,
+            markers: 0,
+            record_bytes: 0,
+            opcodes: BTreeMap::new(),
+            cores: BTreeMap::new(),
+            dense_ops: vec![OpcodeStats::default(); 1 << 16],
+            dense_cores: vec![0; DENSE_CORES],
+            other_cores_records: 0,
+            epochs: vec![EpochStats::new(first_epoch, ring_size)],
+            lost_marked: 0,
+            lost_unmarked: 0,
+            losses: Vec::new(),
+            losses_not_listed: 0,
+            first_ns: None,
+            last_ns: None,
+            inter_arrival: vec![0; HIST_BUCKETS],
+            ts_backwards: 0,
+            seq_backwards: 0,
+            unknown_markers: 0,
+            warnings: Vec::new(),
+            last_ts_in_epoch: None,
+        }
+    }
+
+    /// Fold the hot-path tables into the public maps. Call once after the
+    /// last `add`; the walk helpers do.
+    pub fn finish(&mut self) {
+        for (op, o) in self.dense_ops.iter().enumerate() {
+            if o.records > 0 {
+                self.opcodes.insert(op as u16, o.clone());
+            }
+        }
+        self.dense_ops = Vec::new();
+        let mut folded = 0u64;
+        for (core, n) in self.dense_cores.iter().enumerate() {
+            if *n > 0 {
+                if self.cores.len() < MAX_CORES || self.cores.contains_key(&(core as u32)) {
+                    self.cores.insert(core as u32, *n);
+                } else {
+                    folded += n;
+                }
+            }
+        }
+        self.other_cores_records += folded;
+        self.dense_cores = Vec::new();
+    }
+
+    pub fn lost_total(&self) -> u64 {
+        self.lost_marked + self.lost_unmarked
+    }
+
+    pub fn span_ns(&self) -> u64 {
+        match (self.first_ns, self.last_ns) {
+            (Some(a), Some(b)) => b.saturating_sub(a),
+            _ => 0,
+        }
+    }
+
+    /// Records per second over the time span.
+    pub fn rate(&self) -> f64 {
+        let span = self.span_ns();
+        if span == 0 {
+            0.0
+        } else {
+            self.records as f64 * 1e9 / span as f64
+        }
+    }
+
+    fn epoch_mut(&mut self) -> &mut EpochStats {
+        let last = self.epochs.len() - 1;
+        &mut self.epochs[last]
+    }
+
+    fn note_loss(&mut self, loss: Loss) {
+        if self.losses.len() < MAX_LISTED_LOSSES {
+            self.losses.push(loss);
+        } else {
+            self.losses_not_listed += 1;
+        }
+    }
+
+    pub fn add(&mut self, ev: &Event<'_, '_>) {
+        match *ev {
+            Event::Record { item, .. } => {
+                let ts = item.timestamp_ns();
+                let len = item.payload.len() as u64;
+                self.records += 1;
+                self.record_bytes += item.size();
+                let op = match self.dense_ops.get_mut(item.opcode() as usize) {
+                    Some(op) => op,
+                    None => self.opcodes.entry(item.opcode()).or_default(),
+                };
+                op.records += 1;
+                op.payload_bytes += len;
+                let core = item.source();
+                // After `finish` the dense tables are empty and the maps take over.
+                if let Some(n) = self.dense_cores.get_mut(core as usize) {
+                    *n += 1;
+                } else if let Some(n) = self.cores.get_mut(&core) {
+                    *n += 1;
+                } else if self.cores.len() < MAX_CORES {
+                    self.cores.insert(core, 1);
+                } else {
+                    self.other_cores_records += 1;
+                }
+                self.first_ns = Some(self.first_ns.map_or(ts, |f| f.min(ts)));
+                self.last_ns = Some(self.last_ns.map_or(ts, |l| l.max(ts)));
+                match self.last_ts_in_epoch {
+                    Some(prev) if ts >= prev => self.inter_arrival[bucket(ts - prev)] += 1,
+                    Some(_) => self.ts_backwards += 1,
+                    None => {}
+                }
+                self.last_ts_in_epoch = Some(ts);
+                let seq = item.seq();
+                let e = self.epoch_mut();
+                e.records += 1;
+                e.first_seq.get_or_insert(seq);
+                e.last_seq = Some(seq);
+                e.first_ns.get_or_insert(ts);
+                e.last_ns = Some(ts);
+            }
+            Event::Lost {
+                offset,
+                epoch,
+                first_seq,
+                count,
+            } => {
+                self.markers += 1;
+                self.lost_marked += count;
+                if let Some(e) = self.epochs.iter_mut().rev().find(|e| e.epoch == epoch) {
+                    e.lost_marked += count;
+                } else {
+                    self.warnings.push(format!(
+                        "LOST marker at offset {offset} names epoch {epoch}, not in the file"
+                    ));
+                }
+                self.note_loss(Loss {
+                    kind: "lost_marker",
+                    offset,
+                    epoch,
+                    first_seq,
+                    count,
+                    timestamp_ns: 0,
+                });
+            }
+            Event::Gap {
+                offset,
+                epoch,
+                first_seq,
+                count,
+                timestamp_ns,
+            } => {
+                self.lost_unmarked += count;
+                self.epoch_mut().lost_unmarked += count;
+                self.note_loss(Loss {
+                    kind: "seq_gap",
+                    offset,
+                    epoch,
+                    first_seq,
+                    count,
+                    timestamp_ns,
+                });
+            }
+            Event::Frozen { epoch, .. } => {
+                self.markers += 1;
+                if let Some(e) = self.epochs.iter_mut().rev().find(|e| e.epoch == epoch) {
+                    e.frozen = true;
+                }
+            }
+            Event::EpochStart { epoch, ring_size, .. } => {
+                self.markers += 1;
+                self.epochs.push(EpochStats::new(epoch, ring_size));
+                self.last_ts_in_epoch = None;
+            }
+            Event::UnknownMarker { offset, opcode } => {
+                self.markers += 1;
+                self.unknown_markers += 1;
+                if self.unknown_markers == 1 {
+                    self.warnings.push(format!(
+                        "unknown marker opcode {opcode:#06x} at offset {offset} (skipped)"
+                    ));
+                }
+            }
+            Event::SeqBackwards {
+                offset,
+                epoch,
+                seq,
+                expected,
+            } => {
+                self.seq_backwards += 1;
+                if self.seq_backwards <= 10 {
+                    self.warnings.push(format!(
+                        "record at offset {offset} (epoch {epoch}) has seq {seq}, expected at least {expected}"
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Warnings worth a line in `info`, in addition to reading errors.
+    pub fn summary_warnings(&self) -> Vec<String> {
+        let mut w = self.warnings.clone();
+        if self.seq_backwards > 10 {
+            w.push(format!(
+                "{} records in all had sequence numbers going backwards",
+                self.seq_backwards
+            ));
+        }
+        if self.ts_backwards > 0 {
+            w.push(format!(
+                "{} timestamps went backwards within an epoch",
+                self.ts_backwards
+            ));
+        }
+        if self.lost_unmarked > 0 {
+            w.push(format!(
+                "{} records missing without a LOST marker (sequence gaps)",
+                self.lost_unmarked
+            ));
+        }
+        if self.other_cores_records > 0 {
+            w.push(format!(
+                "more than {MAX_CORES} cores: {} records counted as other",
+                self.other_cores_records
+            ));
+        }
+        w
+    }
+}
+
+/// Histogram bucket of an inter-arrival time: 0 → 0, else 1 + floor(log2).
+pub fn bucket(delta: u64) -> usize {
+    if delta == 0 {
+        0
+    } else {
+        (64 - delta.leading_zeros() as usize).min(HIST_BUCKETS - 1)
+    }
+}
+
+/// Lower bound of a bucket in ns.
+pub fn bucket_floor(b: usize) -> u64 {
+    if b == 0 {
+        0
+    } else {
+        1u64 << (b - 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_powers_of_two() {
+        assert_eq!(bucket(0), 0);
+        assert_eq!(bucket(1), 1);
+        assert_eq!(bucket(2), 2);
+        assert_eq!(bucket(3), 2);
+        assert_eq!(bucket(4), 3);
+        assert_eq!(bucket(u64::MAX), 63);
+        for b in 1..63 {
+            assert_eq!(bucket(bucket_floor(b)), b);
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! Ring throughput, each figure next to its limit measured in the same run.
+//!
+//! `cargo bench -p hmb-trace-consumer --bench ring [-- --gib N --dir /dev/shm --ring-mib 16 --min-batch-kib 256]`
+//!
+//! For payloads of 0, 64, 512 and 4064 bytes:
+//! * ring only: producer thread -> ring (memfd) -> consumer thread that
+//!   copies every byte of every batch out, next to one memcpy of the same
+//!   bytes;
+//! * with the file: the same, but the consumer `writev`s each batch into a
+//!   fresh file on a tmpfs, next to plain 1 MiB `write(2)` calls of the same
+//!   bytes into a fresh file on the same file system.
+//!
+//! The consumer waits until `min-batch` bytes are published (the daemon
+//! waits for the device's watermark interrupt the same way), so a fast
+//! consumer does not degrade into one system call per record.
+
+use std::fs::File;
+use std::io::{IoSlice, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use hmb_firmware_model::{module_sim, Producer, SharedRing};
+use hmb_trace_abi::{align_record, HMB_RING_HDR_SIZE};
+use hmb_trace_consumer::{AtomicTailPublisher, Consumer, ConsumerConfig, RingView, Step};
+use memmap2::MmapOptions;
+
+struct Args {
+    bytes: u64,
+    dir: PathBuf,
+    ring: u64,
+    min_batch: u64,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        bytes: 1 << 30,
+        dir: PathBuf::from("/dev/shm"),
+        ring: 16 << 20,
+        min_batch: 256 << 10,
+    };
+    let mut it = std::env::args().skip(1);
+    let num = |v: Option<String>, d: f64| v.and_then(|v| v.parse::<f64>().ok()).unwrap_or(d);
+    while let Some(x) = it.next() {
+        match x.as_str() {
+            "--gib" => a.bytes = (num(it.next(), 1.0) * (1u64 << 30) as f64) as u64,
+            "--dir" => a.dir = PathBuf::from(it.next().unwrap_or_default()),
+            "--ring-mib" => a.ring = (num(it.next(), 16.0) as u64) << 20,
+            "--min-batch-kib" => a.min_batch = (num(it.next(), 256.0) as u64) << 10,
+            _ => {} // cargo bench passes --bench
+        }
+    }
+    a
+}
+
+fn ring(ring: u64) -> (File, Arc<memmap2::MmapRaw>) {
+    let fd = nix::sys::memfd::memfd_create(c"hmb-bench", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC).unwrap();
+    let file = File::from(fd);
+    let len = HMB_RING_HDR_SIZE as u64 + ring;
+    file.set_len(len).unwrap();
+    let rw = Arc::new(MmapOptions::new().len(len as usize).populate().map_raw(&file).unwrap());
+    module_sim::init(&SharedRing::from_mmap(rw.clone()).unwrap(), ring, 1).unwrap();
+    (file, rw)
+}
+
+/// Producer and consumer threads over one ring; `sink` gets every batch.
+fn run_ring(a: &Args, payload: usize, records: u64, mut sink: impl FnMut(&[IoSlice<'_>])) -> f64 {
+    let (file, rw) = ring(a.ring);
+    let mut p = Producer::attach(SharedRing::from_mmap(rw.clone()).unwrap()).unwrap();
+    let view = RingView::map_file(&file, 0, (HMB_RING_HDR_SIZE as u64 + a.ring) as usize).unwrap();
+    let mut c = Consumer::attach(view, AtomicTailPublisher::from_mmap(rw), ConsumerConfig::default()).unwrap();
+    let body = vec![0x5Au8; payload];
+    let done = Arc::new(AtomicBool::new(false));
+    let done_p = done.clone();
+    let start = Instant::now();
+    let producer = std::thread::spawn(move || {
+        for i in 0..records {
+            // Spin briefly, then give the CPU away: on a shared machine the
+            // consumer may need this core.
+            let mut spins = 0u32;
+            while !p.fits(payload) {
+                spins += 1;
+                if spins < 64 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            p.produce(0x0F01, 0, i, &body);
+        }
+        done_p.store(true, Ordering::Release);
+    });
+    let min_batch = a.min_batch.min(a.ring / 2);
+    let mut got = 0;
+    while got < records {
+        if c.available() < min_batch && !done.load(Ordering::Acquire) {
+            std::thread::yield_now();
+            continue;
+        }
+        match c.next_batch().unwrap() {
+            Step::Batch(b) => {
+                got += b.records;
+                sink(b.iov);
+            }
+            Step::Empty => std::thread::yield_now(),
+            Step::Frozen(_) => unreachable!(),
+        }
+        c.commit().unwrap();
+    }
+    producer.join().unwrap();
+    assert_eq!(c.stats().lost_records, 0);
+    start.elapsed().as_secs_f64()
+}
+
+/// Producer and consumer alternating on one thread: the CPU cost of the
+/// ring path itself, whatever the scheduler does with two threads.
+fn run_one_thread(a: &Args, payload: usize, records: u64, mut sink: impl FnMut(&[IoSlice<'_>])) -> f64 {
+    let (file, rw) = ring(a.ring);
+    let mut p = Producer::attach(SharedRing::from_mmap(rw.clone()).unwrap()).unwrap();
+    let view = RingView::map_file(&file, 0, (HMB_RING_HDR_SIZE as u64 + a.ring) as usize).unwrap();
+    let mut c = Consumer::attach(view, AtomicTailPublisher::from_mmap(rw), ConsumerConfig::default()).unwrap();
+    let body = vec![0x5Au8; payload];
+    let start = Instant::now();
+    let (mut produced, mut got) = (0u64, 0u64);
+    while got < records {
+        while produced < records && p.fits(payload) {
+            p.produce(0x0F01, 0, produced, &body);
+            produced += 1;
+        }
+        while let Step::Batch(b) = c.next_batch().unwrap() {
+            got += b.records;
+            sink(b.iov);
+            c.commit().unwrap();
+        }
+    }
+    assert_eq!(c.stats().lost_records, 0);
+    start.elapsed().as_secs_f64()
+}
+
+/// writev straight from the mapping, finishing a short write.
+fn write_all_vectored(mut out: &File, iov: &[IoSlice<'_>]) {
+    let mut done = nix::sys::uio::writev(out, iov).unwrap();
+    for s in iov {
+        if done >= s.len() {
+            done -= s.len();
+            continue;
+        }
+        out.write_all(&s[done..]).unwrap();
+        done = 0;
+    }
+}
+
+/// CPU seconds (user + system) this process has used, from /proc/self/stat:
+/// shows whether the two threads got their two cores on a shared machine.
+fn cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after_comm = stat.rsplit(')').next().unwrap_or("");
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // Fields 14 and 15 of the line are utime and stime; index from state (field 3).
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn memcpy_limit(ring: u64, total: u64) -> f64 {
+    let src = vec![1u8; ring as usize];
+    let mut dst = vec![0u8; 1 << 20];
+    let start = Instant::now();
+    let mut done = 0u64;
+    while done < total {
+        let off = (done % ring) as usize;
+        let n = ((total - done) as usize).min(1 << 20).min(ring as usize - off);
+        dst[..n].copy_from_slice(&src[off..off + n]);
+        std::hint::black_box(&dst);
+        done += n as u64;
+    }
+    start.elapsed().as_secs_f64()
+}
+
+fn write_limit(dir: &std::path::Path, total: u64) -> f64 {
+    let path = dir.join("hmb-bench-write.bin");
+    let _ = std::fs::remove_file(&path);
+    let mut f = File::create(&path).unwrap();
+    let buf = vec![1u8; 1 << 20];
+    let start = Instant::now();
+    let mut done = 0u64;
+    while done < total {
+        let n = (total - done).min(1 << 20) as usize;
+        f.write_all(&buf[..n]).unwrap();
+        done += n as u64;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    drop(f);
+    let _ = std::fs::remove_file(&path);
+    secs
+}
+
+fn main() {
+    let a = args();
+    println!(
+        "ring {} MiB, consumer batches >= {} KiB, {:.2} GiB of records per case, file system: {}",
+        a.ring >> 20,
+        a.min_batch >> 10,
+        a.bytes as f64 / (1u64 << 30) as f64,
+        a.dir.display()
+    );
+    println!("(cores = CPU time / wall time the two threads got; 2.00 means both ran all the time)");
+    println!(
+        "{:>7} | {:>9} {:>6} {:>7} {:>5} {:>5} | {:>10} {:>6} | {:>9} {:>6} {:>7} {:>5} {:>5}",
+        "payload",
+        "ring Mr/s",
+        "GB/s",
+        "memcpy",
+        "%",
+        "cores",
+        "1-thr Mr/s",
+        "GB/s",
+        "file Mr/s",
+        "GB/s",
+        "write2",
+        "%",
+        "cores"
+    );
+    for payload in [0usize, 64, 512, 4064] {
+        let size = align_record(payload as u32) as u64;
+        let records = (a.bytes / size).min(40_000_000);
+        let total = records * size;
+        let mut scratch = vec![0u8; 1 << 20];
+        let cpu0 = cpu_secs();
+        let t_ring = run_ring(&a, payload, records, |iov| {
+            for s in iov {
+                for chunk in s.chunks(scratch.len()) {
+                    scratch[..chunk.len()].copy_from_slice(chunk);
+                    std::hint::black_box(&scratch);
+                }
+            }
+        });
+        let ring_cores = (cpu_secs() - cpu0) / t_ring;
+        let t_one = run_one_thread(&a, payload, records, |iov| {
+            for s in iov {
+                for chunk in s.chunks(scratch.len()) {
+                    scratch[..chunk.len()].copy_from_slice(chunk);
+                    std::hint::black_box(&scratch);
+                }
+            }
+        });
+        let t_memcpy = memcpy_limit(a.ring, total);
+
+        let path = a.dir.join("hmb-bench-ring.bin");
+        let _ = std::fs::remove_file(&path);
+        let out = File::create(&path).unwrap();
+        let cpu1 = cpu_secs();
+        let t_file = run_ring(&a, payload, records, |iov| write_all_vectored(&out, iov));
+        let file_cores = (cpu_secs() - cpu1) / t_file;
+        assert_eq!(out.metadata().unwrap().len(), total, "file holds every record byte");
+        drop(out);
+        let _ = std::fs::remove_file(&path);
+        let t_write = write_limit(&a.dir, total);
+
+        let gb = |t: f64| total as f64 / t / 1e9;
+        println!(
+            "{:>7} | {:>9.1} {:>6.2} {:>7.2} {:>4.0}% {:>5.2} | {:>10.1} {:>6.2} | {:>9.1} {:>6.2} {:>7.2} {:>4.0}% {:>5.2}",
+            payload,
+            records as f64 / t_ring / 1e6,
+            gb(t_ring),
+            gb(t_memcpy),
+            100.0 * t_memcpy / t_ring,
+            ring_cores,
+            records as f64 / t_one / 1e6,
+            gb(t_one),
+            records as f64 / t_file / 1e6,
+            gb(t_file),
+            gb(t_write),
+            100.0 * t_write / t_file,
+            file_cores,
+        );
+    }
+}

@@ -1,0 +1,410 @@
+//! The drain state machine: one batch at a time, committed by publishing
+//! the tail.
+
+use std::io::IoSlice;
+
+use hmb_trace_abi::*;
+
+use crate::error::ConsumerError;
+use crate::publish::TailPublisher;
+use crate::view::RingView;
+
+/// Limits of one batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsumerConfig {
+    /// At most this many I/O slices (IOV_MAX is 1024 on Linux).
+    pub max_iov: usize,
+    /// Stop a batch once it holds this many record bytes, so the tail is
+    /// published (and space freed for the producer) at least this often.
+    pub max_batch_bytes: u64,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        Self {
+            max_iov: 1024,
+            max_batch_bytes: 1 << 20,
+        }
+    }
+}
+
+/// Records the producer dropped: sequence numbers
+/// `first_seq..first_seq + count` never reached the ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lost {
+    pub first_seq: u64,
+    pub count: u64,
+}
+
+/// The ring is FROZEN and everything published before the freeze has been
+/// handed out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrozenInfo {
+    pub epoch: u64,
+    /// Last sequence number handed out in this epoch, if any.
+    pub last_seq: Option<u64>,
+    /// The producer's final `next_seq`.
+    pub next_seq: u64,
+    /// Records dropped after the last one handed out (final, since the
+    /// producer has stopped).
+    pub lost: Option<Lost>,
+}
+
+/// One batch: records in ring order, without fillers.
+#[derive(Debug)]
+pub struct Batch<'a> {
+    /// Records missing just before the first record of this batch. A batch
+    /// never has a gap inside; a gap starts the next batch.
+    pub lost: Option<Lost>,
+    /// The records' bytes (headers, payloads, alignment padding) straight
+    /// from the mapping, adjacent records coalesced.
+    pub iov: &'a [IoSlice<'a>],
+    pub records: u64,
+    pub bytes: u64,
+    pub first_seq: Option<u64>,
+    pub last_seq: Option<u64>,
+    /// Records skipped because their sequence number was below the resume
+    /// point (already durable before a restart).
+    pub duplicates: u64,
+    /// Ring cursor range this batch covers, fillers included.
+    pub start: u64,
+    pub end: u64,
+}
+
+/// What [`Consumer::next_batch`] found.
+#[derive(Debug)]
+pub enum Step<'a> {
+    Batch(Batch<'a>),
+    /// Nothing published and not frozen: sleep (poll) and try again.
+    Empty,
+    Frozen(FrozenInfo),
+}
+
+/// Committed totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConsumerStats {
+    pub records: u64,
+    pub bytes: u64,
+    pub batches: u64,
+    pub lost_records: u64,
+    pub lost_events: u64,
+    pub duplicates: u64,
+    pub empty_polls: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    tail: u64,
+    expected: Option<u64>,
+    records: u64,
+    bytes: u64,
+    lost: Option<Lost>,
+    duplicates: u64,
+}
+
+pub struct Consumer<P: TailPublisher> {
+    view: RingView,
+    publisher: P,
+    config: ConsumerConfig,
+    ring_size: u64,
+    epoch: u64,
+    tail: u64,
+    /// Next sequence number expected; `None` until the first record when
+    /// attached to a ring whose tail is not 0 (earlier history unknown).
+    expected: Option<u64>,
+    skip_below: u64,
+    last_head: u64,
+    pending: Option<Pending>,
+    /// Slices into the mapping; only lent out while `self` is borrowed, and
+    /// the view keeps the mapping alive.
+    iov: Vec<IoSlice<'static>>,
+    stats: ConsumerStats,
+    frozen_lost_counted: bool,
+    unknown_flags_logged: u32,
+}
+
+impl<P: TailPublisher> Consumer<P> {
+    /// Check the ring's identity (magic, major version, geometry) and start
+    /// at its current tail.
+    pub fn attach(view: RingView, publisher: P, config: ConsumerConfig) -> Result<Self, ConsumerError> {
+        let mut c = Self {
+            view,
+            publisher,
+            config: ConsumerConfig {
+                max_iov: config.max_iov.max(1),
+                ..config
+            },
+            ring_size: 0,
+            epoch: 0,
+            tail: 0,
+            expected: None,
+            skip_below: 0,
+            last_head: 0,
+            pending: None,
+            iov: Vec::with_capacity(config.max_iov.max(1)),
+            stats: ConsumerStats::default(),
+            frozen_lost_counted: false,
+            unknown_flags_logged: 0,
+        };
+        c.load_identity(None)?;
+        Ok(c)
+    }
+
+    fn load_identity(&mut self, old_size: Option<u64>) -> Result<(), ConsumerError> {
+        let epoch = self.view.epoch();
+        let hdr = self.view.header();
+        let compat = check_compat(&hdr)?;
+        if compat.newer_minor {
+            log::info!(
+                "ring speaks ABI 1.{}, newer than 1.{}: reading what 1.{} defines",
+                hdr.version_minor.get(),
+                HMB_RING_VERSION_MINOR,
+                HMB_RING_VERSION_MINOR
+            );
+        }
+        let ring_size = hdr.ring_size.get();
+        if let Some(old) = old_size {
+            if old != ring_size {
+                return Err(ConsumerError::RingSizeChanged { old, new: ring_size });
+            }
+        }
+        self.view.data(ring_size)?;
+        let tail = self.view.tail();
+        let head = self.view.head();
+        RingSnapshot::check_window(head, tail, ring_size)?;
+        self.ring_size = ring_size;
+        self.epoch = epoch;
+        self.tail = tail;
+        self.last_head = head;
+        self.expected = if tail == 0 { Some(0) } else { None };
+        self.skip_below = 0;
+        self.pending = None;
+        self.frozen_lost_counted = false;
+        Ok(())
+    }
+
+    /// After the ring owner re-initialised the ring (new epoch): start over
+    /// at its new tail with sequence numbers from 0.
+    pub fn reattach(&mut self) -> Result<(), ConsumerError> {
+        self.load_identity(Some(self.ring_size))
+    }
+
+    /// Resume after a restart: records with a sequence number below
+    /// `next_seq` are already stored and are skipped (counted as
+    /// duplicates); a gap after `next_seq` is reported as lost.
+    pub fn resume_from(&mut self, next_seq: u64) {
+        self.expected = Some(next_seq);
+        self.skip_below = next_seq;
+    }
+
+    pub fn view(&self) -> &RingView {
+        &self.view
+    }
+    pub fn ring_size(&self) -> u64 {
+        self.ring_size
+    }
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+    /// The committed (published) tail.
+    pub fn tail(&self) -> u64 {
+        self.tail
+    }
+    /// Next sequence number expected after the committed tail.
+    pub fn expected_seq(&self) -> Option<u64> {
+        self.expected
+    }
+    pub fn stats(&self) -> ConsumerStats {
+        self.stats
+    }
+    pub fn publisher_mut(&mut self) -> &mut P {
+        &mut self.publisher
+    }
+
+    /// Bytes published and not yet committed (head - tail), for callers
+    /// that wait for a fuller batch.
+    pub fn available(&self) -> u64 {
+        self.view.head().saturating_sub(self.tail)
+    }
+
+    /// Take the next batch from the committed tail. Calling it again
+    /// without [`Consumer::commit`] yields the same records again.
+    pub fn next_batch(&mut self) -> Result<Step<'_>, ConsumerError> {
+        self.pending = None;
+        self.iov.clear();
+        // ABI order: flags first, then head; a FROZEN seen here means the
+        // head loaded after it is final.
+        let flags = self.view.flags();
+        let head = self.view.head();
+        let epoch = self.view.epoch();
+        if epoch != self.epoch {
+            return Err(ConsumerError::EpochChanged {
+                old: self.epoch,
+                new: epoch,
+            });
+        }
+        let unknown = flags & !HMB_RING_FLAGS_KNOWN & !self.unknown_flags_logged;
+        if unknown != 0 {
+            log::warn!("ring flags carry unknown bits {unknown:#x}; ignoring them");
+            self.unknown_flags_logged |= unknown;
+        }
+        if head < self.last_head {
+            return Err(ConsumerError::HeadWentBackwards {
+                head,
+                last: self.last_head,
+            });
+        }
+        RingSnapshot::check_window(head, self.tail, self.ring_size)?;
+        self.last_head = head;
+        if head == self.tail {
+            if flags & HMB_RING_FLAG_FROZEN != 0 {
+                return Ok(Step::Frozen(self.frozen_info()));
+            }
+            self.stats.empty_polls += 1;
+            return Ok(Step::Empty);
+        }
+        self.collect(head)
+    }
+
+    fn frozen_info(&mut self) -> FrozenInfo {
+        let next_seq = self.view.next_seq();
+        let lost = match self.expected {
+            Some(e) if next_seq > e => Some(Lost {
+                first_seq: e,
+                count: next_seq - e,
+            }),
+            _ => None,
+        };
+        if let (Some(l), false) = (lost, self.frozen_lost_counted) {
+            self.stats.lost_records += l.count;
+            self.stats.lost_events += 1;
+        }
+        self.frozen_lost_counted = true;
+        FrozenInfo {
+            epoch: self.epoch,
+            last_seq: self.expected.and_then(|e| e.checked_sub(1)),
+            next_seq,
+            lost,
+        }
+    }
+
+    fn collect(&mut self, head: u64) -> Result<Step<'_>, ConsumerError> {
+        let data = self.view.data(self.ring_size)?;
+        let start = self.tail;
+        let mut pos = start;
+        let mut expected = self.expected;
+        let mut lost = None;
+        let (mut records, mut bytes, mut duplicates) = (0u64, 0u64, 0u64);
+        let (mut first_seq, mut last_seq) = (None, None);
+        // Open run of adjacent records: (offset in data, length).
+        let mut run: Option<(usize, usize)> = None;
+        let iov = &mut self.iov;
+        let close = |run: &mut Option<(usize, usize)>, iov: &mut Vec<IoSlice<'static>>| {
+            if let Some((off, len)) = run.take() {
+                let slice = &data[off..off + len];
+                // SAFETY: the slice points into the mapping the view keeps
+                // alive; `iov` is only lent out while `self` is borrowed.
+                let slice: &'static [u8] = unsafe { &*(slice as *const [u8]) };
+                iov.push(IoSlice::new(slice));
+            }
+        };
+        while pos < head {
+            // A bad item ends the batch before it: the good records ahead
+            // of it are handed out, and the next call reports the error.
+            let item = match parse_record_at(data, pos, head) {
+                Ok(item) => item,
+                Err(_) if pos > start => break,
+                Err(e) => return Err(e.into()),
+            };
+            let RecordAt::Record { hdr, offset, size } = item else {
+                close(&mut run, iov);
+                pos += item.advance();
+                continue;
+            };
+            let seq = hdr.seq.get();
+            if seq < self.skip_below {
+                close(&mut run, iov);
+                duplicates += 1;
+                pos += size as u64;
+                continue;
+            }
+            match expected {
+                Some(_) if pos > start && seq < expected.unwrap_or(0) => break,
+                Some(e) if seq < e => return Err(AbiError::SeqBackwards { pos, seq, expected: e }.into()),
+                Some(e) if seq > e => {
+                    if records > 0 {
+                        break; // the gap opens the next batch
+                    }
+                    lost = Some(Lost {
+                        first_seq: e,
+                        count: seq - e,
+                    });
+                }
+                _ => {}
+            }
+            if records > 0 && bytes + size as u64 > self.config.max_batch_bytes {
+                break;
+            }
+            match run {
+                Some((off, ref mut len)) if off + *len == offset => *len += size as usize,
+                _ => {
+                    if iov.len() + usize::from(run.is_some()) >= self.config.max_iov {
+                        break;
+                    }
+                    close(&mut run, iov);
+                    run = Some((offset, size as usize));
+                }
+            }
+            records += 1;
+            bytes += size as u64;
+            first_seq.get_or_insert(seq);
+            last_seq = Some(seq);
+            expected = Some(seq + 1);
+            pos += size as u64;
+        }
+        close(&mut run, iov);
+        self.pending = Some(Pending {
+            tail: pos,
+            expected,
+            records,
+            bytes,
+            lost,
+            duplicates,
+        });
+        Ok(Step::Batch(Batch {
+            lost,
+            iov: &self.iov,
+            records,
+            bytes,
+            first_seq,
+            last_seq,
+            duplicates,
+            start,
+            end: pos,
+        }))
+    }
+
+    /// Publish the tail after the batch last returned by
+    /// [`Consumer::next_batch`] (once per batch). Nothing to do after
+    /// `Empty` or `Frozen`.
+    pub fn commit(&mut self) -> Result<(), ConsumerError> {
+        let Some(p) = self.pending.take() else { return Ok(()) };
+        if p.tail != self.tail {
+            self.publisher
+                .publish_tail(p.tail)
+                .map_err(|source| ConsumerError::Publish { tail: p.tail, source })?;
+        }
+        self.tail = p.tail;
+        self.expected = p.expected;
+        self.iov.clear();
+        self.stats.records += p.records;
+        self.stats.bytes += p.bytes;
+        self.stats.batches += 1;
+        self.stats.duplicates += p.duplicates;
+        if let Some(l) = p.lost {
+            self.stats.lost_records += l.count;
+            self.stats.lost_events += 1;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,156 @@
+//! Throughput of the real daemon binary: firmware model (this process) ->
+//! 16 MiB ring in /dev/shm -> hmb-trace-daemon -> trace.bin on the same
+//! tmpfs, next to plain 1 MiB write(2) calls of the same bytes to a fresh
+//! file on that file system, measured in the same run.
+//!
+//! `cargo bench -p hmb-trace-daemon --bench daemon [-- --gib N --dir /dev/shm]`
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hmb_firmware_model::{module_sim, Producer, SharedRing};
+use hmb_trace_abi::{align_record, offsets, HMB_RING_HDR_SIZE};
+use memmap2::MmapOptions;
+
+const RING: u64 = 16 << 20;
+
+fn write_limit(dir: &Path, total: u64) -> f64 {
+    let path = dir.join("hmb-bench-write.bin");
+    let _ = std::fs::remove_file(&path);
+    let mut f = File::create(&path).unwrap();
+    let buf = vec![1u8; 1 << 20];
+    let start = Instant::now();
+    let mut done = 0;
+    while done < total {
+        let n = (total - done).min(1 << 20) as usize;
+        f.write_all(&buf[..n]).unwrap();
+        done += n as u64;
+    }
+    let t = start.elapsed().as_secs_f64();
+    drop(f);
+    let _ = std::fs::remove_file(&path);
+    t
+}
+
+/// CPU seconds (user + system) of a process, from /proc/PID/stat.
+fn cpu_secs(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after_comm = stat.rsplit(')').next().unwrap_or("");
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Returns (seconds, CPU cores the producer got, CPU cores the daemon got).
+fn through_daemon(dir: &Path, payload: usize, records: u64) -> (f64, f64, f64) {
+    let ring_path = dir.join("hmb-bench-ring");
+    let out = dir.join("hmb-bench-trace.bin");
+    let _ = std::fs::remove_file(&out);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .read(true)
+        .write(true)
+        .truncate(true)
+        .open(&ring_path)
+        .unwrap();
+    file.set_len(HMB_RING_HDR_SIZE as u64 + RING).unwrap();
+    let map = Arc::new(MmapOptions::new().populate().map_raw(&file).unwrap());
+    let ring = SharedRing::from_mmap(map).unwrap();
+    module_sim::init(&ring, RING, 1).unwrap();
+    let mut p = Producer::attach(ring.share()).unwrap();
+    let mut daemon = Command::new(env!("CARGO_BIN_EXE_hmb-trace-daemon"))
+        .arg("--ring-file")
+        .arg(&ring_path)
+        .arg("-o")
+        .arg(&out)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Let it start and create the file before the clock runs.
+    while !out.exists() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let body = vec![0x5Au8; payload];
+    let daemon_pid = daemon.id().to_string();
+    let (cpu_p0, cpu_d0) = (cpu_secs("self"), cpu_secs(&daemon_pid));
+    let start = Instant::now();
+    for i in 0..records {
+        // Spin briefly, then give the CPU away: on a shared machine the
+        // consumer may need this core.
+        let mut spins = 0u32;
+        while !p.fits(payload) {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        p.produce(0x0F01, 0, i, &body);
+    }
+    let tail = ring.atomic_u64(offsets::TAIL);
+    while tail.load(std::sync::atomic::Ordering::Acquire) != p.head() {
+        std::hint::spin_loop();
+    }
+    let t = start.elapsed().as_secs_f64();
+    let (cpu_p, cpu_d) = ((cpu_secs("self") - cpu_p0) / t, (cpu_secs(&daemon_pid) - cpu_d0) / t);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_eq!(daemon.wait().unwrap().code(), Some(0));
+    let size = align_record(payload as u32) as u64;
+    assert_eq!(
+        std::fs::metadata(&out).unwrap().len(),
+        64 + records * size,
+        "trace.bin holds every record"
+    );
+    let _ = std::fs::remove_file(&out);
+    let _ = std::fs::remove_file(&ring_path);
+    (t, cpu_p, cpu_d)
+}
+
+fn main() {
+    let mut gib = 1.0f64;
+    let mut dir = PathBuf::from("/dev/shm");
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--gib" => gib = it.next().and_then(|v| v.parse().ok()).unwrap_or(1.0),
+            "--dir" => dir = PathBuf::from(it.next().unwrap_or_default()),
+            _ => {}
+        }
+    }
+    println!(
+        "daemon binary, ring {} MiB, {gib} GiB per case, file system: {}",
+        RING >> 20,
+        dir.display()
+    );
+    println!("(cores: CPU time / wall time the producer and the daemon got)");
+    println!(
+        "{:>7} | {:>10} {:>7} | {:>7} {:>5} | {:>5} {:>5}",
+        "payload", "daemon Mr/s", "GB/s", "write2", "%", "prod", "daemon"
+    );
+    for payload in [64usize, 4064] {
+        let size = align_record(payload as u32) as u64;
+        let records = ((gib * (1u64 << 30) as f64) as u64 / size).max(1);
+        let total = records * size;
+        let (t_daemon, cores_p, cores_d) = through_daemon(&dir, payload, records);
+        let t_write = write_limit(&dir, total);
+        println!(
+            "{:>7} | {:>10.2} {:>7.2} | {:>7.2} {:>4.0}% | {:>5.2} {:>5.2}",
+            payload,
+            records as f64 / t_daemon / 1e6,
+            total as f64 / t_daemon / 1e9,
+            total as f64 / t_write / 1e9,
+            100.0 * t_write / t_daemon,
+            cores_p,
+            cores_d
+        );
+    }
+}

@@ -1,0 +1,235 @@
+//! The drain loop: ring -> trace.bin, exactly once.
+//!
+//! Order per batch: write (LOST marker, then the records by writev), sync
+//! if `--fsync batch`, then publish the tail. A crash between write and
+//! publish re-reads the batch on restart; the sequence numbers recovered
+//! from trace.bin make the consumer skip what is already there.
+
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hmb_trace_consumer::{Consumer, ConsumerConfig, ConsumerError, Step, TailPublisher};
+use hmb_trace_file::{encode_epoch, encode_frozen, encode_lost};
+use thiserror::Error;
+
+use crate::device::TraceDevice;
+use crate::output::{Fsync, Output, OutputError, RingIdent};
+use crate::signals;
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub output: PathBuf,
+    pub follow: bool,
+    pub fsync: Fsync,
+    pub poll_timeout: Duration,
+    pub max_batch_bytes: u64,
+    pub max_iov: usize,
+    /// Test hook: widen the windows between the two halves of a batch
+    /// write and between the write and the tail publish.
+    pub crash_window: Option<Duration>,
+}
+
+#[derive(Debug, Error)]
+pub enum DaemonError {
+    #[error("device: {0}")]
+    Device(io::Error),
+    #[error("ring: {0}")]
+    Ring(#[from] ConsumerError),
+    #[error("output: {0}")]
+    Output(#[from] OutputError),
+    #[error("re-initialising the ring failed: {0}")]
+    Reinit(io::Error),
+}
+
+/// Why the loop ended without an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Stopped,
+    Frozen,
+    DeviceGone,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DaemonStats {
+    pub records: u64,
+    pub bytes: u64,
+    pub lost_records: u64,
+    pub lost_events: u64,
+    pub batches: u64,
+    pub wakeups: u64,
+    pub duplicates: u64,
+    pub epochs: u64,
+}
+
+impl std::fmt::Display for DaemonStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "records={} bytes={} drops={} drop_events={} batches={} wakeups={} duplicates_skipped={} epochs={}",
+            self.records,
+            self.bytes,
+            self.lost_records,
+            self.lost_events,
+            self.batches,
+            self.wakeups,
+            self.duplicates,
+            self.epochs
+        )
+    }
+}
+
+fn ident<P: TailPublisher>(c: &Consumer<P>) -> RingIdent {
+    let hdr = c.view().header();
+    RingIdent {
+        abi_major: hdr.version_major.get(),
+        abi_minor: hdr.version_minor.get(),
+        ring_size: c.ring_size(),
+        epoch: c.epoch(),
+    }
+}
+
+/// Attach, resume trace.bin, then drain until a signal, FROZEN (without
+/// `--follow`), removal or an error.
+pub fn run(dev: &mut dyn TraceDevice, opts: &Options, stats: &mut DaemonStats) -> Result<Exit, DaemonError> {
+    let view = dev.map().map_err(DaemonError::Device)?;
+    let publisher = dev.publisher().map_err(DaemonError::Device)?;
+    let config = ConsumerConfig {
+        max_iov: opts.max_iov,
+        max_batch_bytes: opts.max_batch_bytes,
+    };
+    let mut consumer = Consumer::attach(view, publisher, config)?;
+    let mut ring = ident(&consumer);
+    log::info!(
+        "{}: ring ABI {}.{}, {} bytes, epoch {}",
+        dev.name(),
+        ring.abi_major,
+        ring.abi_minor,
+        ring.ring_size,
+        ring.epoch
+    );
+    let (mut out, progress) = Output::open(&opts.output, &ring, opts.fsync)?;
+    out.set_crash_window(opts.crash_window);
+    stats.epochs = 1;
+    let mut frozen_written = resume(&mut consumer, &mut out, &ring, progress)?;
+    loop {
+        if signals::stop_requested() {
+            out.commit_point()?;
+            return Ok(Exit::Stopped);
+        }
+        if signals::take_reopen() {
+            log::info!("SIGHUP: reopening {}", out.path().display());
+            let progress = out.reopen(&ring)?;
+            if progress.is_some_and(|p| p.epoch != ring.epoch) {
+                out.write_marker(&encode_epoch(ring.epoch, ring.ring_size))?;
+            }
+        }
+        let epoch = consumer.epoch();
+        match consumer.next_batch() {
+            Err(ConsumerError::EpochChanged { old, new }) if opts.follow => {
+                log::warn!("ring epoch changed from {old} to {new} without a freeze seen: following");
+                consumer.reattach()?;
+                ring = ident(&consumer);
+                out.write_marker(&encode_epoch(ring.epoch, ring.ring_size))?;
+                stats.epochs += 1;
+                frozen_written = false;
+            }
+            Err(e) => return Err(e.into()),
+            Ok(Step::Batch(b)) => {
+                let lost = b.lost.map(|l| encode_lost(l.first_seq, l.count, epoch));
+                if b.duplicates > 0 {
+                    log::info!("skipped {} records already in {}", b.duplicates, out.path().display());
+                }
+                out.write_batch(lost.as_ref(), b.iov)?;
+                stats.records += b.records;
+                stats.bytes += b.bytes;
+                stats.duplicates += b.duplicates;
+                stats.batches += 1;
+                if let Some(l) = b.lost {
+                    stats.lost_records += l.count;
+                    stats.lost_events += 1;
+                }
+                out.commit_point()?;
+                if let Some(window) = opts.crash_window {
+                    std::thread::sleep(window);
+                }
+                consumer.commit()?;
+            }
+            Ok(Step::Empty) => {
+                let r = dev.wait(opts.poll_timeout).map_err(DaemonError::Device)?;
+                if r.gone {
+                    return Ok(Exit::DeviceGone);
+                }
+                if r.readable || r.frozen {
+                    stats.wakeups += 1;
+                }
+            }
+            Ok(Step::Frozen(info)) => {
+                if !frozen_written {
+                    if let Some(l) = info.lost {
+                        out.write_marker(&encode_lost(l.first_seq, l.count, info.epoch))?;
+                        stats.lost_records += l.count;
+                        stats.lost_events += 1;
+                    }
+                    out.write_marker(&encode_frozen(info.epoch, info.last_seq, info.next_seq))?;
+                    out.sync()?;
+                    log::warn!(
+                        "ring FROZEN in epoch {} (last seq {:?}, next seq {})",
+                        info.epoch,
+                        info.last_seq,
+                        info.next_seq
+                    );
+                }
+                if !opts.follow {
+                    return Ok(Exit::Frozen);
+                }
+                let new_epoch = dev.reinit().map_err(DaemonError::Reinit)?;
+                consumer.reattach()?;
+                ring = ident(&consumer);
+                log::info!("ring re-initialised: epoch {new_epoch}");
+                out.write_marker(&encode_epoch(ring.epoch, ring.ring_size))?;
+                stats.epochs += 1;
+                frozen_written = false;
+            }
+        }
+    }
+}
+
+/// Line the consumer up with what trace.bin already holds. Returns whether
+/// the FROZEN marker of the current epoch is already in the file.
+fn resume<P: TailPublisher>(
+    consumer: &mut Consumer<P>,
+    out: &mut Output,
+    ring: &RingIdent,
+    progress: Option<hmb_trace_file::EpochProgress>,
+) -> Result<bool, DaemonError> {
+    let Some(p) = progress else { return Ok(false) };
+    // The same epoch number on a ring that has produced fewer sequence
+    // numbers than the file holds is another ring incarnation (module
+    // reloaded, epochs restarted): resuming would skip its records.
+    let same_ring = p.epoch == ring.epoch && consumer.view().next_seq() >= p.next_seq;
+    if p.epoch == ring.epoch && !same_ring {
+        log::warn!(
+            "file is at seq {} of epoch {}, the ring only at {}: treating it as a new ring",
+            p.next_seq,
+            p.epoch,
+            consumer.view().next_seq()
+        );
+    }
+    if same_ring {
+        // Only a file that recorded something of this epoch knows where it
+        // stands; a fresh file (e.g. after logrotate) starts at the tail.
+        if p.records > 0 || p.next_seq > 0 {
+            log::info!("resuming epoch {} at seq {}", p.epoch, p.next_seq);
+            consumer.resume_from(p.next_seq);
+        }
+        return Ok(p.frozen);
+    }
+    log::info!(
+        "file ends in epoch {}, ring is in epoch {}: new epoch marker",
+        p.epoch,
+        ring.epoch
+    );
+    out.write_marker(&encode_epoch(ring.epoch, ring.ring_size))?;
+    Ok(false)
+}

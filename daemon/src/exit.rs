@@ -1,0 +1,46 @@
+//! Exit codes, one per failure class (documented in docs/daemon.md and
+//! `--help`).
+
+use hmb_trace_abi::AbiError;
+use hmb_trace_consumer::ConsumerError;
+
+use crate::drain::DaemonError;
+
+pub const OK: u8 = 0;
+pub const INTERNAL: u8 = 1;
+pub const USAGE: u8 = 2;
+pub const DEVICE: u8 = 3;
+pub const BAD_MAGIC: u8 = 4;
+pub const UNSUPPORTED_ABI: u8 = 5;
+pub const RING_CORRUPT: u8 = 6;
+pub const OUTPUT: u8 = 7;
+pub const FROZEN: u8 = 8;
+pub const EPOCH: u8 = 9;
+pub const DEVICE_GONE: u8 = 10;
+
+pub const HELP: &str = "\
+Exit codes:
+   0  stopped by SIGINT or SIGTERM after finishing the current batch
+   1  internal error
+   2  bad command line
+   3  device error: open (EBUSY: already open), GET_INFO, mmap, ioctl or poll failed
+   4  bad ring magic
+   5  ring ABI major version not supported
+   6  ring contents break the ABI (length, window, sequence, geometry): stopped before the bad record
+   7  output file error (create, write, sync), or the path holds a file that is not a trace.bin
+   8  ring FROZEN (controller reset): everything before the freeze is in the file with a FROZEN marker (without --follow)
+   9  re-initialisation failed, or the ring epoch changed behind the daemon's back (without --follow)
+  10  the device went away (removed)";
+
+pub fn for_error(e: &DaemonError) -> u8 {
+    match e {
+        DaemonError::Device(_) => DEVICE,
+        DaemonError::Ring(ConsumerError::Abi(AbiError::BadMagic { .. })) => BAD_MAGIC,
+        DaemonError::Ring(ConsumerError::Abi(AbiError::UnsupportedMajor { .. })) => UNSUPPORTED_ABI,
+        DaemonError::Ring(ConsumerError::EpochChanged { .. }) => EPOCH,
+        DaemonError::Ring(ConsumerError::Publish { .. }) | DaemonError::Ring(ConsumerError::Map(_)) => DEVICE,
+        DaemonError::Ring(_) => RING_CORRUPT,
+        DaemonError::Output(_) => OUTPUT,
+        DaemonError::Reinit(_) => EPOCH,
+    }
+}

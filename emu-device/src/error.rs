@@ -1,0 +1,36 @@
+//! Errors of emu-device, one variant per way things go wrong so callers and
+//! the control protocol can report them precisely.
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum EmuError {
+    #[error("HMB size {0} must be a power of two between 64 KiB and 4 GiB (ivshmem exposes it as a PCI BAR)")]
+    BadHmbSize(u64),
+    #[error("access of {len} bytes at offset {off} is outside the {hmb}-byte HMB or misaligned")]
+    OutOfBounds { off: u64, len: u64, hmb: u64 },
+    #[error("{what} failed: {errno}")]
+    Sys { what: &'static str, errno: nix::Error },
+    #[error("I/O error during {what}: {source}")]
+    Io { what: &'static str, source: std::io::Error },
+    #[error("ivshmem protocol: {0}")]
+    Protocol(String),
+    #[error("handshake: {0}")]
+    Handshake(String),
+    #[error("no guest peer is connected")]
+    NoGuest,
+    #[error("vector {vector} is out of range (the device has {vectors} vectors)")]
+    BadVector { vector: u16, vectors: u16 },
+    #[error("{0}")]
+    Control(String),
+}
+
+impl EmuError {
+    pub fn sys(what: &'static str, errno: nix::Error) -> Self {
+        EmuError::Sys { what, errno }
+    }
+
+    pub fn io(what: &'static str, source: std::io::Error) -> Self {
+        EmuError::Io { what, source }
+    }
+}

@@ -1,0 +1,188 @@
+//! The `emu-device` binary: help, bad input, the ctl client, and clean
+//! shutdown on SIGTERM, on QEMU disconnecting and after SIGKILL.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use hmb_emu_device::ivshmem::IvshmemClient;
+
+const BIN: &str = env!("CARGO_BIN_EXE_emu-device");
+const T: Duration = Duration::from_secs(10);
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn serve(dir: &Path, extra: &[&str]) -> Child {
+    let child = Command::new(BIN)
+        .arg("serve")
+        .arg("--socket")
+        .arg(dir.join("ivs.sock"))
+        .arg("--control")
+        .arg(dir.join("ctl.sock"))
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + T;
+    // Connectable, not just present: a stale file may be there after SIGKILL.
+    while std::os::unix::net::UnixStream::connect(dir.join("ctl.sock")).is_err() {
+        assert!(Instant::now() < deadline, "emu-device did not come up");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child
+}
+
+fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + T;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(Instant::now() < deadline, "emu-device did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn help_documents_every_subcommand() {
+    let o = run(&["--help"]);
+    assert!(o.status.success());
+    for word in ["serve", "ctl", "peer"] {
+        assert!(text(&o).contains(word), "{word}");
+    }
+    let o = run(&["serve", "--help"]);
+    for opt in [
+        "--socket",
+        "--control",
+        "--hmb-size",
+        "--vectors",
+        "--watermark",
+        "--notify-timeout-us",
+        "--stay-after-disconnect",
+    ] {
+        assert!(text(&o).contains(opt), "{opt}");
+    }
+    let o = run(&["ctl", "inject", "--help"]);
+    for f in ["reset", "corrupt-magic", "bump-version", "hostile", "stall"] {
+        assert!(text(&o).contains(f), "{f}");
+    }
+}
+
+#[test]
+fn bad_input_is_a_clear_error_and_a_nonzero_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let (a, b) = (format!("{d}/a"), format!("{d}/b"));
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["serve", "--socket", &a, "--control", &b, "--hmb-size", "3M"],
+            "power of two",
+        ),
+        (
+            &["serve", "--socket", &a, "--control", &b, "--hmb-size", "lots"],
+            "not a size",
+        ),
+        (
+            &["serve", "--socket", &a, "--control", &b, "--workload", "tape"],
+            "unknown workload",
+        ),
+        (&["serve", "--socket", &a, "--control", &b, "--vectors", "0"], "vectors"),
+        (&["ctl", "-c", &format!("{d}/nothing.sock"), "status"], "cannot connect"),
+    ];
+    for (args, want) in cases {
+        let o = run(args);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(text(&o).contains(want), "{args:?}: {}", text(&o));
+        assert!(!text(&o).contains("panicked"), "{args:?}");
+    }
+    assert!(
+        !Path::new(&format!("{d}/a")).exists(),
+        "nothing left after a failed start"
+    );
+}
+
+#[test]
+fn sigterm_shuts_down_cleanly_and_removes_the_sockets() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = serve(dir.path(), &[]);
+    let guest = IvshmemClient::connect(&dir.path().join("ivs.sock"), 2, T).unwrap();
+    let ctl = dir.path().join("ctl.sock");
+    let o = run(&["ctl", "-c", ctl.to_str().unwrap(), "status"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let status: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(status["guests"], serde_json::json!([1]));
+    // The error path of ctl: a request the device refuses.
+    let o = run(&["ctl", "-c", ctl.to_str().unwrap(), "inject", "corrupt-magic"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("no ring advertised"), "{}", text(&o));
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(wait_exit(&mut child).success());
+    assert!(guest.server_closed(T).unwrap(), "QEMU's connection is closed");
+    assert!(!dir.path().join("ivs.sock").exists() && !ctl.exists());
+}
+
+#[test]
+fn qemu_disconnecting_ends_the_device_and_stay_keeps_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = serve(dir.path(), &[]);
+    drop(IvshmemClient::connect(&dir.path().join("ivs.sock"), 2, T).unwrap());
+    assert!(wait_exit(&mut child).success());
+    assert!(!dir.path().join("ivs.sock").exists());
+
+    let mut child = serve(dir.path(), &["--stay-after-disconnect"]);
+    drop(IvshmemClient::connect(&dir.path().join("ivs.sock"), 2, T).unwrap());
+    // A second QEMU can come after the first left.
+    let again = IvshmemClient::connect(&dir.path().join("ivs.sock"), 2, T).unwrap();
+    assert_eq!(again.id, 1);
+    let o = run(&["ctl", "-c", dir.path().join("ctl.sock").to_str().unwrap(), "shutdown"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(wait_exit(&mut child).success());
+}
+
+#[test]
+fn after_sigkill_no_shm_file_exists_and_a_restart_reuses_the_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let shm_before: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
+    let mut child = serve(dir.path(), &[]);
+    let guest = IvshmemClient::connect(&dir.path().join("ivs.sock"), 2, T).unwrap();
+    let shm_during: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
+    let ours: Vec<_> = shm_during
+        .iter()
+        .filter(|n| !shm_before.contains(n) && n.to_string_lossy().contains("emu"))
+        .collect();
+    assert!(ours.is_empty(), "the HMB is a memfd, not a /dev/shm file: {ours:?}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    drop(guest);
+    // Stale socket files remain after SIGKILL; the next start replaces them.
+    assert!(dir.path().join("ivs.sock").exists());
+    let mut child = serve(dir.path(), &[]);
+    let g = IvshmemClient::connect(&dir.path().join("ivs.sock"), 2, T).unwrap();
+    assert_eq!(g.id, 1);
+    drop(g);
+    assert!(wait_exit(&mut child).success());
+}

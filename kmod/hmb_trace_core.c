@@ -1,0 +1,615 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * hmb_trace_core.c - /dev/nvme-hmb-traceN: exclusive open, read-only mmap
+ * of the trace slice, poll, ioctls and sysfs counters, and teardown that
+ * stays safe while a consumer holds the device open and mapped.
+ *
+ * Locking: td->lock guards td->gone and every access to the slice from
+ * process context (ioctls, sysfs, poll, page faults, the sampling worker).
+ * Removal sets gone under the lock, so once hmb_trace_unregister() returns
+ * nothing but the interrupt handler (stopped by the glue first) can reach
+ * the slice. User copies are done outside the lock: a fault on the ring
+ * mapping itself takes the lock.
+ */
+#include <linux/module.h>
+#include <linux/kernel.h>
+#include <linux/fs.h>
+#include <linux/cdev.h>
+#include <linux/device.h>
+#include <linux/idr.h>
+#include <linux/mm.h>
+#include <linux/mutex.h>
+#include <linux/poll.h>
+#include <linux/pseudo_fs.h>
+#include <linux/mount.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+#include <linux/wait.h>
+#include <linux/workqueue.h>
+#include <linux/atomic.h>
+#include <linux/bitops.h>
+
+#include "hmb_trace.h"
+#include "hmb_trace_compat.h"
+
+#define HMB_TRACE_NAME		"nvme-hmb-trace"
+#define HMB_TRACE_MAX_DEVS	64
+#define HMB_TRACE_FS_MAGIC	0x48425446	/* "FTBH": private pseudo fs */
+#define HMB_TRACE_NODE_MODE	0440		/* same as the udev rule */
+
+static unsigned int poll_ms = 10;
+module_param(poll_ms, uint, 0644);
+MODULE_PARM_DESC(poll_ms,
+		 "Without device interrupts (ivshmem-plain): how often, in ms, the ring header is sampled to wake poll() while the device is open (default 10)");
+
+enum hmb_trace_bits {
+	HMB_TRACE_OPEN,		/* a file holds the device (exclusive open) */
+	HMB_TRACE_FROZEN_SEEN,	/* FROZEN of this epoch already counted */
+};
+
+struct hmb_trace_dev {
+	struct device dev;		/* refcount: freed by hmb_trace_dev_release */
+	struct cdev cdev;		/* holds dev while any file is open */
+	struct mutex lock;
+	bool gone;			/* removed: slice must not be touched */
+	unsigned long bits;		/* enum hmb_trace_bits */
+	wait_queue_head_t wq;
+	struct delayed_work sample_work;	/* only when !irq_driven */
+	bool irq_driven;
+
+	struct hmb_ring_hdr *hdr;	/* slice start */
+	phys_addr_t phys;
+	u64 ring_size;
+	u64 mmap_len;
+
+	const struct hmb_trace_backend_ops *ops;
+	void *priv;
+
+	/* Own address_space, so removal can zap every user mapping. */
+	struct inode *inode;
+	int minor;
+
+	atomic64_t freeze_count;
+	atomic64_t irq_count;
+	atomic64_t tail_publishes;
+};
+
+static dev_t hmb_trace_devt;
+static DEFINE_IDA(hmb_trace_minors);
+static struct vfsmount *hmb_trace_mnt;
+
+static char *hmb_trace_devnode(HMB_DEVNODE_CONST struct device *dev,
+			       umode_t *mode)
+{
+	if (mode)
+		*mode = HMB_TRACE_NODE_MODE;
+	return NULL;
+}
+
+static struct class hmb_trace_class = {
+	.name = HMB_TRACE_NAME,
+	.devnode = hmb_trace_devnode,
+};
+
+/* Count a FROZEN once per epoch; safe in any context. */
+static bool hmb_trace_observe(struct hmb_trace_dev *td, u32 flags)
+{
+	if (!(flags & HMB_RING_FLAG_FROZEN))
+		return false;
+	if (!test_and_set_bit(HMB_TRACE_FROZEN_SEEN, &td->bits))
+		atomic64_inc(&td->freeze_count);
+	return true;
+}
+
+/* Whether a poller has something to do. Caller holds td->lock, !gone. */
+static __poll_t hmb_trace_events_locked(struct hmb_trace_dev *td)
+{
+	__poll_t events = 0;
+	u32 flags = hmb_ring_flags(td->hdr);
+
+	if (hmb_ring_head(td->hdr) != hmb_ring_tail(td->hdr))
+		events |= EPOLLIN | EPOLLRDNORM;
+	if (hmb_trace_observe(td, flags))
+		events |= EPOLLPRI;
+	return events;
+}
+
+void hmb_trace_notify(struct hmb_trace_dev *td)
+{
+	atomic64_inc(&td->irq_count);
+	hmb_trace_observe(td, hmb_ring_flags(td->hdr));
+	wake_up_interruptible(&td->wq);
+}
+
+/*
+ * No device interrupts: sample the header at a low rate while open, and
+ * wake pollers only when there is something to report. Never a busy loop.
+ */
+static void hmb_trace_sample(struct work_struct *work)
+{
+	struct hmb_trace_dev *td = container_of(to_delayed_work(work),
+						struct hmb_trace_dev,
+						sample_work);
+	__poll_t events = 0;
+
+	mutex_lock(&td->lock);
+	if (!td->gone) {
+		events = hmb_trace_events_locked(td);
+		if (test_bit(HMB_TRACE_OPEN, &td->bits))
+			schedule_delayed_work(&td->sample_work,
+					      msecs_to_jiffies(max(poll_ms, 1U)));
+	}
+	mutex_unlock(&td->lock);
+	if (events)
+		wake_up_interruptible(&td->wq);
+}
+
+/* ---- file operations ---- */
+
+static int hmb_trace_open(struct inode *inode, struct file *file)
+{
+	struct hmb_trace_dev *td = container_of(inode->i_cdev,
+						struct hmb_trace_dev, cdev);
+	int ret = 0;
+
+	mutex_lock(&td->lock);
+	if (td->gone) {
+		ret = -ENODEV;
+	} else if (test_and_set_bit(HMB_TRACE_OPEN, &td->bits)) {
+		ret = -EBUSY;
+	} else {
+		get_device(&td->dev);
+		file->private_data = td;
+		file->f_mapping = td->inode->i_mapping;
+		if (!td->irq_driven)
+			schedule_delayed_work(&td->sample_work, 0);
+	}
+	mutex_unlock(&td->lock);
+	if (ret)
+		return ret;
+	return stream_open(inode, file);
+}
+
+static int hmb_trace_release(struct inode *inode, struct file *file)
+{
+	struct hmb_trace_dev *td = file->private_data;
+
+	/* Cancel before clearing OPEN, so a new opener's sampling survives. */
+	cancel_delayed_work_sync(&td->sample_work);
+	clear_bit(HMB_TRACE_OPEN, &td->bits);
+	put_device(&td->dev);
+	return 0;
+}
+
+static __poll_t hmb_trace_poll(struct file *file, poll_table *wait)
+{
+	struct hmb_trace_dev *td = file->private_data;
+	__poll_t events;
+
+	poll_wait(file, &td->wq, wait);
+	mutex_lock(&td->lock);
+	if (td->gone)
+		events = EPOLLHUP | EPOLLERR;
+	else
+		events = hmb_trace_events_locked(td);
+	mutex_unlock(&td->lock);
+	return events;
+}
+
+static long hmb_trace_get_info(struct hmb_trace_dev *td, void __user *arg)
+{
+	struct hmb_trace_info info;
+
+	memset(&info, 0, sizeof(info));
+	mutex_lock(&td->lock);
+	if (td->gone) {
+		mutex_unlock(&td->lock);
+		return -ENODEV;
+	}
+	info.abi_major = HMB_RING_VERSION_MAJOR;
+	info.abi_minor = HMB_RING_VERSION_MINOR;
+	info.hdr_size = HMB_RING_HDR_SIZE;
+	info.ring_size = td->ring_size;
+	info.mmap_len = td->mmap_len;
+	info.epoch = hmb_ring_le64(&td->hdr->epoch);
+	info.flags = hmb_ring_flags(td->hdr);
+	hmb_trace_observe(td, info.flags);
+	mutex_unlock(&td->lock);
+	return copy_to_user(arg, &info, sizeof(info)) ? -EFAULT : 0;
+}
+
+static long hmb_trace_publish_tail(struct hmb_trace_dev *td,
+				   void __user *arg)
+{
+	u64 tail, old, head;
+	long ret = 0;
+
+	if (copy_from_user(&tail, arg, sizeof(tail)))
+		return -EFAULT;
+	mutex_lock(&td->lock);
+	if (td->gone) {
+		ret = -ENODEV;
+		goto out;
+	}
+	old = hmb_ring_tail(td->hdr);
+	head = hmb_ring_head(td->hdr);
+	if (tail % HMB_RING_ALIGN || tail < old || tail > head) {
+		ret = -EINVAL;
+		goto out;
+	}
+	hmb_ring_publish_tail(td->hdr, tail);
+	atomic64_inc(&td->tail_publishes);
+out:
+	mutex_unlock(&td->lock);
+	return ret;
+}
+
+static long hmb_trace_reinit(struct hmb_trace_dev *td, void __user *arg)
+{
+	u64 epoch = 0;
+	long ret;
+
+	mutex_lock(&td->lock);
+	if (td->gone) {
+		ret = -ENODEV;
+	} else if (!(hmb_ring_flags(td->hdr) & HMB_RING_FLAG_FROZEN)) {
+		ret = -EBUSY;	/* the device is live: re-initialising would race it */
+	} else {
+		epoch = hmb_ring_le64(&td->hdr->epoch) + 1;
+		ret = td->ops->reinit(td->priv, epoch);
+		if (!ret)
+			clear_bit(HMB_TRACE_FROZEN_SEEN, &td->bits);
+	}
+	mutex_unlock(&td->lock);
+	if (ret)
+		return ret;
+	return copy_to_user(arg, &epoch, sizeof(epoch)) ? -EFAULT : 0;
+}
+
+static long hmb_trace_get_stats(struct hmb_trace_dev *td, void __user *arg)
+{
+	struct hmb_trace_stats st;
+
+	memset(&st, 0, sizeof(st));
+	mutex_lock(&td->lock);
+	if (td->gone) {
+		mutex_unlock(&td->lock);
+		return -ENODEV;
+	}
+	hmb_trace_observe(td, hmb_ring_flags(td->hdr));
+	st.head = hmb_ring_head(td->hdr);
+	st.tail = hmb_ring_tail(td->hdr);
+	st.dropped_records = hmb_ring_le64(&td->hdr->dropped_records);
+	st.overflow_events = hmb_ring_le64(&td->hdr->overflow_events);
+	st.freeze_count = atomic64_read(&td->freeze_count);
+	st.irq_count = atomic64_read(&td->irq_count);
+	st.tail_publishes = atomic64_read(&td->tail_publishes);
+	st.epoch = hmb_ring_le64(&td->hdr->epoch);
+	mutex_unlock(&td->lock);
+	return copy_to_user(arg, &st, sizeof(st)) ? -EFAULT : 0;
+}
+
+static long hmb_trace_ioctl(struct file *file, unsigned int cmd,
+			    unsigned long arg)
+{
+	struct hmb_trace_dev *td = file->private_data;
+	void __user *uarg = (void __user *)arg;
+
+	switch (cmd) {
+	case HMB_TRACE_IOC_GET_INFO:
+		return hmb_trace_get_info(td, uarg);
+	case HMB_TRACE_IOC_PUBLISH_TAIL:
+		return hmb_trace_publish_tail(td, uarg);
+	case HMB_TRACE_IOC_REINIT:
+		return hmb_trace_reinit(td, uarg);
+	case HMB_TRACE_IOC_GET_STATS:
+		return hmb_trace_get_stats(td, uarg);
+	default:
+		return -ENOTTY;
+	}
+}
+
+/*
+ * Pages are inserted on fault rather than at mmap time: a fault checks
+ * gone under the lock, so no page can be mapped after removal zapped the
+ * mapping (the vma is only linked into the address_space after ->mmap).
+ */
+static vm_fault_t hmb_trace_fault(struct vm_fault *vmf)
+{
+	struct hmb_trace_dev *td = vmf->vma->vm_file->private_data;
+	vm_fault_t ret = VM_FAULT_SIGBUS;
+
+	if (vmf->pgoff >= td->mmap_len >> PAGE_SHIFT)
+		return VM_FAULT_SIGBUS;
+	mutex_lock(&td->lock);
+	if (!td->gone)
+		ret = vmf_insert_pfn(vmf->vma, vmf->address,
+				     PHYS_PFN(td->phys) + vmf->pgoff);
+	mutex_unlock(&td->lock);
+	return ret;
+}
+
+static const struct vm_operations_struct hmb_trace_vm_ops = {
+	.fault = hmb_trace_fault,
+};
+
+static int hmb_trace_mmap(struct file *file, struct vm_area_struct *vma)
+{
+	struct hmb_trace_dev *td = file->private_data;
+	int ret = 0;
+
+	/* Read-only: the consumer must not be able to corrupt the ring. */
+	if (vma->vm_flags & VM_WRITE)
+		return -EACCES;
+	if (vma->vm_pgoff != 0 || vma->vm_end - vma->vm_start != td->mmap_len)
+		return -EINVAL;
+	mutex_lock(&td->lock);
+	if (td->gone)
+		ret = -ENODEV;
+	mutex_unlock(&td->lock);
+	if (ret)
+		return ret;
+	/* Without VM_MAYWRITE, mprotect(PROT_WRITE) fails with EACCES. */
+	vm_flags_clear(vma, VM_MAYWRITE);
+	vm_flags_set(vma, VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP);
+	vma->vm_ops = &hmb_trace_vm_ops;
+	return 0;
+}
+
+static const struct file_operations hmb_trace_fops = {
+	.owner = THIS_MODULE,	/* open files pin the module: rmmod refused */
+	.open = hmb_trace_open,
+	.release = hmb_trace_release,
+	.poll = hmb_trace_poll,
+	.unlocked_ioctl = hmb_trace_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
+	.mmap = hmb_trace_mmap,
+};
+
+/* ---- sysfs ---- */
+
+enum hmb_trace_attr_id {
+	ATTR_HEAD, ATTR_TAIL, ATTR_DROPPED, ATTR_OVERFLOWS, ATTR_FREEZES,
+	ATTR_EPOCH, ATTR_FLAGS, ATTR_IRQS, ATTR_PUBLISHES,
+};
+
+static ssize_t hmb_trace_show_u64(struct device *dev, char *buf,
+				  enum hmb_trace_attr_id id)
+{
+	struct hmb_trace_dev *td = container_of(dev, struct hmb_trace_dev, dev);
+	u64 val = 0;
+
+	mutex_lock(&td->lock);
+	if (td->gone) {
+		mutex_unlock(&td->lock);
+		return -ENODEV;
+	}
+	hmb_trace_observe(td, hmb_ring_flags(td->hdr));
+	switch (id) {
+	case ATTR_HEAD:
+		val = hmb_ring_head(td->hdr);
+		break;
+	case ATTR_TAIL:
+		val = hmb_ring_tail(td->hdr);
+		break;
+	case ATTR_DROPPED:
+		val = hmb_ring_le64(&td->hdr->dropped_records);
+		break;
+	case ATTR_OVERFLOWS:
+		val = hmb_ring_le64(&td->hdr->overflow_events);
+		break;
+	case ATTR_FREEZES:
+		val = atomic64_read(&td->freeze_count);
+		break;
+	case ATTR_EPOCH:
+		val = hmb_ring_le64(&td->hdr->epoch);
+		break;
+	case ATTR_FLAGS:
+		val = hmb_ring_flags(td->hdr);
+		break;
+	case ATTR_IRQS:
+		val = atomic64_read(&td->irq_count);
+		break;
+	case ATTR_PUBLISHES:
+		val = atomic64_read(&td->tail_publishes);
+		break;
+	}
+	mutex_unlock(&td->lock);
+	return sysfs_emit(buf, "%llu\n", val);
+}
+
+#define HMB_TRACE_U64_ATTR(name, id)					\
+static ssize_t name##_show(struct device *dev,				\
+			   struct device_attribute *attr, char *buf)	\
+{									\
+	return hmb_trace_show_u64(dev, buf, id);			\
+}									\
+static DEVICE_ATTR_RO(name)
+
+HMB_TRACE_U64_ATTR(head, ATTR_HEAD);
+HMB_TRACE_U64_ATTR(tail, ATTR_TAIL);
+HMB_TRACE_U64_ATTR(dropped_records, ATTR_DROPPED);
+HMB_TRACE_U64_ATTR(overflow_events, ATTR_OVERFLOWS);
+HMB_TRACE_U64_ATTR(freeze_count, ATTR_FREEZES);
+HMB_TRACE_U64_ATTR(epoch, ATTR_EPOCH);
+HMB_TRACE_U64_ATTR(flags, ATTR_FLAGS);
+HMB_TRACE_U64_ATTR(irq_count, ATTR_IRQS);
+HMB_TRACE_U64_ATTR(tail_publishes, ATTR_PUBLISHES);
+
+static ssize_t abi_version_show(struct device *dev,
+				struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%u.%u\n", HMB_RING_VERSION_MAJOR,
+			  HMB_RING_VERSION_MINOR);
+}
+static DEVICE_ATTR_RO(abi_version);
+
+static ssize_t ring_size_show(struct device *dev,
+			      struct device_attribute *attr, char *buf)
+{
+	struct hmb_trace_dev *td = container_of(dev, struct hmb_trace_dev, dev);
+
+	return sysfs_emit(buf, "%llu\n", td->ring_size);
+}
+static DEVICE_ATTR_RO(ring_size);
+
+static struct attribute *hmb_trace_attrs[] = {
+	&dev_attr_abi_version.attr,
+	&dev_attr_ring_size.attr,
+	&dev_attr_head.attr,
+	&dev_attr_tail.attr,
+	&dev_attr_dropped_records.attr,
+	&dev_attr_overflow_events.attr,
+	&dev_attr_freeze_count.attr,
+	&dev_attr_epoch.attr,
+	&dev_attr_flags.attr,
+	&dev_attr_irq_count.attr,
+	&dev_attr_tail_publishes.attr,
+	NULL,
+};
+ATTRIBUTE_GROUPS(hmb_trace);
+
+/* ---- lifetime ---- */
+
+static void hmb_trace_dev_release(struct device *dev)
+{
+	struct hmb_trace_dev *td = container_of(dev, struct hmb_trace_dev, dev);
+
+	iput(td->inode);
+	ida_free(&hmb_trace_minors, td->minor);
+	kfree(td);
+}
+
+struct hmb_trace_dev *hmb_trace_register(struct device *parent,
+					 const struct hmb_trace_slice *slice,
+					 const struct hmb_trace_backend_ops *ops,
+					 void *priv, bool irq_driven)
+{
+	struct hmb_trace_dev *td;
+	struct inode *inode;
+	int minor, ret;
+
+	if (!hmb_ring_size_valid(slice->ring_size) ||
+	    !PAGE_ALIGNED(slice->phys) || !ops || !ops->reinit)
+		return ERR_PTR(-EINVAL);
+
+	minor = ida_alloc_max(&hmb_trace_minors, HMB_TRACE_MAX_DEVS - 1,
+			      GFP_KERNEL);
+	if (minor < 0)
+		return ERR_PTR(minor);
+	inode = alloc_anon_inode(hmb_trace_mnt->mnt_sb);
+	if (IS_ERR(inode)) {
+		ida_free(&hmb_trace_minors, minor);
+		return ERR_CAST(inode);
+	}
+	td = kzalloc(sizeof(*td), GFP_KERNEL);
+	if (!td) {
+		iput(inode);
+		ida_free(&hmb_trace_minors, minor);
+		return ERR_PTR(-ENOMEM);
+	}
+
+	mutex_init(&td->lock);
+	init_waitqueue_head(&td->wq);
+	INIT_DELAYED_WORK(&td->sample_work, hmb_trace_sample);
+	td->irq_driven = irq_driven;
+	td->hdr = slice->kva;
+	td->phys = slice->phys;
+	td->ring_size = slice->ring_size;
+	td->mmap_len = HMB_RING_HDR_SIZE + slice->ring_size;
+	td->ops = ops;
+	td->priv = priv;
+	td->inode = inode;
+	td->minor = minor;
+	atomic64_set(&td->freeze_count, 0);
+	atomic64_set(&td->irq_count, 0);
+	atomic64_set(&td->tail_publishes, 0);
+
+	/* From here on, put_device() frees everything. */
+	device_initialize(&td->dev);
+	td->dev.class = &hmb_trace_class;
+	td->dev.parent = parent;
+	td->dev.devt = MKDEV(MAJOR(hmb_trace_devt), minor);
+	td->dev.groups = hmb_trace_groups;
+	td->dev.release = hmb_trace_dev_release;
+	ret = dev_set_name(&td->dev, HMB_TRACE_NAME "%d", minor);
+	if (ret)
+		goto err_put;
+
+	cdev_init(&td->cdev, &hmb_trace_fops);
+	td->cdev.owner = THIS_MODULE;
+	ret = cdev_device_add(&td->cdev, &td->dev);
+	if (ret)
+		goto err_put;
+	return td;
+
+err_put:
+	put_device(&td->dev);
+	return ERR_PTR(ret);
+}
+
+void hmb_trace_unregister(struct hmb_trace_dev *td)
+{
+	/* No new opens; sysfs readers are drained. */
+	cdev_device_del(&td->cdev, &td->dev);
+
+	mutex_lock(&td->lock);
+	td->gone = true;
+	mutex_unlock(&td->lock);
+
+	/* Any page faulted in before gone was set goes now; later faults SIGBUS. */
+	unmap_mapping_range(td->inode->i_mapping, 0, 0, 1);
+	cancel_delayed_work_sync(&td->sample_work);
+	wake_up_interruptible_poll(&td->wq, EPOLLHUP | EPOLLERR);
+	dev_info(&td->dev, "removed%s\n",
+		 test_bit(HMB_TRACE_OPEN, &td->bits) ? " while open" : "");
+	put_device(&td->dev);
+}
+
+/* ---- module-wide ---- */
+
+static int hmb_trace_fs_init_fs_context(struct fs_context *fc)
+{
+	return init_pseudo(fc, HMB_TRACE_FS_MAGIC) ? 0 : -ENOMEM;
+}
+
+/*
+ * No .owner: the internal mount lives from module init to module exit and
+ * must not pin the module itself.
+ */
+static struct file_system_type hmb_trace_fs_type = {
+	.name = "nvme_hmb_trace",
+	.init_fs_context = hmb_trace_fs_init_fs_context,
+	.kill_sb = kill_anon_super,
+};
+
+int hmb_trace_core_init(void)
+{
+	int ret;
+
+	hmb_trace_mnt = kern_mount(&hmb_trace_fs_type);
+	if (IS_ERR(hmb_trace_mnt))
+		return PTR_ERR(hmb_trace_mnt);
+	ret = alloc_chrdev_region(&hmb_trace_devt, 0, HMB_TRACE_MAX_DEVS,
+				  HMB_TRACE_NAME);
+	if (ret)
+		goto err_mnt;
+	ret = class_register(&hmb_trace_class);
+	if (ret)
+		goto err_region;
+	return 0;
+
+err_region:
+	unregister_chrdev_region(hmb_trace_devt, HMB_TRACE_MAX_DEVS);
+err_mnt:
+	kern_unmount(hmb_trace_mnt);
+	return ret;
+}
+
+void hmb_trace_core_exit(void)
+{
+	class_unregister(&hmb_trace_class);
+	unregister_chrdev_region(hmb_trace_devt, HMB_TRACE_MAX_DEVS);
+	kern_unmount(hmb_trace_mnt);
+	ida_destroy(&hmb_trace_minors);
+}

@@ -1,0 +1,903 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * hmbtrace-test - guest-side checks of nvme-hmb-trace.ko. Static, runs as
+ * root in a QEMU guest with the module loaded and a device producing.
+ *
+ * Output is one line per check, for a harness to parse:
+ *   ok <name>
+ *   FAIL <name>: <reason>
+ *   skip <name>: <reason>
+ *   REQUEST <what>        (asks the harness to act on the device, e.g. freeze)
+ *   info <text>           (measurements, for humans)
+ *   summary: <n> ok, <n> failed, <n> skipped
+ * Exit status: 0 when nothing failed, 1 otherwise, 2 on bad usage.
+ *
+ * Build: make -C kmod test   (gcc -static)
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <linux/nvme_hmb_trace.h>
+
+#define MODULE_NAME	"nvme_hmb_trace"
+#define DRIVER_DIR	"/sys/bus/pci/drivers/nvme-hmb-trace"
+#define CLASS_DIR	"/sys/class/nvme-hmb-trace"
+
+enum { REMOVE_NONE, REMOVE_UNBIND, REMOVE_DEVICE_DEL };
+
+struct opts {
+	const char *name;	/* nvme-hmb-trace0 */
+	unsigned int mode;	/* expected node mode */
+	long gid;		/* expected node group id, -1: not checked */
+	int wait_s;		/* how long to wait for the device to act */
+	int producer;		/* a device produces records */
+	int freeze;		/* the harness can freeze the device on request */
+	int remove;		/* REMOVE_*: how to remove the device while mapped */
+	int irq;		/* expect device interrupts (irq_count moves) */
+};
+
+static int n_ok, n_fail, n_skip;
+
+static void ok(const char *name)
+{
+	printf("ok %s\n", name);
+	fflush(stdout);
+	n_ok++;
+}
+
+static void __attribute__((format(printf, 2, 3)))
+fail(const char *name, const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("FAIL %s: ", name);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+	n_fail++;
+}
+
+static void skip(const char *name, const char *why)
+{
+	printf("skip %s: %s\n", name, why);
+	fflush(stdout);
+	n_skip++;
+}
+
+/* Check a condition; on failure report errno-free reason. */
+#define CHECK(name, cond, ...) \
+	do { if (cond) ok(name); else fail(name, __VA_ARGS__); } while (0)
+
+static char node_path[PATH_MAX], sys_path[PATH_MAX];
+
+static int read_sysfs_str(const char *attr, char *buf, size_t len)
+{
+	char path[PATH_MAX + 64];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", sys_path, attr);
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	if (n < 0)
+		return -errno;
+	buf[n] = 0;
+	if (n && buf[n - 1] == '\n')
+		buf[n - 1] = 0;
+	return 0;
+}
+
+/* Returns 0 and the value, or -errno. */
+static int read_sysfs_u64(const char *attr, uint64_t *val)
+{
+	char buf[64], *end;
+	int ret = read_sysfs_str(attr, buf, sizeof(buf));
+
+	if (ret)
+		return ret;
+	errno = 0;
+	*val = strtoull(buf, &end, 10);
+	if (errno || end == buf || *end)
+		return -EINVAL;
+	return 0;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int write_file(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = write(fd, text, strlen(text));
+	close(fd);
+	if (n < 0)
+		return -errno;
+	return 0;
+}
+
+/* Ring header fields the producer writes, read as the consumer must. */
+static uint64_t ld_acq64(const volatile void *p)
+{
+	return __atomic_load_n((const uint64_t *)p, __ATOMIC_ACQUIRE);
+}
+
+static uint32_t ld_acq32(const volatile void *p)
+{
+	return __atomic_load_n((const uint32_t *)p, __ATOMIC_ACQUIRE);
+}
+
+static sigjmp_buf sigbus_jmp;
+static volatile sig_atomic_t sigbus_armed;
+
+static void on_sigbus(int sig)
+{
+	(void)sig;
+	if (sigbus_armed)
+		siglongjmp(sigbus_jmp, 1);
+	_exit(3);
+}
+
+/* Read one byte of the mapping; 1 if it raised SIGBUS. */
+static int read_faults(const volatile uint8_t *p)
+{
+	volatile uint8_t sink;
+
+	if (sigsetjmp(sigbus_jmp, 1)) {
+		sigbus_armed = 0;
+		return 1;
+	}
+	sigbus_armed = 1;
+	sink = *p;
+	(void)sink;
+	sigbus_armed = 0;
+	return 0;
+}
+
+static int open_dev(int flags)
+{
+	return open(node_path, flags | O_CLOEXEC);
+}
+
+/* ---- the checks ---- */
+
+static void check_node(const struct opts *o)
+{
+	struct stat st;
+
+	if (stat(node_path, &st)) {
+		fail("node_exists", "stat %s: %s", node_path, strerror(errno));
+		return;
+	}
+	CHECK("node_exists", S_ISCHR(st.st_mode), "%s is not a character device",
+	      node_path);
+	CHECK("node_mode", (st.st_mode & 07777) == o->mode,
+	      "mode %04o, expected %04o", st.st_mode & 07777, o->mode);
+	if (o->gid >= 0)
+		CHECK("node_group", (long)st.st_gid == o->gid, "group %u, expected %ld",
+		      st.st_gid, o->gid);
+}
+
+static void check_sysfs(const struct hmb_trace_info *info)
+{
+	static const char *const attrs[] = {
+		"abi_version", "ring_size", "head", "tail", "dropped_records",
+		"overflow_events", "freeze_count",
+	};
+	char buf[64], want[32];
+	uint64_t rs = 0;
+	unsigned int i;
+	int ret;
+
+	for (i = 0; i < sizeof(attrs) / sizeof(attrs[0]); i++) {
+		ret = read_sysfs_str(attrs[i], buf, sizeof(buf));
+		if (ret) {
+			fail("sysfs_attrs", "%s: %s", attrs[i], strerror(-ret));
+			return;
+		}
+	}
+	ok("sysfs_attrs");
+	snprintf(want, sizeof(want), "%u.%u", HMB_RING_VERSION_MAJOR,
+		 HMB_RING_VERSION_MINOR);
+	read_sysfs_str("abi_version", buf, sizeof(buf));
+	CHECK("sysfs_abi_version", !strcmp(buf, want), "\"%s\", expected \"%s\"",
+	      buf, want);
+	ret = read_sysfs_u64("ring_size", &rs);
+	CHECK("sysfs_ring_size", !ret && rs == info->ring_size,
+	      "%llu, GET_INFO says %llu", (unsigned long long)rs,
+	      (unsigned long long)info->ring_size);
+}
+
+static int get_info(int fd, struct hmb_trace_info *info)
+{
+	memset(info, 0xa5, sizeof(*info));	/* catch fields left unwritten */
+	return ioctl(fd, HMB_TRACE_IOC_GET_INFO, info);
+}
+
+static void check_info(const struct hmb_trace_info *info)
+{
+	uint64_t rs = info->ring_size;
+
+	CHECK("info_abi", info->abi_major == HMB_RING_VERSION_MAJOR,
+	      "abi %u.%u", info->abi_major, info->abi_minor);
+	CHECK("info_geometry",
+	      info->hdr_size == HMB_RING_HDR_SIZE && rs >= HMB_RING_MIN_SIZE &&
+	      rs <= HMB_RING_MAX_SIZE && !(rs & (rs - 1)) &&
+	      info->mmap_len == HMB_RING_HDR_SIZE + rs,
+	      "hdr_size %u ring_size %llu mmap_len %llu", info->hdr_size,
+	      (unsigned long long)rs, (unsigned long long)info->mmap_len);
+	CHECK("info_reserved_zero", info->reserved == 0,
+	      "reserved %#x (uninitialised kernel memory?)", info->reserved);
+}
+
+static void check_second_open(void)
+{
+	int fd2 = open_dev(O_RDONLY);
+
+	if (fd2 >= 0) {
+		close(fd2);
+		fail("second_open_ebusy", "second open succeeded");
+	} else {
+		CHECK("second_open_ebusy", errno == EBUSY, "errno %s",
+		      strerror(errno));
+	}
+}
+
+static void check_mmap_refusals(int fd, const struct hmb_trace_info *info)
+{
+	size_t len = info->mmap_len;
+	void *p;
+
+	p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+	if (p != MAP_FAILED)
+		munmap(p, len);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+	CHECK("mmap_private_write_eacces", p == MAP_FAILED && errno == EACCES,
+	      "%s", p == MAP_FAILED ? strerror(errno) : "mapping succeeded");
+	if (p != MAP_FAILED)
+		munmap(p, len);
+	p = mmap(NULL, len - 4096, PROT_READ, MAP_SHARED, fd, 0);
+	CHECK("mmap_short_einval", p == MAP_FAILED && errno == EINVAL, "%s",
+	      p == MAP_FAILED ? strerror(errno) : "mapping succeeded");
+	if (p != MAP_FAILED)
+		munmap(p, len - 4096);
+	p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 4096);
+	CHECK("mmap_offset_einval", p == MAP_FAILED && errno == EINVAL, "%s",
+	      p == MAP_FAILED ? strerror(errno) : "mapping succeeded");
+	if (p != MAP_FAILED)
+		munmap(p, len);
+}
+
+/* Open for writing (root may): the module itself must refuse PROT_WRITE. */
+static void check_rdwr_write_mapping(const struct hmb_trace_info *info)
+{
+	int fd = open_dev(O_RDWR);
+	void *p;
+
+	if (fd < 0) {
+		fail("mmap_shared_write_eacces", "open O_RDWR: %s", strerror(errno));
+		return;
+	}
+	p = mmap(NULL, info->mmap_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	CHECK("mmap_shared_write_eacces", p == MAP_FAILED && errno == EACCES,
+	      "%s", p == MAP_FAILED ? strerror(errno) : "mapping succeeded");
+	if (p != MAP_FAILED)
+		munmap(p, info->mmap_len);
+	/*
+	 * A read-only shared mapping of a writable file would be VM_MAYWRITE:
+	 * only the module clearing it stops the upgrade.
+	 */
+	p = mmap(NULL, info->mmap_len, PROT_READ, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		fail("mprotect_upgrade_rdwr_refused", "mmap O_RDWR PROT_READ: %s",
+		     strerror(errno));
+	} else {
+		int ret = mprotect(p, info->mmap_len, PROT_READ | PROT_WRITE);
+
+		CHECK("mprotect_upgrade_rdwr_refused", ret && errno == EACCES, "%s",
+		      ret ? strerror(errno) : "mprotect succeeded");
+		munmap(p, info->mmap_len);
+	}
+	close(fd);
+}
+
+static void check_header(const uint8_t *map, const struct hmb_trace_info *info)
+{
+	const struct hmb_ring_hdr *h = (const void *)map;
+
+	CHECK("ring_header", h->magic == HMB_RING_MAGIC &&
+	      h->version_major == HMB_RING_VERSION_MAJOR &&
+	      h->hdr_size == HMB_RING_HDR_SIZE &&
+	      h->max_record == HMB_RECORD_MAX_SIZE &&
+	      h->ring_size == info->ring_size && h->epoch == info->epoch,
+	      "magic %#x v%u hdr %u max %u ring %llu epoch %llu (info epoch %llu)",
+	      h->magic, h->version_major, h->hdr_size, h->max_record,
+	      (unsigned long long)h->ring_size, (unsigned long long)h->epoch,
+	      (unsigned long long)info->epoch);
+}
+
+static void check_mprotect(int fd, uint8_t *map, size_t len)
+{
+	int ret = mprotect(map, len, PROT_READ | PROT_WRITE);
+	void *p;
+
+	CHECK("mprotect_upgrade_refused", ret && errno == EACCES, "%s",
+	      ret ? strerror(errno) : "mprotect succeeded");
+	/* Private mappings are always VM_MAYWRITE unless the module clears it. */
+	p = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (p == MAP_FAILED) {
+		fail("mprotect_upgrade_private_refused", "mmap MAP_PRIVATE: %s",
+		     strerror(errno));
+		return;
+	}
+	ret = mprotect(p, len, PROT_READ | PROT_WRITE);
+	CHECK("mprotect_upgrade_private_refused", ret && errno == EACCES, "%s",
+	      ret ? strerror(errno) : "mprotect succeeded");
+	munmap(p, len);
+}
+
+static void check_bad_tails(int fd, const uint8_t *map)
+{
+	const struct hmb_ring_hdr *h = (const void *)map;
+	uint64_t head = ld_acq64(&h->head), tail = h->tail, bad;
+	int r1, e1, r2, e2;
+
+	bad = head + HMB_RING_ALIGN * 1024;	/* beyond head */
+	r1 = ioctl(fd, HMB_TRACE_IOC_PUBLISH_TAIL, &bad);
+	e1 = errno;
+	bad = tail + 4;				/* misaligned */
+	r2 = ioctl(fd, HMB_TRACE_IOC_PUBLISH_TAIL, &bad);
+	e2 = errno;
+	CHECK("publish_tail_einval", r1 == -1 && e1 == EINVAL && r2 == -1 &&
+	      e2 == EINVAL && h->tail == tail,
+	      "beyond head: %d/%s, misaligned: %d/%s", r1, strerror(e1), r2,
+	      strerror(e2));
+}
+
+static void check_stats(int fd, const uint8_t *map)
+{
+	const struct hmb_ring_hdr *h = (const void *)map;
+	struct hmb_trace_stats st;
+	uint64_t head_after;
+
+	memset(&st, 0xa5, sizeof(st));
+	if (ioctl(fd, HMB_TRACE_IOC_GET_STATS, &st)) {
+		fail("get_stats", "%s", strerror(errno));
+		return;
+	}
+	head_after = ld_acq64(&h->head);
+	CHECK("get_stats", st.head <= head_after && st.tail == h->tail &&
+	      st.epoch == h->epoch && st.dropped_records <= h->dropped_records,
+	      "stats head %llu tail %llu epoch %llu vs ring head %llu tail %llu epoch %llu",
+	      (unsigned long long)st.head, (unsigned long long)st.tail,
+	      (unsigned long long)st.epoch, (unsigned long long)head_after,
+	      (unsigned long long)h->tail, (unsigned long long)h->epoch);
+}
+
+static void check_reinit_refused(int fd, const uint8_t *map)
+{
+	const struct hmb_ring_hdr *h = (const void *)map;
+	uint64_t epoch = 0;
+	int ret;
+
+	if (ld_acq32(&h->flags) & HMB_RING_FLAG_FROZEN) {
+		skip("reinit_live_ebusy", "device is already FROZEN");
+		return;
+	}
+	ret = ioctl(fd, HMB_TRACE_IOC_REINIT, &epoch);
+	CHECK("reinit_live_ebusy", ret == -1 && errno == EBUSY, "%s",
+	      ret ? strerror(errno) : "REINIT succeeded on a live ring");
+}
+
+/*
+ * Walk [tail, head) with the ABI's rules: every record fits, lengths are
+ * bounded, sequence numbers increase. Returns the number of records, or -1.
+ */
+static long walk_records(const uint8_t *map, uint64_t tail, uint64_t head,
+			 char *why, size_t whylen)
+{
+	const struct hmb_ring_hdr *h = (const void *)map;
+	const uint8_t *data = map + HMB_RING_HDR_SIZE;
+	uint64_t rs = h->ring_size, pos = tail, last_seq = 0;
+	long n = 0;
+
+	while (pos < head) {
+		uint64_t off = pos & (rs - 1), room = rs - off;
+		const struct hmb_record_hdr *r = (const void *)(data + off);
+		uint32_t size;
+
+		if (room < HMB_RECORD_HDR_SIZE) {
+			pos += room;
+			continue;
+		}
+		if (r->flags & HMB_RECORD_FLAG_PAD) {
+			if (r->length != room - HMB_RECORD_HDR_SIZE) {
+				snprintf(why, whylen, "bad pad at %llu", (unsigned long long)pos);
+				return -1;
+			}
+			pos += room;
+			continue;
+		}
+		if (r->length > HMB_RECORD_MAX_PAYLOAD) {
+			snprintf(why, whylen, "length %u at %llu", r->length,
+				 (unsigned long long)pos);
+			return -1;
+		}
+		size = (HMB_RECORD_HDR_SIZE + r->length + 7) & ~7u;
+		if (size > room || pos + size > head) {
+			snprintf(why, whylen, "record at %llu overruns", (unsigned long long)pos);
+			return -1;
+		}
+		if (n && r->seq <= last_seq) {
+			snprintf(why, whylen, "seq %llu after %llu",
+				 (unsigned long long)r->seq, (unsigned long long)last_seq);
+			return -1;
+		}
+		last_seq = r->seq;
+		n++;
+		pos += size;
+	}
+	return n;
+}
+
+/* Consume everything, then wait for the device to produce more. */
+static void check_poll_wakes(int fd, const uint8_t *map, const struct opts *o)
+{
+	const struct hmb_ring_hdr *h = (const void *)map;
+	uint64_t head, sys_head0 = 0, sys_head1 = 0, pubs0 = 0, pubs1 = 0;
+	uint64_t irqs0 = 0, irqs1 = 0, tail_sys = 0;
+	struct pollfd pfd = { .fd = fd, .events = POLLIN | POLLPRI };
+	char why[96] = "";
+	long n;
+	int ret;
+
+	if (!o->producer) {
+		skip("poll_wakes", "no producer (--no-producer)");
+		return;
+	}
+	read_sysfs_u64("tail_publishes", &pubs0);
+	read_sysfs_u64("irq_count", &irqs0);
+	head = ld_acq64(&h->head);
+	n = walk_records(map, h->tail, head, why, sizeof(why));
+	CHECK("records_valid", n >= 0, "%s", why);
+	if (ioctl(fd, HMB_TRACE_IOC_PUBLISH_TAIL, &head)) {
+		fail("publish_tail", "tail %llu: %s", (unsigned long long)head,
+		     strerror(errno));
+		return;
+	}
+	read_sysfs_u64("tail", &tail_sys);
+	read_sysfs_u64("tail_publishes", &pubs1);
+	CHECK("publish_tail", h->tail == head && tail_sys == head && pubs1 == pubs0 + 1,
+	      "ring tail %llu sysfs tail %llu publishes %llu->%llu, wanted %llu",
+	      (unsigned long long)h->tail, (unsigned long long)tail_sys,
+	      (unsigned long long)pubs0, (unsigned long long)pubs1,
+	      (unsigned long long)head);
+	read_sysfs_u64("head", &sys_head0);
+
+	/*
+	 * Only a poll() entered with nothing to read proves a wake-up: if the
+	 * device produced in between, consume again and retry.
+	 */
+	for (int attempt = 0; attempt < 20; attempt++) {
+		uint64_t t0;
+
+		head = ld_acq64(&h->head);
+		if (head != h->tail && ioctl(fd, HMB_TRACE_IOC_PUBLISH_TAIL, &head)) {
+			fail("poll_wakes", "publish %llu: %s", (unsigned long long)head,
+			     strerror(errno));
+			return;
+		}
+		if (ld_acq64(&h->head) != head)
+			continue;
+		t0 = now_ms();
+		ret = poll(&pfd, 1, o->wait_s * 1000);
+		/* poll() rescans once at its timeout: a late POLLIN is no wake-up. */
+		if (ret != 1 || !(pfd.revents & POLLIN) ||
+		    now_ms() - t0 >= (uint64_t)o->wait_s * 1000) {
+			fail("poll_wakes", "poll returned %d revents %#x after %llu ms", ret,
+			     pfd.revents, (unsigned long long)(now_ms() - t0));
+			return;
+		}
+		if (ld_acq64(&h->head) <= head) {
+			fail("poll_wakes", "POLLIN but head %llu did not pass %llu",
+			     (unsigned long long)ld_acq64(&h->head), (unsigned long long)head);
+			return;
+		}
+		printf("info poll blocked %llu ms until the device produced\n",
+		       (unsigned long long)(now_ms() - t0));
+		ok("poll_wakes");
+		break;
+	}
+	if (ld_acq64(&h->head) == head) {
+		fail("poll_wakes", "the device produced faster than the test could drain it");
+		return;
+	}
+	read_sysfs_u64("head", &sys_head1);
+	CHECK("sysfs_head_moves", sys_head1 > sys_head0, "head %llu -> %llu",
+	      (unsigned long long)sys_head0, (unsigned long long)sys_head1);
+	read_sysfs_u64("irq_count", &irqs1);
+	if (o->irq)
+		CHECK("irq_count_moves", irqs1 > irqs0, "irq_count %llu -> %llu",
+		      (unsigned long long)irqs0, (unsigned long long)irqs1);
+	else
+		skip("irq_count_moves", "no device interrupts expected");
+
+	/* A tail before the one just published is refused. */
+	if (head >= HMB_RING_ALIGN) {
+		uint64_t back = head - HMB_RING_ALIGN;
+
+		ret = ioctl(fd, HMB_TRACE_IOC_PUBLISH_TAIL, &back);
+		CHECK("publish_tail_backwards_einval", ret == -1 && errno == EINVAL,
+		      "%s", ret ? strerror(errno) : "accepted");
+	}
+	/* No spurious wake-ups: once drained, poll with nothing new times out or reports new data. */
+	head = ld_acq64(&h->head);
+	n = walk_records(map, h->tail, head, why, sizeof(why));
+	CHECK("records_valid_after_poll", n >= 0, "%s", why);
+}
+
+/* Ask the harness to freeze the device; expect POLLPRI, then re-initialise. */
+static void check_freeze(int fd, const uint8_t *map, const struct opts *o)
+{
+	const struct hmb_ring_hdr *h = (const void *)map;
+	struct pollfd pfd = { .fd = fd, .events = POLLPRI };
+	uint64_t freezes0 = 0, freezes1 = 0, epoch0 = h->epoch, epoch = 0;
+	int ret;
+
+	if (!o->freeze) {
+		skip("freeze_pollpri", "harness cannot freeze the device (no --freeze)");
+		return;
+	}
+	read_sysfs_u64("freeze_count", &freezes0);
+	printf("REQUEST freeze\n");
+	fflush(stdout);
+	ret = poll(&pfd, 1, o->wait_s * 1000);
+	CHECK("freeze_pollpri", ret == 1 && (pfd.revents & POLLPRI) &&
+	      (ld_acq32(&h->flags) & HMB_RING_FLAG_FROZEN),
+	      "poll %d revents %#x flags %#x", ret, pfd.revents, ld_acq32(&h->flags));
+	read_sysfs_u64("freeze_count", &freezes1);
+	CHECK("sysfs_freeze_count_moves", freezes1 == freezes0 + 1,
+	      "freeze_count %llu -> %llu", (unsigned long long)freezes0,
+	      (unsigned long long)freezes1);
+	ret = ioctl(fd, HMB_TRACE_IOC_REINIT, &epoch);
+	CHECK("reinit_after_freeze", ret == 0 && epoch == epoch0 + 1 &&
+	      h->epoch == epoch && !(ld_acq32(&h->flags) & HMB_RING_FLAG_FROZEN) &&
+	      h->tail == 0,
+	      "ret %d (%s) epoch %llu (was %llu) ring epoch %llu flags %#x tail %llu",
+	      ret, ret ? strerror(errno) : "-", (unsigned long long)epoch,
+	      (unsigned long long)epoch0, (unsigned long long)h->epoch,
+	      ld_acq32(&h->flags), (unsigned long long)h->tail);
+	if (!o->producer)
+		return;
+	pfd.events = POLLIN;
+	ret = poll(&pfd, 1, o->wait_s * 1000);
+	CHECK("produces_after_reinit", ret == 1 && (pfd.revents & POLLIN) &&
+	      ld_acq64(&h->head) > 0, "poll %d revents %#x head %llu", ret,
+	      pfd.revents, (unsigned long long)ld_acq64(&h->head));
+}
+
+static void check_rmmod_refused(void)
+{
+	long ret = syscall(SYS_delete_module, MODULE_NAME, O_NONBLOCK);
+
+	CHECK("rmmod_refused_while_open", ret == -1 &&
+	      (errno == EWOULDBLOCK || errno == EBUSY), "%s",
+	      ret ? strerror(errno) : "module was unloaded");
+}
+
+static int pci_address(char *buf, size_t len)
+{
+	char link[PATH_MAX + 16], target[PATH_MAX];
+	ssize_t n;
+	char *base;
+
+	snprintf(link, sizeof(link), "%s/device", sys_path);
+	n = readlink(link, target, sizeof(target) - 1);
+	if (n < 0)
+		return -errno;
+	target[n] = 0;
+	base = strrchr(target, '/');
+	base = base ? base + 1 : target;
+	if (strlen(base) >= len)
+		return -ENAMETOOLONG;
+	memcpy(buf, base, strlen(base) + 1);
+	return 0;
+}
+
+/*
+ * A forked child reads the whole mapping in a loop while the device goes
+ * away: its inherited mapping must be zapped too, so it dies of SIGBUS
+ * instead of reading memory that no longer belongs to the ring.
+ */
+static pid_t start_reader(const uint8_t *map, size_t len)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		volatile uint64_t sum = 0;
+
+		signal(SIGBUS, SIG_DFL);
+		for (;;)
+			for (size_t off = 0; off < len; off += 4096)
+				sum += map[off];
+	}
+	return pid;
+}
+
+static void check_reader_died(pid_t pid)
+{
+	int status = 0;
+	pid_t r = 0;
+
+	if (pid < 0) {
+		fail("reader_sigbus_after_removal", "fork: %s", strerror(errno));
+		return;
+	}
+	for (int i = 0; i < 100 && r == 0; i++) {
+		r = waitpid(pid, &status, WNOHANG);
+		if (r == 0)
+			usleep(50000);
+	}
+	if (r == 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+		fail("reader_sigbus_after_removal", "the reader still runs 5 s after removal");
+		return;
+	}
+	CHECK("reader_sigbus_after_removal", WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS,
+	      "reader ended with status %#x", status);
+}
+
+/* Remove the PCI device while open and mapped; after an unbind, rebind it. */
+static void check_removal(int fd, uint8_t *map, const struct hmb_trace_info *info,
+			 const struct opts *o)
+{
+	/* No events asked for: only POLLHUP/POLLERR (always reported) end the wait. */
+	struct pollfd pfd = { .fd = fd, .events = 0 };
+	struct hmb_trace_info info2;
+	char addr[64];
+	struct stat st;
+	pid_t reader;
+	int ret, fd2;
+
+	if (o->remove == REMOVE_NONE) {
+		skip("remove_while_mapped", "--remove none");
+		return;
+	}
+	ret = pci_address(addr, sizeof(addr));
+	if (ret) {
+		fail("remove_while_mapped", "PCI address: %s", strerror(-ret));
+		return;
+	}
+	/* Touch the first page so the zap has something to remove. */
+	(void)read_faults(map);
+	reader = start_reader(map, info->mmap_len);
+	usleep(200000);		/* let it fault every page in */
+	if (o->remove == REMOVE_UNBIND) {
+		ret = write_file(DRIVER_DIR "/unbind", addr);
+		if (ret) {
+			fail("remove_while_mapped", "unbind %s: %s", addr, strerror(-ret));
+			if (reader > 0) {
+				kill(reader, SIGKILL);
+				waitpid(reader, NULL, 0);
+			}
+			return;
+		}
+	} else {
+		/* Hot-unplug by the host (QMP device_del); the guest sees it via ACPI. */
+		printf("REQUEST device_del\n");
+		fflush(stdout);
+	}
+	ret = poll(&pfd, 1, o->wait_s * 1000);
+	CHECK("remove_while_mapped", ret == 1, "no poll event within %d s of the removal",
+	      o->wait_s);
+	CHECK("pollhup_after_removal", ret == 1 &&
+	      (pfd.revents & (POLLHUP | POLLERR)) == (POLLHUP | POLLERR),
+	      "poll %d revents %#x", ret, pfd.revents);
+	ret = get_info(fd, &info2);
+	CHECK("enodev_after_removal", ret == -1 && errno == ENODEV, "%s",
+	      ret ? strerror(errno) : "GET_INFO succeeded");
+	CHECK("mapping_zapped", read_faults(map) &&
+	      read_faults(map + info->mmap_len - 1),
+	      "the ring was still readable after removal");
+	CHECK("node_removed", stat(node_path, &st) && errno == ENOENT,
+	      "%s still exists", node_path);
+	check_reader_died(reader);
+	munmap(map, info->mmap_len);
+	close(fd);
+	if (o->remove != REMOVE_UNBIND)
+		return;	/* the device is gone from the machine: nothing to rebind */
+
+	ret = write_file(DRIVER_DIR "/bind", addr);
+	if (ret) {
+		fail("rebind", "bind %s: %s", addr, strerror(-ret));
+		return;
+	}
+	fd2 = -1;
+	for (int i = 0; i < 50 && fd2 < 0; i++) {
+		fd2 = open_dev(O_RDONLY);
+		if (fd2 < 0)
+			usleep(100000);
+	}
+	if (fd2 < 0) {
+		fail("rebind", "open after bind: %s", strerror(errno));
+		return;
+	}
+	ret = get_info(fd2, &info2);
+	CHECK("rebind", ret == 0 && info2.epoch > info->epoch,
+	      "GET_INFO %s, epoch %llu (before unbind %llu)",
+	      ret ? strerror(errno) : "ok", (unsigned long long)info2.epoch,
+	      (unsigned long long)info->epoch);
+	close(fd2);
+}
+
+static void usage(const char *argv0)
+{
+	fprintf(stderr,
+		"usage: %s [--dev NAME] [--mode OCTAL] [--gid GID] [--wait SECONDS] [--no-producer]\n"
+		"          [--freeze] [--irq] [--remove unbind|device-del|none]\n"
+		"Checks /dev/NAME (default nvme-hmb-trace0) of nvme-hmb-trace.ko.\n", argv0);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "dev", required_argument, NULL, 'd' },
+		{ "mode", required_argument, NULL, 'm' },
+		{ "gid", required_argument, NULL, 'g' },
+		{ "wait", required_argument, NULL, 'w' },
+		{ "no-producer", no_argument, NULL, 'P' },
+		{ "freeze", no_argument, NULL, 'f' },
+		{ "irq", no_argument, NULL, 'i' },
+		{ "remove", required_argument, NULL, 'r' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct opts o = { .name = "nvme-hmb-trace0", .mode = 0440, .gid = -1, .wait_s = 20,
+			  .producer = 1, .remove = REMOVE_UNBIND };
+	struct hmb_trace_info info;
+	struct sigaction sa;
+	uint8_t *map;
+	char *end;
+	int c, fd;
+
+	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'd':
+			o.name = optarg;
+			break;
+		case 'm':
+			o.mode = strtoul(optarg, &end, 8);
+			if (*end || end == optarg) {
+				usage(argv[0]);
+				return 2;
+			}
+			break;
+		case 'g':
+			o.gid = strtol(optarg, &end, 10);
+			if (*end || end == optarg || o.gid < 0) {
+				usage(argv[0]);
+				return 2;
+			}
+			break;
+		case 'w':
+			o.wait_s = atoi(optarg);
+			if (o.wait_s <= 0) {
+				usage(argv[0]);
+				return 2;
+			}
+			break;
+		case 'P':
+			o.producer = 0;
+			break;
+		case 'f':
+			o.freeze = 1;
+			break;
+		case 'i':
+			o.irq = 1;
+			break;
+		case 'r':
+			if (!strcmp(optarg, "unbind")) {
+				o.remove = REMOVE_UNBIND;
+			} else if (!strcmp(optarg, "device-del")) {
+				o.remove = REMOVE_DEVICE_DEL;
+			} else if (!strcmp(optarg, "none")) {
+				o.remove = REMOVE_NONE;
+			} else {
+				usage(argv[0]);
+				return 2;
+			}
+			break;
+		case 'h':
+			usage(argv[0]);
+			return 0;
+		default:
+			usage(argv[0]);
+			return 2;
+		}
+	}
+	if (optind != argc || strchr(o.name, '/')) {
+		usage(argv[0]);
+		return 2;
+	}
+	snprintf(node_path, sizeof(node_path), "/dev/%s", o.name);
+	snprintf(sys_path, sizeof(sys_path), CLASS_DIR "/%s", o.name);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_sigbus;
+	sigaction(SIGBUS, &sa, NULL);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+
+	check_node(&o);
+	fd = open_dev(O_RDONLY);
+	if (fd < 0) {
+		fail("open", "%s: %s", node_path, strerror(errno));
+		goto out;
+	}
+	ok("open");
+	if (get_info(fd, &info)) {
+		fail("get_info", "%s", strerror(errno));
+		goto out;
+	}
+	ok("get_info");
+	check_info(&info);
+	check_sysfs(&info);
+	/* O_RDWR needs the only open slot: check it before the main mapping. */
+	close(fd);
+	check_rdwr_write_mapping(&info);
+	fd = open_dev(O_RDONLY);
+	if (fd < 0) {
+		fail("reopen", "%s", strerror(errno));
+		goto out;
+	}
+	check_second_open();
+	check_mmap_refusals(fd, &info);
+	map = mmap(NULL, info.mmap_len, PROT_READ, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED) {
+		fail("mmap_readonly", "%s", strerror(errno));
+		goto out;
+	}
+	ok("mmap_readonly");
+	check_header(map, &info);
+	check_mprotect(fd, map, info.mmap_len);
+	check_bad_tails(fd, map);
+	check_stats(fd, map);
+	check_reinit_refused(fd, map);
+	check_poll_wakes(fd, map, &o);
+	check_freeze(fd, map, &o);
+	check_rmmod_refused();
+	check_removal(fd, map, &info, &o);
+out:
+	printf("summary: %d ok, %d failed, %d skipped\n", n_ok, n_fail, n_skip);
+	return n_fail ? 1 : 0;
+}

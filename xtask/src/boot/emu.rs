@@ -1,0 +1,158 @@
+//! emu-device as a child process of a run: started with its sockets in the
+//! run folder, talked to over its control socket, and always stopped.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use hmb_emu_device::control::{call, Fault, Request};
+use serde_json::Value;
+
+pub struct EmuDevice {
+    child: Option<Child>,
+    pub ivshmem_socket: PathBuf,
+    pub control_socket: PathBuf,
+}
+
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl EmuDevice {
+    /// Start `binary serve` with its sockets and log in `run_dir`.
+    pub fn start(binary: &Path, run_dir: &Path, hmb_size: &str) -> Result<Self> {
+        let ivshmem_socket = run_dir.join("ivshmem.sock");
+        let control_socket = run_dir.join("control.sock");
+        let log = std::fs::File::create(run_dir.join("emu-device.log"))?;
+        let mut command = Command::new(binary);
+        command
+            .arg("serve")
+            .arg("--socket")
+            .arg(&ivshmem_socket)
+            .arg("--control")
+            .arg(&control_socket)
+            .arg("--hmb-size")
+            .arg(hmb_size)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0);
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(std::io::Error::from)
+            });
+        }
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let mut dev = EmuDevice {
+            child: Some(child),
+            ivshmem_socket,
+            control_socket,
+        };
+        dev.wait_ready(Duration::from_secs(10))?;
+        Ok(dev)
+    }
+
+    fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        while !(self.ivshmem_socket.exists() && self.control_socket.exists()) {
+            self.check_alive()?;
+            if Instant::now() > deadline {
+                bail!("emu-device did not create its sockets within {}s", timeout.as_secs());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// Fail if emu-device has died.
+    pub fn check_alive(&mut self) -> Result<()> {
+        if let Some(child) = self.child.as_mut() {
+            if let Some(status) = child.try_wait()? {
+                self.child = None;
+                bail!("emu-device exited unexpectedly ({status}); see emu-device.log");
+            }
+        }
+        Ok(())
+    }
+
+    pub fn request(&mut self, req: &Request) -> Result<Value> {
+        self.check_alive()?;
+        let resp = call(&self.control_socket, req, CALL_TIMEOUT)
+            .with_context(|| format!("emu-device control request {req:?}"))?;
+        if !resp.ok {
+            bail!("emu-device refused {req:?}: {}", resp.error.unwrap_or_default());
+        }
+        Ok(resp.result.unwrap_or(Value::Null))
+    }
+
+    pub fn start_workload(&mut self, workload: &str, seed: u64, rate: u64) -> Result<()> {
+        self.request(&Request::Start {
+            workload: workload.to_string(),
+            seed,
+            rate,
+            burst: None,
+        })
+        .map(drop)
+    }
+
+    pub fn stop_workload(&mut self) -> Result<()> {
+        self.request(&Request::Stop).map(drop)
+    }
+
+    pub fn inject(&mut self, fault: Fault) -> Result<Value> {
+        self.request(&Request::Inject(fault))
+    }
+
+    pub fn stats(&mut self) -> Result<Value> {
+        self.request(&Request::Stats)
+    }
+
+    pub fn ground_truth(&mut self) -> Result<Value> {
+        self.request(&Request::GroundTruth)
+    }
+
+    /// Wait until the consumer has caught up with the producer (tail == head).
+    pub fn wait_drained(&mut self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let stats = self.stats()?;
+            let head = &stats["header"]["head"];
+            let tail = &stats["header"]["tail"];
+            if head.is_u64() && head == tail {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "the daemon did not drain the ring within {}s (head {head}, tail {tail})",
+                    timeout.as_secs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Ask for a clean shutdown, then make sure the process is gone.
+    pub fn shutdown(&mut self) {
+        let _ = call(&self.control_socket, &Request::Shutdown, Duration::from_secs(2));
+        if let Some(mut child) = self.child.take() {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for EmuDevice {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

@@ -1,0 +1,331 @@
+//! `cargo xtask boot`: emulated controller -> real guest kernel with the real
+//! module and daemon -> trace.bin back on the host -> ground-truth check ->
+//! analyzer report. Every phase prints its duration and has a timeout; QEMU
+//! and emu-device are stopped on every exit path.
+
+pub mod emu;
+pub mod guest_script;
+pub mod inject;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use hmb_emu_device::control::Fault;
+use xshell::{cmd, Shell};
+
+use crate::images::{self, ImageArgs};
+use crate::phases::Phases;
+use crate::qemu::binary::{self, QemuVersion};
+use crate::qemu::{console, Accel, Vm, VmConfig};
+use crate::truth;
+use emu::EmuDevice;
+use guest_script::{files, GuestJob};
+use inject::Injection;
+
+#[derive(Args, Clone)]
+pub struct BootArgs {
+    /// Guest kernel, a name from images/KERNELS (default: its first line).
+    #[arg(long)]
+    pub kernel: Option<String>,
+    /// QEMU to run: bookworm's 7.2 or bookworm-backports' 10.0.
+    #[arg(long, value_enum, default_value = "7.2")]
+    pub qemu: QemuVersion,
+    /// Accelerator: tcg (default: KVM guests hang on some hosts), kvm, or auto.
+    #[arg(long, value_enum, default_value = "tcg")]
+    pub accel: Accel,
+    /// Firmware workload: ssd, npu, sizes, sizes:fixed=N, sizes:uniform=A-B.
+    #[arg(long, default_value = "ssd")]
+    pub workload: String,
+    /// Records per second (0 = as fast as possible).
+    #[arg(long, default_value_t = 2000)]
+    pub rate: u64,
+    /// Seconds of production.
+    #[arg(long, default_value_t = 3.0)]
+    pub duration: f64,
+    /// Ring data area in bytes (power of two, 8 KiB..1 GiB); K/M suffixes allowed.
+    #[arg(long, default_value = "16M", value_parser = parse_size)]
+    pub ring_size: u64,
+    /// Workload seed: the same seed gives the same records.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Faults: reset[@SECS] (controller reset), stall@SECS:DUR (QMP stop/cont
+    /// of the guest, a real overflow). Repeatable.
+    #[arg(long)]
+    pub inject: Vec<Injection>,
+    /// Leave the VM running with a shell on the console after the job.
+    #[arg(long)]
+    pub keep: bool,
+    /// Run folder (default: target/hmb-trace/runs/<timestamp>).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+}
+
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&s[..i], 1u64 << 10),
+        Some((i, 'M' | 'm')) => (&s[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size"))?;
+    let size = n.checked_mul(mult).ok_or_else(|| format!("{s:?} is too large"))?;
+    if !hmb_trace_abi::ring_size_valid(size) {
+        return Err(format!("{s:?}: a ring is a power of two between 8K and 1G"));
+    }
+    Ok(size)
+}
+
+/// Everything a finished run left behind.
+pub struct RunOutcome {
+    pub run_dir: PathBuf,
+    pub truth: truth::TruthReport,
+}
+
+pub fn run(args: BootArgs) -> Result<()> {
+    let mut phases = Phases::new();
+    let result = boot(&args, &mut phases);
+    phases.summary();
+    let outcome = result?;
+    println!("run folder: {}", outcome.run_dir.display());
+    for name in [
+        "trace.bin",
+        "info.txt",
+        "report.html",
+        "console.log",
+        "daemon.stderr",
+        "emu-device.log",
+    ] {
+        let path = outcome.run_dir.join(name);
+        if path.exists() {
+            println!("  {name:<14} {}", path.display());
+        }
+    }
+    println!("ground truth: {}", outcome.truth.summary());
+    if !outcome.truth.passed() {
+        bail!("trace.bin does not match what the firmware model produced");
+    }
+    Ok(())
+}
+
+/// The whole main job; returns what it produced. Used by `boot` and tests.
+pub fn boot(args: &BootArgs, phases: &mut Phases) -> Result<RunOutcome> {
+    let sh = Shell::new()?;
+    let root = crate::workspace_root();
+    sh.change_dir(&root);
+    let image_args = ImageArgs {
+        kernel: args.kernel.clone(),
+        kmod_dir: None,
+        with_daemon: true,
+    };
+    let image = images::prepare(&sh, &image_args, phases)?;
+    let module = image
+        .our_modules
+        .first()
+        .cloned()
+        .context("the image has no nvme-hmb-trace module")?;
+    let qemu = phases.run("qemu", || binary::ensure(&sh, args.qemu))?;
+    let (emu_bin, analyzer_bin) = phases.run("host tools", || build_host_tools(&sh))?;
+
+    let run_dir = match &args.run_dir {
+        Some(d) => d.clone(),
+        None => images::target_dir().join("hmb-trace/runs").join(timestamp()),
+    };
+    let share = run_dir.join("share");
+    std::fs::create_dir_all(&share).with_context(|| format!("creating {}", share.display()))?;
+
+    let follow = args.inject.iter().any(|i| matches!(i, Injection::Reset { .. }));
+    let job = GuestJob {
+        module: &module,
+        module_params: &format!("ring_size={}", args.ring_size),
+        daemon_args: if follow { "--follow" } else { "" },
+    };
+    std::fs::write(share.join(files::SCRIPT), guest_script::render(&job))?;
+
+    let hmb_size = (args.ring_size + hmb_trace_abi::HMB_RING_HDR_SIZE as u64 + 4096).next_power_of_two();
+    let mut emu = phases.run("emu-device", || {
+        EmuDevice::start(&emu_bin, &run_dir, &hmb_size.to_string())
+    })?;
+    let mut cfg = VmConfig::new(qemu, &image, run_dir.clone());
+    cfg.accel = match args.accel {
+        Accel::Auto => Accel::Tcg,
+        a => a,
+    };
+    cfg.share_dir = Some(share.clone());
+    cfg.keep = args.keep;
+    cfg.extra_args = [
+        "-chardev".to_string(),
+        format!("socket,path={},id=ivs", emu.ivshmem_socket.display()),
+        "-device".to_string(),
+        "ivshmem-doorbell,chardev=ivs,vectors=2,id=hmb0".to_string(),
+    ]
+    .map(Into::into)
+    .to_vec();
+    let mut vm = Vm::start(&cfg)?;
+    phases.run("guest boot", || {
+        vm.wait_for("HMBT-READY", Duration::from_secs(120), |l| l.contains("HMBT-READY"))
+            .map(drop)
+    })?;
+    phases.run("module + daemon", || {
+        wait_file(&mut vm, &mut emu, &share.join(files::STARTED), 60)
+    })?;
+    phases.run("workload", || produce(args, &mut emu, &mut vm))?;
+    phases.run("drain", || emu.wait_drained(Duration::from_secs(60)))?;
+    let ground_truth = emu.ground_truth()?;
+    std::fs::write(
+        run_dir.join("ground-truth.json"),
+        serde_json::to_string_pretty(&ground_truth)?,
+    )?;
+    std::fs::write(
+        run_dir.join("emu-stats.json"),
+        serde_json::to_string_pretty(&emu.stats()?)?,
+    )?;
+    std::fs::write(share.join(files::STOP), b"")?;
+    if args.keep {
+        println!("--keep: the guest shell is on this terminal; `poweroff -f` ends the VM");
+    }
+    let result = phases.run("guest stop", || {
+        let line = vm.wait_for(
+            "HMBT-RESULT",
+            Duration::from_secs(if args.keep { 86_400 } else { 60 }),
+            |l| console::parse_result(l).is_some(),
+        )?;
+        vm.wait_exit(Duration::from_secs(if args.keep { 86_400 } else { 30 }))?;
+        Ok(console::parse_result(&line).unwrap_or(-1))
+    })?;
+    emu.shutdown();
+    if result != 0 {
+        bail!(
+            "the guest job failed (rc={result}); see {}",
+            run_dir.join("console.log").display()
+        );
+    }
+    for name in [
+        files::TRACE,
+        files::DAEMON_STDERR,
+        files::DMESG,
+        files::SYSFS,
+        files::DAEMON_RC,
+    ] {
+        let from = share.join(name);
+        if from.exists() {
+            std::fs::rename(&from, run_dir.join(name))?;
+        }
+    }
+    let daemon_rc = std::fs::read_to_string(run_dir.join(files::DAEMON_RC))
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    if daemon_rc != Some(0) {
+        bail!(
+            "hmb-trace-daemon exited with {daemon_rc:?}; see {}",
+            run_dir.join(files::DAEMON_STDERR).display()
+        );
+    }
+    let trace = run_dir.join(files::TRACE);
+    let segments: Vec<truth::Segment> = serde_json::from_value(ground_truth["segments"].clone())
+        .context("emu-device ground truth has no segments list")?;
+    let report = phases.run("ground truth", || truth::check(&trace, &segments))?;
+    phases.run("analyze", || analyze(&sh, &analyzer_bin, &run_dir, &trace))?;
+    Ok(RunOutcome { run_dir, truth: report })
+}
+
+fn build_host_tools(sh: &Shell) -> Result<(PathBuf, PathBuf)> {
+    cmd!(
+        sh,
+        "cargo build --release --quiet -p hmb-emu-device -p hmb-trace-analyze"
+    )
+    .run()?;
+    let release = images::target_dir().join("release");
+    Ok((release.join("emu-device"), release.join("hmb-trace-analyze")))
+}
+
+fn produce(args: &BootArgs, emu: &mut EmuDevice, vm: &mut Vm) -> Result<()> {
+    let duration = Duration::from_secs_f64(args.duration);
+    let mut pending: Vec<Injection> = args.inject.clone();
+    pending.sort_by_key(|i| i.at(duration));
+    emu.start_workload(&args.workload, args.seed, args.rate)?;
+    let start = Instant::now();
+    while start.elapsed() < duration {
+        if let Some(next) = pending.first().copied() {
+            if start.elapsed() >= next.at(duration) {
+                pending.remove(0);
+                fire(next, emu, vm)?;
+                continue;
+            }
+        }
+        emu.check_alive()?;
+        if crate::interrupt::requested() {
+            bail!("interrupted");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    emu.stop_workload()
+}
+
+fn fire(injection: Injection, emu: &mut EmuDevice, vm: &mut Vm) -> Result<()> {
+    match injection {
+        Injection::Reset { .. } => {
+            println!("    inject: controller reset");
+            emu.inject(Fault::Reset).map(drop)
+        }
+        Injection::Stall { dur, .. } => {
+            println!(
+                "    inject: guest stopped for {:.1}s (QMP stop/cont)",
+                dur.as_secs_f64()
+            );
+            let mut qmp = hmb_qmp::Qmp::connect(&vm.qmp_socket, Duration::from_secs(5))?;
+            qmp.stop(Duration::from_secs(5))?;
+            std::thread::sleep(dur);
+            qmp.cont(Duration::from_secs(5))?;
+            Ok(())
+        }
+    }
+}
+
+fn wait_file(vm: &mut Vm, emu: &mut EmuDevice, path: &Path, secs: u64) -> Result<()> {
+    let what = format!("{}", path.file_name().unwrap_or_default().to_string_lossy());
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !path.exists() {
+        emu.check_alive()?;
+        // Polls the console for faults and for QEMU's death, briefly.
+        match vm.wait_for(&what, Duration::from_millis(200), |l| {
+            l.contains("HMBT-ERROR") || l.contains("HMBT-RESULT")
+        }) {
+            Ok(line) => bail!("the guest job stopped before {what}: {line}"),
+            Err(e) if e.to_string().starts_with("timeout") => {}
+            Err(e) => return Err(e),
+        }
+        if Instant::now() > deadline {
+            bail!("timeout: no {what} within {secs}s; see console.log");
+        }
+    }
+    Ok(())
+}
+
+fn analyze(sh: &Shell, analyzer: &Path, run_dir: &Path, trace: &Path) -> Result<()> {
+    let info = cmd!(sh, "{analyzer} info {trace}")
+        .read()
+        .context("hmb-trace-analyze info")?;
+    println!("{info}");
+    std::fs::write(run_dir.join("info.txt"), format!("{info}\n"))?;
+    let report = run_dir.join("report.html");
+    cmd!(sh, "{analyzer} report {trace} --output {report}")
+        .run()
+        .context("hmb-trace-analyze report")?;
+    Ok(())
+}
+
+fn timestamp() -> String {
+    let out = std::process::Command::new("date").arg("+%Y%m%d-%H%M%S").output();
+    match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        _ => format!(
+            "{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs()
+        ),
+    }
+}

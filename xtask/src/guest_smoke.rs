@@ -1,0 +1,183 @@
+//! `cargo xtask guest-smoke --kernel K`: boot the guest image, run `uname -r`
+//! and an insmod of our module (when built), bring a file back over the 9p
+//! share, power off, and print phase timings.
+
+use crate::images::{self, ImageArgs};
+use crate::phases::Phases;
+use crate::qemu::binary::{self, QemuVersion};
+use crate::qemu::{console, Accel, Vm, VmConfig};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::path::Path;
+use std::time::Duration;
+use xshell::Shell;
+
+#[derive(Args)]
+pub struct SmokeArgs {
+    #[command(flatten)]
+    pub image: ImageArgs,
+    /// QEMU to use.
+    #[arg(long, value_enum, default_value = "7.2")]
+    pub qemu: QemuVersion,
+    /// Accelerator.
+    #[arg(long, value_enum, default_value = "tcg")]
+    pub accel: Accel,
+    /// Seconds allowed from QEMU start to the guest being ready.
+    #[arg(long, default_value_t = 180)]
+    pub boot_timeout: u64,
+    /// After the checks, leave a shell on this terminal; `poweroff -f` ends the VM.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+/// How long a --keep session may last.
+const KEEP_LIMIT: Duration = Duration::from_secs(24 * 3600);
+
+pub fn run(args: SmokeArgs) -> Result<()> {
+    crate::interrupt::install();
+    let sh = Shell::new()?;
+    let mut phases = Phases::new();
+    let image = images::prepare(&sh, &args.image, &mut phases)?;
+    let qemu = phases.run("qemu binary", || binary::ensure(&sh, args.qemu))?;
+    println!("    {} ({})", qemu.path.display(), qemu.version);
+
+    let run_dir = images::target_dir().join("hmb-trace/smoke").join(&image.kernel_name);
+    let share = run_dir.join("share");
+    if run_dir.exists() {
+        std::fs::remove_dir_all(&run_dir)?;
+    }
+    std::fs::create_dir_all(&share)?;
+    let mut config = VmConfig::new(qemu, &image, run_dir.clone());
+    config.share_dir = Some(share.clone());
+    config.guest_script = Some(smoke_script(&image.our_modules));
+    config.keep = args.keep;
+    config.accel = phases.run("accelerator", || resolve_accel(args.accel, &config))?;
+    println!("    accelerator: {:?}", config.accel);
+
+    let result = boot_and_check(
+        &config,
+        &image,
+        &share,
+        Duration::from_secs(args.boot_timeout),
+        &mut phases,
+    );
+    phases.summary();
+    println!("console log: {}", config.console_path().display());
+    result?;
+    println!("guest-smoke {}: OK (guest {})", image.kernel_name, image.abi);
+    Ok(())
+}
+
+fn smoke_script(our_modules: &[String]) -> String {
+    let mut s = String::from("set -e\necho \"HMBT-SMOKE uname=$(uname -r)\"\nuname -r > /mnt/host/uname\n");
+    for m in our_modules {
+        s.push_str(&format!(
+            "insmod {m}\necho \"HMBT-SMOKE insmod {m} ok\"\nlsmod > /mnt/host/lsmod\n"
+        ));
+    }
+    s
+}
+
+fn boot_and_check(
+    config: &VmConfig,
+    image: &images::Image,
+    share: &Path,
+    boot_timeout: Duration,
+    phases: &mut Phases,
+) -> Result<()> {
+    let mut vm = phases.run("qemu start", || Vm::start(config))?;
+    println!(
+        "    qemu pid {}, QMP socket {}",
+        vm.pid().unwrap_or(0),
+        vm.qmp_socket.display()
+    );
+    phases.run("boot to init", || {
+        vm.wait_for("HMBT-INIT marker", boot_timeout, |l| l.contains("HMBT-INIT"))
+    })?;
+    phases.run("boot modules + share", || {
+        vm.wait_for("HMBT-READY marker", Duration::from_secs(60), |l| {
+            l.contains("HMBT-READY") || l.contains("HMBT-RESULT")
+        })
+    })?;
+    let line = phases.run("guest job", || {
+        vm.wait_for("HMBT-RESULT marker", Duration::from_secs(120), |l| {
+            l.contains("HMBT-RESULT")
+        })
+    })?;
+    let power_off_limit = if config.keep {
+        KEEP_LIMIT
+    } else {
+        Duration::from_secs(60)
+    };
+    let status = phases.run("power off", || vm.wait_exit(power_off_limit))?;
+    let errors: Vec<&String> = vm.console.lines.iter().filter(|l| l.contains("HMBT-ERROR")).collect();
+    if !errors.is_empty() {
+        bail!("guest init reported: {errors:?}");
+    }
+    match console::parse_result(&line) {
+        Some(0) => {}
+        other => bail!("guest job failed ({other:?}): {line}\n{}", vm.console.tail(20)),
+    }
+    if !status.success() {
+        bail!("QEMU exited with {status}");
+    }
+    let uname = std::fs::read_to_string(share.join("uname")).context("the guest wrote no uname over 9p")?;
+    if uname.trim() != image.abi {
+        bail!("guest runs {:?}, expected {}", uname.trim(), image.abi);
+    }
+    println!("    guest uname -r: {} (read back over 9p)", uname.trim());
+    if !image.our_modules.is_empty() {
+        let lsmod = std::fs::read_to_string(share.join("lsmod")).unwrap_or_default();
+        println!("    guest lsmod after insmod:\n{}", lsmod.trim_end());
+    }
+    Ok(())
+}
+
+/// Tcg and Kvm are taken as asked; Auto probes KVM once per host kernel and
+/// QEMU version (a short boot under KVM) and caches the verdict.
+pub fn resolve_accel(asked: Accel, config: &VmConfig) -> Result<Accel> {
+    match asked {
+        Accel::Tcg | Accel::Kvm => Ok(asked),
+        Accel::Auto => {
+            if std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/kvm")
+                .is_err()
+            {
+                return Ok(Accel::Tcg);
+            }
+            let host = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+            let mut fp = images::stamp::Fingerprint::new();
+            fp.add_str("host", host.trim()).add_str("qemu", &config.binary.version);
+            let verdict_path = images::cache_dir().join(format!("kvm-probe-{}", fp.hex()));
+            if let Ok(v) = std::fs::read_to_string(&verdict_path) {
+                return Ok(if v.trim() == "works" { Accel::Kvm } else { Accel::Tcg });
+            }
+            let probe = VmConfig {
+                binary: config.binary.clone(),
+                accel: Accel::Kvm,
+                kernel: config.kernel.clone(),
+                initramfs: config.initramfs.clone(),
+                run_dir: config.run_dir.join("kvm-probe"),
+                memory_mb: 256,
+                smp: 1,
+                share_dir: None,
+                guest_script: Some("true".into()),
+                keep: false,
+                extra_cmdline: Vec::new(),
+                extra_args: Vec::new(),
+            };
+            let works = Vm::start(&probe)
+                .and_then(|mut vm| vm.wait_for("probe result", Duration::from_secs(30), |l| l.contains("HMBT-RESULT")))
+                .is_ok();
+            std::fs::create_dir_all(images::cache_dir())?;
+            std::fs::write(&verdict_path, if works { "works\n" } else { "hangs\n" })?;
+            println!(
+                "    KVM probe: {}",
+                if works { "works" } else { "does not boot, using TCG" }
+            );
+            Ok(if works { Accel::Kvm } else { Accel::Tcg })
+        }
+    }
+}

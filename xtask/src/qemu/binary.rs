@@ -1,0 +1,140 @@
+//! Which QEMU runs the guest: bookworm's 7.2 (/usr/bin, installed by `deps`)
+//! or bookworm-backports' 10.0, unpacked into the cache next to it (never
+//! installed: the system binary stays 7.2) and run with `-L` for its firmware
+//! and QEMU_MODULE_DIR for its modules.
+
+use crate::deps::{self, Need};
+use crate::images::apt_env::AptEnv;
+use crate::images::stamp::{Fingerprint, Stamp};
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+use xshell::{cmd, Shell};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum QemuVersion {
+    #[value(name = "7.2")]
+    V7_2,
+    #[value(name = "10.0")]
+    V10_0,
+}
+
+#[derive(Clone)]
+pub struct QemuBinary {
+    pub path: PathBuf,
+    /// `-L` firmware directories, searched before the built-in ones.
+    pub firmware_dirs: Vec<PathBuf>,
+    pub env: Vec<(String, String)>,
+    /// First line of `-version`.
+    pub version: String,
+}
+
+const BACKPORTS: &str = "bookworm-backports";
+/// The 10.0 packages unpacked into the cache; their other Depends are host libraries.
+const UNPACKED: &[&str] = &["qemu-system-x86", "qemu-system-common", "qemu-system-data", "seabios"];
+
+pub fn ensure(sh: &Shell, which: QemuVersion) -> Result<QemuBinary> {
+    let binary = match which {
+        QemuVersion::V7_2 => QemuBinary {
+            path: PathBuf::from("/usr/bin/qemu-system-x86_64"),
+            firmware_dirs: Vec::new(),
+            env: Vec::new(),
+            version: String::new(),
+        },
+        QemuVersion::V10_0 => ensure_backports_qemu(sh)?,
+    };
+    let path = &binary.path;
+    let mut command = cmd!(sh, "{path} -version").quiet();
+    for (k, v) in &binary.env {
+        command = command.env(k, v);
+    }
+    let version = command
+        .read()
+        .with_context(|| format!("{} does not run", path.display()))?;
+    let first = version.lines().next().unwrap_or_default().to_string();
+    let want = match which {
+        QemuVersion::V7_2 => "version 7.2",
+        QemuVersion::V10_0 => "version 10.0",
+    };
+    if !first.contains(want) {
+        bail!("{} reports {first:?}, expected {want}", path.display());
+    }
+    Ok(QemuBinary {
+        version: first,
+        ..binary
+    })
+}
+
+fn ensure_backports_qemu(sh: &Shell) -> Result<QemuBinary> {
+    if crate::images::apt_env::host_codename().as_deref() != Some("bookworm") {
+        bail!("--qemu 10.0 is taken from bookworm-backports and needs a bookworm host; use --qemu 7.2");
+    }
+    deps::ensure_backports_source(sh, "bookworm")?;
+    let env = AptEnv::Host;
+    let dir = crate::images::cache_dir().join("qemu-10.0");
+    let root = dir.join("root");
+    // Warm path: apt's state is unchanged since the last unpack, so are the candidates.
+    let mut state = env.apt_state()?;
+    state.add_str("recipe", "1");
+    let quick = Stamp::new(dir.join("apt-state.stamp"), &state);
+    if quick.is_fresh() && root.join("usr/bin/qemu-system-x86_64").exists() {
+        return Ok(unpacked_binary(&root));
+    }
+    let release = Some(BACKPORTS);
+    let mut packages = Vec::new();
+    let mut libraries = Vec::new();
+    for p in UNPACKED {
+        packages.push((p.to_string(), env.candidate(sh, release, p)?));
+    }
+    for p in &UNPACKED[..2] {
+        for dep in env.depends(sh, release, p)? {
+            if !UNPACKED.contains(&dep.as_str()) && !dep.starts_with("qemu-") && !dep.starts_with("ipxe") {
+                libraries.push(Need::new(&dep, "runtime library of the cached QEMU 10.0"));
+            }
+        }
+    }
+    libraries.sort_by(|a, b| a.package.cmp(&b.package));
+    libraries.dedup_by(|a, b| a.package == b.package);
+    deps::ensure(sh, &libraries)?;
+
+    let mut fp = Fingerprint::new();
+    fp.add_str("recipe", "1");
+    for (p, v) in &packages {
+        fp.add_str(p, v);
+    }
+    let stamp = Stamp::new(dir.join("unpacked.stamp"), &fp);
+    if !(stamp.is_fresh() && root.join("usr/bin/qemu-system-x86_64").exists()) {
+        stamp.invalidate()?;
+        let debs = dir.join("debs");
+        for d in [&debs, &root] {
+            if d.exists() {
+                std::fs::remove_dir_all(d)?;
+            }
+        }
+        println!("    apt-get download (host, {BACKPORTS}): {}", UNPACKED.join(" "));
+        env.download(sh, &packages, &debs)?;
+        for entry in std::fs::read_dir(&debs)? {
+            let deb = entry?.path();
+            cmd!(sh, "timeout --foreground 300 dpkg-deb -x {deb} {root}")
+                .quiet()
+                .run()?;
+        }
+        std::fs::remove_dir_all(&debs)?;
+        stamp.record()?;
+    }
+    quick.record()?;
+    Ok(unpacked_binary(&root))
+}
+
+fn unpacked_binary(root: &std::path::Path) -> QemuBinary {
+    QemuBinary {
+        path: root.join("usr/bin/qemu-system-x86_64"),
+        firmware_dirs: vec![root.join("usr/share/qemu"), root.join("usr/share/seabios")],
+        env: vec![(
+            "QEMU_MODULE_DIR".to_string(),
+            root.join("usr/lib/x86_64-linux-gnu/qemu")
+                .to_string_lossy()
+                .into_owned(),
+        )],
+        version: String::new(),
+    }
+}

@@ -1,0 +1,145 @@
+//! Reading the guest console log as it grows: complete lines, the markers
+//! printed by images/guest/init, and kernel fault reports.
+
+use anyhow::{Context, Result};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+/// Kernel messages that mean the run cannot be trusted.
+const FAULT_PATTERNS: &[&str] = &[
+    "Oops",
+    "BUG:",
+    "WARNING:",
+    "KASAN",
+    "UBSAN",
+    "Kernel panic",
+    "general protection fault",
+    "Call Trace:",
+    "list_del corruption",
+    "refcount_t:",
+];
+
+/// True for a kernel log line (`[    1.234567] ...`, printk.time=1) reporting a fault.
+/// Only kernel lines are checked: the job's own output may say "WARNING:".
+pub fn is_fault_line(line: &str) -> bool {
+    let Some(rest) = line.trim_start_matches(['\r', '\0']).strip_prefix('[') else {
+        return false;
+    };
+    let Some((stamp, message)) = rest.split_once(']') else {
+        return false;
+    };
+    let stamp = stamp.trim();
+    if stamp.is_empty() || !stamp.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return false;
+    }
+    FAULT_PATTERNS.iter().any(|p| message.contains(p))
+}
+
+/// `HMBT-RESULT rc=N` -> Some(N).
+pub fn parse_result(line: &str) -> Option<i32> {
+    let at = line.find("HMBT-RESULT rc=")?;
+    line[at + "HMBT-RESULT rc=".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+pub struct ConsoleLog {
+    path: PathBuf,
+    offset: u64,
+    partial: String,
+    pub lines: Vec<String>,
+    pub faults: Vec<String>,
+}
+
+impl ConsoleLog {
+    pub fn new(path: &Path) -> ConsoleLog {
+        ConsoleLog {
+            path: path.to_path_buf(),
+            offset: 0,
+            partial: String::new(),
+            lines: Vec::new(),
+            faults: Vec::new(),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Read what was appended since the last call; returns the new complete lines.
+    pub fn poll(&mut self) -> Result<Vec<String>> {
+        let mut file = match std::fs::File::open(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e).with_context(|| format!("opening {}", self.path.display())),
+        };
+        file.seek(SeekFrom::Start(self.offset))?;
+        let mut buf = Vec::new();
+        file.read_to_end(&mut buf)?;
+        self.offset += buf.len() as u64;
+        Ok(self.feed(&String::from_utf8_lossy(&buf)))
+    }
+
+    /// Split text into lines, keeping an incomplete tail for the next call.
+    pub fn feed(&mut self, text: &str) -> Vec<String> {
+        self.partial.push_str(text);
+        let mut fresh = Vec::new();
+        while let Some(end) = self.partial.find('\n') {
+            let line: String = self.partial[..end].trim_end_matches('\r').to_string();
+            self.partial.drain(..=end);
+            if is_fault_line(&line) {
+                self.faults.push(line.clone());
+            }
+            fresh.push(line.clone());
+            self.lines.push(line);
+        }
+        fresh
+    }
+
+    /// The last `n` lines, for error messages.
+    pub fn tail(&self, n: usize) -> String {
+        let start = self.lines.len().saturating_sub(n);
+        let mut out = self.lines[start..].join("\n");
+        if !self.partial.is_empty() {
+            out.push('\n');
+            out.push_str(&self.partial);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_kernel_lines_count_as_faults() {
+        assert!(is_fault_line(
+            "[   12.345678] BUG: kernel NULL pointer dereference, address: 0"
+        ));
+        assert!(is_fault_line("[    0.1] WARNING: CPU: 0 PID: 1 at mm/x.c:1 f+0x1/0x2"));
+        assert!(is_fault_line(
+            "[    3.000001] Kernel panic - not syncing: Attempted to kill init!"
+        ));
+        assert!(!is_fault_line("WARNING: the job printed this"));
+        assert!(!is_fault_line("[ok] BUG: not a kernel line"));
+        assert!(!is_fault_line(
+            "[    1.000000] virtio_blk virtio0: 1/0/0 default/read/poll queues"
+        ));
+    }
+
+    #[test]
+    fn lines_are_split_across_reads_and_results_parsed() {
+        let mut log = ConsoleLog::new(Path::new("/nonexistent"));
+        assert!(log.feed("HMBT-RES").is_empty());
+        let lines = log.feed("ULT rc=3\r\n[ 1.0] Oops: 0002\nrest");
+        assert_eq!(lines, ["HMBT-RESULT rc=3", "[ 1.0] Oops: 0002"]);
+        assert_eq!(parse_result(&lines[0]), Some(3));
+        assert_eq!(log.faults.len(), 1);
+        assert!(log.tail(1).ends_with("rest"));
+        assert_eq!(parse_result("HMBT-RESULT rc=x"), None);
+        assert_eq!(parse_result("noise [ 2.0] xHMBT-RESULT rc=0"), Some(0));
+    }
+}
