@@ -100,9 +100,14 @@ pub enum CatalogError {
     Duplicate(u16),
     #[error("catalog opcode {name}: field {field} has type {ty:?} (expected u8, u16, u32 or u64)")]
     FieldType { name: String, field: String, ty: String },
+    #[error("catalog opcode {name}: a pair key needs 1 to {max} fields", max = MAX_PAIR_KEY)]
+    PairKey { name: String },
     #[error("catalog opcode {name}: pccx mapping names field {field:?}, which it does not have")]
     MissingField { name: String, field: String },
 }
+
+/// Most key fields of a begin/end pair.
+pub const MAX_PAIR_KEY: usize = 4;
 
 /// Largest catalog file read, so a wrong path cannot exhaust memory.
 const MAX_CATALOG_BYTES: u64 = 16 << 20;
@@ -167,6 +172,11 @@ impl Catalog {
                         field: f.name.clone(),
                         ty: f.ty.clone(),
                     });
+                }
+            }
+            if let Some(PccxMap::Begin { key, .. } | PccxMap::End { key, .. }) = &op.pccx {
+                if key.is_empty() || key.len() > MAX_PAIR_KEY {
+                    return Err(CatalogError::PairKey { name: op.name.clone() });
                 }
             }
             for needed in pccx_fields(op) {

@@ -50,12 +50,12 @@ pub fn bytes(n: u64) -> String {
 }
 
 /// Decoded payload fields as (name, value) pairs, in catalog order.
-pub fn fields(catalog: &Catalog, item: &Item<'_>) -> Vec<(String, u64)> {
+pub fn fields<'c>(catalog: &'c Catalog, item: &Item<'_>) -> Vec<(&'c str, u64)> {
     match catalog.get(item.opcode()) {
         Some(op) => op
             .fields
             .iter()
-            .filter_map(|f| read_field(item.payload, f).map(|v| (f.name.clone(), v)))
+            .filter_map(|f| read_field(item.payload, f).map(|v| (f.name.as_str(), v)))
             .collect(),
         None => Vec::new(),
     }

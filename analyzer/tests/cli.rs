@@ -258,3 +258,18 @@ fn stdin_is_streamed() {
     let direct = run(f.dir.path(), &["gaps", "drops.bin"]);
     assert!(direct.contains(&piped), "stdin and file give the same gaps");
 }
+
+#[test]
+fn writing_over_the_input_is_refused() {
+    let f = Fixtures::new();
+    let before = std::fs::read(f.path("drops.bin")).unwrap();
+    let mut text = run(f.dir.path(), &["filter", "drops.bin", "-o", "drops.bin"]);
+    text.push_str(&run(
+        f.dir.path(),
+        &["convert", "drops.bin", "--format", "csv", "-o", "./drops.bin"],
+    ));
+    text.push_str(&run(f.dir.path(), &["report", "drops.bin", "-o", "drops.bin"]));
+    text.push_str(&run(f.dir.path(), &["export", "pccx", "drops.bin", "-o", "drops.bin"]));
+    assert_eq!(std::fs::read(f.path("drops.bin")).unwrap(), before, "input untouched");
+    insta::assert_snapshot!("same_output", text);
+}

@@ -366,3 +366,47 @@ fn a_reloaded_ring_with_the_same_epoch_is_not_mistaken_for_the_old_one() {
         ]
     );
 }
+
+#[test]
+fn a_corrupt_trace_is_set_aside_and_a_new_one_started() {
+    let rig = Rig::new(8192);
+    // A valid header followed by an item with the PAD flag: damaged, not torn.
+    let mut bytes = hmb_trace_file::FileHeader::new(1, 0, 8192, 1).encode().to_vec();
+    let mut item = [0u8; 32];
+    item[6..8].copy_from_slice(&HMB_RECORD_FLAG_PAD.to_le_bytes());
+    bytes.extend_from_slice(&item);
+    std::fs::write(&rig.out, &bytes).unwrap();
+    let mut p = rig.producer();
+    for _ in 0..5 {
+        produce(&mut p, SEED, Workload::Ssd, true);
+    }
+    p.freeze();
+    let (code, stderr) = rig.run(&[]);
+    assert_eq!(code, 8, "{stderr}");
+    let aside = rig.dir.path().join("trace.bin.corrupt.0");
+    assert_eq!(
+        std::fs::read(&aside).unwrap(),
+        bytes,
+        "the damaged file is kept as it was"
+    );
+    let items = read_trace(&rig.out);
+    assert_eq!(check_records(&items, SEED, Workload::Ssd), (0..5).collect::<Vec<_>>());
+}
+
+#[test]
+fn fsync_per_batch_streams_the_same_file() {
+    let rig = Rig::new(16384);
+    let daemon = rig.spawn(&["--fsync", "batch", "--max-batch-kib", "4"]);
+    let mut p = rig.producer();
+    for _ in 0..2000 {
+        produce(&mut p, SEED, Workload::Npu, true);
+    }
+    p.freeze();
+    let out = daemon.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(8), "{}", String::from_utf8_lossy(&out.stderr));
+    let items = read_trace(&rig.out);
+    assert_eq!(
+        check_records(&items, SEED, Workload::Npu),
+        (0..2000).collect::<Vec<_>>()
+    );
+}

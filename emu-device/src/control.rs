@@ -6,7 +6,6 @@
 //! `{"ok":false,"error":"..."}`.
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
-use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -169,22 +168,7 @@ pub struct ControlServer {
 
 impl ControlServer {
     pub fn start(path: &Path, handler: Arc<dyn Handler>) -> Result<Self, EmuError> {
-        if let Ok(meta) = std::fs::symlink_metadata(path) {
-            if !meta.file_type().is_socket() {
-                return Err(EmuError::Control(format!(
-                    "{} exists and is not a socket",
-                    path.display()
-                )));
-            }
-            if UnixStream::connect(path).is_ok() {
-                return Err(EmuError::Control(format!(
-                    "{} is in use by a running emu-device",
-                    path.display()
-                )));
-            }
-            std::fs::remove_file(path).map_err(|e| EmuError::io("removing stale control socket", e))?;
-        }
-        let listener = UnixListener::bind(path).map_err(|e| EmuError::io("binding control socket", e))?;
+        let listener = crate::sockpath::bind_listener(path, "control socket")?;
         listener
             .set_nonblocking(true)
             .map_err(|e| EmuError::io("control socket", e))?;

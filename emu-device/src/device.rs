@@ -588,7 +588,7 @@ impl Device {
                     self.start_production()?;
                     Ok(json!({"producing": true}))
                 } else {
-                    Ok(json!({"producing": false, "pending": format!("{:?}", self.phase())}))
+                    Ok(json!({"producing": false, "pending": self.phase()}))
                 }
             }
             Request::Stop => {

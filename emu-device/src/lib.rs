@@ -15,6 +15,7 @@ pub mod hmb;
 pub mod ivshmem;
 pub mod production;
 pub mod serve;
+pub mod sockpath;
 pub mod transport;
 
 pub use error::EmuError;

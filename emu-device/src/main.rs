@@ -243,6 +243,16 @@ fn serve(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
+/// Print a line on stdout; a closed pipe (`| head`) ends quietly, not in
+/// a panic.
+fn say(text: impl std::fmt::Display) -> Result<()> {
+    use std::io::Write;
+    match writeln!(std::io::stdout().lock(), "{text}") {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        other => Ok(other?),
+    }
+}
+
 fn ctl(control: PathBuf, timeout: u64, cmd: CtlCmd) -> Result<()> {
     let req = match cmd {
         CtlCmd::Status => Request::Status,
@@ -272,7 +282,7 @@ fn ctl(control: PathBuf, timeout: u64, cmd: CtlCmd) -> Result<()> {
     };
     let resp = call(&control, &req, Duration::from_secs(timeout))?;
     if resp.ok {
-        println!("{}", serde_json::to_string_pretty(&resp.result.unwrap_or_default())?);
+        say(serde_json::to_string_pretty(&resp.result.unwrap_or_default())?)?;
         Ok(())
     } else {
         bail!("{}", resp.error.unwrap_or_else(|| "request failed".into()))
@@ -289,17 +299,17 @@ fn peer(socket: PathBuf, vectors: u16, cmd: PeerCmd) -> Result<()> {
                 .iter()
                 .map(|(id, fds)| format!("{id}({} vectors)", fds.len()))
                 .collect();
-            println!(
+            say(format!(
                 "id {} shm {} bytes own vectors {} peers [{}]",
                 client.id,
                 shm_size,
                 client.own.len(),
                 peers.join(", ")
-            );
+            ))?;
         }
         PeerCmd::Ring { peer, vector } => {
             client.ring(peer, vector)?;
-            println!("rang peer {peer} vector {vector}");
+            say(format!("rang peer {peer} vector {vector}"))?;
         }
         PeerCmd::Watch { vector, seconds } => {
             let deadline = std::time::Instant::now() + Duration::from_secs(seconds);
@@ -307,7 +317,7 @@ fn peer(socket: PathBuf, vectors: u16, cmd: PeerCmd) -> Result<()> {
             while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
                 if let Some(n) = client.wait_interrupt(vector, left)? {
                     total += n;
-                    println!("interrupt on vector {vector} (x{n}, total {total})");
+                    say(format!("interrupt on vector {vector} (x{n}, total {total})"))?;
                 }
             }
         }

@@ -22,7 +22,27 @@ fn text(o: &Output) -> String {
     )
 }
 
-fn serve(dir: &Path, extra: &[&str]) -> Child {
+/// The device process, killed when the test ends however it ends.
+struct Device(Child);
+impl Drop for Device {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+impl std::ops::Deref for Device {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+impl std::ops::DerefMut for Device {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+fn serve(dir: &Path, extra: &[&str]) -> Device {
     let child = Command::new(BIN)
         .arg("serve")
         .arg("--socket")
@@ -31,13 +51,17 @@ fn serve(dir: &Path, extra: &[&str]) -> Child {
         .arg(dir.join("ctl.sock"))
         .args(extra)
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let mut child = Device(child);
     let deadline = Instant::now() + T;
     // Connectable, not just present: a stale file may be there after SIGKILL.
     while std::os::unix::net::UnixStream::connect(dir.join("ctl.sock")).is_err() {
-        assert!(Instant::now() < deadline, "emu-device did not come up");
+        assert!(
+            child.try_wait().unwrap().is_none() && Instant::now() < deadline,
+            "emu-device did not come up"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     child
@@ -146,7 +170,18 @@ fn qemu_disconnecting_ends_the_device_and_stay_keeps_it() {
     assert!(!dir.path().join("ivs.sock").exists());
 
     let mut child = serve(dir.path(), &["--stay-after-disconnect"]);
-    drop(IvshmemClient::connect(&dir.path().join("ivs.sock"), 2, T).unwrap());
+    // The debug peer is a client too: it prints its setup and leaves.
+    let o = run(&[
+        "peer",
+        "--socket",
+        dir.path().join("ivs.sock").to_str().unwrap(),
+        "info",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        text(&o).trim(),
+        "id 1 shm 33554432 bytes own vectors 2 peers [0(2 vectors)]"
+    );
     // A second QEMU can come after the first left.
     let again = IvshmemClient::connect(&dir.path().join("ivs.sock"), 2, T).unwrap();
     assert_eq!(again.id, 1);

@@ -15,6 +15,15 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_emu-device");
 
+/// Kills the process when the test ends, passed or failed.
+struct Reaped(std::process::Child);
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn guest_images() -> Option<(PathBuf, PathBuf)> {
     let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/hmb-trace/cache");
     let kernel = std::env::var_os("HMB_GUEST_KERNEL").map(PathBuf::from).or_else(|| {
@@ -73,15 +82,17 @@ fn the_kernel_module_handshakes_and_receives_msix_interrupts() {
         dir.path().join("ctl.sock"),
         dir.path().join("console.log"),
     );
-    let mut device = Command::new(BIN)
+    let device = Command::new(BIN)
         .args(["serve", "--workload", "ssd", "--seed", "4", "--rate", "20000"])
         .arg("--socket")
         .arg(&ivs)
         .arg("--control")
         .arg(&sock)
+        .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let mut device = Reaped(device);
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::os::unix::net::UnixStream::connect(&sock).is_err() {
         assert!(Instant::now() < deadline, "emu-device did not start");
@@ -98,7 +109,7 @@ fn the_kernel_module_handshakes_and_receives_msix_interrupts() {
     {
         qemu.arg("-L").arg(dir);
     }
-    let mut qemu = qemu
+    let qemu = qemu
         .args([
             "-nodefaults",
             "-no-user-config",
@@ -122,9 +133,11 @@ fn the_kernel_module_handshakes_and_receives_msix_interrupts() {
         .arg(format!("socket,path={},id=ivs", ivs.display()))
         .args(["-device", "ivshmem-doorbell,chardev=ivs,vectors=2"])
         .stdin(Stdio::null())
+        .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let mut qemu = Reaped(qemu);
 
     // The module's doorbell starts production.
     let deadline = Instant::now() + Duration::from_secs(240);
@@ -132,9 +145,7 @@ fn the_kernel_module_handshakes_and_receives_msix_interrupts() {
         if let Some(s) = ctl(&sock, &["status"]).filter(|s| s["phase"] == "producing") {
             break s;
         }
-        if Instant::now() > deadline || qemu.try_wait().unwrap().is_some() {
-            let _ = qemu.kill();
-            let _ = device.kill();
+        if Instant::now() > deadline || qemu.0.try_wait().unwrap().is_some() {
             panic!(
                 "no handshake; console:\n{}",
                 std::fs::read_to_string(&console).unwrap_or_default()
@@ -146,9 +157,9 @@ fn the_kernel_module_handshakes_and_receives_msix_interrupts() {
     assert!(status["doorbells"].as_u64().unwrap() >= 1);
 
     let deadline = Instant::now() + Duration::from_secs(240);
-    while qemu.try_wait().unwrap().is_none() {
+    while qemu.0.try_wait().unwrap().is_none() {
         if Instant::now() > deadline {
-            let _ = qemu.kill();
+            let _ = qemu.0.kill();
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -172,7 +183,7 @@ fn the_kernel_module_handshakes_and_receives_msix_interrupts() {
     // QEMU powered off: emu-device exits cleanly by itself.
     let deadline = Instant::now() + Duration::from_secs(10);
     let st = loop {
-        if let Some(st) = device.try_wait().unwrap() {
+        if let Some(st) = device.0.try_wait().unwrap() {
             break st;
         }
         assert!(Instant::now() < deadline, "emu-device did not exit after QEMU");

@@ -282,6 +282,17 @@ fn qemu_connects_interrupts_flow_both_ways_and_the_ring_lives_through_a_reset() 
     assert!(!qmp.query_status(T).unwrap().running);
     qmp.cont(T).unwrap();
 
+    // system_reset: QEMU reports RESET and keeps its ivshmem connection.
+    qmp.system_reset(T).unwrap();
+    let ev = qmp.wait_event("RESET", T).unwrap();
+    assert_eq!(ev["event"], "RESET");
+    assert_eq!(ctl(&ctl_sock, Request::Status)["guests"], serde_json::json!([1]));
+    // A device on the root bus cannot be hot-unplugged: a clean QMP error.
+    match qmp.device_del("hmb0", T) {
+        Err(hmb_qmp::QmpError::Command { command, .. }) => assert_eq!(command, "device_del"),
+        other => panic!("device_del on pcie.0: {other:?}"),
+    }
+
     // QEMU quits: emu-device sees the disconnect and shuts down cleanly.
     drop(q);
     qmp.quit(T).unwrap();

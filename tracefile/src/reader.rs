@@ -145,22 +145,6 @@ fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> Result<usize, FileError> {
     Ok(n)
 }
 
-const PAGE: usize = 4096;
-const PREFETCH_AHEAD: usize = 4 * PAGE;
-
-#[inline(always)]
-fn prefetch(bytes: &[u8], at: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if at < bytes.len() {
-        // SAFETY: `at` is in bounds; prefetch has no architectural effect.
-        unsafe {
-            core::arch::x86_64::_mm_prefetch(bytes.as_ptr().add(at) as *const i8, core::arch::x86_64::_MM_HINT_T0);
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (bytes, at);
-}
-
 /// Reader over a whole file in memory (or mapped). Items borrow the slice,
 /// so it is a plain `Iterator`; it stops after the first error.
 pub struct SliceReader<'a> {
@@ -222,13 +206,7 @@ impl<'a> Iterator for SliceReader<'a> {
         let offset = self.pos as u64;
         match parse_item(avail, offset) {
             Ok(ItemParse::Item(item)) => {
-                let next = self.pos + item.size() as usize;
-                // Entering a new page: start loading a few pages ahead, which
-                // the hardware prefetcher does not do across page boundaries.
-                if next / PAGE != self.pos / PAGE {
-                    prefetch(self.bytes, next + PREFETCH_AHEAD);
-                }
-                self.pos = next;
+                self.pos += item.size() as usize;
                 Some(Ok(item))
             }
             Ok(ItemParse::NeedMore { need }) => {

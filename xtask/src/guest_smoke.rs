@@ -28,6 +28,9 @@ pub struct SmokeArgs {
     /// After the checks, leave a shell on this terminal; `poweroff -f` ends the VM.
     #[arg(long)]
     pub keep: bool,
+    /// Extra shell commands for the guest, run after the smoke checks.
+    #[arg(long)]
+    pub run: Option<String>,
 }
 
 /// How long a --keep session may last.
@@ -49,7 +52,12 @@ pub fn run(args: SmokeArgs) -> Result<()> {
     std::fs::create_dir_all(&share)?;
     let mut config = VmConfig::new(qemu, &image, run_dir.clone());
     config.share_dir = Some(share.clone());
-    config.guest_script = Some(smoke_script(&image.our_modules));
+    let mut script = smoke_script(&image.our_modules);
+    if let Some(extra) = &args.run {
+        script.push_str(extra);
+        script.push('\n');
+    }
+    config.guest_script = Some(script);
     config.keep = args.keep;
     config.accel = phases.run("accelerator", || resolve_accel(args.accel, &config))?;
     println!("    accelerator: {:?}", config.accel);

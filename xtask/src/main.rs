@@ -1,18 +1,8 @@
 //! `cargo xtask <command>`: the project's entry points for people and CI.
 
-mod boot;
-mod deps;
-mod guest_smoke;
-mod images;
-mod interrupt;
-mod phases;
-mod qemu;
-mod test_cmd;
-mod truth;
-mod vectors;
-
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use xtask::{boot, conformance_cmd, deps, guest_smoke, images, test_cmd, vectors};
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "hmb-trace project tasks", version)]
@@ -25,6 +15,8 @@ struct Cli {
 enum Command {
     /// The main job: emulated SSD -> QEMU guest (real module and daemon) -> trace.bin -> report.
     Boot(boot::BootArgs),
+    /// Conformance scenarios on real guest kernels (snapshots, table, JUnit).
+    Conformance(conformance_cmd::ConformanceArgs),
     /// Run everything CI runs: formatting, clippy, host tests, ABI checks.
     Test(test_cmd::TestArgs),
     /// Regenerate docs/test-vectors/v1 from the reference producer.
@@ -41,18 +33,11 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Boot(args) => boot::run(args),
+        Command::Conformance(args) => conformance_cmd::run(args),
         Command::Test(args) => test_cmd::run(args),
         Command::Vectors => vectors::run(),
         Command::Deps(args) => deps::run(args),
         Command::Image(args) => images::run(args),
         Command::GuestSmoke(args) => guest_smoke::run(args),
     }
-}
-
-/// The workspace root, whichever directory cargo was started from.
-pub fn workspace_root() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives one level below the root")
-        .to_path_buf()
 }

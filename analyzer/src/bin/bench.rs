@@ -173,7 +173,11 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
         "walk       {:.2} GB/s  decode + epoch/seq bookkeeping only (mmap)",
         len as f64 / t.elapsed().as_secs_f64() / 1e9
     );
-    println!("ratio      stats / read = {:.2} wall, {:.2} per CPU-second", best / read_bw, best_cpu / read_cpu);
+    println!(
+        "ratio      stats / read = {:.2} wall, {:.2} per CPU-second",
+        best / read_bw,
+        best_cpu / read_cpu
+    );
     if !keep {
         std::fs::remove_file(&path)?;
     }

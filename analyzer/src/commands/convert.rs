@@ -5,7 +5,8 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::ops::ControlFlow;
 
-use serde_json::{json, Map, Value};
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
 
 use crate::cli::{ConvertArgs, ConvertFormat};
 use crate::commands::{walk_trace, Ctx};
@@ -16,19 +17,77 @@ use crate::walk::Event;
 
 const CSV_HEADER: &str = "kind,offset,epoch,seq,timestamp_ns,opcode,name,source,length,fields";
 
-/// One output row before formatting.
-struct Row {
+/// One output row; serialises as one JSON line (record fields, or the
+/// marker's payload words at top level).
+struct Row<'c> {
     kind: &'static str,
     offset: u64,
     epoch: u64,
-    seq: Option<u64>,
-    timestamp_ns: Option<u64>,
-    opcode: Option<u16>,
-    name: String,
-    source: Option<u32>,
-    length: Option<usize>,
-    fields: Vec<(String, u64)>,
+    record: Option<RecordPart<'c>>,
+    fields: Vec<(&'c str, u64)>,
+}
+
+struct RecordPart<'c> {
+    seq: u64,
+    timestamp_ns: u64,
+    opcode: u16,
+    name: &'c str,
+    fallback_name: String,
+    source: u32,
+    length: usize,
     payload: Option<String>,
+}
+
+impl RecordPart<'_> {
+    fn name(&self) -> &str {
+        if self.name.is_empty() {
+            &self.fallback_name
+        } else {
+            self.name
+        }
+    }
+}
+
+/// Fields as a JSON object, in catalog order.
+struct FieldMap<'a, 'c>(&'a [(&'c str, u64)]);
+
+impl Serialize for FieldMap<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+impl Serialize for Row<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("kind", self.kind)?;
+        m.serialize_entry("offset", &self.offset)?;
+        m.serialize_entry("epoch", &self.epoch)?;
+        match &self.record {
+            Some(r) => {
+                m.serialize_entry("seq", &r.seq)?;
+                m.serialize_entry("timestamp_ns", &r.timestamp_ns)?;
+                m.serialize_entry("opcode", &r.opcode)?;
+                m.serialize_entry("name", r.name())?;
+                m.serialize_entry("source", &r.source)?;
+                m.serialize_entry("length", &r.length)?;
+                m.serialize_entry("fields", &FieldMap(&self.fields))?;
+                if let Some(p) = &r.payload {
+                    m.serialize_entry("payload_hex", p)?;
+                }
+            }
+            None => {
+                for (k, v) in &self.fields {
+                    m.serialize_entry(k, v)?;
+                }
+            }
+        }
+        m.end()
+    }
 }
 
 pub fn run(ctx: &Ctx, args: &ConvertArgs, stdout: &mut dyn Write) -> Result<(), AppError> {
@@ -36,6 +95,7 @@ pub fn run(ctx: &Ctx, args: &ConvertArgs, stdout: &mut dyn Write) -> Result<(), 
     let mut file_out;
     let out: &mut dyn Write = match &args.output {
         Some(p) => {
+            crate::commands::ensure_distinct(&args.trace, p)?;
             file_out = BufWriter::new(File::create(p).map_err(|e| AppError::new(IO, format!("{}: {e}", p.display())))?);
             &mut file_out
         }
@@ -55,7 +115,9 @@ pub fn run(ctx: &Ctx, args: &ConvertArgs, stdout: &mut dyn Write) -> Result<(), 
             };
             let r = match args.format {
                 ConvertFormat::Csv => write_csv(out, &row, args.payload),
-                ConvertFormat::Jsonl => writeln!(out, "{}", to_json(&row)),
+                ConvertFormat::Jsonl => serde_json::to_writer(&mut *out, &row)
+                    .map_err(std::io::Error::other)
+                    .and_then(|()| out.write_all(b"\n")),
             };
             match r {
                 Ok(()) => ControlFlow::Continue(()),
@@ -73,40 +135,42 @@ pub fn run(ctx: &Ctx, args: &ConvertArgs, stdout: &mut dyn Write) -> Result<(), 
     walked.status()
 }
 
-fn marker(kind: &'static str, offset: u64, epoch: u64, f: &[(&str, u64)]) -> Row {
+fn marker<'c>(kind: &'static str, offset: u64, epoch: u64, f: &[(&'c str, u64)]) -> Row<'c> {
     Row {
         kind,
         offset,
         epoch,
-        seq: None,
-        timestamp_ns: None,
-        opcode: None,
-        name: String::new(),
-        source: None,
-        length: None,
-        fields: f.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-        payload: None,
+        record: None,
+        fields: f.to_vec(),
     }
 }
 
-fn to_row(ctx: &Ctx, filter: &Filter, payload: bool, ev: &Event<'_, '_>) -> Option<Row> {
+fn to_row<'c>(ctx: &'c Ctx, filter: &Filter, payload: bool, ev: &Event<'_, '_>) -> Option<Row<'c>> {
     Some(match *ev {
         Event::Record { epoch, item } => {
             if !filter.keeps(epoch, item) {
                 return None;
             }
+            let op = ctx.catalog.get(item.opcode());
             Row {
                 kind: "record",
                 offset: item.offset,
                 epoch,
-                seq: Some(item.seq()),
-                timestamp_ns: Some(item.timestamp_ns()),
-                opcode: Some(item.opcode()),
-                name: ctx.catalog.name(item.opcode()),
-                source: Some(item.source()),
-                length: Some(item.payload.len()),
+                record: Some(RecordPart {
+                    seq: item.seq(),
+                    timestamp_ns: item.timestamp_ns(),
+                    opcode: item.opcode(),
+                    name: op.map_or("", |o| o.name.as_str()),
+                    fallback_name: if op.is_some() {
+                        String::new()
+                    } else {
+                        ctx.catalog.name(item.opcode())
+                    },
+                    source: item.source(),
+                    length: item.payload.len(),
+                    payload: payload.then(|| hex(item.payload)),
+                }),
                 fields: fields(&ctx.catalog, item),
-                payload: payload.then(|| hex(item.payload)),
             }
         }
         Event::Lost {
@@ -137,62 +201,45 @@ fn to_row(ctx: &Ctx, filter: &Filter, payload: bool, ev: &Event<'_, '_>) -> Opti
     })
 }
 
-fn opt<T: ToString>(v: Option<T>) -> String {
-    v.map(|v| v.to_string()).unwrap_or_default()
-}
-
 /// Quote a CSV cell if it needs it (names come from a user catalog).
-fn cell(s: &str) -> String {
+fn cell(s: &str) -> std::borrow::Cow<'_, str> {
     if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
+        format!("\"{}\"", s.replace('"', "\"\"")).into()
     } else {
-        s.to_string()
+        s.into()
     }
 }
 
-fn write_csv(out: &mut dyn Write, r: &Row, payload: bool) -> std::io::Result<()> {
-    let fields: Vec<String> = r.fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    write!(
-        out,
-        "{},{},{},{},{},{},{},{},{},{}",
-        r.kind,
-        r.offset,
-        r.epoch,
-        opt(r.seq),
-        opt(r.timestamp_ns),
-        r.opcode.map(|o| format!("{o:#06x}")).unwrap_or_default(),
-        cell(&r.name),
-        opt(r.source),
-        opt(r.length),
-        cell(&fields.join(";"))
-    )?;
+fn write_csv(out: &mut dyn Write, r: &Row<'_>, payload: bool) -> std::io::Result<()> {
+    let mut fields = String::new();
+    for (i, (k, v)) in r.fields.iter().enumerate() {
+        if i > 0 {
+            fields.push(';');
+        }
+        use std::fmt::Write as _;
+        let _ = write!(fields, "{k}={v}");
+    }
+    write!(out, "{},{},{},", r.kind, r.offset, r.epoch)?;
+    match &r.record {
+        Some(p) => write!(
+            out,
+            "{},{},{:#06x},{},{},{},{}",
+            p.seq,
+            p.timestamp_ns,
+            p.opcode,
+            cell(p.name()),
+            p.source,
+            p.length,
+            cell(&fields)
+        )?,
+        None => write!(out, ",,,,,,{}", cell(&fields))?,
+    }
     if payload {
-        write!(out, ",{}", r.payload.as_deref().unwrap_or(""))?;
+        write!(
+            out,
+            ",{}",
+            r.record.as_ref().and_then(|p| p.payload.as_deref()).unwrap_or("")
+        )?;
     }
     writeln!(out)
-}
-
-fn to_json(r: &Row) -> Value {
-    let mut m = Map::new();
-    m.insert("kind".into(), json!(r.kind));
-    m.insert("offset".into(), json!(r.offset));
-    m.insert("epoch".into(), json!(r.epoch));
-    if r.kind == "record" {
-        m.insert("seq".into(), json!(r.seq));
-        m.insert("timestamp_ns".into(), json!(r.timestamp_ns));
-        m.insert("opcode".into(), json!(r.opcode));
-        m.insert("name".into(), json!(r.name));
-        m.insert("source".into(), json!(r.source));
-        m.insert("length".into(), json!(r.length));
-        let f: Map<String, Value> = r.fields.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
-        m.insert("fields".into(), Value::Object(f));
-        if let Some(p) = &r.payload {
-            m.insert("payload_hex".into(), json!(p));
-        }
-    } else {
-        for (k, v) in &r.fields {
-            m.insert(k.clone(), json!(v));
-        }
-    }
-    Value::Object(m)
 }

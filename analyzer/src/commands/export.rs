@@ -11,7 +11,7 @@ use hmb_trace_file::Item;
 use pccx::checksum::{fnv1a_64_update, FNV_BASIS};
 use pccx::{ArchConfig, FlatEvent, PayloadConfig, PccxHeader, TraceConfig};
 
-use crate::catalog::{Catalog, PccxMap};
+use crate::catalog::{Catalog, PccxMap, MAX_PAIR_KEY};
 use crate::cli::ExportPccxArgs;
 use crate::commands::{walk_trace, Ctx};
 use crate::exit::{AppError, IO, USAGE};
@@ -23,8 +23,9 @@ const MAX_PENDING: usize = 1 << 20;
 /// Distinct cores counted for the header's `cores`.
 const MAX_CORES: usize = 1 << 16;
 
-/// (pair name, key field values) of an open begin.
-type PairKey = (String, Vec<u64>);
+/// (pair name, key field values) of an open begin; keys have at most
+/// `MAX_PAIR_KEY` fields (the catalog checks), unused slots are 0.
+type PairKey<'c> = (&'c str, [u64; MAX_PAIR_KEY]);
 
 /// An open begin: timestamp, core, event type chosen at the begin.
 #[derive(Clone, Copy)]
@@ -35,14 +36,14 @@ struct OpenBegin {
 }
 
 #[derive(Default)]
-struct Export {
+struct Export<'c> {
     events: u64,
     by_type: BTreeMap<u32, u64>,
     cores: HashSet<u32>,
     max_end: u64,
     /// Timestamp origin for nanosecond-based events: the first record's.
     base_ns: Option<u64>,
-    pending: HashMap<PairKey, OpenBegin>,
+    pending: HashMap<PairKey<'c>, OpenBegin>,
     pending_dropped: u64,
     unmatched_ends: u64,
     ends_from_field: u64,
@@ -52,6 +53,7 @@ struct Export {
 }
 
 pub fn run(ctx: &Ctx, args: &ExportPccxArgs, out: &mut dyn Write) -> Result<(), AppError> {
+    crate::commands::ensure_distinct(&args.trace, &args.output)?;
     let filter = Filter::new(&args.filter, &ctx.catalog)?;
     let mac_dims = parse_dims(&args.mac_dims)?;
     if args.clock_mhz == 0 {
@@ -160,6 +162,16 @@ pub fn run(ctx: &Ctx, args: &ExportPccxArgs, out: &mut dyn Write) -> Result<(), 
     walked.status()
 }
 
+/// The key field values of a begin or end record (None if the payload is
+/// too short for one of them).
+fn pair_key(op: &crate::catalog::OpcodeEntry, payload: &[u8], key: &[String]) -> Option<[u64; MAX_PAIR_KEY]> {
+    let mut k = [0u64; MAX_PAIR_KEY];
+    for (slot, name) in k.iter_mut().zip(key) {
+        *slot = op.field(payload, name)?;
+    }
+    Some(k)
+}
+
 fn parse_dims(s: &str) -> Result<(u32, u32), AppError> {
     let bad = || AppError::new(USAGE, format!("--mac-dims {s:?} is not ROWSxCOLS"));
     let (a, b) = s.split_once(['x', 'X']).ok_or_else(bad)?;
@@ -174,7 +186,7 @@ fn to_cycles(ns: u64, clock_mhz: u128) -> u64 {
 }
 
 /// The event a record maps to, if any; updates pairing state.
-fn map_record(catalog: &Catalog, ex: &mut Export, item: &Item<'_>, clock: u128) -> Option<FlatEvent> {
+fn map_record<'c>(catalog: &'c Catalog, ex: &mut Export<'c>, item: &Item<'_>, clock: u128) -> Option<FlatEvent> {
     let Some(op) = catalog.get(item.opcode()) else {
         ex.unmapped_records += 1;
         return None;
@@ -211,7 +223,7 @@ fn map_record(catalog: &Catalog, ex: &mut Export, item: &Item<'_>, clock: u128) 
             key,
             event_type_from,
         }) => {
-            let k: Option<Vec<u64>> = key.iter().map(|f| op.field(p, f)).collect();
+            let k = pair_key(op, p, key);
             let t = event_type_from.as_ref().map(|e| {
                 op.field(p, &e.field)
                     .and_then(|v| e.map.get(&v.to_string()).copied())
@@ -223,7 +235,7 @@ fn map_record(catalog: &Catalog, ex: &mut Export, item: &Item<'_>, clock: u128) 
                 if ex
                     .pending
                     .insert(
-                        (pair.clone(), k),
+                        (pair.as_str(), k),
                         OpenBegin {
                             ts,
                             core: item.source(),
@@ -243,8 +255,8 @@ fn map_record(catalog: &Catalog, ex: &mut Export, item: &Item<'_>, clock: u128) 
             event_type_id,
             duration_field,
         }) => {
-            let k: Vec<u64> = key.iter().map(|f| op.field(p, f)).collect::<Option<_>>()?;
-            if let Some(b) = ex.pending.remove(&(pair.clone(), k)) {
+            let k = pair_key(op, p, key)?;
+            if let Some(b) = ex.pending.remove(&(pair.as_str(), k)) {
                 let start = rel(b.ts, ex.base_ns);
                 return Some(FlatEvent {
                     core_id: b.core,

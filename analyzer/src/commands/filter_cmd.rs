@@ -16,6 +16,7 @@ use crate::filter::Filter;
 use crate::walk::Event;
 
 pub fn run(ctx: &Ctx, args: &FilterCmd, out: &mut dyn Write) -> Result<(), AppError> {
+    crate::commands::ensure_distinct(&args.trace, &args.output)?;
     let filter = Filter::new(&args.filter, &ctx.catalog)?;
     let file = File::create(&args.output).map_err(|e| AppError::new(IO, format!("{}: {e}", args.output.display())))?;
     let mut err: Option<AppError> = None;

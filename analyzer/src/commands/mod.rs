@@ -86,6 +86,24 @@ pub fn walk_trace<S>(
     ))
 }
 
+/// Refuse to write over the trace being read: truncating a file that is
+/// memory-mapped would crash the reader (SIGBUS) and destroy the input.
+pub fn ensure_distinct(input: &str, output: &std::path::Path) -> Result<(), AppError> {
+    use std::os::unix::fs::MetadataExt;
+    if input == "-" {
+        return Ok(());
+    }
+    if let (Ok(a), Ok(b)) = (std::fs::metadata(input), std::fs::metadata(output)) {
+        if a.dev() == b.dev() && a.ino() == b.ino() {
+            return Err(AppError::new(
+                crate::exit::USAGE,
+                format!("output {} is the input trace; choose another file", output.display()),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Accounting over the whole trace.
 pub fn collect_stats(ctx: &Ctx, path: &str) -> Result<(Walked, Stats), AppError> {
     let (walked, mut stats) = walk_trace(

@@ -83,6 +83,7 @@ struct State {
 }
 
 pub fn run(ctx: &Ctx, args: &ReportArgs, out: &mut dyn Write) -> Result<(), AppError> {
+    crate::commands::ensure_distinct(&args.trace, &args.output)?;
     let max_rows = args.records.min(MAX_ROWS);
     let (mut walked, st) = walk_trace(
         ctx,
@@ -107,11 +108,13 @@ pub fn run(ctx: &Ctx, args: &ReportArgs, out: &mut dyn Write) -> Result<(), AppE
                 fields,
                 marker: true,
             };
+            let want_row = s.rows.len() < max_rows;
             let row = match *ev {
                 Event::Record { epoch, item } => {
                     s.rate.add(item.timestamp_ns());
                     s.last_ts = item.timestamp_ns();
-                    Some(Row {
+                    // Formatting is the costly part: only for listed rows.
+                    want_row.then(|| Row {
                         offset: item.offset,
                         epoch,
                         seq: item.seq().to_string(),
@@ -186,10 +189,8 @@ pub fn run(ctx: &Ctx, args: &ReportArgs, out: &mut dyn Write) -> Result<(), AppE
                 } => Some(marker(offset, epoch, "EPOCH".into(), format!("ring_size={ring_size}"))),
                 _ => None,
             };
-            if let Some(r) = row {
-                if s.rows.len() < max_rows {
-                    s.rows.push(r);
-                }
+            if let Some(r) = row.filter(|_| want_row) {
+                s.rows.push(r);
             }
             ControlFlow::Continue(())
         },

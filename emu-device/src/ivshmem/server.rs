@@ -10,7 +10,6 @@
 use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -126,32 +125,6 @@ impl StopHandle {
     }
 }
 
-/// Bind a unix socket at `path`, replacing a stale socket file left by a
-/// process that died, but never a live one or a non-socket file.
-fn bind_fresh(path: &Path) -> Result<UnixListener, EmuError> {
-    match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_socket() => {
-            if UnixStream::connect(path).is_ok() {
-                return Err(EmuError::Protocol(format!(
-                    "{} is in use by a running server",
-                    path.display()
-                )));
-            }
-            log::info!("removing stale socket {}", path.display());
-            std::fs::remove_file(path).map_err(|e| EmuError::io("removing stale socket", e))?;
-        }
-        Ok(_) => {
-            return Err(EmuError::Protocol(format!(
-                "{} exists and is not a socket",
-                path.display()
-            )));
-        }
-        Err(e) if e.kind() == ErrorKind::NotFound => {}
-        Err(e) => return Err(EmuError::io("checking socket path", e)),
-    }
-    UnixListener::bind(path).map_err(|e| EmuError::io("binding ivshmem socket", e))
-}
-
 impl IvshmemServer {
     pub fn bind(config: &ServerConfig, hmb: Arc<Hmb>) -> Result<Self, EmuError> {
         if config.vectors == 0 || config.vectors > MAX_VECTORS {
@@ -163,7 +136,7 @@ impl IvshmemServer {
         let device_vectors = (0..config.vectors)
             .map(|_| new_eventfd())
             .collect::<Result<Vec<_>, _>>()?;
-        let listener = bind_fresh(&config.socket_path)?;
+        let listener = crate::sockpath::bind_listener(&config.socket_path, "ivshmem socket")?;
         Ok(Self {
             listener,
             path: config.socket_path.clone(),

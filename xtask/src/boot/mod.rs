@@ -3,8 +3,6 @@
 //! analyzer report. Every phase prints its duration and has a timeout; QEMU
 //! and emu-device are stopped on every exit path.
 
-pub mod emu;
-pub mod guest_script;
 pub mod inject;
 
 use std::path::{Path, PathBuf};
@@ -15,13 +13,13 @@ use clap::Args;
 use hmb_emu_device::control::Fault;
 use xshell::{cmd, Shell};
 
-use crate::images::{self, ImageArgs};
+use crate::guest_script::{self, files};
+use crate::images;
 use crate::phases::Phases;
-use crate::qemu::binary::{self, QemuVersion};
-use crate::qemu::{console, Accel, Vm, VmConfig};
+use crate::qemu::binary::QemuVersion;
+use crate::qemu::Accel;
+use crate::session::{self, Session, SessionConfig};
 use crate::truth;
-use emu::EmuDevice;
-use guest_script::{files, GuestJob};
 use inject::Injection;
 
 #[derive(Args, Clone)]
@@ -112,111 +110,51 @@ pub fn run(args: BootArgs) -> Result<()> {
 /// The whole main job; returns what it produced. Used by `boot` and tests.
 pub fn boot(args: &BootArgs, phases: &mut Phases) -> Result<RunOutcome> {
     let sh = Shell::new()?;
-    let root = crate::workspace_root();
-    sh.change_dir(&root);
-    let image_args = ImageArgs {
-        kernel: args.kernel.clone(),
-        kmod_dir: None,
-        with_daemon: true,
-    };
-    let image = images::prepare(&sh, &image_args, phases)?;
-    let module = image
-        .our_modules
-        .first()
-        .cloned()
-        .context("the image has no nvme-hmb-trace module")?;
-    let qemu = phases.run("qemu", || binary::ensure(&sh, args.qemu))?;
-    let (emu_bin, analyzer_bin) = phases.run("host tools", || build_host_tools(&sh))?;
-
+    sh.change_dir(crate::workspace_root());
+    let tools = session::prepare(&sh, args.kernel.as_deref(), args.qemu, phases)?;
     let run_dir = match &args.run_dir {
         Some(d) => d.clone(),
         None => images::target_dir().join("hmb-trace/runs").join(timestamp()),
     };
-    let share = run_dir.join("share");
-    std::fs::create_dir_all(&share).with_context(|| format!("creating {}", share.display()))?;
-
     let follow = args.inject.iter().any(|i| matches!(i, Injection::Reset { .. }));
-    let job = GuestJob {
-        module: &module,
-        module_params: &format!("ring_size={}", args.ring_size),
-        daemon_args: if follow { "--follow" } else { "" },
+    let cfg = SessionConfig {
+        run_dir: run_dir.clone(),
+        accel: args.accel,
+        keep: args.keep,
+        hmb_size: hmb_size_for(args.ring_size),
+        guest_script: guest_script::streaming(
+            tools.module()?,
+            &format!("ring_size={}", args.ring_size),
+            if follow { "--follow" } else { "" },
+        ),
     };
-    std::fs::write(share.join(files::SCRIPT), guest_script::render(&job))?;
-
-    let hmb_size = (args.ring_size + hmb_trace_abi::HMB_RING_HDR_SIZE as u64 + 4096).next_power_of_two();
-    let mut emu = phases.run("emu-device", || {
-        EmuDevice::start(&emu_bin, &run_dir, &hmb_size.to_string())
-    })?;
-    let mut cfg = VmConfig::new(qemu, &image, run_dir.clone());
-    cfg.accel = match args.accel {
-        Accel::Auto => Accel::Tcg,
-        a => a,
-    };
-    cfg.share_dir = Some(share.clone());
-    cfg.keep = args.keep;
-    cfg.extra_args = [
-        "-chardev".to_string(),
-        format!("socket,path={},id=ivs", emu.ivshmem_socket.display()),
-        "-device".to_string(),
-        "ivshmem-doorbell,chardev=ivs,vectors=2,id=hmb0".to_string(),
-    ]
-    .map(Into::into)
-    .to_vec();
-    let mut vm = Vm::start(&cfg)?;
-    phases.run("guest boot", || {
-        vm.wait_for("HMBT-READY", Duration::from_secs(120), |l| l.contains("HMBT-READY"))
-            .map(drop)
-    })?;
+    let mut s = Session::start(&tools, &cfg, phases)?;
     phases.run("module + daemon", || {
-        wait_file(&mut vm, &mut emu, &share.join(files::STARTED), 60)
+        s.wait_share_file(files::STARTED, Duration::from_secs(60))
     })?;
-    phases.run("workload", || produce(args, &mut emu, &mut vm))?;
-    phases.run("drain", || emu.wait_drained(Duration::from_secs(60)))?;
-    let ground_truth = emu.ground_truth()?;
+    phases.run("workload", || produce(args, &mut s))?;
+    phases.run("drain", || s.emu.wait_drained(Duration::from_secs(60)))?;
+    let ground_truth = s.emu.ground_truth()?;
     std::fs::write(
         run_dir.join("ground-truth.json"),
         serde_json::to_string_pretty(&ground_truth)?,
     )?;
-    std::fs::write(
-        run_dir.join("emu-stats.json"),
-        serde_json::to_string_pretty(&emu.stats()?)?,
-    )?;
-    std::fs::write(share.join(files::STOP), b"")?;
+    let stats = s.emu.stats()?;
+    std::fs::write(run_dir.join("emu-stats.json"), serde_json::to_string_pretty(&stats)?)?;
+    s.signal(files::STOP)?;
     if args.keep {
         println!("--keep: the guest shell is on this terminal; `poweroff -f` ends the VM");
     }
-    let result = phases.run("guest stop", || {
-        let line = vm.wait_for(
-            "HMBT-RESULT",
-            Duration::from_secs(if args.keep { 86_400 } else { 60 }),
-            |l| console::parse_result(l).is_some(),
-        )?;
-        vm.wait_exit(Duration::from_secs(if args.keep { 86_400 } else { 30 }))?;
-        Ok(console::parse_result(&line).unwrap_or(-1))
-    })?;
-    emu.shutdown();
+    let timeout = Duration::from_secs(if args.keep { 86_400 } else { 60 });
+    let result = phases.run("guest stop", || s.finish(timeout))?;
     if result != 0 {
         bail!(
             "the guest job failed (rc={result}); see {}",
             run_dir.join("console.log").display()
         );
     }
-    for name in [
-        files::TRACE,
-        files::DAEMON_STDERR,
-        files::DMESG,
-        files::SYSFS,
-        files::DAEMON_RC,
-    ] {
-        let from = share.join(name);
-        if from.exists() {
-            std::fs::rename(&from, run_dir.join(name))?;
-        }
-    }
-    let daemon_rc = std::fs::read_to_string(run_dir.join(files::DAEMON_RC))
-        .ok()
-        .and_then(|s| s.trim().parse().ok());
-    if daemon_rc != Some(0) {
+    let daemon_rc = s.daemon_exit_codes();
+    if daemon_rc != [0] {
         bail!(
             "hmb-trace-daemon exited with {daemon_rc:?}; see {}",
             run_dir.join(files::DAEMON_STDERR).display()
@@ -225,82 +163,59 @@ pub fn boot(args: &BootArgs, phases: &mut Phases) -> Result<RunOutcome> {
     let trace = run_dir.join(files::TRACE);
     let segments: Vec<truth::Segment> = serde_json::from_value(ground_truth["segments"].clone())
         .context("emu-device ground truth has no segments list")?;
-    let report = phases.run("ground truth", || truth::check(&trace, &segments))?;
-    phases.run("analyze", || analyze(&sh, &analyzer_bin, &run_dir, &trace))?;
+    let report = phases.run("ground truth", || {
+        truth::check(&trace, &segments, truth::live_ring(&stats))
+    })?;
+    phases.run("analyze", || analyze(&sh, &tools.analyzer_bin, &run_dir, &trace))?;
     Ok(RunOutcome { run_dir, truth: report })
 }
 
-fn build_host_tools(sh: &Shell) -> Result<(PathBuf, PathBuf)> {
-    cmd!(
-        sh,
-        "cargo build --release --quiet -p hmb-emu-device -p hmb-trace-analyze"
-    )
-    .run()?;
-    let release = images::target_dir().join("release");
-    Ok((release.join("emu-device"), release.join("hmb-trace-analyze")))
+/// The emulated HMB: the trace slice at 4 KiB plus room, as a power of two.
+pub fn hmb_size_for(ring_size: u64) -> u64 {
+    (ring_size + hmb_trace_abi::HMB_RING_HDR_SIZE as u64 + hmb_trace_abi::HMB_TRACE_SLICE_ALIGN).next_power_of_two()
 }
 
-fn produce(args: &BootArgs, emu: &mut EmuDevice, vm: &mut Vm) -> Result<()> {
+pub fn produce(args: &BootArgs, s: &mut Session) -> Result<()> {
     let duration = Duration::from_secs_f64(args.duration);
     let mut pending: Vec<Injection> = args.inject.clone();
     pending.sort_by_key(|i| i.at(duration));
-    emu.start_workload(&args.workload, args.seed, args.rate)?;
+    s.emu.start_workload(&args.workload, args.seed, args.rate)?;
     let start = Instant::now();
     while start.elapsed() < duration {
         if let Some(next) = pending.first().copied() {
             if start.elapsed() >= next.at(duration) {
                 pending.remove(0);
-                fire(next, emu, vm)?;
+                fire(next, s)?;
                 continue;
             }
         }
-        emu.check_alive()?;
+        s.emu.check_alive()?;
         if crate::interrupt::requested() {
             bail!("interrupted");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    emu.stop_workload()
+    s.emu.stop_workload()
 }
 
-fn fire(injection: Injection, emu: &mut EmuDevice, vm: &mut Vm) -> Result<()> {
+pub fn fire(injection: Injection, s: &mut Session) -> Result<()> {
     match injection {
         Injection::Reset { .. } => {
             println!("    inject: controller reset");
-            emu.inject(Fault::Reset).map(drop)
+            s.emu.inject(Fault::Reset).map(drop)
         }
         Injection::Stall { dur, .. } => {
             println!(
                 "    inject: guest stopped for {:.1}s (QMP stop/cont)",
                 dur.as_secs_f64()
             );
-            let mut qmp = hmb_qmp::Qmp::connect(&vm.qmp_socket, Duration::from_secs(5))?;
+            let mut qmp = s.qmp()?;
             qmp.stop(Duration::from_secs(5))?;
             std::thread::sleep(dur);
             qmp.cont(Duration::from_secs(5))?;
             Ok(())
         }
     }
-}
-
-fn wait_file(vm: &mut Vm, emu: &mut EmuDevice, path: &Path, secs: u64) -> Result<()> {
-    let what = format!("{}", path.file_name().unwrap_or_default().to_string_lossy());
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !path.exists() {
-        emu.check_alive()?;
-        // Polls the console for faults and for QEMU's death, briefly.
-        match vm.wait_for(&what, Duration::from_millis(200), |l| {
-            l.contains("HMBT-ERROR") || l.contains("HMBT-RESULT")
-        }) {
-            Ok(line) => bail!("the guest job stopped before {what}: {line}"),
-            Err(e) if e.to_string().starts_with("timeout") => {}
-            Err(e) => return Err(e),
-        }
-        if Instant::now() > deadline {
-            bail!("timeout: no {what} within {secs}s; see console.log");
-        }
-    }
-    Ok(())
 }
 
 fn analyze(sh: &Shell, analyzer: &Path, run_dir: &Path, trace: &Path) -> Result<()> {

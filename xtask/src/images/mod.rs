@@ -32,8 +32,13 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|| crate::workspace_root().join("target"))
 }
 
+/// target/hmb-trace/cache, or $HMB_TRACE_CACHE (e.g. to share one cache
+/// between clones, as CI's fresh clone on a reused machine could).
 pub fn cache_dir() -> PathBuf {
-    target_dir().join("hmb-trace").join("cache")
+    match std::env::var_os("HMB_TRACE_CACHE") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => target_dir().join("hmb-trace").join("cache"),
+    }
 }
 
 /// Holds an exclusive lock on the cache: two runs never build the same entry at once.
@@ -107,7 +112,7 @@ pub fn build_static_daemon(sh: &Shell) -> Result<PathBuf> {
 }
 
 /// A kernel's toolchain: backports source and headers on the host, or the
-/// chroot (its headers come with the module build). Returns where apt runs
+/// chroot with the headers inside. Returns where apt runs
 /// for this kernel and the concrete packages. Used by `deps` and `image`.
 pub fn ensure_toolchain(sh: &Shell, spec: &KernelSpec) -> Result<(AptEnv, fetch::ResolvedKernel)> {
     let cache = cache_dir();
@@ -126,13 +131,18 @@ pub fn ensure_toolchain(sh: &Shell, spec: &KernelSpec) -> Result<(AptEnv, fetch:
     }
     env.refresh_if_stale(sh, APT_LISTS_MAX_AGE)?;
     let resolved = fetch::resolve_cached(sh, &env, spec, &cache)?;
-    if let AptEnv::Host = env {
-        let mut need = Need::new(
-            &resolved.headers_package(),
-            &format!("headers of guest kernel {} to build the module", spec.name),
-        );
-        need.release = spec.apt_target_release().map(str::to_string);
-        deps::ensure(sh, &[need])?;
+    let headers = resolved.headers_package();
+    let release = spec.apt_target_release();
+    match &env {
+        AptEnv::Host => {
+            let mut need = Need::new(
+                &headers,
+                &format!("headers of guest kernel {} to build the module", spec.name),
+            );
+            need.release = release.map(str::to_string);
+            deps::ensure(sh, &[need])?;
+        }
+        AptEnv::Chroot(c) => c.apt_install(sh, release, &[headers.as_str()])?,
     }
     Ok((env, resolved))
 }

@@ -1,0 +1,75 @@
+//! What every scenario shares: the prepared tools for one kernel and QEMU,
+//! and a run folder per scenario.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use xshell::Shell;
+use xtask::guest_script;
+use xtask::phases::Phases;
+use xtask::qemu::binary::QemuVersion;
+use xtask::qemu::Accel;
+use xtask::session::{self, Session, SessionConfig, Tools};
+
+pub struct Env {
+    pub kernel: String,
+    pub qemu: QemuVersion,
+    pub tools: Tools,
+    pub inject_reset: bool,
+}
+
+impl Env {
+    /// Prepare (cached) the image, QEMU and host tools for this process.
+    pub fn from_environment() -> Result<Env> {
+        let kernel = std::env::var("HMBT_KERNEL").ok().filter(|k| !k.is_empty());
+        let qemu = match std::env::var("HMBT_QEMU").as_deref() {
+            Ok("10.0") => QemuVersion::V10_0,
+            Ok("7.2") | Err(_) => QemuVersion::V7_2,
+            Ok(other) => anyhow::bail!("HMBT_QEMU={other}: use 7.2 or 10.0"),
+        };
+        let inject_reset = std::env::var("HMBT_INJECT").is_ok_and(|v| v == "reset");
+        let sh = Shell::new()?;
+        sh.change_dir(xtask::workspace_root());
+        let mut phases = Phases::new();
+        let tools = session::prepare(&sh, kernel.as_deref(), qemu, &mut phases).context("preparing the guest")?;
+        Ok(Env {
+            kernel: tools.image.kernel_name.clone(),
+            qemu,
+            tools,
+            inject_reset,
+        })
+    }
+
+    pub fn run_dir(&self, scenario: &str) -> PathBuf {
+        let qemu = match self.qemu {
+            QemuVersion::V7_2 => "qemu-7.2",
+            QemuVersion::V10_0 => "qemu-10.0",
+        };
+        xtask::images::target_dir()
+            .join("hmb-trace/conformance")
+            .join(&self.kernel)
+            .join(qemu)
+            .join(scenario)
+    }
+
+    /// Start emu-device and a guest that runs the prelude plus `body`.
+    pub fn start(&self, scenario: &str, ring_size: u64, body: &str) -> Result<Session> {
+        let run_dir = self.run_dir(scenario);
+        let _ = std::fs::remove_dir_all(&run_dir);
+        std::fs::create_dir_all(&run_dir)?;
+        let script = guest_script::prelude(self.tools.module()?) + body;
+        let cfg = SessionConfig {
+            run_dir,
+            accel: Accel::Tcg,
+            keep: false,
+            hmb_size: xtask::boot::hmb_size_for(ring_size),
+            guest_script: script,
+        };
+        let mut phases = Phases::new();
+        Session::start(&self.tools, &cfg, &mut phases)
+    }
+}
+
+/// How long a guest script may take to finish after the host said stop.
+pub const FINISH: Duration = Duration::from_secs(90);

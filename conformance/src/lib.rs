@@ -1,0 +1,14 @@
+//! The conformance suite: scenarios that run the real module and daemon in
+//! a real guest kernel against emu-device, and reduce what happened to a
+//! normalised outcome (no timestamps, no addresses) that `tests/` compares
+//! with reviewed insta snapshots. The same snapshot holds for every kernel.
+//!
+//! Environment: `HMBT_KERNEL` (a name from images/KERNELS; default its first
+//! line), `HMBT_QEMU` (7.2 or 10.0), `HMBT_INJECT=reset` (add a controller
+//! reset to the streaming scenarios).
+
+pub mod env;
+pub mod outcome;
+pub mod scenarios;
+
+pub use env::Env;

@@ -1,0 +1,61 @@
+//! One test per scenario, on the kernel named by HMBT_KERNEL. They boot
+//! guests, so they are ignored by plain `cargo test`; `cargo xtask
+//! conformance` runs them (through cargo-nextest, one process per scenario).
+//! The snapshot is the same for every kernel: that is the conformance claim.
+
+use std::sync::OnceLock;
+
+use conformance::{scenarios, Env};
+
+fn env() -> &'static Env {
+    static ENV: OnceLock<Env> = OnceLock::new();
+    ENV.get_or_init(|| Env::from_environment().unwrap_or_else(|e| panic!("preparing the guest: {e:#}")))
+}
+
+fn check(name: &str) {
+    let env = env();
+    let outcome = scenarios::run(env, name).unwrap_or_else(|e| panic!("scenario {name} on {}: {e:#}", env.kernel));
+    assert_eq!(
+        outcome["kernel_log"], "clean",
+        "kernel log of {name} on {}: {}",
+        env.kernel, outcome["kernel_log"]
+    );
+    let snapshot = if env.inject_reset && name == "streaming" {
+        "streaming_with_reset".to_string()
+    } else {
+        name.to_string()
+    };
+    insta::assert_json_snapshot!(snapshot, outcome);
+}
+
+macro_rules! scenarios {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            #[ignore = "boots a guest: run with `cargo xtask conformance`"]
+            fn $name() {
+                check(stringify!($name));
+            }
+        )*
+
+        #[test]
+        fn every_scenario_has_a_test() {
+            let tests = [$(stringify!($name)),*];
+            assert_eq!(tests.as_slice(), scenarios::ALL);
+        }
+    };
+}
+
+scenarios!(
+    streaming,
+    overflow,
+    frozen_exit,
+    frozen_follow,
+    bad_magic,
+    too_new_major,
+    newer_minor,
+    access_rules,
+    crash_safety,
+    removal,
+    hostile_firmware,
+);

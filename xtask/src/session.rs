@@ -1,0 +1,202 @@
+//! One guest session: emu-device and QEMU with the ivshmem-doorbell device
+//! and a 9p share, a guest script, and the host-side handles to drive them.
+//! Dropping a session stops QEMU and emu-device.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use xshell::{cmd, Shell};
+
+use crate::emu::EmuDevice;
+use crate::guest_script::files;
+use crate::images::{self, Image, ImageArgs};
+use crate::phases::Phases;
+use crate::qemu::binary::{self, QemuBinary, QemuVersion};
+use crate::qemu::{console, Accel, Vm, VmConfig};
+
+/// Everything built once and shared by the sessions of a run.
+pub struct Tools {
+    pub image: Image,
+    pub qemu: QemuBinary,
+    pub emu_bin: PathBuf,
+    pub analyzer_bin: PathBuf,
+}
+
+impl Tools {
+    /// Guest path of nvme-hmb-trace.ko.
+    pub fn module(&self) -> Result<&str> {
+        self.image
+            .our_modules
+            .first()
+            .map(String::as_str)
+            .context("the image has no nvme-hmb-trace module")
+    }
+}
+
+/// Prepare the image (kernel, module, static daemon, initramfs), QEMU and
+/// the host tools. Everything is cached.
+pub fn prepare(sh: &Shell, kernel: Option<&str>, qemu: QemuVersion, phases: &mut Phases) -> Result<Tools> {
+    let image_args = ImageArgs {
+        kernel: kernel.map(str::to_string),
+        kmod_dir: None,
+        with_daemon: true,
+    };
+    let image = images::prepare(sh, &image_args, phases)?;
+    let qemu = phases.run("qemu", || binary::ensure(sh, qemu))?;
+    let (emu_bin, analyzer_bin) = phases.run("host tools", || {
+        let _dir = sh.push_dir(crate::workspace_root());
+        cmd!(
+            sh,
+            "cargo build --release --quiet -p hmb-emu-device -p hmb-trace-analyze"
+        )
+        .run()?;
+        let release = images::target_dir().join("release");
+        Ok((release.join("emu-device"), release.join("hmb-trace-analyze")))
+    })?;
+    Ok(Tools {
+        image,
+        qemu,
+        emu_bin,
+        analyzer_bin,
+    })
+}
+
+pub struct SessionConfig {
+    pub run_dir: PathBuf,
+    pub accel: Accel,
+    pub keep: bool,
+    /// HMB size for emu-device (a power of two).
+    pub hmb_size: u64,
+    /// The guest script (see `guest_script`).
+    pub guest_script: String,
+}
+
+pub struct Session {
+    pub run_dir: PathBuf,
+    pub share: PathBuf,
+    pub emu: EmuDevice,
+    pub vm: Vm,
+}
+
+impl Session {
+    /// Start emu-device and the guest, and wait until the guest runs its script.
+    pub fn start(tools: &Tools, cfg: &SessionConfig, phases: &mut Phases) -> Result<Session> {
+        let share = cfg.run_dir.join("share");
+        let _ = std::fs::remove_dir_all(&share);
+        std::fs::create_dir_all(&share).with_context(|| format!("creating {}", share.display()))?;
+        std::fs::write(share.join(files::SCRIPT), &cfg.guest_script)?;
+        let emu = phases.run("emu-device", || {
+            EmuDevice::start(&tools.emu_bin, &cfg.run_dir, &cfg.hmb_size.to_string())
+        })?;
+        let mut vm_cfg = VmConfig::new(tools.qemu.clone(), &tools.image, cfg.run_dir.clone());
+        vm_cfg.accel = match cfg.accel {
+            Accel::Auto => Accel::Tcg,
+            a => a,
+        };
+        vm_cfg.share_dir = Some(share.clone());
+        vm_cfg.keep = cfg.keep;
+        // The controller sits behind a PCIe root port so that QMP device_del
+        // is a real surprise removal (q35's root bus is not hot-pluggable).
+        vm_cfg.extra_args = [
+            "-device".to_string(),
+            "pcie-root-port,id=hmbrp,chassis=1,slot=1".to_string(),
+            "-chardev".to_string(),
+            format!("socket,path={},id=ivs", emu.ivshmem_socket.display()),
+            "-device".to_string(),
+            "ivshmem-doorbell,chardev=ivs,vectors=2,id=hmb0,bus=hmbrp".to_string(),
+        ]
+        .map(Into::into)
+        .to_vec();
+        let vm = Vm::start(&vm_cfg)?;
+        let mut session = Session {
+            run_dir: cfg.run_dir.clone(),
+            share,
+            emu,
+            vm,
+        };
+        phases.run("guest boot", || {
+            session
+                .vm
+                .wait_for("HMBT-READY", Duration::from_secs(180), |l| l.contains("HMBT-READY"))
+                .map(drop)
+        })?;
+        Ok(session)
+    }
+
+    pub fn share_file(&self, name: &str) -> PathBuf {
+        self.share.join(name)
+    }
+
+    /// Create `name` in the share: a signal to the guest script.
+    pub fn signal(&self, name: &str) -> Result<()> {
+        std::fs::write(self.share_file(name), b"").with_context(|| format!("signalling {name}"))
+    }
+
+    /// Wait until the guest creates `name` in the share, watching the
+    /// console for faults and for the script ending first.
+    pub fn wait_share_file(&mut self, name: &str, timeout: Duration) -> Result<()> {
+        let path = self.share_file(name);
+        let deadline = Instant::now() + timeout;
+        while !path.exists() {
+            self.emu.check_alive()?;
+            match self.vm.wait_for(name, Duration::from_millis(200), |l| {
+                l.contains("HMBT-ERROR") || l.contains("HMBT-RESULT")
+            }) {
+                // The file may have appeared just before the script ended.
+                Ok(_) if path.exists() => break,
+                Ok(line) => bail!("the guest script stopped before {name}: {line}"),
+                Err(e) if e.to_string().starts_with("timeout") => {}
+                Err(e) => return Err(e),
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "timeout: the guest made no {name} within {}s; see console.log",
+                    timeout.as_secs()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    pub fn qmp(&self) -> Result<hmb_qmp::Qmp> {
+        Ok(hmb_qmp::Qmp::connect(&self.vm.qmp_socket, Duration::from_secs(5))?)
+    }
+
+    /// Wait for the guest script's result and QEMU's exit, stop emu-device,
+    /// and move the guest's files from the share into the run folder.
+    /// Returns the script's exit code.
+    pub fn finish(&mut self, timeout: Duration) -> Result<i32> {
+        let line = self
+            .vm
+            .wait_for("HMBT-RESULT", timeout, |l| console::parse_result(l).is_some())?;
+        self.vm.wait_exit(Duration::from_secs(30))?;
+        self.emu.shutdown();
+        for name in [
+            files::TRACE,
+            files::DAEMON_STDERR,
+            files::DMESG,
+            files::SYSFS,
+            files::DAEMON_RC,
+        ] {
+            let from = self.share.join(name);
+            if from.exists() {
+                std::fs::rename(&from, self.run_dir.join(name))?;
+            }
+        }
+        Ok(console::parse_result(&line).unwrap_or(-1))
+    }
+
+    /// Exit codes of every daemon run of the script, in order.
+    pub fn daemon_exit_codes(&self) -> Vec<i32> {
+        read_codes(&self.run_dir.join(files::DAEMON_RC))
+    }
+}
+
+fn read_codes(path: &Path) -> Vec<i32> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
