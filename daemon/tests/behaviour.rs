@@ -50,12 +50,17 @@ fn drops_become_exact_lost_markers() {
     let rig = Rig::new(8192);
     let mut p = rig.producer();
     let mut dropped = Vec::new();
-    // No daemon yet: the ring fills and the rest is dropped.
-    for _ in 0..60 {
+    // No daemon yet: produce until the ring is full and five records were
+    // dropped (a fixed count would depend on the workload's record sizes).
+    for _ in 0..100_000 {
         if let Produced::Dropped { seq } = produce(&mut p, SEED, Workload::Npu, false) {
             dropped.push(seq);
+            if dropped.len() == 5 {
+                break;
+            }
         }
     }
+    assert_eq!(dropped.len(), 5, "the ring never filled");
     let mut daemon = rig.spawn(&[]);
     rig.wait_drained(Duration::from_secs(10));
     for _ in 0..30 {
