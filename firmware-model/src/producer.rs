@@ -245,7 +245,9 @@ impl Producer {
     pub fn reattach(&mut self) -> Result<bool, ModelError> {
         let epoch = self.ring.atomic_u64(offsets::EPOCH).load(Acquire);
         let flags = self.ring.atomic_u32(offsets::FLAGS).load(Acquire);
-        if epoch == self.epoch || flags & HMB_RING_FLAG_FROZEN != 0 {
+        // Only a higher epoch is a new ring: while the owner rewrites the
+        // header the epoch reads 0 (zeroed), and it is stored last.
+        if epoch <= self.epoch || flags & HMB_RING_FLAG_FROZEN != 0 {
             return Ok(false);
         }
         self.load_header()?;

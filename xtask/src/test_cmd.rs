@@ -20,6 +20,14 @@ pub fn run(args: TestArgs) -> Result<()> {
     cmd!(sh, "cargo clippy --workspace --all-targets --quiet -- -D warnings").run()?;
     step("actionlint .github/workflows");
     lint_workflows(&sh)?;
+    if !args.host_only {
+        // Host packages (QEMU among them) and the default guest image first,
+        // so the host tests that drive a real QEMU or guest run instead of
+        // skipping.
+        step("host packages and the default guest image");
+        let mut phases = crate::phases::Phases::new();
+        crate::session::prepare(&sh, None, crate::qemu::binary::QemuVersion::V7_2, &mut phases)?;
+    }
     step("host tests");
     cmd!(sh, "cargo test --workspace --quiet").run()?;
     if !args.host_only {
