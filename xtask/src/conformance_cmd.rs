@@ -78,7 +78,8 @@ pub fn run(args: ConformanceArgs) -> Result<()> {
         .env("HMBT_INJECT", args.inject.clone().unwrap_or_default())
         .quiet()
         .run();
-        let junit = images::target_dir().join("nextest/conformance/junit.xml");
+        // .config/nextest.toml puts the store under the workspace root.
+        let junit = root.join("target/nextest/conformance/junit.xml");
         let xml = std::fs::read_to_string(&junit).with_context(|| format!("reading {}", junit.display()))?;
         let kept = out_dir.join(format!("junit-{kernel}-qemu-{qemu_name}.xml"));
         std::fs::write(&kept, &xml)?;
