@@ -32,6 +32,7 @@ pub const ALL: &[&str] = &[
     "crash_safety",
     "removal",
     "hostile_firmware",
+    "format_rules",
 ];
 
 pub fn run(env: &Env, name: &str) -> Result<Value> {
@@ -59,6 +60,7 @@ pub fn run(env: &Env, name: &str) -> Result<Value> {
         "crash_safety" => crash_safety(env),
         "removal" => removal(env),
         "hostile_firmware" => hostile(env),
+        "format_rules" => format_rules(env),
         other => bail!("unknown scenario {other:?}; known: {}", ALL.join(", ")),
     }
 }
@@ -352,6 +354,90 @@ fn hostile(env: &Env) -> Result<Value> {
         "guest_rc": rc,
         "daemon_exit_codes": s.daemon_exit_codes(),
         "daemon_error": daemon_error(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir),
+    }))
+}
+
+/// The analyzer on the guest's trace.bin (npu workload) and on damaged
+/// copies of it and of its .pccx export: each case gets its documented exit code.
+fn format_rules(env: &Env) -> Result<Value> {
+    let mut s = env.start("format_rules", RING, &stream_body(RING, ""))?;
+    s.wait_share_file(files::STARTED, STARTED)?;
+    s.emu.start_workload("npu", 23, 3000)?;
+    run_for(&mut s, 1.5)?;
+    let (gt, stats, rc) = wind_down(&mut s)?;
+    let truth = check_truth(&s.run_dir, &gt, &stats)?;
+    anyhow::ensure!(truth.passed(), "{}", truth.summary());
+    let dir = s.run_dir.clone();
+    let trace = dir.join(files::TRACE);
+    let bytes = std::fs::read(&trace)?;
+    let analyzer = &env.tools.analyzer_bin;
+    let code = |args: &[&std::path::Path], extra: &[&str]| -> Result<i32> {
+        let status = std::process::Command::new(analyzer)
+            .args(extra)
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .context("running hmb-trace-analyze")?;
+        Ok(status.code().unwrap_or(-1))
+    };
+    let variant = |name: &str, edit: &dyn Fn(&mut Vec<u8>)| -> Result<std::path::PathBuf> {
+        let mut b = bytes.clone();
+        edit(&mut b);
+        let path = dir.join(name);
+        std::fs::write(&path, b)?;
+        Ok(path)
+    };
+    let truncated = variant("truncated.bin", &|b| b.truncate(b.len() - 10))?;
+    let bad_magic = variant("bad-magic.bin", &|b| b[0] ^= 0xff)?;
+    let newer_major = variant("newer-major.bin", &|b| b[8..10].copy_from_slice(&2u16.to_le_bytes()))?;
+    let newer_minor = variant("newer-minor.bin", &|b| b[10..12].copy_from_slice(&9u16.to_le_bytes()))?;
+    let lying = variant("lying-length.bin", &|b| {
+        b[64..68].copy_from_slice(&5000u32.to_le_bytes())
+    })?;
+    let pccx = dir.join("trace.pccx");
+    let exported = code(
+        &[&trace],
+        &["export", "pccx", "--output", pccx.to_str().unwrap_or_default()],
+    )?;
+    let pccx_bytes = std::fs::read(&pccx).unwrap_or_default();
+    let pccx_variant = |name: &str, edit: &dyn Fn(&mut Vec<u8>)| -> Result<std::path::PathBuf> {
+        let mut b = pccx_bytes.clone();
+        edit(&mut b);
+        let path = dir.join(name);
+        std::fs::write(&path, b)?;
+        Ok(path)
+    };
+    let flipped = pccx_variant("payload-flipped.pccx", &|b| {
+        if let Some(last) = b.last_mut() {
+            *last ^= 0xff;
+        }
+    })?;
+    let huge_header = pccx_variant("huge-header.pccx", &|b| {
+        b[8..16].copy_from_slice(&(1u64 << 60).to_le_bytes())
+    })?;
+    let pccx_truncated = pccx_variant("truncated.pccx", &|b| b.truncate(b.len() / 2))?;
+    Ok(json!({
+        "guest_rc": rc,
+        "daemon_exit_codes": s.daemon_exit_codes(),
+        "truth": truth_facts(&truth),
+        "trace_bin": {
+            "valid": code(&[&trace], &["info"])?,
+            "newer_minor": code(&[&newer_minor], &["info"])?,
+            "truncated": code(&[&truncated], &["info"])?,
+            "bad_magic": code(&[&bad_magic], &["info"])?,
+            "newer_major": code(&[&newer_major], &["info"])?,
+            "lying_length": code(&[&lying], &["info"])?,
+        },
+        "pccx": {
+            "export": exported,
+            "verify_strict": code(&[&pccx], &["pccx", "verify", "--strict"])?,
+            "payload_flipped_lenient": code(&[&flipped], &["pccx", "verify"])?,
+            "payload_flipped_strict": code(&[&flipped], &["pccx", "verify", "--strict"])?,
+            "huge_header": code(&[&huge_header], &["pccx", "verify"])?,
+            "truncated": code(&[&pccx_truncated], &["pccx", "verify"])?,
+        },
         "kernel_log": kernel_log(&s.run_dir),
     }))
 }

@@ -58,4 +58,5 @@ scenarios!(
     crash_safety,
     removal,
     hostile_firmware,
+    format_rules,
 );
