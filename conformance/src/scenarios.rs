@@ -28,6 +28,7 @@ pub const ALL: &[&str] = &[
     "bad_magic",
     "too_new_major",
     "newer_minor",
+    "unknown_flag",
     "access_rules",
     "crash_safety",
     "removal",
@@ -56,6 +57,7 @@ pub fn run(env: &Env, name: &str) -> Result<Value> {
                 part: VersionPart::Minor,
             },
         ),
+        "unknown_flag" => unknown_flag(env),
         "access_rules" => access_rules(env),
         "crash_safety" => crash_safety(env),
         "removal" => removal(env),
@@ -222,6 +224,28 @@ fn header_fault(env: &Env, name: &str, fault: Fault) -> Result<Value> {
         out["truth"] = truth_facts(&truth);
     }
     Ok(out)
+}
+
+/// A flag bit ABI v1 does not define appears mid-stream: the daemon logs it
+/// once and keeps streaming, losing nothing.
+fn unknown_flag(env: &Env) -> Result<Value> {
+    let mut s = env.start("unknown_flag", RING, &stream_body(RING, ""))?;
+    s.wait_share_file(files::STARTED, STARTED)?;
+    s.emu.start_workload("ssd", 29, 3000)?;
+    run_for(&mut s, 0.5)?;
+    s.emu.inject(Fault::UnknownFlag)?;
+    run_for(&mut s, 1.0)?;
+    let (gt, stats, rc) = wind_down(&mut s)?;
+    let truth = check_truth(&s.run_dir, &gt, &stats)?;
+    anyhow::ensure!(truth.passed(), "{}", truth.summary());
+    let stderr = std::fs::read_to_string(s.run_dir.join(files::DAEMON_STDERR)).unwrap_or_default();
+    Ok(json!({
+        "guest_rc": rc,
+        "daemon_exit_codes": s.daemon_exit_codes(),
+        "unknown_flag_logged_once": stderr.matches("unknown bits 0x200").count() == 1,
+        "truth": truth_facts(&truth),
+        "kernel_log": kernel_log(&s.run_dir),
+    }))
 }
 
 /// The module's access rules, checked by the static test program in the

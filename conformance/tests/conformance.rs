@@ -54,6 +54,7 @@ scenarios!(
     bad_magic,
     too_new_major,
     newer_minor,
+    unknown_flag,
     access_rules,
     crash_safety,
     removal,

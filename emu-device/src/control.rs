@@ -43,6 +43,9 @@ pub enum Fault {
     Hostile,
     /// Pause the producer for `ms` milliseconds.
     Stall { ms: u64 },
+    /// Set a ring flag bit that ABI v1 does not define (a newer minor's
+    /// flag): consumers must log it and carry on.
+    UnknownFlag,
 }
 
 /// A control request.

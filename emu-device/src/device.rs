@@ -440,6 +440,7 @@ impl Device {
             Fault::Reset => return self.reset(),
             Fault::CorruptMagic => faults::corrupt_magic(mem, &self.live_slice()?)?,
             Fault::BumpVersion { part } => faults::bump_version(mem, &self.live_slice()?, part)?,
+            Fault::UnknownFlag => faults::unknown_flag(mem, &self.live_slice()?)?,
             Fault::Stall { ms } => {
                 if self.running.is_none() {
                     return Err(EmuError::Control("not producing: nothing to stall".into()));

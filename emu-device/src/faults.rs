@@ -49,6 +49,22 @@ pub fn corrupt_magic(mem: &MemRegion, slice: &Slice) -> Result<FaultEffect, EmuE
     })
 }
 
+/// The bit `unknown-flag` sets: the lowest one ABI v1 leaves undefined.
+pub const UNKNOWN_FLAG: u32 = 1 << 9;
+
+/// Set a flag bit ABI v1 does not define. Atomic OR, because the producer
+/// updates the same word with its own atomic OR/AND.
+pub fn unknown_flag(mem: &MemRegion, slice: &Slice) -> Result<FaultEffect, EmuError> {
+    let flags = mem.atomic_u32(hdr_off(slice, offsets::FLAGS))?;
+    let before = flags.fetch_or(UNKNOWN_FLAG, std::sync::atomic::Ordering::Release);
+    Ok(FaultEffect {
+        fault: "unknown-flag".into(),
+        epoch: slice.epoch,
+        before: before.into(),
+        after: (before | UNKNOWN_FLAG).into(),
+    })
+}
+
 /// Raise the major or minor version by one.
 pub fn bump_version(mem: &MemRegion, slice: &Slice, part: VersionPart) -> Result<FaultEffect, EmuError> {
     let (field, name) = match part {

@@ -150,6 +150,8 @@ enum FaultCmd {
     BumpVersion { part: VersionPart },
     /// Publish a record with a lying length, then halt production.
     Hostile,
+    /// Set a ring flag bit ABI v1 does not define.
+    UnknownFlag,
     /// Pause the producer.
     Stall {
         /// How long, in milliseconds.
@@ -274,6 +276,7 @@ fn ctl(control: PathBuf, timeout: u64, cmd: CtlCmd) -> Result<()> {
             FaultCmd::BumpVersion { part } => Fault::BumpVersion { part },
             FaultCmd::Hostile => Fault::Hostile,
             FaultCmd::Stall { ms } => Fault::Stall { ms },
+            FaultCmd::UnknownFlag => Fault::UnknownFlag,
         }),
         CtlCmd::Stats => Request::Stats,
         CtlCmd::GroundTruth => Request::GroundTruth,

@@ -306,6 +306,13 @@ fn header_faults_change_exactly_the_field_and_signal_the_guest() {
     assert!(c.newer_minor);
     assert!(rig.guest.wait_interrupt(1, T).unwrap().is_some());
 
+    let e = rig.ctl(Request::Inject(Fault::UnknownFlag));
+    assert_eq!(e["after"].as_u64().unwrap() & (1 << 9), 1 << 9);
+    let head = rig.hdr().head.get();
+    rig.wait_head_above(head);
+    // The producer keeps writing and keeps the bit it does not own.
+    assert_eq!(check_compat(&rig.hdr()).unwrap().unknown_flags, 1 << 9);
+
     let e = rig.ctl(Request::Inject(Fault::BumpVersion {
         part: VersionPart::Major,
     }));
@@ -326,7 +333,15 @@ fn header_faults_change_exactly_the_field_and_signal_the_guest() {
         .iter()
         .map(|f| f["fault"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["bump-version minor", "bump-version major", "corrupt-magic"]);
+    assert_eq!(
+        names,
+        [
+            "bump-version minor",
+            "unknown-flag",
+            "bump-version major",
+            "corrupt-magic"
+        ]
+    );
     rig.finish();
 }
 
