@@ -336,27 +336,39 @@ fn crash_safety(env: &Env) -> Result<Value> {
     }))
 }
 
-/// rmmod with the daemon running is refused; QMP device_del with the daemon
-/// running and mapped is safe and the daemon exits with its device-gone code.
+/// rmmod with the daemon running is refused; unbinding the PCI device
+/// through sysfs with the daemon running and mapped is safe, and the daemon
+/// exits with its device-gone code.
+///
+/// QMP device_del is not used here: with ivshmem-doorbell behind a q35
+/// pcie-root-port, QEMU 7.2 and 10.0 themselves segfaulted in about two
+/// hot-unplugs of five on this machine (see docs/kmod.md), which would make
+/// the suite fail for QEMU's sake. The removal path in the module is the same.
 fn removal(env: &Env) -> Result<Value> {
     let body = format!(
         "load_module ring_size={RING}\nstart_daemon\nsleep 1\n\
          if rmmod nvme_hmb_trace 2>/dev/null; then echo 'HMBT-RMMOD accepted'; else echo 'HMBT-RMMOD refused'; fi\n\
-         mark rmmod.done\nwait_stop\nstop_daemon\ncollect\nwait_file stop\nexit 0\n"
+         wait_file unbind\n\
+         for dev in /sys/bus/pci/drivers/nvme-hmb-trace/0000:*; do\n\
+             echo \"${{dev##*/}}\" > /sys/bus/pci/drivers/nvme-hmb-trace/unbind && echo 'HMBT-UNBIND done'\n\
+         done\n\
+         wait_stop\nstop_daemon\ncollect\nwait_file stop\nexit 0\n"
     );
     let mut s = env.start("removal", RING, &body)?;
     s.wait_share_file(files::STARTED, STARTED)?;
     s.emu.start_workload("ssd", 17, 2000)?;
-    s.wait_share_file("rmmod.done", Duration::from_secs(60))?;
-    s.qmp()?.device_del("hmb0", Duration::from_secs(5))?;
+    run_for(&mut s, 1.5)?;
+    s.signal("unbind")?;
     s.wait_share_file(files::DAEMON_RC, Duration::from_secs(30))
         .context("the daemon did not notice the removal")?;
+    s.emu.stop_workload()?;
     s.signal(files::STOP)?;
     let rc = s.finish(FINISH)?;
     let console = std::fs::read_to_string(s.run_dir.join("console.log"))?;
     Ok(json!({
         "guest_rc": rc,
         "rmmod_while_open": if console.contains("HMBT-RMMOD refused") { "refused" } else { "accepted" },
+        "unbind_while_open_and_mapped": if console.contains("HMBT-UNBIND done") { "done" } else { "failed" },
         "daemon_exit_codes": s.daemon_exit_codes(),
         "daemon_error": daemon_error(&s.run_dir),
         "kernel_log": kernel_log(&s.run_dir),

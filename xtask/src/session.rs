@@ -62,6 +62,23 @@ pub fn prepare(sh: &Shell, kernel: Option<&str>, qemu: QemuVersion, phases: &mut
     })
 }
 
+/// The guest never reached its init within the deadline: a hang of the
+/// emulated boot, before any of our code ran.
+#[derive(Debug)]
+pub struct EarlyBootHang(pub String);
+
+impl std::fmt::Display for EarlyBootHang {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the guest kernel did not reach init within 90 s (last console line: {:?})",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for EarlyBootHang {}
+
 pub struct SessionConfig {
     pub run_dir: PathBuf,
     pub accel: Accel,
@@ -82,6 +99,20 @@ pub struct Session {
 impl Session {
     /// Start emu-device and the guest, and wait until the guest runs its script.
     pub fn start(tools: &Tools, cfg: &SessionConfig, phases: &mut Phases) -> Result<Session> {
+        // A TCG guest very rarely hangs in early boot (seen once on 7.x,
+        // stuck after "tsc: Unable to calibrate against PIT") before any of
+        // our code runs. Such a boot is retried once, from scratch; anything
+        // after the guest's init has started is never retried.
+        match Self::start_once(tools, cfg, phases) {
+            Err(e) if e.downcast_ref::<EarlyBootHang>().is_some() => {
+                println!("    {e}; retrying the boot once");
+                Self::start_once(tools, cfg, phases)
+            }
+            other => other,
+        }
+    }
+
+    fn start_once(tools: &Tools, cfg: &SessionConfig, phases: &mut Phases) -> Result<Session> {
         let share = cfg.run_dir.join("share");
         let _ = std::fs::remove_dir_all(&share);
         std::fs::create_dir_all(&share).with_context(|| format!("creating {}", share.display()))?;
@@ -116,9 +147,15 @@ impl Session {
             vm,
         };
         phases.run("guest boot", || {
-            session
-                .vm
-                .wait_for("HMBT-READY", Duration::from_secs(180), |l| l.contains("HMBT-READY"))
+            let vm = &mut session.vm;
+            match vm.wait_for("HMBT-INIT", Duration::from_secs(90), |l| l.contains("HMBT-INIT")) {
+                Err(e) if e.to_string().starts_with("timeout") => {
+                    let last = vm.console.tail(1);
+                    return Err(anyhow::Error::new(EarlyBootHang(last.trim().to_string())));
+                }
+                other => other?,
+            };
+            vm.wait_for("HMBT-READY", Duration::from_secs(90), |l| l.contains("HMBT-READY"))
                 .map(drop)
         })?;
         Ok(session)
