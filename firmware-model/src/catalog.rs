@@ -43,6 +43,7 @@ pub const OP_NAND_ERASE: u16 = 0x0303;
 pub const OP_GC_START: u16 = 0x0401;
 pub const OP_GC_END: u16 = 0x0402;
 pub const OP_WEAR_LEVEL: u16 = 0x0501;
+pub const OP_WEAR_LEVEL_END: u16 = 0x0502;
 /// NPU opcodes are `OP_NPU_BASE + event_type_id` (1..=5, pccx ids).
 pub const OP_NPU_BASE: u16 = 0x0600;
 pub const OP_NPU_MAC_COMPUTE: u16 = OP_NPU_BASE + 1;
@@ -100,6 +101,12 @@ const WEAR_LEVEL: &[FieldInfo] = &[
     f("dst_block", 4, "u32"),
     f("src_erase_count", 8, "u32"),
     f("dst_erase_count", 12, "u32"),
+];
+const WEAR_LEVEL_END: &[FieldInfo] = &[
+    f("src_block", 0, "u32"),
+    f("dst_block", 4, "u32"),
+    f("moved_pages", 8, "u32"),
+    f("duration_ns", 12, "u32"),
 ];
 /// The pccx "flatbuf" event, byte for byte.
 const NPU_EVENT: &[FieldInfo] = &[
@@ -211,7 +218,16 @@ pub const OPCODES: &[OpcodeInfo] = &[
         payload_len: Some(16),
         source: "FTL core id",
         fields: WEAR_LEVEL,
-        about: "static wear levelling moved a cold block",
+        about: "static wear levelling moved a cold block (in ssd:causal: the migration starts)",
+    },
+    OpcodeInfo {
+        opcode: OP_WEAR_LEVEL_END,
+        name: "WEAR_LEVEL_END",
+        workload: "ssd:causal",
+        payload_len: Some(16),
+        source: "FTL core id",
+        fields: WEAR_LEVEL_END,
+        about: "a wear-levelling migration finished (ssd:causal only)",
     },
     npu(
         OP_NPU_MAC_COMPUTE,
@@ -292,6 +308,7 @@ mod tests {
     fn json_lists_every_opcode() {
         let v: serde_json::Value = serde_json::from_str(&catalog_json()).unwrap();
         assert_eq!(v["opcodes"].as_array().unwrap().len(), OPCODES.len());
-        assert_eq!(v["opcodes"][10]["fields"][3]["name"], "event_type_id");
+        let mac = v["opcodes"].as_array().unwrap().iter().find(|o| o["name"] == "MAC_COMPUTE").unwrap();
+        assert_eq!(mac["fields"][3]["name"], "event_type_id");
     }
 }

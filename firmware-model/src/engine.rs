@@ -121,6 +121,9 @@ pub struct Engine<N: Notifier> {
     clock: Instant,
     last_notify_head: u64,
     last_notify_at: Instant,
+    /// Wall-clock ns at which a simulated-time workload's run began (its
+    /// seq 0), so simulated timestamps of a later epoch follow the earlier ones.
+    sim_base_ns: u64,
     buf: Box<[u8; HMB_RECORD_MAX_PAYLOAD as usize]>,
 }
 
@@ -140,6 +143,7 @@ impl<N: Notifier> Engine<N> {
             limit: None,
             clock: now,
             last_notify_at: now,
+            sim_base_ns: 0,
             buf: Box::new([0u8; HMB_RECORD_MAX_PAYLOAD as usize]),
         }
     }
@@ -179,7 +183,16 @@ impl<N: Notifier> Engine<N> {
     pub fn step(&mut self) -> Produced {
         let seq = self.producer.next_seq();
         let shape = fill_record(self.seed, self.workload, seq, &mut self.buf);
-        let ts = self.clock.elapsed().as_nanos() as u64;
+        let ts = match shape.sim_ns {
+            // Simulated time: completion - fetch is the latency the records say.
+            Some(sim) => {
+                if seq == 0 {
+                    self.sim_base_ns = self.clock.elapsed().as_nanos() as u64;
+                }
+                self.sim_base_ns + sim
+            }
+            None => self.clock.elapsed().as_nanos() as u64,
+        };
         let out = self
             .producer
             .produce(shape.opcode, shape.source, ts, &self.buf[..shape.len]);

@@ -47,6 +47,7 @@ pub mod module_sim;
 pub mod producer;
 pub mod rng;
 pub mod shm;
+pub mod ssd_sim;
 pub mod workload;
 
 pub use catalog::{catalog_json, OpcodeInfo, OPCODES};

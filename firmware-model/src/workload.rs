@@ -22,7 +22,13 @@ pub enum SizeDist {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
+    /// Every record drawn independently (kept byte for byte: conformance
+    /// ground truth and snapshots depend on it).
     Ssd,
+    /// `ssd:causal`: a discrete-event SSD model (crate::ssd_sim) whose
+    /// fetches, NAND operations, completions and GC pair up, timestamped
+    /// with its simulated time.
+    SsdCausal,
     Npu,
     Sizes(SizeDist),
 }
@@ -36,6 +42,7 @@ impl Workload {
         let num = |t: &str| t.trim().parse::<u32>().ok().filter(|&n| n <= max);
         match s {
             "ssd" => Ok(Self::Ssd),
+            "ssd:causal" => Ok(Self::SsdCausal),
             "npu" => Ok(Self::Npu),
             "sizes" => Ok(Self::Sizes(SizeDist::LogUniform)),
             _ => {
@@ -58,6 +65,7 @@ impl Workload {
     pub fn name(&self) -> String {
         match self {
             Self::Ssd => "ssd".into(),
+            Self::SsdCausal => "ssd:causal".into(),
             Self::Npu => "npu".into(),
             Self::Sizes(SizeDist::LogUniform) => "sizes".into(),
             Self::Sizes(SizeDist::Fixed(n)) => format!("sizes:fixed={n}"),
@@ -81,6 +89,9 @@ pub struct RecordShape {
     pub opcode: u16,
     pub source: u32,
     pub len: usize,
+    /// The record's timestamp in ns since the workload started, for
+    /// workloads that simulate time (`ssd:causal`); others take the clock's.
+    pub sim_ns: Option<u64>,
 }
 
 /// Ground truth: the record the model emits as sequence number `seq`.
@@ -104,6 +115,15 @@ pub fn fill_record(
     let mut rng = SplitMix64::for_record(seed, seq);
     match workload {
         Workload::Ssd => ssd(&mut rng, buf),
+        Workload::SsdCausal => {
+            let (opcode, source, len, t) = crate::ssd_sim::fill(seed, seq, buf);
+            RecordShape {
+                opcode,
+                source,
+                len,
+                sim_ns: Some(t),
+            }
+        }
         Workload::Npu => npu(&mut rng, seq, buf),
         Workload::Sizes(dist) => sizes(&mut rng, dist, buf),
     }
@@ -144,7 +164,12 @@ const BLOCKS: u64 = 4096;
 const PAGES: u64 = 256;
 
 fn shape(opcode: u16, source: u32, len: usize) -> RecordShape {
-    RecordShape { opcode, source, len }
+    RecordShape {
+        opcode,
+        source,
+        len,
+        sim_ns: None,
+    }
 }
 
 fn ssd(rng: &mut SplitMix64, buf: &mut [u8]) -> RecordShape {
@@ -286,7 +311,7 @@ mod tests {
 
     #[test]
     fn parse_round_trips_names() {
-        for s in ["ssd", "npu", "sizes", "sizes:fixed=64", "sizes:uniform=0-4064"] {
+        for s in ["ssd", "ssd:causal", "npu", "sizes", "sizes:fixed=64", "sizes:uniform=0-4064"] {
             assert_eq!(Workload::parse(s).unwrap().name(), s);
         }
         for s in ["", "hdd", "sizes:fixed=4065", "sizes:uniform=9-3", "sizes:uniform=1"] {
