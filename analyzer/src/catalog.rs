@@ -316,6 +316,25 @@ fn default_pccx_map(op: &OpcodeEntry) -> Option<PccxMap> {
             event_type_id: 4,
             duration_field: Some("duration_ns".into()),
         },
+        // ssd:causal pairs WEAR_LEVEL with WEAR_LEVEL_END (the migration
+        // stalls host work like GC); the independent `ssd` workload's
+        // WEAR_LEVEL records have no end and are counted as never ended.
+        "WEAR_LEVEL" => PccxMap::Begin {
+            pair: "wl".into(),
+            key: keys(&["src_block", "dst_block"]),
+            event_type_from: None,
+        },
+        "WEAR_LEVEL_END" => PccxMap::End {
+            pair: "wl".into(),
+            key: keys(&["src_block", "dst_block"]),
+            event_type_id: 4,
+            duration_field: Some("duration_ns".into()),
+        },
+        // A map miss fetches the mapping from the host memory buffer.
+        "FTL_MAP_MISS" => PccxMap::Span {
+            event_type_id: 2,
+            duration_field: "fetch_ns".into(),
+        },
         "NAND_READ" => span(2),
         "NAND_PROGRAM" => span(3),
         "NAND_ERASE" => span(4),

@@ -148,8 +148,30 @@ pub struct ReportArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum ExportCmd {
-    /// Write a .pccx (flatbuf payload) from the records the catalog maps.
+    /// Write a .pccx (pccx-lab's bincode layout by default) from the records the catalog maps.
     Pccx(ExportPccxArgs),
+}
+
+/// Payload layout of an exported .pccx.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PccxEncoding {
+    /// bincode `NpuTrace` with current pccx-lab's five-field `NpuEvent`
+    /// (`api_name: Option<String>`): what pccx-lab's UI and CLI load.
+    Bincode,
+    /// bincode with the seed's four-field `NpuEvent` (older pccx-lab).
+    BincodeSeed,
+    /// Packed 24-byte events (pccx-lab's memory-mapped reader only).
+    Flatbuf,
+}
+
+impl PccxEncoding {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Bincode => "bincode, pccx-lab's current layout",
+            Self::BincodeSeed => "bincode, the seed's four-field layout",
+            Self::Flatbuf => "flatbuf",
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -157,6 +179,9 @@ pub struct ExportPccxArgs {
     pub trace: String,
     #[arg(short, long)]
     pub output: PathBuf,
+    /// Payload layout.
+    #[arg(long, value_enum, default_value_t = PccxEncoding::Flatbuf)]
+    pub encoding: PccxEncoding,
     /// Clock used to turn nanoseconds into cycles (header trace.clock_mhz).
     #[arg(long, default_value_t = 1000)]
     pub clock_mhz: u32,

@@ -9,6 +9,7 @@ pub mod filter;
 pub mod format;
 pub mod input;
 pub mod progress;
+pub mod spill_sort;
 pub mod stats;
 pub mod svg;
 pub mod synth;

@@ -81,6 +81,9 @@ pub fn write_trace<W: Write>(w: W, spec: &SynthSpec) -> Result<SynthSummary, Fil
         }
         let mut last_written = None;
         let mut seq = 0;
+        // Simulated-time workloads (ssd:causal) carry their own timestamps,
+        // offset so that each epoch follows the previous one.
+        let epoch_base = ts;
         while seq < e.seqs {
             if let Some(d) = e.drops.iter().find(|d| d.first_seq == seq) {
                 let count = d.count.min(e.seqs - seq);
@@ -98,7 +101,10 @@ pub fn write_trace<W: Write>(w: W, spec: &SynthSpec) -> Result<SynthSummary, Fil
                 continue;
             }
             let shape = fill_record(spec.seed ^ e.epoch, spec.workload, seq, &mut buf);
-            ts += spec.step_ns / 2 + (seq.wrapping_mul(0x9E37_79B9) >> 7) % spec.step_ns.max(1);
+            ts = match shape.sim_ns {
+                Some(sim) => epoch_base + sim,
+                None => ts + spec.step_ns / 2 + (seq.wrapping_mul(0x9E37_79B9) >> 7) % spec.step_ns.max(1),
+            };
             let hdr = hmb_record_hdr {
                 length: (shape.len as u32).into(),
                 opcode: shape.opcode.into(),

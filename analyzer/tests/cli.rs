@@ -67,6 +67,8 @@ impl Fixtures {
         write_trace(std::fs::File::create(&drops).unwrap(), &drops_spec()).unwrap();
         let npu = SynthSpec::simple(Workload::Npu, 9, 30);
         write_trace(std::fs::File::create(f.path("npu.bin")).unwrap(), &npu).unwrap();
+        let causal = SynthSpec::simple(Workload::SsdCausal, 5, 400);
+        write_trace(std::fs::File::create(f.path("causal.bin")).unwrap(), &causal).unwrap();
         let bytes = std::fs::read(&drops).unwrap();
         // Cut 10 bytes into the last record: a torn write.
         std::fs::write(f.path("torn.bin"), &bytes[..bytes.len() - 14]).unwrap();
@@ -167,32 +169,59 @@ fn filter_writes_a_trace_the_other_commands_read() {
 fn export_pccx_of_both_workloads_verifies() {
     let f = Fixtures::new();
     let mut text = String::new();
-    for (trace, out) in [("npu.bin", "npu.pccx"), ("drops.bin", "ssd.pccx")] {
-        text.push_str(&run(f.dir.path(), &["export", "pccx", trace, "-o", out]));
+    for (trace, out, enc) in [
+        ("npu.bin", "npu.pccx", "bincode"),
+        ("npu.bin", "npu-flat.pccx", "flatbuf"),
+        ("npu.bin", "npu-seed.pccx", "bincode-seed"),
+        ("drops.bin", "ssd.pccx", "bincode"),
+        ("causal.bin", "causal.pccx", "bincode"),
+    ] {
+        text.push_str(&run(
+            f.dir.path(),
+            &["export", "pccx", trace, "-o", out, "--encoding", enc],
+        ));
         text.push_str(&run(f.dir.path(), &["pccx", "verify", "--strict", out]));
         text.push_str(&run(f.dir.path(), &["pccx", "info", "--events", "6", out]));
     }
     insta::assert_snapshot!("export_pccx", text);
-    // The npu export carries the model's events verbatim: check against
-    // the records' payloads independently of the exporter.
+    // The npu export carries the model's events verbatim, sorted by start
+    // cycle: check against the records' payloads independently of the
+    // exporter (tests/pccx_lab.rs checks the bincode layouts with
+    // pccx-lab's own structs).
     let trace = std::fs::read(f.path("npu.bin")).unwrap();
     let reader = hmb_trace_file::SliceReader::new(&trace).unwrap();
-    let expected: Vec<u8> = reader.map(|i| i.unwrap().payload.to_vec()).collect::<Vec<_>>().concat();
-    let file = pccx::PccxFile::from_bytes(&std::fs::read(f.path("npu.pccx")).unwrap(), &Default::default()).unwrap();
-    assert_eq!(file.payload, expected);
+    let mut expected: Vec<Vec<u8>> = reader.map(|i| i.unwrap().payload.to_vec()).collect();
+    expected.sort_by_key(|p| u64::from_le_bytes(p[4..12].try_into().unwrap()));
+    let file =
+        pccx::PccxFile::from_bytes(&std::fs::read(f.path("npu-flat.pccx")).unwrap(), &Default::default()).unwrap();
+    assert_eq!(file.payload, expected.concat());
 }
 
 #[test]
 fn pccx_verify_reports_damage_with_its_exit_code() {
     let f = Fixtures::new();
-    run(f.dir.path(), &["export", "pccx", "npu.bin", "-o", "ok.pccx"]);
+    run(
+        f.dir.path(),
+        &["export", "pccx", "npu.bin", "-o", "ok.pccx", "--encoding", "flatbuf"],
+    );
     let mut bytes = std::fs::read(f.path("ok.pccx")).unwrap();
     let last = bytes.len() - 1;
     bytes[last] ^= 0xFF;
     std::fs::write(f.path("flipped.pccx"), &bytes).unwrap();
     std::fs::write(f.path("short.pccx"), &bytes[..bytes.len() - 5]).unwrap();
+    // In the bincode layout the last byte is the last event's api_name tag:
+    // flipped, the payload no longer decodes (exit 7 even without --strict).
+    run(
+        f.dir.path(),
+        &["export", "pccx", "npu.bin", "-o", "okb.pccx", "--encoding", "bincode"],
+    );
+    let mut b = std::fs::read(f.path("okb.pccx")).unwrap();
+    let last = b.len() - 1;
+    b[last] ^= 0xFF;
+    std::fs::write(f.path("flipped-bincode.pccx"), &b).unwrap();
     let mut text = run(f.dir.path(), &["pccx", "verify", "flipped.pccx"]);
     text.push_str(&run(f.dir.path(), &["pccx", "verify", "--strict", "flipped.pccx"]));
+    text.push_str(&run(f.dir.path(), &["pccx", "verify", "flipped-bincode.pccx"]));
     text.push_str(&run(f.dir.path(), &["pccx", "verify", "short.pccx"]));
     text.push_str(&run(f.dir.path(), &["pccx", "info", "drops.bin"]));
     insta::assert_snapshot!("pccx_verify_damage", text);

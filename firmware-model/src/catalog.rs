@@ -308,7 +308,12 @@ mod tests {
     fn json_lists_every_opcode() {
         let v: serde_json::Value = serde_json::from_str(&catalog_json()).unwrap();
         assert_eq!(v["opcodes"].as_array().unwrap().len(), OPCODES.len());
-        let mac = v["opcodes"].as_array().unwrap().iter().find(|o| o["name"] == "MAC_COMPUTE").unwrap();
+        let mac = v["opcodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["name"] == "MAC_COMPUTE")
+            .unwrap();
         assert_eq!(mac["fields"][3]["name"], "event_type_id");
     }
 }

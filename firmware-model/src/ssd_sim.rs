@@ -280,7 +280,10 @@ impl SsdSim {
                 ready += fetch;
                 self.emit(
                     ready,
-                    rec(OP_FTL_MAP_MISS, 0, 24).u64(0, slba).u64(8, ppa).u32(16, fetch as u32),
+                    rec(OP_FTL_MAP_MISS, 0, 24)
+                        .u64(0, slba)
+                        .u64(8, ppa)
+                        .u32(16, fetch as u32),
                 );
             }
         }
@@ -306,7 +309,11 @@ impl SsdSim {
             }
         }
         let complete = done + self.rng.range(1_000, 3_000);
-        let status = if nvme_op == 0x02 && self.rng.below(1000) == 0 { 0x0281 } else { 0 };
+        let status = if nvme_op == 0x02 && self.rng.below(1000) == 0 {
+            0x0281
+        } else {
+            0
+        };
         self.emit(
             complete,
             rec(OP_CMD_COMPLETE, q as u32, 16)
@@ -362,7 +369,14 @@ impl SsdSim {
             // Move cold data from a rarely erased block into the victim.
             let src = self.rng.below(BLOCKS) as u32;
             let (sc, dc) = (self.erase_count[src as usize], ec);
-            self.emit(end, rec(OP_WEAR_LEVEL, 0, 16).u32(0, src).u32(4, victim).u32(8, sc).u32(12, dc));
+            self.emit(
+                end,
+                rec(OP_WEAR_LEVEL, 0, 16)
+                    .u32(0, src)
+                    .u32(4, victim)
+                    .u32(8, sc)
+                    .u32(12, dc),
+            );
             let sd = (src as u64 % (CHANNELS * DIES)) as usize;
             let r = self.nand(OP_NAND_READ, sd, end, src, 0);
             let w = self.nand(OP_NAND_PROGRAM, vd, r, victim, 0);

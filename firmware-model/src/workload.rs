@@ -311,7 +311,14 @@ mod tests {
 
     #[test]
     fn parse_round_trips_names() {
-        for s in ["ssd", "ssd:causal", "npu", "sizes", "sizes:fixed=64", "sizes:uniform=0-4064"] {
+        for s in [
+            "ssd",
+            "ssd:causal",
+            "npu",
+            "sizes",
+            "sizes:fixed=64",
+            "sizes:uniform=0-4064",
+        ] {
             assert_eq!(Workload::parse(s).unwrap().name(), s);
         }
         for s in ["", "hdd", "sizes:fixed=4065", "sizes:uniform=9-3", "sizes:uniform=1"] {

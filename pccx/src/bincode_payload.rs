@@ -7,8 +7,9 @@
 //! against the real `bincode` 1.3 crate.
 //!
 //! Two layouts exist in the wild. The seed's `NpuEvent` has four fields
-//! (`BincodeLayout::Seed`, what this crate writes); later pccx-lab versions
-//! add `api_name: Option<String>` (`BincodeLayout::ApiName`). bincode is not
+//! (`BincodeLayout::Seed`); current pccx-lab adds `api_name:
+//! Option<String>` as a fifth field (`BincodeLayout::ApiName`, what
+//! pccx-lab's `NpuTrace::from_payload` decodes today). bincode is not
 //! self-describing, so the reader tries the seed layout first and accepts a
 //! layout only if it consumes the payload exactly.
 
@@ -52,24 +53,17 @@ impl NpuTrace {
     /// Encode in `layout`. The seed layout cannot carry `api_name`.
     pub fn encode(&self, layout: BincodeLayout) -> Result<Vec<u8>, PccxError> {
         let mut out = Vec::with_capacity(16 + self.events.len() * 40);
-        out.extend_from_slice(&self.total_cycles.to_le_bytes());
-        out.extend_from_slice(&(self.events.len() as u64).to_le_bytes());
+        out.extend_from_slice(&encode_prefix(self.total_cycles, self.events.len() as u64));
         for e in &self.events {
-            out.extend_from_slice(&e.core_id.to_le_bytes());
-            out.extend_from_slice(&e.start_cycle.to_le_bytes());
-            out.extend_from_slice(&e.duration.to_le_bytes());
-            put_str(&mut out, &e.event_type);
-            match (layout, &e.api_name) {
-                (BincodeLayout::Seed, None) => {}
-                (BincodeLayout::Seed, Some(_)) => {
-                    return Err(PccxError::Write("the seed bincode layout has no api_name field".into()))
-                }
-                (BincodeLayout::ApiName, None) => out.push(0),
-                (BincodeLayout::ApiName, Some(name)) => {
-                    out.push(1);
-                    put_str(&mut out, name);
-                }
-            }
+            encode_event(
+                &mut out,
+                e.core_id,
+                e.start_cycle,
+                e.duration,
+                &e.event_type,
+                e.api_name.as_deref(),
+                layout,
+            )?;
         }
         Ok(out)
     }
@@ -82,6 +76,53 @@ impl NpuTrace {
         let events = events.collect::<Result<Vec<_>, _>>()?;
         Ok((Self { total_cycles, events }, layout))
     }
+}
+
+/// The bytes before the first event: `total_cycles`, then the event count
+/// (bincode's u64 `Vec` length). Lets a writer stream events it has not
+/// collected, once it knows how many there are.
+pub fn encode_prefix(total_cycles: u64, events: u64) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&total_cycles.to_le_bytes());
+    b[8..].copy_from_slice(&events.to_le_bytes());
+    b
+}
+
+/// Append one `NpuEvent` in `layout`. The seed layout cannot carry `api_name`.
+pub fn encode_event(
+    out: &mut Vec<u8>,
+    core_id: u32,
+    start_cycle: u64,
+    duration: u64,
+    event_type: &str,
+    api_name: Option<&str>,
+    layout: BincodeLayout,
+) -> Result<(), PccxError> {
+    out.extend_from_slice(&core_id.to_le_bytes());
+    out.extend_from_slice(&start_cycle.to_le_bytes());
+    out.extend_from_slice(&duration.to_le_bytes());
+    put_str(out, event_type);
+    match (layout, api_name) {
+        (BincodeLayout::Seed, None) => {}
+        (BincodeLayout::Seed, Some(_)) => {
+            return Err(PccxError::Write("the seed bincode layout has no api_name field".into()))
+        }
+        (BincodeLayout::ApiName, None) => out.push(0),
+        (BincodeLayout::ApiName, Some(name)) => {
+            out.push(1);
+            put_str(out, name);
+        }
+    }
+    Ok(())
+}
+
+/// Encoded size of one event without `api_name`.
+pub fn encoded_event_len(event_type: &str, layout: BincodeLayout) -> u64 {
+    let tag = match layout {
+        BincodeLayout::Seed => 0,
+        BincodeLayout::ApiName => 1,
+    };
+    (4 + 8 + 8 + 8 + event_type.len() + tag) as u64
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {

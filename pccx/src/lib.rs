@@ -14,7 +14,7 @@ pub mod header;
 pub mod read;
 pub mod write;
 
-pub use bincode_payload::{BincodeLayout, NpuEvent, NpuTrace};
+pub use bincode_payload::{encode_event, encode_prefix, encoded_event_len, BincodeLayout, NpuEvent, NpuTrace};
 pub use checksum::fnv1a_64;
 pub use error::PccxError;
 pub use flatbuf::{event_type_name, FlatEvent, FlatEvents, FLAT_EVENT_SIZE};

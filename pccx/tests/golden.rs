@@ -408,10 +408,31 @@ fn golden_bincode_payload_matches_bincode_1_3_and_our_encoder() {
     assert!(named.encode(BincodeLayout::Seed).is_err());
 }
 
+/// The container (preamble + JSON header) is byte-identical to what
+/// pccx-lab's `PccxFile::write` produces for the same header values and
+/// payload bytes. The payload here is current pccx-lab's `NpuTrace` (with
+/// `api_name`), which is what its generator writes today.
 #[test]
 fn our_writer_is_byte_identical_to_pccx_labs() {
-    let lab = sample_lab_trace();
+    let seed = sample_lab_trace();
+    let lab = LabNpuTraceV2 {
+        total_cycles: seed.total_cycles,
+        events: seed
+            .events
+            .iter()
+            .map(|e| LabEventV2 {
+                core_id: e.core_id,
+                start_cycle: e.start_cycle,
+                duration: e.duration,
+                event_type: e.event_type.clone(),
+                api_name: None,
+            })
+            .collect(),
+    };
     let payload = bincode::serialize(&lab).unwrap();
+    // The seed's four-field payload is not what current pccx-lab decodes.
+    let seed_payload = bincode::serialize(&seed).unwrap();
+    assert!(bincode::deserialize::<LabNpuTraceV2>(&seed_payload).map_or(true, |t| t != lab));
     let lab_bytes = lab_write(&lab_header("bincode", &payload, 4800), &payload);
     let header = PccxHeader {
         pccx_lab_version: "v0.4.0-contention-aware".into(),

@@ -2,7 +2,7 @@
 //! of at least 1 GB, next to the sequential read bandwidth of the same file
 //! from the page cache, measured in the same run.
 //!
-//! hmb-trace-bench [--size-mb N] [--path FILE] [--keep]
+//! hmb-trace-bench [--size-mb N] [--path FILE] [--keep] [--workload ssd|ssd:causal]
 //! (default: 1100 MB in /dev/shm, removed afterwards)
 
 use std::fs::File;
@@ -66,11 +66,12 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
     let path =
         PathBuf::from(arg_value(&args, "--path").unwrap_or_else(|| format!("{default_dir}/hmb-bench-trace.bin")));
     let keep = args.iter().any(|a| a == "--keep");
+    let workload = Workload::parse(&arg_value(&args, "--workload").unwrap_or_else(|| "ssd".into()))?;
 
     // ~52 bytes per ssd record on average.
     let seqs_per_epoch = size_mb * 1_000_000 / 52 / 2;
     let spec = SynthSpec {
-        workload: Workload::Ssd,
+        workload,
         seed: 7,
         epochs: (0..2)
             .map(|i| EpochSpec {

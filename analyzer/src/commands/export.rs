@@ -1,7 +1,9 @@
-//! `export pccx`: records become pccx flatbuf events as the catalog maps
-//! them (docs/analyzer.md). Events are spilled to a temporary file while the
-//! trace is read, so memory stays bounded; the .pccx is then written with
-//! its length and checksum known.
+//! `export pccx`: records become pccx events as the catalog maps them
+//! (docs/analyzer.md). Events are sorted by start cycle through spill files
+//! (bounded memory), encoded in the chosen payload layout into a second
+//! temporary file, and the .pccx is then written with its length and
+//! checksum known. The default is the bincode layout current pccx-lab
+//! decodes (`NpuEvent` with `api_name`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufWriter, Seek, Write};
@@ -12,10 +14,11 @@ use pccx::checksum::{fnv1a_64_update, FNV_BASIS};
 use pccx::{ArchConfig, FlatEvent, PayloadConfig, PccxHeader, TraceConfig};
 
 use crate::catalog::{Catalog, PccxMap, MAX_PAIR_KEY};
-use crate::cli::ExportPccxArgs;
+use crate::cli::{ExportPccxArgs, PccxEncoding};
 use crate::commands::{walk_trace, Ctx};
 use crate::exit::{AppError, IO, USAGE};
 use crate::filter::Filter;
+use crate::spill_sort::{SpillSorter, DEFAULT_CHUNK};
 use crate::walk::Event;
 
 /// Open begins remembered at most; beyond, begins are counted and dropped.
@@ -49,7 +52,6 @@ struct Export<'c> {
     ends_from_field: u64,
     abandoned_begins: u64,
     unmapped_records: u64,
-    checksum: u64,
 }
 
 pub fn run(ctx: &Ctx, args: &ExportPccxArgs, out: &mut dyn Write) -> Result<(), AppError> {
@@ -65,17 +67,13 @@ pub fn run(ctx: &Ctx, args: &ExportPccxArgs, out: &mut dyn Write) -> Result<(), 
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(std::path::Path::new("."));
-    let spill = tempfile::tempfile_in(dir).map_err(io)?;
-    let mut spill_w = BufWriter::new(spill);
+    let mut sorter = SpillSorter::new(tempfile::tempfile_in(dir).map_err(io)?, DEFAULT_CHUNK);
     let mut io_err = None;
     let clock = args.clock_mhz as u128;
     let (mut walked, mut ex) = walk_trace(
         ctx,
         &args.trace,
-        |_| Export {
-            checksum: FNV_BASIS,
-            ..Default::default()
-        },
+        |_| Export::default(),
         |ex, ev| {
             match *ev {
                 Event::Record { epoch, item } => {
@@ -84,15 +82,13 @@ pub fn run(ctx: &Ctx, args: &ExportPccxArgs, out: &mut dyn Write) -> Result<(), 
                         return ControlFlow::Continue(());
                     }
                     if let Some(e) = map_record(&ctx.catalog, ex, item, clock) {
-                        let bytes = e.encode();
-                        ex.checksum = fnv1a_64_update(ex.checksum, &bytes);
                         ex.events += 1;
                         *ex.by_type.entry(e.event_type_id).or_default() += 1;
                         if ex.cores.len() < MAX_CORES {
                             ex.cores.insert(e.core_id);
                         }
                         ex.max_end = ex.max_end.max(e.start_cycle.saturating_add(e.duration));
-                        if let Err(err) = spill_w.write_all(&bytes) {
+                        if let Err(err) = sorter.push(e) {
                             io_err = Some(err);
                             return ControlFlow::Break(());
                         }
@@ -112,8 +108,8 @@ pub fn run(ctx: &Ctx, args: &ExportPccxArgs, out: &mut dyn Write) -> Result<(), 
         return Err(io(e));
     }
     ex.abandoned_begins += ex.pending.len() as u64;
-    let mut spill = spill_w.into_inner().map_err(|e| io(e.into_error()))?;
-    spill.rewind().map_err(io)?;
+    let (mut payload, byte_length, checksum) = encode_sorted(sorter, &ex, args.encoding, dir).map_err(io)?;
+    payload.rewind().map_err(io)?;
     let header = PccxHeader {
         pccx_lab_version: format!("hmb-trace-analyze {}", env!("CARGO_PKG_VERSION")),
         arch: ArchConfig {
@@ -127,20 +123,25 @@ pub fn run(ctx: &Ctx, args: &ExportPccxArgs, out: &mut dyn Write) -> Result<(), 
             clock_mhz: args.clock_mhz,
         },
         payload: PayloadConfig {
-            encoding: "flatbuf".into(),
+            encoding: match args.encoding {
+                PccxEncoding::Flatbuf => "flatbuf",
+                PccxEncoding::Bincode | PccxEncoding::BincodeSeed => "bincode",
+            }
+            .into(),
             ..Default::default()
         },
         format_minor: pccx::MINOR_VERSION,
     };
     let file = std::fs::File::create(&args.output).map_err(io)?;
-    pccx::write_pccx_streamed(BufWriter::new(file), &header, ex.events * 24, ex.checksum, spill)
+    pccx::write_pccx_streamed(BufWriter::new(file), &header, byte_length, checksum, payload)
         .map_err(|e| AppError::new(IO, format!("{}: {e}", args.output.display())))?;
     writeln!(
         out,
-        "wrote {} events ({} cycles, {} cores) to {}",
+        "wrote {} events ({} cycles, {} cores, {}, sorted by start cycle) to {}",
         ex.events,
         ex.max_end,
         ex.cores.len(),
+        args.encoding.describe(),
         args.output.display()
     )?;
     for (t, n) in &ex.by_type {
@@ -160,6 +161,47 @@ pub fn run(ctx: &Ctx, args: &ExportPccxArgs, out: &mut dyn Write) -> Result<(), 
     )?;
     writeln!(out, "records with no pccx mapping: {}", ex.unmapped_records)?;
     walked.status()
+}
+
+/// Merge the sorted events into a temporary file in `encoding`: returns the
+/// file, the payload length and its FNV-1a checksum.
+fn encode_sorted(
+    sorter: SpillSorter,
+    ex: &Export<'_>,
+    encoding: PccxEncoding,
+    dir: &std::path::Path,
+) -> std::io::Result<(std::fs::File, u64, u64)> {
+    let mut w = BufWriter::new(tempfile::tempfile_in(dir)?);
+    let mut checksum = FNV_BASIS;
+    let mut len = 0u64;
+    let mut put = |w: &mut BufWriter<std::fs::File>, b: &[u8]| -> std::io::Result<()> {
+        checksum = fnv1a_64_update(checksum, b);
+        len += b.len() as u64;
+        w.write_all(b)
+    };
+    let layout = match encoding {
+        PccxEncoding::Flatbuf => None,
+        PccxEncoding::Bincode => Some(pccx::BincodeLayout::ApiName),
+        PccxEncoding::BincodeSeed => Some(pccx::BincodeLayout::Seed),
+    };
+    if layout.is_some() {
+        put(&mut w, &pccx::encode_prefix(ex.max_end, ex.events))?;
+    }
+    let mut buf = Vec::with_capacity(64);
+    sorter.finish(|e| match layout {
+        None => put(&mut w, &e.encode()),
+        Some(layout) => {
+            buf.clear();
+            // pccx-lab maps unknown type names to UNKNOWN; ids it has no
+            // name for can only be written as that.
+            let name = pccx::event_type_name(e.event_type_id).unwrap_or("UNKNOWN");
+            pccx::encode_event(&mut buf, e.core_id, e.start_cycle, e.duration, name, None, layout)
+                .map_err(std::io::Error::other)?;
+            put(&mut w, &buf)
+        }
+    })?;
+    let file = w.into_inner().map_err(|e| e.into_error())?;
+    Ok((file, len, checksum))
 }
 
 /// The key field values of a begin or end record (None if the payload is
