@@ -1,0 +1,252 @@
+//! Set Features (09h) / Get Features (0Ah). Supported: 01h arbitration, 02h power
+//! management, 04h temperature threshold, 05h error recovery, 07h number of queues,
+//! 08h interrupt coalescing, 09h interrupt vector configuration, 0Ah write atomicity,
+//! 0Bh asynchronous event configuration, 0Dh host memory buffer, 0Eh timestamp,
+//! C0h..FFh vendor specific (through `VendorFeatures`). Others: Invalid Field.
+//! No saveable features (SV = 1: Feature Identifier Not Saveable); Get Features SEL
+//! other than "current" is Invalid Field (ONCS bit 4 = 0).
+
+use std::time::Instant;
+
+use super::done;
+use crate::controller::{Outcome, Sqe, PAGE};
+use crate::hmb::{self, HmbAttributes, HmbLimits};
+use crate::{Controller, HostMemoryBuffer, Status};
+
+pub(crate) const FID_ARBITRATION: u8 = 0x01;
+pub(crate) const FID_POWER: u8 = 0x02;
+pub(crate) const FID_TEMPERATURE: u8 = 0x04;
+pub(crate) const FID_ERROR_RECOVERY: u8 = 0x05;
+pub(crate) const FID_QUEUES: u8 = 0x07;
+pub(crate) const FID_IRQ_COALESCING: u8 = 0x08;
+pub(crate) const FID_IRQ_CONFIG: u8 = 0x09;
+pub(crate) const FID_WRITE_ATOMICITY: u8 = 0x0A;
+pub(crate) const FID_ASYNC_EVENT: u8 = 0x0B;
+pub(crate) const FID_HMB: u8 = 0x0D;
+pub(crate) const FID_TIMESTAMP: u8 = 0x0E;
+
+const HMB_EHM: u32 = 1;
+const HMB_MR: u32 = 1 << 1;
+
+impl Controller {
+    pub(crate) fn set_features(&mut self, sqe: &Sqe) -> Outcome {
+        let fid = sqe.cdw(10) as u8;
+        let save = sqe.cdw(10) & (1 << 31) != 0;
+        let v = sqe.cdw(11);
+        if save {
+            return Outcome::status(Status::FEATURE_NOT_SAVEABLE);
+        }
+        let ok = |dw0: u32| Outcome::Complete(Status::SUCCESS, dw0, 0);
+        match fid {
+            FID_ARBITRATION => {
+                self.feat.arbitration = v;
+                ok(0)
+            }
+            FID_POWER => {
+                // NPSS = 0: power state 0 only; workload hint bits 7:5 kept.
+                if v & 0x1f != 0 {
+                    return Outcome::status(Status::INVALID_FIELD);
+                }
+                self.feat.power_state = v & 0xff;
+                ok(0)
+            }
+            FID_TEMPERATURE => {
+                // TMPSEL (19:16) 0 = composite only; THSEL (21:20) 0 over, 1 under.
+                let (tmpsel, thsel) = ((v >> 16) & 0xf, (v >> 20) & 3);
+                match (tmpsel, thsel) {
+                    (0, 0) => self.feat.temp_over = v as u16,
+                    (0, 1) => self.feat.temp_under = v as u16,
+                    _ => return Outcome::status(Status::INVALID_FIELD),
+                }
+                ok(0)
+            }
+            FID_ERROR_RECOVERY => {
+                self.feat.error_recovery = v & 0xffff;
+                ok(0)
+            }
+            FID_QUEUES => self.set_queue_count(v),
+            FID_IRQ_COALESCING => {
+                self.feat.irq_coalescing = v & 0xffff;
+                ok(0)
+            }
+            FID_IRQ_CONFIG => {
+                let iv = v as u16;
+                if iv >= self.cfg.interrupt_vectors {
+                    return Outcome::status(Status::INVALID_FIELD);
+                }
+                self.feat.irq_config.insert(iv, v & 0x1_ffff);
+                ok(0)
+            }
+            FID_WRITE_ATOMICITY => {
+                self.feat.write_atomicity = v & 1;
+                ok(0)
+            }
+            FID_ASYNC_EVENT => {
+                self.feat.async_event_config = v;
+                ok(0)
+            }
+            FID_HMB => self.set_hmb(sqe),
+            FID_TIMESTAMP => match self.host_data_in(sqe, 8) {
+                Ok(d) => {
+                    let ms = u64::from_le_bytes(d[0..8].try_into().expect("8 bytes")) & 0xffff_ffff_ffff;
+                    self.feat.timestamp = Some((ms, Instant::now()));
+                    ok(0)
+                }
+                Err(s) => Outcome::status(s),
+            },
+            0xC0..=0xFF => {
+                let len = self.vendor.set_data_len(fid, v);
+                let data = if len == 0 {
+                    Vec::new()
+                } else {
+                    match self.host_data_in(sqe, len) {
+                        Ok(d) => d,
+                        Err(s) => return Outcome::status(s),
+                    }
+                };
+                match self.vendor.set(fid, v, &data, self.hmb.as_ref()) {
+                    Ok(dw0) => ok(dw0),
+                    Err(s) => Outcome::status(s),
+                }
+            }
+            _ => Outcome::status(Status::INVALID_FIELD),
+        }
+    }
+
+    pub(crate) fn get_features(&mut self, sqe: &Sqe) -> Outcome {
+        let fid = sqe.cdw(10) as u8;
+        let sel = (sqe.cdw(10) >> 8) & 7;
+        if sel != 0 {
+            return Outcome::status(Status::INVALID_FIELD);
+        }
+        let ok = |dw0: u32| Outcome::Complete(Status::SUCCESS, dw0, 0);
+        match fid {
+            FID_ARBITRATION => ok(self.feat.arbitration),
+            FID_POWER => ok(self.feat.power_state),
+            FID_TEMPERATURE => {
+                let v = sqe.cdw(11);
+                match ((v >> 16) & 0xf, (v >> 20) & 3) {
+                    (0, 0) => ok(u32::from(self.feat.temp_over)),
+                    (0, 1) => ok(u32::from(self.feat.temp_under)),
+                    _ => Outcome::status(Status::INVALID_FIELD),
+                }
+            }
+            FID_ERROR_RECOVERY => ok(self.feat.error_recovery),
+            FID_QUEUES => {
+                let (nsq, ncq) = self.queue_allocation();
+                ok(u32::from(nsq) | u32::from(ncq) << 16)
+            }
+            FID_IRQ_COALESCING => ok(self.feat.irq_coalescing),
+            FID_IRQ_CONFIG => {
+                let iv = sqe.cdw(11) as u16;
+                if iv >= self.cfg.interrupt_vectors {
+                    return Outcome::status(Status::INVALID_FIELD);
+                }
+                ok(self.feat.irq_config.get(&iv).copied().unwrap_or(u32::from(iv)))
+            }
+            FID_WRITE_ATOMICITY => ok(self.feat.write_atomicity),
+            FID_ASYNC_EVENT => ok(self.feat.async_event_config),
+            FID_HMB => {
+                if self.cfg.hmpre_bytes == 0 {
+                    return Outcome::status(Status::INVALID_FIELD);
+                }
+                // Host Memory Buffer Attributes: HSIZE, HMDLAL, HMDLAU, HMDLEC (last set).
+                let a = self.hmb_attrs;
+                let mut d = vec![0u8; 4096];
+                d[0..4].copy_from_slice(&a.hsize.to_le_bytes());
+                d[4..8].copy_from_slice(&(a.list_addr as u32).to_le_bytes());
+                d[8..12].copy_from_slice(&((a.list_addr >> 32) as u32).to_le_bytes());
+                d[12..16].copy_from_slice(&a.entries.to_le_bytes());
+                match self.host_data_out(sqe, &d) {
+                    Ok(()) => ok(u32::from(self.hmb.is_some())),
+                    Err(s) => Outcome::status(s),
+                }
+            }
+            FID_TIMESTAMP => {
+                let mut d = [0u8; 8];
+                if let Some((ms, at)) = self.feat.timestamp {
+                    let now = (ms + at.elapsed().as_millis() as u64) & 0xffff_ffff_ffff;
+                    d[0..6].copy_from_slice(&now.to_le_bytes()[0..6]);
+                    d[6] = 1 << 1; // Timestamp Origin 001b: set by the host; Synch 0
+                } else {
+                    let ms = self.now_ns() / 1_000_000;
+                    d[0..6].copy_from_slice(&ms.to_le_bytes()[0..6]);
+                }
+                done(self.host_data_out(sqe, &d))
+            }
+            0xC0..=0xFF => match self.vendor.get(fid, sqe.cdw(11)) {
+                Ok((dw0, data)) => match self.host_data_out(sqe, &data) {
+                    Ok(()) => ok(dw0),
+                    Err(s) => Outcome::status(s),
+                },
+                Err(s) => Outcome::status(s),
+            },
+            _ => Outcome::status(Status::INVALID_FIELD),
+        }
+    }
+
+    /// (NSQA, NCQA), 0-based.
+    pub(crate) fn queue_allocation(&self) -> (u16, u16) {
+        let max = self.cfg.max_io_queues - 1;
+        self.feat.queues.unwrap_or((max, max))
+    }
+
+    fn set_queue_count(&mut self, v: u32) -> Outcome {
+        let (nsqr, ncqr) = (v as u16, (v >> 16) as u16);
+        if nsqr == 0xffff || ncqr == 0xffff {
+            return Outcome::status(Status::INVALID_FIELD);
+        }
+        // Only before any I/O queue exists (the allocation must not change under them).
+        if self.sqs.iter().skip(1).any(Option::is_some) || self.cqs.iter().skip(1).any(Option::is_some) {
+            return Outcome::status(Status::COMMAND_SEQUENCE_ERROR);
+        }
+        let max = self.cfg.max_io_queues - 1;
+        let alloc = (nsqr.min(max), ncqr.min(max));
+        self.feat.queues = Some(alloc);
+        Outcome::Complete(Status::SUCCESS, u32::from(alloc.0) | u32::from(alloc.1) << 16, 0)
+    }
+
+    /// Set Features 0Dh: EHM enables (reading and checking the descriptor list) or disables;
+    /// MR=1 with the same list as before marks the buffer as returned.
+    fn set_hmb(&mut self, sqe: &Sqe) -> Outcome {
+        if self.cfg.hmpre_bytes == 0 {
+            return Outcome::status(Status::INVALID_FIELD);
+        }
+        let bits = sqe.cdw(11);
+        if bits & HMB_EHM == 0 {
+            self.release_hmb();
+            return Outcome::status(Status::SUCCESS);
+        }
+        if self.hmb.is_some() {
+            return self.reject_hmb(Status::COMMAND_SEQUENCE_ERROR);
+        }
+        let attrs = HmbAttributes {
+            hsize: sqe.cdw(12),
+            list_addr: u64::from(sqe.cdw(13)) | u64::from(sqe.cdw(14)) << 32,
+            entries: sqe.cdw(15),
+        };
+        let limits = HmbLimits {
+            page_size: PAGE,
+            hmmin_bytes: self.cfg.hmmin_bytes,
+            hmminds_bytes: self.cfg.hmminds_bytes,
+            hmmaxd: self.cfg.hmmaxd,
+        };
+        let descs = match hmb::read_descriptors(&self.mem, &attrs, &limits) {
+            Ok(d) => d,
+            Err(s) => return self.reject_hmb(s),
+        };
+        let returned = bits & HMB_MR != 0 && self.retained_hmb.as_deref() == Some(&descs[..]);
+        let h = HostMemoryBuffer::new(descs, returned, self.mem.clone());
+        self.hmb_attrs = attrs;
+        self.hmb_report.enables += 1;
+        self.hmb_report.last_rejection = None;
+        self.observer.on_hmb_enabled(&h);
+        self.hmb = Some(h);
+        Outcome::status(Status::SUCCESS)
+    }
+
+    fn reject_hmb(&mut self, s: Status) -> Outcome {
+        self.hmb_report.last_rejection = Some(s.to_string());
+        Outcome::status(s)
+    }
+}

@@ -1,0 +1,81 @@
+//! Get Log Page (02h): 01h error information (one entry, ELPE = 0), 02h SMART / health
+//! information (controller-wide: NSID 0 or FFFFFFFFh, or 1), 03h firmware slot
+//! information. Others: Invalid Log Page. Reading a log with RAE = 0 unmasks the async
+//! event type that reports it.
+
+use super::done;
+use super::identify::{NSID, TEMPERATURE};
+use crate::controller::{Outcome, Sqe};
+use crate::{Controller, Status};
+
+const LID_ERROR: u8 = 0x01;
+const LID_SMART: u8 = 0x02;
+const LID_FW_SLOT: u8 = 0x03;
+
+/// Async event types: 0 error, 1 SMART/health.
+const EVENT_ERROR: u8 = 0;
+const EVENT_SMART: u8 = 1;
+
+impl Controller {
+    pub(crate) fn get_log_page(&mut self, sqe: &Sqe) -> Outcome {
+        let lid = sqe.cdw(10) as u8;
+        let rae = sqe.cdw(10) & (1 << 15) != 0;
+        let numd = (u64::from(sqe.cdw(10) >> 16) | u64::from(sqe.cdw(11) & 0xffff) << 16) + 1;
+        let offset = u64::from(sqe.cdw(12)) | u64::from(sqe.cdw(13)) << 32;
+        let nsid = sqe.nsid();
+        let (log, event) = match lid {
+            LID_ERROR => (vec![0u8; 64], Some(EVENT_ERROR)),
+            LID_SMART => {
+                if !matches!(nsid, 0 | NSID | 0xFFFF_FFFF) {
+                    return Outcome::status(Status::INVALID_NAMESPACE);
+                }
+                (self.smart_log(), Some(EVENT_SMART))
+            }
+            LID_FW_SLOT => {
+                let mut l = vec![0u8; 512];
+                l[0] = 1; // AFI: slot 1 active
+                let fw = self.cfg.firmware.as_bytes();
+                l[8..16].fill(b' ');
+                l[8..8 + fw.len()].copy_from_slice(fw);
+                (l, None)
+            }
+            _ => return Outcome::status(Status::INVALID_LOG_PAGE),
+        };
+        let len = numd * 4;
+        if offset % 4 != 0 || offset >= log.len() as u64 || len > self.cfg.max_transfer() as u64 {
+            return Outcome::status(Status::INVALID_FIELD);
+        }
+        // Bytes past the end of the log read as zero.
+        let mut out = vec![0u8; len as usize];
+        let avail = &log[offset as usize..];
+        let n = avail.len().min(out.len());
+        out[..n].copy_from_slice(&avail[..n]);
+        let r = self.host_data_out(sqe, &out);
+        if r.is_ok() && !rae {
+            if let Some(t) = event {
+                // Pending events of this type go out after this command's CQE (process_sq).
+                self.masked_event_types &= !(1 << t);
+            }
+        }
+        done(r)
+    }
+
+    fn smart_log(&self) -> Vec<u8> {
+        let c = &self.counters;
+        let mut l = vec![0u8; 512];
+        l[1..3].copy_from_slice(&TEMPERATURE.to_le_bytes());
+        l[3] = 100; // available spare
+        l[4] = 10; // available spare threshold
+        l[5] = 0; // percentage used
+                  // Data units are thousands of 512-byte units, rounded up.
+        let units = |bytes: u64| (bytes / 512).div_ceil(1000) as u128;
+        let put = |l: &mut Vec<u8>, at: usize, v: u128| l[at..at + 16].copy_from_slice(&v.to_le_bytes());
+        put(&mut l, 32, units(c.bytes_read));
+        put(&mut l, 48, units(c.bytes_written));
+        put(&mut l, 64, u128::from(c.reads));
+        put(&mut l, 80, u128::from(c.writes));
+        put(&mut l, 112, 1); // power cycles
+        put(&mut l, 128, u128::from(self.now_ns() / 3_600_000_000_000)); // power-on hours
+        l
+    }
+}

@@ -1,0 +1,84 @@
+//! The namespace's data: zeroed memory or a sparse file.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+
+use crate::{Backing, Error};
+
+pub(crate) enum Store {
+    Memory(Vec<u8>),
+    File(File),
+}
+
+pub(crate) struct Namespace {
+    pub bytes: u64,
+    pub lba_shift: u8,
+    store: Store,
+}
+
+impl Namespace {
+    pub fn new(backing: &Backing, bytes: u64, lba_shift: u8) -> Result<Self, Error> {
+        let store = match backing {
+            // vec! of zeros comes from calloc: untouched pages cost nothing.
+            Backing::Memory => Store::Memory(vec![0u8; usize::try_from(bytes).map_err(|_| cfg_err(bytes))?]),
+            Backing::SparseFile(path) => {
+                let f = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(path)?;
+                f.set_len(bytes)?;
+                Store::File(f)
+            }
+        };
+        Ok(Namespace {
+            bytes,
+            lba_shift,
+            store,
+        })
+    }
+
+    pub fn lbas(&self) -> u64 {
+        self.bytes >> self.lba_shift
+    }
+
+    pub fn backing_name(&self) -> &'static str {
+        match self.store {
+            Store::Memory(_) => "memory",
+            Store::File(_) => "sparse-file",
+        }
+    }
+
+    /// Read `buf.len()` bytes at byte offset `off` (the caller checked the range).
+    pub fn read(&self, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        match &self.store {
+            Store::Memory(v) => {
+                buf.copy_from_slice(&v[off as usize..off as usize + buf.len()]);
+                Ok(())
+            }
+            Store::File(f) => f.read_exact_at(buf, off),
+        }
+    }
+
+    pub fn write(&mut self, off: u64, buf: &[u8]) -> std::io::Result<()> {
+        match &mut self.store {
+            Store::Memory(v) => {
+                v[off as usize..off as usize + buf.len()].copy_from_slice(buf);
+                Ok(())
+            }
+            Store::File(f) => f.write_all_at(buf, off),
+        }
+    }
+
+    pub fn flush(&self) -> std::io::Result<()> {
+        match &self.store {
+            Store::Memory(_) => Ok(()),
+            Store::File(f) => f.sync_data(),
+        }
+    }
+}
+
+fn cfg_err(bytes: u64) -> Error {
+    Error::Config(format!("namespace of {bytes} bytes does not fit in memory"))
+}

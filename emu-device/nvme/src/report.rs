@@ -1,0 +1,87 @@
+//! The controller's state for the JSON control socket.
+
+use serde::Serialize;
+
+use crate::HmbDescriptor;
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Counters {
+    pub admin_commands: u64,
+    pub io_commands: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub flushes: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    /// Completions with a status other than success.
+    pub errors: u64,
+    /// Doorbell writes to a queue that does not exist or with an out-of-range value.
+    pub invalid_doorbells: u64,
+    /// Register writes the model ignored (read-only, reserved, narrow doorbell writes).
+    pub ignored_register_writes: u64,
+    /// Controller resets: CC.EN 1->0 and transport resets.
+    pub resets: u64,
+    pub shutdowns: u64,
+    /// Times CSTS.CFS was set.
+    pub fatal_errors: u64,
+    pub media_ops: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct QueueReport {
+    /// "sq" or "cq".
+    pub kind: &'static str,
+    pub qid: u16,
+    pub entries: u32,
+    pub head: u32,
+    pub tail: u32,
+    /// SQ: its completion queue.
+    pub cqid: Option<u16>,
+    /// CQ: interrupt vector and whether interrupts are enabled.
+    pub iv: Option<u16>,
+    pub ien: Option<bool>,
+    /// SQ: commands fetched; CQ: completions posted.
+    pub commands: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct HmbReport {
+    /// Identify HMPRE/HMMIN in bytes (0 = the controller asks for no HMB).
+    pub preferred_bytes: u64,
+    pub minimum_bytes: u64,
+    pub enabled: bool,
+    /// The enabled buffer came back with MR=1 and the same descriptor list.
+    pub returned: bool,
+    pub descriptors: Vec<HmbDescriptor>,
+    pub bytes: u64,
+    pub enables: u64,
+    pub disables: u64,
+    /// Status of the last rejected Set Features 0Dh, as "sct/sc" text.
+    pub last_rejection: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct NamespaceReport {
+    pub nsid: u32,
+    pub bytes: u64,
+    pub lba_bytes: u32,
+    pub backing: &'static str,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ControllerReport {
+    pub cc: u32,
+    pub csts: u32,
+    pub ready: bool,
+    pub fatal: bool,
+    /// CSTS.SHST: 0 normal, 2 shutdown complete.
+    pub shutdown_status: u8,
+    /// Why the last CC.EN 0->1 or the last queue access failed (CSTS.CFS), if it did.
+    pub fatal_reason: Option<String>,
+    pub io_queues_allocated: u16,
+    pub queues: Vec<QueueReport>,
+    pub aer_outstanding: usize,
+    pub counters: Counters,
+    pub hmb: HmbReport,
+    pub namespace: NamespaceReport,
+}
