@@ -17,5 +17,6 @@ pub mod production;
 pub mod serve;
 pub mod sockpath;
 pub mod transport;
+pub mod vfio_user;
 
 pub use error::EmuError;
