@@ -125,3 +125,10 @@ fn transport_reset_clears_registers() {
     assert_eq!(h.read64(0x28), 0);
     assert!(h.ctrl.report().queues.is_empty());
 }
+
+#[test]
+fn controller_is_send_for_the_transport_thread() {
+    fn send<T: Send>() {}
+    send::<Controller>();
+    send::<hmb_nvme::HostMemoryBuffer>();
+}
