@@ -78,6 +78,7 @@ fn identify_namespace_list_and_descriptors() {
 #[case::feature_vendor_default(Command::get_features(0xC0), Status::INVALID_FIELD)]
 #[case::feature_save(Command::set_features(0x01, 0).cdw(10, 1 | 1 << 31), Status::FEATURE_NOT_SAVEABLE)]
 #[case::feature_sel_default(Command::get_features(0x01).cdw(10, 1 | 1 << 8), Status::INVALID_FIELD)]
+#[case::dulbe(Command::set_features(0x05, 1 << 16), Status::INVALID_FIELD)]
 #[case::power_state_1(Command::set_features(0x02, 1), Status::INVALID_FIELD)]
 #[case::log_unknown(Command::new(0x02).prp1(0x20000).cdw(10, 0x7f | 127 << 16), Status::INVALID_LOG_PAGE)]
 #[case::log_offset_beyond(Command::new(0x02).prp1(0x20000).cdw(10, 2 | 127 << 16).cdw(12, 512), Status::INVALID_FIELD)]

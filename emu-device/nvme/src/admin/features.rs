@@ -61,6 +61,10 @@ impl Controller {
                 ok(0)
             }
             FID_ERROR_RECOVERY => {
+                // DULBE (bit 16) needs NSFEAT bit 2 (deallocated blocks), which is 0.
+                if v & (1 << 16) != 0 {
+                    return Outcome::status(Status::INVALID_FIELD);
+                }
                 self.feat.error_recovery = v & 0xffff;
                 ok(0)
             }
