@@ -14,6 +14,7 @@ use hmb_emu_device::ivshmem::{IvshmemClient, DEFAULT_VECTORS, DEVICE_PEER_ID};
 use hmb_emu_device::production::Plan;
 use hmb_emu_device::serve::{ServeOptions, Serving};
 use hmb_emu_device::transport::{Vectors, VECTOR_DATA, VECTOR_STATE};
+use hmb_emu_device::vfio_user::nvme::{NvmeServeOptions, NvmeServing};
 use hmb_firmware_model::NotifyPolicy;
 use nix::sys::signal::{SigSet, Signal};
 
@@ -21,7 +22,7 @@ use nix::sys::signal::{SigSet, Signal};
 #[command(
     name = "emu-device",
     version,
-    about = "Emulated NVMe controller of hmb-trace: serves an emulated HMB to QEMU's ivshmem-doorbell device and runs the firmware model in it"
+    about = "Emulated NVMe controller of hmb-trace: serves an emulated HMB to QEMU's ivshmem-doorbell device and runs the firmware model in it (serve), or a full NVMe controller with a real HMB over vfio-user (serve-nvme)"
 )]
 struct Cli {
     /// Log level: error, warn, info, debug, trace (RUST_LOG overrides).
@@ -38,6 +39,11 @@ enum Cmd {
     /// and the control socket. Exits on SIGTERM/SIGINT, on `ctl shutdown`,
     /// or when QEMU disconnects.
     Serve(ServeArgs),
+    /// Run the NVMe controller (hmb-nvme, with a real HMB) on a vfio-user
+    /// socket for QEMU 11.1's `vfio-user-pci` (guest RAM must be a shared
+    /// memfd), and the control socket. Exits on SIGTERM/SIGINT, on
+    /// `ctl shutdown`, or when QEMU disconnects.
+    ServeNvme(ServeNvmeArgs),
     /// Talk to a running device over its control socket.
     Ctl {
         /// Control socket of the device.
@@ -103,6 +109,32 @@ struct ServeArgs {
     /// Records per second of the initial workload (0 = unlimited).
     #[arg(long, default_value_t = 0)]
     rate: u64,
+}
+
+#[derive(clap::Args)]
+struct ServeNvmeArgs {
+    /// Unix socket QEMU's vfio-user-pci connects to.
+    #[arg(long)]
+    socket: PathBuf,
+    /// Unix socket for control requests (line-delimited JSON).
+    #[arg(long)]
+    control: PathBuf,
+    /// Namespace size (K/M/G suffix; a multiple of 512).
+    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    namespace_size: String,
+    /// Sparse file behind the namespace (default: memory).
+    #[arg(long)]
+    backing: Option<PathBuf>,
+    /// HMB the controller prefers (Identify HMPRE; 0 = no HMB).
+    #[arg(long, default_value = "32M", value_parser = parse_size)]
+    hmb_preferred: String,
+    /// Smallest HMB the controller accepts (Identify HMMIN).
+    #[arg(long, default_value = "4M", value_parser = parse_size)]
+    hmb_minimum: String,
+    /// Keep serving after QEMU disconnects (the next QEMU finds the same
+    /// controller and data).
+    #[arg(long)]
+    stay_after_disconnect: bool,
 }
 
 #[derive(Subcommand)]
@@ -245,6 +277,35 @@ fn serve(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
+fn serve_nvme(args: ServeNvmeArgs) -> Result<()> {
+    let mut sigs = SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        sigs.add(s);
+    }
+    sigs.thread_block().context("blocking signals")?;
+    let opts = NvmeServeOptions {
+        socket: args.socket,
+        control_socket: args.control,
+        namespace_bytes: args.namespace_size.parse()?,
+        backing: args.backing,
+        hmb_preferred: args.hmb_preferred.parse()?,
+        hmb_minimum: args.hmb_minimum.parse()?,
+        keep_serving: args.stay_after_disconnect,
+    };
+    let serving = NvmeServing::start(&opts)?;
+    let stop = serving.shutdown_sender();
+    std::thread::Builder::new().name("signals".into()).spawn(move || {
+        if let Ok(sig) = sigs.wait() {
+            log::info!("{sig:?} received, shutting down");
+            stop(format!("{sig:?}"));
+        }
+    })?;
+    let why = serving.run()?;
+    log::info!("emu-device stopped: {why}");
+    // A QEMU still attached keeps the vfio-user thread in its read: end here.
+    std::process::exit(0);
+}
+
 /// Print a line on stdout; a closed pipe (`| head`) ends quietly, not in
 /// a panic.
 fn say(text: impl std::fmt::Display) -> Result<()> {
@@ -335,6 +396,7 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.cmd {
         Cmd::Serve(args) => serve(args),
+        Cmd::ServeNvme(args) => serve_nvme(args),
         Cmd::Ctl { control, timeout, cmd } => ctl(control, timeout, cmd),
         Cmd::Peer { socket, vectors, cmd } => peer(socket, vectors, cmd),
     };

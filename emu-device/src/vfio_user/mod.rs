@@ -11,12 +11,14 @@
 //! - [`serve`]: the socket, one client at a time, again after a disconnect.
 //! - [`control`]: the JSON control socket's answers for this device.
 //! - [`qemu`]: the QEMU arguments that attach it.
+//! - [`nvme`]: the `hmb-nvme` controller wired to all of the above.
 
 pub mod backend;
 pub mod config_space;
 pub mod control;
 pub mod dma;
 pub mod irqs;
+pub mod nvme;
 pub mod qemu;
 pub mod serve;
 

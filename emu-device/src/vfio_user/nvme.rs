@@ -1,0 +1,194 @@
+//! `emu-device serve-nvme`: the `hmb-nvme` controller model served on a
+//! vfio-user socket, with the JSON control socket next to it.
+//!
+//! One controller lives for the whole process; QEMU's disconnect resets it
+//! (and drops guest memory), and with `keep_serving` the next QEMU finds it
+//! on the same socket with the namespace's data intact, as a disk keeps its
+//! data across a power cycle of the host.
+
+use std::path::PathBuf;
+use std::sync::mpsc::{channel, Sender};
+use std::sync::Arc;
+
+use hmb_nvme::{Backing, Controller, ControllerConfig, InterruptSink, PciIdentity};
+
+use super::backend::{PciFunction, Shared};
+use super::config_space::{Identity, MAX_MSIX_VECTORS};
+use super::control::NvmeControl;
+use super::dma::DmaMap;
+use super::irqs::IrqTable;
+use super::serve::{ServeEvent, VfioUserServer};
+use crate::control::ControlServer;
+use crate::error::EmuError;
+
+impl InterruptSink for IrqTable {
+    fn raise(&self, vector: u16) {
+        IrqTable::raise(self, vector);
+    }
+}
+
+impl PciFunction for Controller {
+    fn bar0_read(&mut self, offset: u64, data: &mut [u8]) {
+        Controller::bar0_read(self, offset, data);
+    }
+    fn bar0_write(&mut self, offset: u64, data: &[u8]) {
+        Controller::bar0_write(self, offset, data);
+    }
+    fn reset(&mut self) {
+        Controller::reset(self);
+    }
+    fn report(&self) -> serde_json::Value {
+        serde_json::to_value(Controller::report(self))
+            .unwrap_or_else(|e| serde_json::json!({ "error": format!("report not serialisable: {e}") }))
+    }
+}
+
+impl From<PciIdentity> for Identity {
+    fn from(p: PciIdentity) -> Identity {
+        Identity {
+            vendor: p.vendor,
+            device: p.device,
+            subsystem_vendor: p.subsystem_vendor,
+            subsystem: p.subsystem,
+            class_code: p.class_code,
+            revision: p.revision,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct NvmeServeOptions {
+    pub socket: PathBuf,
+    pub control_socket: PathBuf,
+    /// Namespace size in bytes.
+    pub namespace_bytes: u64,
+    /// Sparse file behind the namespace (memory when `None`).
+    pub backing: Option<PathBuf>,
+    /// Identify HMPRE / HMMIN in bytes.
+    pub hmb_preferred: u64,
+    pub hmb_minimum: u64,
+    /// Accept a new QEMU after one disconnects (default: exit then).
+    pub keep_serving: bool,
+}
+
+impl NvmeServeOptions {
+    pub fn controller_config(&self) -> ControllerConfig {
+        ControllerConfig {
+            namespace_bytes: self.namespace_bytes,
+            backing: match &self.backing {
+                Some(p) => Backing::SparseFile(p.clone()),
+                None => Backing::Memory,
+            },
+            hmpre_bytes: self.hmb_preferred,
+            hmmin_bytes: self.hmb_minimum,
+            ..ControllerConfig::default()
+        }
+    }
+}
+
+enum Event {
+    Serve(ServeEvent),
+    Shutdown(String),
+}
+
+/// A running NVMe device; `shutdown_sender` lets signal handlers stop it.
+pub struct NvmeServing {
+    server: VfioUserServer,
+    control: ControlServer,
+    rx: std::sync::mpsc::Receiver<Event>,
+    tx: Sender<Event>,
+    keep_serving: bool,
+}
+
+impl NvmeServing {
+    pub fn start(opts: &NvmeServeOptions) -> Result<NvmeServing, EmuError> {
+        let cfg = opts.controller_config();
+        let vectors = cfg.interrupt_vectors;
+        if vectors == 0 || vectors > MAX_MSIX_VECTORS {
+            return Err(EmuError::Control(format!(
+                "the controller wants {vectors} MSI-X vectors; BAR4 has room for 1..={MAX_MSIX_VECTORS}"
+            )));
+        }
+        let dma = DmaMap::new();
+        let irqs = Arc::new(IrqTable::new(vectors));
+        let sink: Arc<dyn InterruptSink> = irqs.clone();
+        let controller = Controller::new(cfg, dma.guest_mem(), sink)
+            .map_err(|e| EmuError::Control(format!("the NVMe controller cannot be built: {e}")))?;
+        let shared = Shared::new(controller, dma, irqs);
+        let (tx, rx) = channel();
+        let serve_tx = tx.clone();
+        let server = VfioUserServer::start(
+            &opts.socket,
+            shared.clone(),
+            &Controller::pci_identity().into(),
+            Controller::BAR0_SIZE,
+            vectors,
+            opts.keep_serving,
+            move |e| {
+                let _ = serve_tx.send(Event::Serve(e));
+            },
+        )?;
+        let control_tx = tx.clone();
+        let handler = NvmeControl::new(shared, &opts.socket, move |why| control_tx.send(Event::Shutdown(why)).is_ok());
+        let control = ControlServer::start(&opts.control_socket, Arc::new(handler))?;
+        log::info!(
+            "emu-device serving an NVMe controller: vfio-user {} control {} namespace {} bytes, HMB preferred {} bytes",
+            opts.socket.display(),
+            opts.control_socket.display(),
+            opts.namespace_bytes,
+            opts.hmb_preferred
+        );
+        Ok(NvmeServing {
+            server,
+            control,
+            rx,
+            tx,
+            keep_serving: opts.keep_serving,
+        })
+    }
+
+    /// Call with a reason to stop the device (signal handlers).
+    pub fn shutdown_sender(&self) -> impl Fn(String) + Send + 'static {
+        let tx = self.tx.clone();
+        move |why| {
+            let _ = tx.send(Event::Shutdown(why));
+        }
+    }
+
+    /// Serve until shutdown (or, without keep_serving, until QEMU leaves).
+    /// Returns why it stopped.
+    pub fn run(self) -> Result<String, EmuError> {
+        let NvmeServing {
+            mut server,
+            control,
+            rx,
+            tx,
+            keep_serving,
+        } = self;
+        drop(tx);
+        let result = loop {
+            match rx.recv() {
+                Ok(Event::Serve(ServeEvent::ClientJoined)) => log::info!("QEMU connected"),
+                Ok(Event::Serve(ServeEvent::ClientLeft(failure))) => {
+                    if let Some(f) = &failure {
+                        log::warn!("QEMU's connection failed: {f}");
+                    }
+                    if !keep_serving {
+                        break Ok("QEMU disconnected".to_string());
+                    }
+                }
+                Ok(Event::Serve(ServeEvent::Stopped(why))) => {
+                    break match why {
+                        Some(e) => Err(EmuError::Control(e)),
+                        None => Ok("the vfio-user server stopped".to_string()),
+                    };
+                }
+                Ok(Event::Shutdown(why)) => break Ok(why),
+                Err(_) => break Ok("every sender is gone".to_string()),
+            }
+        };
+        drop(control);
+        server.shutdown();
+        result
+    }
+}
