@@ -129,7 +129,9 @@ impl NvmeServing {
             },
         )?;
         let control_tx = tx.clone();
-        let handler = NvmeControl::new(shared, &opts.socket, move |why| control_tx.send(Event::Shutdown(why)).is_ok());
+        let handler = NvmeControl::new(shared, &opts.socket, move |why| {
+            control_tx.send(Event::Shutdown(why)).is_ok()
+        });
         let control = ControlServer::start(&opts.control_socket, Arc::new(handler))?;
         log::info!(
             "emu-device serving an NVMe controller: vfio-user {} control {} namespace {} bytes, HMB preferred {} bytes",

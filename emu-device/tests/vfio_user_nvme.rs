@@ -1,0 +1,483 @@
+//! The NVMe controller served by `emu-device serve-nvme`'s code, driven by
+//! the `vfio_user` crate's own client playing QEMU: guest RAM is a memfd
+//! lent with DMA_MAP, registers are BAR0 region accesses, interrupts are
+//! eventfds. A small host driver below does what Linux's nvme driver does:
+//! the register handshake, admin and I/O queues, PRP lists, the HMB
+//! descriptor list, resets with MR=1, and some guest mistakes.
+
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hmb_emu_device::control::{call, Request};
+use hmb_emu_device::vfio_user::nvme::{NvmeServeOptions, NvmeServing};
+use hmb_nvme::fake_host::Command;
+use hmb_nvme::Status;
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use vfio_bindings::bindings::vfio::{
+    VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
+    VFIO_PCI_MSIX_IRQ_INDEX,
+};
+
+const PAGE: u64 = 4096;
+const RAM: u64 = 32 << 20;
+const BAR0: u32 = VFIO_PCI_BAR0_REGION_INDEX;
+
+/// The device, served in a thread as `serve-nvme` serves it.
+struct Device {
+    _dir: tempfile::TempDir,
+    socket: PathBuf,
+    control: PathBuf,
+    thread: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Device {
+    fn start() -> Device {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("vfio-user.sock");
+        let control = dir.path().join("control.sock");
+        let serving = NvmeServing::start(&NvmeServeOptions {
+            socket: socket.clone(),
+            control_socket: control.clone(),
+            namespace_bytes: 16 << 20,
+            backing: None,
+            hmb_preferred: 8 << 20,
+            hmb_minimum: 4 << 20,
+            keep_serving: true,
+        })
+        .unwrap();
+        let thread = std::thread::spawn(move || serving.run().unwrap());
+        Device {
+            _dir: dir,
+            socket,
+            control,
+            thread: Some(thread),
+        }
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let r = call(&self.control, &Request::Status, Duration::from_secs(10)).unwrap();
+        assert!(r.ok, "{r:?}");
+        r.result.unwrap()
+    }
+
+    fn hmb(&self) -> serde_json::Value {
+        self.status()["controller"]["hmb"].clone()
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        let _ = call(&self.control, &Request::Shutdown, Duration::from_secs(5));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Queue {
+    sq: u64,
+    cq: u64,
+    entries: u32,
+    tail: u32,
+    head: u32,
+    phase: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Cqe {
+    dw0: u32,
+    cid: u16,
+    status: Status,
+}
+
+/// A host driver over the vfio-user client.
+struct Host {
+    c: vfio_user::Client,
+    ram: File,
+    next: u64,
+    admin: Queue,
+    io: Option<Queue>,
+    cid: u16,
+    vectors: Vec<EventFd>,
+}
+
+impl Host {
+    fn connect(socket: &Path) -> Host {
+        let mut c = vfio_user::Client::new(socket).unwrap();
+        let fd = nix::sys::memfd::memfd_create(c"guest-ram", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC).unwrap();
+        let ram = File::from(fd);
+        ram.set_len(RAM).unwrap();
+        c.dma_map(0, 0, RAM, ram.as_raw_fd()).unwrap();
+        let mut vectors = Vec::new();
+        for v in 0..2u32 {
+            let e = EventFd::from_flags(EfdFlags::EFD_NONBLOCK).unwrap();
+            c.set_irqs(
+                VFIO_PCI_MSIX_IRQ_INDEX,
+                VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER,
+                v,
+                1,
+                &[e.as_fd().as_raw_fd()],
+            )
+            .unwrap();
+            vectors.push(e);
+        }
+        let empty = Queue {
+            sq: 0,
+            cq: 0,
+            entries: 0,
+            tail: 0,
+            head: 0,
+            phase: true,
+        };
+        Host {
+            c,
+            ram,
+            next: 0x10_0000,
+            admin: empty,
+            io: None,
+            cid: 1,
+            vectors,
+        }
+    }
+
+    fn alloc(&mut self, bytes: u64) -> u64 {
+        let at = self.next;
+        self.next += bytes.div_ceil(PAGE).max(1) * PAGE;
+        assert!(self.next <= RAM);
+        at
+    }
+    fn put(&self, addr: u64, data: &[u8]) {
+        self.ram.write_all_at(data, addr).unwrap();
+    }
+    fn get(&self, addr: u64, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.ram.read_exact_at(&mut v, addr).unwrap();
+        v
+    }
+    fn r32(&mut self, off: u64) -> u32 {
+        let mut b = [0; 4];
+        self.c.region_read(BAR0, off, &mut b).unwrap();
+        u32::from_le_bytes(b)
+    }
+    fn r64(&mut self, off: u64) -> u64 {
+        let mut b = [0; 8];
+        self.c.region_read(BAR0, off, &mut b).unwrap();
+        u64::from_le_bytes(b)
+    }
+    fn w32(&mut self, off: u64, v: u32) {
+        self.c.region_write(BAR0, off, &v.to_le_bytes()).unwrap();
+    }
+    fn w64(&mut self, off: u64, v: u64) {
+        self.c.region_write(BAR0, off, &v.to_le_bytes()).unwrap();
+    }
+    fn irqs(&self, vector: usize) -> u64 {
+        self.vectors[vector].read().unwrap_or(0)
+    }
+
+    /// The driver's handshake: disable, admin queues, CC with IOSQES/IOCQES, enable, RDY.
+    fn enable(&mut self) {
+        self.w32(0x14, 0);
+        let entries = 32;
+        self.admin = Queue {
+            sq: self.alloc(u64::from(entries) * 64),
+            cq: self.alloc(u64::from(entries) * 16),
+            entries,
+            tail: 0,
+            head: 0,
+            phase: true,
+        };
+        self.put(self.admin.cq, &vec![0; entries as usize * 16]);
+        self.w32(0x24, (entries - 1) << 16 | (entries - 1));
+        let (sq, cq) = (self.admin.sq, self.admin.cq);
+        self.w64(0x28, sq);
+        self.w64(0x30, cq);
+        self.w32(0x14, 6 << 16 | 4 << 20);
+        self.w32(0x14, 6 << 16 | 4 << 20 | 1);
+        let csts = self.r32(0x1c);
+        assert_eq!(csts & 0b11, 1, "RDY without CFS, CSTS {csts:#x}");
+        self.io = None;
+    }
+
+    fn submit(&mut self, io: bool, mut cmd: Command) -> Cqe {
+        let cid = self.cid;
+        self.cid = self.cid.wrapping_add(1).max(1);
+        cmd.0[0] = (cmd.0[0] & 0xffff) | u32::from(cid) << 16;
+        let raw: Vec<u8> = cmd.0.iter().flat_map(|d| d.to_le_bytes()).collect();
+        let q = if io { self.io.as_mut().unwrap() } else { &mut self.admin };
+        let (sq_at, qid) = (q.sq + u64::from(q.tail) * 64, u64::from(io));
+        q.tail = (q.tail + 1) % q.entries;
+        let tail = q.tail;
+        self.put(sq_at, &raw);
+        self.w32(0x1000 + 8 * qid, tail);
+        let q = if io { self.io.as_ref().unwrap() } else { &self.admin };
+        let cqe = self.get(q.cq + u64::from(q.head) * 16, 16);
+        let dw = |i: usize| u32::from_le_bytes(cqe[i * 4..i * 4 + 4].try_into().unwrap());
+        assert_eq!((dw(3) >> 16) & 1, u32::from(q.phase), "the controller completes inline");
+        let c = Cqe {
+            dw0: dw(0),
+            cid: dw(3) as u16,
+            status: Status::from_field((dw(3) >> 17) as u16),
+        };
+        let q = if io { self.io.as_mut().unwrap() } else { &mut self.admin };
+        q.head += 1;
+        if q.head == q.entries {
+            q.head = 0;
+            q.phase = !q.phase;
+        }
+        let head = q.head;
+        self.w32(0x1000 + 8 * qid + 4, head);
+        assert_eq!(c.cid, cid);
+        c
+    }
+
+    fn admin(&mut self, cmd: Command) -> Cqe {
+        self.submit(false, cmd)
+    }
+
+    fn create_io_queue(&mut self) {
+        let entries = 64;
+        let cq = self.alloc(u64::from(entries) * 16);
+        let sq = self.alloc(u64::from(entries) * 64);
+        self.put(cq, &vec![0; entries as usize * 16]);
+        let size = (entries - 1) << 16 | 1;
+        assert!(self
+            .admin(Command::new(0x05).prp1(cq).cdw(10, size).cdw(11, 1 << 16 | 0b11))
+            .status
+            .is_success());
+        assert!(self
+            .admin(Command::new(0x01).prp1(sq).cdw(10, size).cdw(11, 1 << 16 | 1))
+            .status
+            .is_success());
+        self.io = Some(Queue {
+            sq,
+            cq,
+            entries,
+            tail: 0,
+            head: 0,
+            phase: true,
+        });
+    }
+
+    /// PRP1/PRP2 for `pages` fresh pages (a PRP list when more than two).
+    fn prps(&mut self, pages: &[u64]) -> (u64, u64) {
+        match pages {
+            [one] => (*one, 0),
+            [a, b] => (*a, *b),
+            [first, rest @ ..] => {
+                let list = self.alloc(PAGE);
+                let raw: Vec<u8> = rest.iter().flat_map(|p| p.to_le_bytes()).collect();
+                self.put(list, &raw);
+                (*first, list)
+            }
+            [] => unreachable!(),
+        }
+    }
+
+    /// Read or write `pages.len()` pages at `slba` (512-byte LBAs).
+    fn rw(&mut self, write: bool, slba: u64, pages: &[u64]) -> Cqe {
+        let (p1, p2) = self.prps(pages);
+        let nlb = (pages.len() as u64 * PAGE / 512) as u32 - 1;
+        let cmd = Command::new(if write { 0x01 } else { 0x02 })
+            .nsid(1)
+            .prp1(p1)
+            .prp2(p2)
+            .cdw(10, slba as u32)
+            .cdw(11, (slba >> 32) as u32)
+            .cdw(12, nlb);
+        self.submit(true, cmd)
+    }
+
+    /// Set Features 0Dh with `descs` (guest address, pages) at a fresh list page.
+    fn set_hmb(&mut self, flags: u32, descs: &[(u64, u32)], entries: u32) -> Cqe {
+        let list = self.alloc(PAGE * 2);
+        let raw: Vec<u8> = descs
+            .iter()
+            .flat_map(|(a, n)| [a.to_le_bytes().to_vec(), n.to_le_bytes().to_vec(), vec![0; 4]].concat())
+            .collect();
+        self.put(list, &raw);
+        let size: u32 = descs.iter().map(|d| d.1).sum();
+        self.admin(
+            Command::set_features(0x0d, flags)
+                .cdw(12, size)
+                .cdw(13, list as u32)
+                .cdw(14, (list >> 32) as u32)
+                .cdw(15, entries),
+        )
+    }
+}
+
+/// HMB descriptors: (guest address, 4 KiB pages).
+type Descriptors = Vec<(u64, u32)>;
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 9) as u8)
+        .collect()
+}
+
+#[test]
+fn register_handshake_identify_and_msix_interrupts() {
+    let dev = Device::start();
+    let mut h = Host::connect(&dev.socket);
+    let mut id = [0u8; 4];
+    h.c.region_read(VFIO_PCI_CONFIG_REGION_INDEX, 8, &mut id).unwrap();
+    assert_eq!(u32::from_le_bytes(id) >> 8, 0x010802, "class code");
+    let cap = h.r64(0);
+    assert_eq!(cap & 0xffff, 1023, "MQES");
+    assert_eq!((cap >> 16) & 1, 1, "CQR");
+    assert_eq!((cap >> 37) & 1, 1, "CSS NVM");
+    assert_eq!(h.r32(0x08), 0x0001_0400, "VS 1.4");
+    h.enable();
+    let buf = h.alloc(PAGE);
+    let c = h.admin(Command::identify(1, 0, buf));
+    assert!(c.status.is_success(), "{:?}", c.status);
+    let idc = h.get(buf, 4096);
+    let u32_at = |o: usize| u32::from_le_bytes(idc[o..o + 4].try_into().unwrap());
+    assert_eq!(u32_at(272), (8 << 20) / 4096, "HMPRE in 4 KiB units");
+    assert_eq!(u32_at(276), (4 << 20) / 4096, "HMMIN");
+    assert!(h.irqs(0) >= 1, "the admin completion raised MSI-X vector 0");
+    // Unknown admin opcode: Invalid Opcode with DNR, never a transport error.
+    let c = h.admin(Command::new(0x7f));
+    assert_eq!(c.status.field() & 0x7ff, Status::INVALID_OPCODE.field() & 0x7ff);
+    let st = dev.status();
+    assert_eq!(st["device"], "nvme");
+    assert_eq!(st["vfio_user"]["msix"]["set"], serde_json::json!([0, 1]));
+    assert!(st["controller"]["ready"].as_bool().unwrap());
+}
+
+#[test]
+fn io_queues_and_data_verified_through_prp_lists() {
+    let dev = Device::start();
+    let mut h = Host::connect(&dev.socket);
+    h.enable();
+    let c = h.admin(Command::set_features(0x07, 0));
+    assert!(c.status.is_success());
+    h.create_io_queue();
+    for (slba, npages, seed) in [(0u64, 1usize, 1u8), (8, 2, 2), (1024, 16, 3)] {
+        let out: Vec<u64> = (0..npages).map(|_| h.alloc(PAGE)).collect();
+        let data = pattern(seed, npages * PAGE as usize);
+        for (i, p) in out.iter().enumerate() {
+            h.put(*p, &data[i * PAGE as usize..(i + 1) * PAGE as usize]);
+        }
+        let c = h.rw(true, slba, &out);
+        assert!(c.status.is_success(), "write {npages} pages: {:?}", c.status);
+        let back: Vec<u64> = (0..npages).map(|_| h.alloc(PAGE)).collect();
+        let c = h.rw(false, slba, &back);
+        assert!(c.status.is_success(), "read {npages} pages: {:?}", c.status);
+        let got: Vec<u8> = back.iter().flat_map(|p| h.get(*p, PAGE as usize)).collect();
+        assert!(got == data, "{npages} pages at LBA {slba} read back differ");
+    }
+    assert!(h.submit(true, Command::new(0x00).nsid(1)).status.is_success(), "flush");
+    assert!(h.irqs(1) >= 7, "I/O completions on vector 1");
+    let counters = &dev.status()["controller"]["counters"];
+    assert_eq!(counters["writes"], 3);
+    assert_eq!(counters["reads"], 3);
+    assert_eq!(counters["bytes_written"], 19 * PAGE);
+}
+
+#[test]
+fn hmb_descriptor_lists_good_and_bad() {
+    let dev = Device::start();
+    let mut h = Host::connect(&dev.socket);
+    h.enable();
+    let chunk = |h: &mut Host| h.alloc(2 << 20);
+    let (a, b) = (chunk(&mut h), chunk(&mut h));
+    let pages = ((2 << 20) / PAGE) as u32;
+    let bad: [(&str, Descriptors, u32); 5] = [
+        ("too many entries", vec![(a, pages), (b, pages)], 257),
+        ("overlapping", vec![(a, pages), (a + PAGE, pages)], 2),
+        ("zero-sized", vec![(a, pages), (b, 0)], 2),
+        ("outside guest memory", vec![(a, pages), (RAM + (64 << 20), pages)], 2),
+        ("below HMMIN", vec![(a, pages)], 1),
+    ];
+    for (what, descs, n) in bad {
+        let c = h.set_hmb(1, &descs, n);
+        assert!(!c.status.is_success(), "{what}: accepted");
+        assert_eq!(dev.hmb()["enabled"], false, "{what}");
+    }
+    let c = h.set_hmb(1, &[(a, pages), (b, pages)], 2);
+    assert!(c.status.is_success(), "good list: {:?}", c.status);
+    let hmb = dev.hmb();
+    assert_eq!(hmb["enabled"], true);
+    assert_eq!(hmb["bytes"], 4 << 20);
+    assert_eq!(hmb["descriptors"].as_array().unwrap().len(), 2);
+    let g = h.admin(Command::get_features(0x0d));
+    assert!(g.status.is_success());
+    assert_eq!(g.dw0 & 1, 1, "Get Features 0Dh reports EHM");
+    // EHM=0 releases it.
+    assert!(h.set_hmb(0, &[], 0).status.is_success());
+    assert_eq!(dev.hmb()["enabled"], false);
+}
+
+#[test]
+fn reset_with_mr_returns_the_same_buffer_with_its_contents() {
+    let dev = Device::start();
+    let mut h = Host::connect(&dev.socket);
+    h.enable();
+    let (a, b) = (h.alloc(2 << 20), h.alloc(2 << 20));
+    let pages = ((2 << 20) / PAGE) as u32;
+    let list = [(a, pages), (b, pages)];
+    assert!(h.set_hmb(1, &list, 2).status.is_success());
+    let marker = pattern(9, 4096);
+    h.put(b + 0x1000, &marker);
+    // A vfio-user DEVICE_RESET (what QEMU sends on a guest reboot) ...
+    h.c.reset().unwrap();
+    assert_eq!(dev.hmb()["enabled"], false, "the controller lets go of the HMB");
+    assert_eq!(h.r32(0x1c) & 1, 0, "not ready after a function reset");
+    // ... then the driver comes back and returns the buffer with MR=1.
+    h.enable();
+    let c = h.set_hmb(0b11, &list, 2);
+    assert!(c.status.is_success(), "{:?}", c.status);
+    let hmb = dev.hmb();
+    assert_eq!(hmb["enabled"], true);
+    assert_eq!(hmb["returned"], true, "MR=1 with the same list");
+    assert_eq!(h.get(b + 0x1000, 4096), marker, "contents kept");
+    // The same through CC.EN 1 -> 0 (the driver's reset_controller).
+    h.w32(0x14, 0);
+    assert_eq!(dev.hmb()["enabled"], false);
+    h.enable();
+    assert!(h.set_hmb(0b11, &list, 2).status.is_success());
+    let hmb = dev.hmb();
+    assert_eq!(
+        (hmb["enabled"].clone(), hmb["returned"].clone()),
+        (true.into(), true.into())
+    );
+    assert!(dev.status()["vfio_user"]["counters"]["resets"] == 1);
+}
+
+#[test]
+fn guest_mistakes_get_an_nvme_status_and_the_device_carries_on() {
+    let dev = Device::start();
+    let mut h = Host::connect(&dev.socket);
+    h.enable();
+    h.create_io_queue();
+    // A data buffer outside guest memory.
+    let c = h.rw(false, 0, &[RAM + (1 << 30)]);
+    assert!(!c.status.is_success(), "read into unmapped memory succeeded");
+    // An LBA past the namespace.
+    let p = h.alloc(PAGE);
+    let c = h.rw(false, (16 << 20) / 512, &[p]);
+    assert_eq!(c.status, Status::LBA_OUT_OF_RANGE);
+    // A queue create with an interrupt vector the function does not have.
+    let cq = h.alloc(PAGE);
+    let c = h.admin(
+        Command::new(0x05)
+            .prp1(cq)
+            .cdw(10, 15 << 16 | 2)
+            .cdw(11, 600 << 16 | 0b11),
+    );
+    assert_eq!(c.status, Status::INVALID_INTERRUPT_VECTOR);
+    // Still serving.
+    let buf = h.alloc(PAGE);
+    assert!(h.admin(Command::identify(1, 0, buf)).status.is_success());
+    assert!(h.rw(false, 0, &[p]).status.is_success());
+    // A second QEMU after this one leaves finds the device again.
+    h.c.shutdown().unwrap();
+    drop(h);
+    std::thread::sleep(Duration::from_millis(100));
+    let mut h2 = Host::connect(&dev.socket);
+    h2.enable();
+}
