@@ -5,6 +5,9 @@ mod common;
 
 use hmb_nvme::fake_host::{Command, FakeHost};
 use hmb_nvme::{Controller, ControllerConfig};
+use std::ops::Deref;
+
+use hmb_nvme::vm_memory::{GuestAddressSpace, GuestMemoryMmap};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -22,6 +25,9 @@ enum Op {
     Feature(u8, [u32; 5], Vec<(u64, u32)>),
     Reset,
     ReEnable,
+    /// The transport unmaps all guest memory (DMA_UNMAP) / maps it back.
+    Unmap,
+    Remap,
 }
 
 fn offsets() -> impl Strategy<Value = u64> {
@@ -55,6 +61,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(f, d, l)| Op::Feature(f, d, l)),
         Just(Op::Reset),
         Just(Op::ReEnable),
+        Just(Op::Unmap),
+        Just(Op::Remap),
     ]
 }
 
@@ -67,7 +75,30 @@ fn drain(h: &mut FakeHost, qid: u16) {
     }
 }
 
-fn apply(h: &mut FakeHost, op: &Op) {
+/// The guest memory while the transport has it unmapped (None: mapped).
+struct Mapping(Option<GuestMemoryMmap>);
+
+fn apply(h: &mut FakeHost, op: &Op, unmapped: &mut Mapping) {
+    match op {
+        Op::Unmap => {
+            if unmapped.0.is_none() {
+                let orig = h.mem.memory().deref().clone();
+                h.mem.lock().unwrap().replace(GuestMemoryMmap::default());
+                unmapped.0 = Some(orig);
+            }
+            return;
+        }
+        Op::Remap => {
+            if let Some(orig) = unmapped.0.take() {
+                h.mem.lock().unwrap().replace(orig);
+            }
+            return;
+        }
+        // The fake host itself needs its memory for everything below but register accesses.
+        Op::Write(..) | Op::Read(..) => {}
+        _ if unmapped.0.is_some() => return,
+        _ => {}
+    }
     match op {
         Op::Write(o, b) => h.ctrl.bar0_write(*o, b),
         Op::Read(o, n) => {
@@ -123,6 +154,7 @@ fn apply(h: &mut FakeHost, op: &Op) {
             h.ctrl.reset();
             h.forget_queues();
         }
+        Op::Unmap | Op::Remap => unreachable!("handled above"),
         Op::ReEnable => {
             h.disable();
             h.enable(8);
@@ -139,8 +171,9 @@ proptest! {
         let mut h = FakeHost::new(ControllerConfig { namespace_bytes: 1 << 20, hmpre_bytes: 1 << 20, hmmin_bytes: 0, ..Default::default() }, 8 << 20);
         h.enable(8);
         let _ = h.create_io_queue(1, 8);
+        let mut unmapped = Mapping(None);
         for op in &ops {
-            apply(&mut h, op);
+            apply(&mut h, op, &mut unmapped);
             let r = h.ctrl.report();
             // CSTS.RDY in the report matches the register.
             prop_assert_eq!(r.ready, h.csts() & 1 == 1);
@@ -172,6 +205,7 @@ fn plausible_hmb_op_enables() {
     apply(
         &mut h,
         &Op::Feature(0x0D, [1, 0, 0, 0, 0], vec![(0x20_0000, 4), (0x30_0123, 2)]),
+        &mut Mapping(None),
     );
     assert_eq!(h.ctrl.hmb().map(|b| b.len()), Some(6 * 4096));
 }
