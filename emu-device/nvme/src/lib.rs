@@ -11,13 +11,16 @@
 //! their statuses, HMB rules, media model).
 
 mod admin;
+mod bar0;
 mod config;
 mod controller;
 mod dma;
+mod doorbell;
 mod error;
 pub mod fake_host;
 mod hmb;
 mod io;
+mod lifecycle;
 mod media;
 mod namespace;
 mod observer;

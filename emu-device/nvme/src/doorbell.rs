@@ -1,0 +1,227 @@
+//! Doorbells and queue processing: SQ tail writes run commands inline, CQ head writes free
+//! room, completions are posted with the phase tag last, async events complete held AERs.
+
+use crate::controller::{Outcome, Sqe};
+use crate::{dma, CompletionEvent, Controller, FetchEvent, Status};
+
+impl Controller {
+    pub(crate) fn doorbell(&mut self, index: u64, value: u32) {
+        if !self.running() {
+            self.counters.ignored_register_writes += 1;
+            return;
+        }
+        let qid = index / 2;
+        let is_cq = index % 2 == 1;
+        let Some(q) = usize::try_from(qid).ok().filter(|&q| q < self.sqs.len()) else {
+            return self.invalid_doorbell(0x00);
+        };
+        if is_cq {
+            let Some(cq) = self.cqs[q].as_mut() else {
+                return self.invalid_doorbell(0x00);
+            };
+            // The new head may move over posted entries only, never past the tail.
+            let posted = (cq.tail + cq.entries - cq.head) % cq.entries;
+            let moved = (value.wrapping_add(cq.entries).wrapping_sub(cq.head)) % cq.entries.max(1);
+            if value >= cq.entries || moved > posted {
+                return self.invalid_doorbell(0x01);
+            }
+            cq.head = value;
+            // Queues stalled on a full CQ go on.
+            let waiting: Vec<u16> = (0..self.sqs.len())
+                .filter(|&s| {
+                    self.sqs[s]
+                        .as_ref()
+                        .is_some_and(|sq| usize::from(sq.cqid) == q && !sq.is_empty())
+                })
+                .map(|s| s as u16)
+                .collect();
+            for s in waiting {
+                self.process_sq(s);
+            }
+            if q == 0 {
+                self.deliver_events();
+            }
+        } else {
+            let Some(sq) = self.sqs[q].as_mut() else {
+                return self.invalid_doorbell(0x00);
+            };
+            if value >= sq.entries {
+                return self.invalid_doorbell(0x01);
+            }
+            sq.tail = value;
+            self.process_sq(q as u16);
+        }
+    }
+
+    /// Error async event "write to invalid doorbell register" (info 0) or "invalid doorbell
+    /// write value" (info 1), log page 01h.
+    fn invalid_doorbell(&mut self, info: u32) {
+        self.counters.invalid_doorbells += 1;
+        self.queue_event(info << 8 | 0x01 << 16);
+    }
+
+    pub(crate) fn queue_event(&mut self, dw0: u32) {
+        if !self.events.contains(&dw0) && self.events.len() < 16 {
+            self.events.push_back(dw0);
+        }
+        self.deliver_events();
+    }
+
+    /// Complete outstanding AERs with pending events whose type is not masked.
+    pub(crate) fn deliver_events(&mut self) {
+        while !self.aers.is_empty() {
+            let Some(cq) = self.cqs[0].as_ref() else { return };
+            if cq.is_full() {
+                return;
+            }
+            let Some(i) = self
+                .events
+                .iter()
+                .position(|e| self.masked_event_types & (1 << (e & 7)) == 0)
+            else {
+                return;
+            };
+            let dw0 = self.events.remove(i).expect("index from position");
+            self.masked_event_types |= 1 << (dw0 & 7);
+            let cid = self.aers.remove(0);
+            let t = self.now_ns();
+            self.post(0, 0, cid, crate::admin::OPC_ASYNC_EVENT, Status::SUCCESS, dw0, t, 0);
+            self.raise(0);
+        }
+    }
+
+    pub(crate) fn process_sq(&mut self, qid: u16) {
+        let q = usize::from(qid);
+        let mut to_raise: Option<u16> = None;
+        loop {
+            if !self.running() {
+                break;
+            }
+            let Some(sq) = self.sqs.get(q).and_then(|s| s.as_ref()) else {
+                break;
+            };
+            if sq.is_empty() {
+                break;
+            }
+            let cqid = sq.cqid;
+            match self.cqs[usize::from(cqid)].as_ref() {
+                Some(cq) if !cq.is_full() => {}
+                _ => break,
+            }
+            let addr = sq.entry_addr();
+            let mut raw = [0u8; 64];
+            if dma::read(&self.mem, addr, &mut raw).is_err() {
+                self.fatal(format!("SQ {qid} entry at {addr:#x} is not in guest memory"));
+                break;
+            }
+            let sq = self.sqs[q].as_mut().expect("checked above");
+            sq.head = (sq.head + 1) % sq.entries;
+            sq.fetched += 1;
+            let mut dw = [0u32; 16];
+            for (d, c) in dw.iter_mut().zip(raw.chunks_exact(4)) {
+                *d = u32::from_le_bytes(c.try_into().expect("4 bytes"));
+            }
+            let sqe = Sqe(dw);
+            let t0 = self.now_ns();
+            let is_rw = qid != 0 && matches!(sqe.opcode(), crate::io::OPC_READ | crate::io::OPC_WRITE);
+            self.observer.on_fetch(&FetchEvent {
+                qid,
+                cid: sqe.cid(),
+                opcode: sqe.opcode(),
+                nsid: sqe.nsid(),
+                slba: if is_rw {
+                    u64::from(dw[10]) | u64::from(dw[11]) << 32
+                } else {
+                    0
+                },
+                nlb: if is_rw { (dw[12] & 0xffff) + 1 } else { 0 },
+                time_ns: t0,
+                sqe: dw,
+            });
+            let outcome = if qid == 0 {
+                self.counters.admin_commands += 1;
+                self.admin(&sqe)
+            } else {
+                self.counters.io_commands += 1;
+                self.io(qid, &sqe, t0)
+            };
+            if let Outcome::Complete(status, dw0, media_end) = outcome {
+                self.post(cqid, qid, sqe.cid(), sqe.opcode(), status, dw0, t0, media_end);
+                if self.cqs[usize::from(cqid)].as_ref().is_some_and(|c| c.ien) {
+                    to_raise = Some(cqid);
+                }
+            }
+            // Events an admin command made deliverable (new AER, log read) go out after its
+            // own CQE, so that CQE always has the slot checked for above.
+            if qid == 0 && !self.aers.is_empty() && !self.events.is_empty() {
+                self.deliver_events();
+            }
+        }
+        if let Some(cqid) = to_raise {
+            self.raise(cqid);
+        }
+    }
+
+    /// Free CQ slots (0 when the queue does not exist).
+    pub(crate) fn cq_room(&self, cqid: u16) -> u32 {
+        self.cqs[usize::from(cqid)]
+            .as_ref()
+            .map_or(0, |c| (c.head + c.entries - c.tail - 1) % c.entries)
+    }
+
+    fn raise(&self, cqid: u16) {
+        if let Some(cq) = self.cqs[usize::from(cqid)].as_ref() {
+            if cq.ien {
+                self.irq.raise(cq.iv);
+            }
+        }
+    }
+
+    /// Write a CQE: DW0..2 first, then DW3 (with the phase tag) with release ordering.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn post(
+        &mut self,
+        cqid: u16,
+        sqid: u16,
+        cid: u16,
+        opcode: u8,
+        status: Status,
+        dw0: u32,
+        t0: u64,
+        media_end: u64,
+    ) {
+        let sq_head = self.sqs[usize::from(sqid)].as_ref().map_or(0, |s| s.head);
+        let Some(cq) = self.cqs[usize::from(cqid)].as_mut() else {
+            return;
+        };
+        if cq.is_full() {
+            // Callers check for room first; never overwrite an entry the host has not consumed.
+            self.fatal(format!("CQ {cqid} overflow"));
+            return;
+        }
+        let addr = cq.slot_addr();
+        let dw3 = u32::from(cid) | u32::from(cq.phase) << 16 | u32::from(status.field()) << 17;
+        let mut head = [0u8; 12];
+        head[0..4].copy_from_slice(&dw0.to_le_bytes());
+        head[8..12].copy_from_slice(&(sq_head | u32::from(sqid) << 16).to_le_bytes());
+        if dma::write(&self.mem, addr, &head).is_err() || dma::store_u32_release(&self.mem, addr + 12, dw3).is_err() {
+            self.fatal(format!("CQ {cqid} slot at {addr:#x} is not in guest memory"));
+            return;
+        }
+        cq.advance();
+        if !status.is_success() {
+            self.counters.errors += 1;
+        }
+        let t = self.now_ns();
+        self.observer.on_complete(&CompletionEvent {
+            qid: sqid,
+            cid,
+            opcode,
+            status: status.field(),
+            dw0,
+            time_ns: t,
+            latency_ns: t.saturating_sub(t0),
+            media_latency_ns: media_end.saturating_sub(t0),
+        });
+    }
+}
