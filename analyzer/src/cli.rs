@@ -150,6 +150,23 @@ pub struct ReportArgs {
 pub enum ExportCmd {
     /// Write a .pccx (pccx-lab's bincode layout by default) from the records the catalog maps.
     Pccx(ExportPccxArgs),
+    /// Write a Perfetto trace (protobuf) for ui.perfetto.dev: tracks per source, slices, markers, counters.
+    Perfetto(ExportPerfettoArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExportPerfettoArgs {
+    pub trace: String,
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Clock used to place NPU events (given in cycles) in nanoseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub clock_mhz: u32,
+    /// Width of the records/s counter's bins, in microseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub rate_bin_us: u64,
+    #[command(flatten)]
+    pub filter: FilterArgs,
 }
 
 /// Payload layout of an exported .pccx.

@@ -8,6 +8,7 @@ pub mod exit;
 pub mod filter;
 pub mod format;
 pub mod input;
+pub mod perfetto;
 pub mod progress;
 pub mod spill_sort;
 pub mod stats;
@@ -42,6 +43,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), AppError> {
         Command::Convert(a) => commands::convert::run(&ctx, a, out),
         Command::Report(a) => commands::report::run(&ctx, a, out),
         Command::Export(ExportCmd::Pccx(a)) => commands::export::run(&ctx, a, out),
+        Command::Export(ExportCmd::Perfetto(a)) => commands::export_perfetto::run(&ctx, a, out),
         Command::Pccx(PccxCmd::Verify(a)) => commands::pccx_cmd::verify(&ctx, &a.file, a.strict, out),
         Command::Pccx(PccxCmd::Info(a)) => commands::pccx_cmd::info(&ctx, &a.file, a.events, out),
         Command::Catalog => {

@@ -139,6 +139,8 @@ fn run(dir: &Path, args: &[&str]) -> String {
 #[case::gaps_corrupt("gaps_corrupt", &["gaps", "corrupt.bin"])]
 #[case::convert_csv("convert_csv", &["convert", "drops.bin", "--format", "csv"])]
 #[case::convert_jsonl("convert_jsonl", &["convert", "npu.bin", "--format", "jsonl", "--payload"])]
+#[case::export_perfetto("export_perfetto", &["export", "perfetto", "drops.bin", "-o", "d.pftrace"])]
+#[case::export_perfetto_causal("export_perfetto_causal", &["export", "perfetto", "causal.bin", "-o", "c.pftrace"])]
 #[case::catalog("catalog", &["catalog"])]
 #[case::usage("usage", &["frobnicate"])]
 fn subcommand(#[case] name: &str, #[case] args: &[&str]) {

@@ -3,6 +3,7 @@
 pub mod convert;
 pub mod decode;
 pub mod export;
+pub mod export_perfetto;
 pub mod filter_cmd;
 pub mod gaps;
 pub mod info;
