@@ -10,6 +10,7 @@ pub mod guest_modules;
 pub mod initramfs;
 pub mod kernels;
 pub mod kmod_build;
+pub mod linux_source;
 pub mod stamp;
 pub mod vmlinux;
 
