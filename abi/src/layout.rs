@@ -30,6 +30,8 @@ pub const HMB_ADVERT_OFFSET: u64 = 0;
 pub const HMB_TRACE_SLICE_ALIGN: u64 = 4096;
 pub const HMB_ADVERT_STATE_NONE: u32 = 0;
 pub const HMB_ADVERT_STATE_READY: u32 = 1;
+/// NVMe: vendor-specific Set/Get Features identifier whose data is `HmbAdvert`.
+pub const HMB_NVME_FID_TRACE: u8 = 0xc0;
 
 /// Size of one cache line as the ABI assumes it when separating writers.
 pub const CACHE_LINE: usize = 64;

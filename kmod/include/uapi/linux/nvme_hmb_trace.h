@@ -97,6 +97,16 @@ struct hmb_advert {
 	__u8  reserved[32];
 };
 
+/*
+ * NVMe controllers: no advert block in the HMB. The advert above is the data
+ * of a vendor-specific Set Features command with this feature identifier;
+ * slice_offset is the ring header's offset in the HMB as the controller sees
+ * it (the chunks of the descriptor list laid end to end, in list order). Get
+ * Features returns the advert the controller adopted (state NONE if none)
+ * and the low 32 bits of its generation in completion dword 0.
+ */
+#define HMB_NVME_FID_TRACE	0xc0u
+
 /* ---- character device ioctls ---- */
 
 #define HMB_TRACE_IOC_MAGIC	0xB7
