@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Client API of the NVMe PCI driver's firmware trace slice: a part of a
+ * controller's Host Memory Buffer that holds a trace ring
+ * (include/uapi/linux/nvme_hmb_trace.h) which the controller fills.
+ */
+#ifndef _LINUX_NVME_HMB_TRACE_H
+#define _LINUX_NVME_HMB_TRACE_H
+
+#include <linux/types.h>
+
+struct device;
+struct module;
+struct page;
+
+/*
+ * One controller's trace slice: the ring header page followed by the data
+ * area. It is physically scattered over several HMB chunks; the driver maps
+ * it virtually contiguous at @vaddr, and @pages lists its pages in order.
+ * Valid from the client's add() until its remove() returns.
+ */
+struct nvme_hmb_trace_slice {
+	struct device *dev;	/* the controller's PCI function */
+	int instance;		/* N of nvmeN */
+	void *vaddr;		/* header page, then the data area */
+	struct page **pages;	/* nr_pages pages behind vaddr, in order */
+	unsigned int nr_pages;
+	u64 ring_size;		/* data area bytes, a power of two */
+	u64 hmb_offset;		/* header page offset in the controller's HMB view */
+	u64 generation;		/* generation the controller was last given */
+	void *client_priv;	/* the client's own pointer */
+};
+
+/*
+ * Callbacks run in process context under the driver's client lock, so they
+ * must not call nvme_hmb_trace_register() or _unregister().
+ */
+struct nvme_hmb_trace_client {
+	struct module *owner;
+	/* A controller with a trace slice: at registration (replay) or later. */
+	int (*add)(struct nvme_hmb_trace_slice *slice);
+	/*
+	 * The controller was reset and got its HMB back (Memory Return): the
+	 * epoch it served is over and the driver marked the ring FROZEN. The
+	 * controller produces again only after nvme_hmb_trace_reinit().
+	 */
+	void (*reset)(struct nvme_hmb_trace_slice *slice);
+	/* The slice is about to be freed: stop touching it before returning. */
+	void (*remove)(struct nvme_hmb_trace_slice *slice);
+};
+
+int nvme_hmb_trace_register(struct nvme_hmb_trace_client *client);
+void nvme_hmb_trace_unregister(struct nvme_hmb_trace_client *client);
+
+/*
+ * Rewrite the ring header for @generation (greater than the slice's) with an
+ * empty data area and advertise it to the controller. Only while the
+ * controller does not produce (FROZEN, or reset). Not from the callbacks.
+ */
+int nvme_hmb_trace_reinit(struct nvme_hmb_trace_slice *slice, u64 generation);
+
+#endif /* _LINUX_NVME_HMB_TRACE_H */
