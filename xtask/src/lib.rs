@@ -10,6 +10,7 @@ pub mod guest_script;
 pub mod guest_smoke;
 pub mod images;
 pub mod interrupt;
+pub mod nvme_series;
 pub mod phases;
 pub mod qemu;
 pub mod session;

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use xtask::{boot, conformance_cmd, deps, guest_smoke, images, test_cmd, vectors};
+use xtask::{boot, conformance_cmd, deps, guest_smoke, images, nvme_series, test_cmd, vectors};
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "hmb-trace project tasks", version)]
@@ -27,6 +27,8 @@ enum Command {
     Image(images::ImageArgs),
     /// Boot a guest image, run uname -r and insmod, power off.
     GuestSmoke(guest_smoke::SmokeArgs),
+    /// NVMe driver patch series: fetch Debian's source, apply, checkpatch --strict, build nvme.ko.
+    NvmeSeries(nvme_series::SeriesArgs),
 }
 
 fn main() -> Result<()> {
@@ -39,5 +41,6 @@ fn main() -> Result<()> {
         Command::Deps(args) => deps::run(args),
         Command::Image(args) => images::run(args),
         Command::GuestSmoke(args) => guest_smoke::run(args),
+        Command::NvmeSeries(args) => nvme_series::run(args),
     }
 }
