@@ -28,6 +28,12 @@ struct hmb_trace_backend_ops {
 struct hmb_trace_slice {
 	void *kva;		/* ring header page, mapped as normal memory */
 	phys_addr_t phys;	/* its physical address, page aligned */
+	/*
+	 * NULL: the slice is physically contiguous from phys. Else its pages
+	 * in order (header first), for a slice that spans several HMB chunks;
+	 * kva is then a virtually contiguous mapping of them.
+	 */
+	struct page **pages;
 	u64 ring_size;		/* data area bytes (power of two) */
 };
 
@@ -65,5 +71,7 @@ int hmb_trace_core_init(void);
 void hmb_trace_core_exit(void);
 int hmb_emu_glue_init(void);
 void hmb_emu_glue_exit(void);
+int hmb_nvme_glue_init(void);
+void hmb_nvme_glue_exit(void);
 
 #endif /* HMB_TRACE_H */

@@ -59,6 +59,7 @@ struct hmb_trace_dev {
 
 	struct hmb_ring_hdr *hdr;	/* slice start */
 	phys_addr_t phys;
+	struct page **pages;	/* per page, or NULL: contiguous from phys */
 	u64 ring_size;
 	u64 mmap_len;
 
@@ -324,6 +325,7 @@ static vm_fault_t hmb_trace_fault(struct vm_fault *vmf)
 	mutex_lock(&td->lock);
 	if (!td->gone)
 		ret = vmf_insert_pfn(vmf->vma, vmf->address,
+				     td->pages ? page_to_pfn(td->pages[vmf->pgoff]) :
 				     PHYS_PFN(td->phys) + vmf->pgoff);
 	mutex_unlock(&td->lock);
 	return ret;
@@ -515,6 +517,7 @@ struct hmb_trace_dev *hmb_trace_register(struct device *parent,
 	td->irq_driven = irq_driven;
 	td->hdr = slice->kva;
 	td->phys = slice->phys;
+	td->pages = slice->pages;
 	td->ring_size = slice->ring_size;
 	td->mmap_len = HMB_RING_HDR_SIZE + slice->ring_size;
 	td->ops = ops;

@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * hmb_nvme_glue.c - the real-device path: the trace slice that the patched
+ * NVMe PCI driver (kmod/patches/, a replacement nvme.ko) carves out of a
+ * controller's Host Memory Buffer, reached through the driver's client API
+ * (include/linux/nvme-hmb-trace.h).
+ *
+ * The driver owns the slice: it allocates it as part of the HMB, writes the
+ * ring header before the HMB is handed to the controller, advertises it
+ * with a vendor Set Features and frees it only after our remove callback
+ * returned. This glue turns each slice into a /dev/nvme-hmb-traceN of the
+ * core and forwards REINIT to the driver.
+ *
+ * The client API is looked up with symbol_get() rather than linked, so the
+ * module also loads over the stock nvme driver (the ivshmem glue alone then
+ * works). The patched nvme.ko must therefore be loaded first; while this
+ * module is loaded it holds a reference on nvme.ko, so `rmmod nvme` is
+ * refused (EBUSY) until this module is removed.
+ *
+ * Wake-ups: the controller raises no interrupt for new records, so the
+ * core samples the ring header every poll_ms while the device is open.
+ */
+#include <linux/module.h>
+#include <linux/kernel.h>
+#include <linux/device.h>
+#include <linux/err.h>
+#include <linux/io.h>
+#include <linux/mm.h>
+#include <linux/slab.h>
+#include <linux/nvme-hmb-trace.h>
+#include <asm/byteorder.h>
+
+#include "hmb_trace.h"
+
+struct hmb_nvme {
+	struct nvme_hmb_trace_slice *slice;
+	struct hmb_trace_dev *td;
+};
+
+/* The driver's entry points, from symbol_get(); NULL without the patched driver. */
+static int (*hmb_nvme_register_fn)(struct nvme_hmb_trace_client *client);
+static void (*hmb_nvme_unregister_fn)(struct nvme_hmb_trace_client *client);
+static int (*hmb_nvme_reinit_fn)(struct nvme_hmb_trace_slice *slice, u64 generation);
+
+static int hmb_nvme_reinit(void *priv, u64 new_epoch)
+{
+	struct hmb_nvme *hn = priv;
+	int ret;
+
+	ret = hmb_nvme_reinit_fn(hn->slice, new_epoch);
+	if (ret)
+		dev_warn(hn->slice->dev, "trace ring re-initialisation failed (%d)\n", ret);
+	else
+		dev_info(hn->slice->dev, "trace ring re-initialised, epoch %llu\n", new_epoch);
+	return ret;
+}
+
+static const struct hmb_trace_backend_ops hmb_nvme_ops = {
+	.reinit = hmb_nvme_reinit,
+};
+
+static int hmb_nvme_add(struct nvme_hmb_trace_slice *s)
+{
+	struct hmb_trace_slice slice = {
+		.kva = s->vaddr,
+		.phys = page_to_phys(s->pages[0]),
+		.pages = s->pages,
+		.ring_size = s->ring_size,
+	};
+	struct hmb_nvme *hn;
+
+	if (s->nr_pages != (HMB_RING_HDR_SIZE + s->ring_size) >> PAGE_SHIFT)
+		return -EINVAL;
+	hn = kzalloc(sizeof(*hn), GFP_KERNEL);
+	if (!hn)
+		return -ENOMEM;
+	hn->slice = s;
+	hn->td = hmb_trace_register(s->dev, &slice, &hmb_nvme_ops, hn, false);
+	if (IS_ERR(hn->td)) {
+		int ret = PTR_ERR(hn->td);
+
+		dev_warn(s->dev, "nvme%d: no trace device (%d)\n", s->instance, ret);
+		kfree(hn);
+		return ret;
+	}
+	s->client_priv = hn;
+	dev_info(s->dev, "nvme%d: HMB trace ring of %llu bytes at HMB offset %llu, generation %llu (ring sampled while open)\n",
+		 s->instance, s->ring_size, s->hmb_offset, s->generation);
+	return 0;
+}
+
+/*
+ * The controller was reset; the driver marked the ring FROZEN (the
+ * controller may have died before it could). Wake pollers now rather than
+ * at the next sample: they see POLLPRI and may REINIT.
+ */
+static void hmb_nvme_reset(struct nvme_hmb_trace_slice *s)
+{
+	struct hmb_nvme *hn = s->client_priv;
+
+	dev_info(s->dev, "nvme%d: controller reset, trace epoch frozen\n", s->instance);
+	hmb_trace_notify(hn->td);
+}
+
+/* Before the driver frees the slice: after this nothing of ours touches it. */
+static void hmb_nvme_remove(struct nvme_hmb_trace_slice *s)
+{
+	struct hmb_nvme *hn = s->client_priv;
+
+	hmb_trace_unregister(hn->td);
+	s->client_priv = NULL;
+	kfree(hn);
+}
+
+static struct nvme_hmb_trace_client hmb_nvme_client = {
+	.owner = THIS_MODULE,
+	.add = hmb_nvme_add,
+	.reset = hmb_nvme_reset,
+	.remove = hmb_nvme_remove,
+};
+
+static void hmb_nvme_put_symbols(void)
+{
+	if (hmb_nvme_register_fn)
+		symbol_put(nvme_hmb_trace_register);
+	if (hmb_nvme_unregister_fn)
+		symbol_put(nvme_hmb_trace_unregister);
+	if (hmb_nvme_reinit_fn)
+		symbol_put(nvme_hmb_trace_reinit);
+	hmb_nvme_register_fn = NULL;
+	hmb_nvme_unregister_fn = NULL;
+	hmb_nvme_reinit_fn = NULL;
+}
+
+int hmb_nvme_glue_init(void)
+{
+	int ret;
+
+	hmb_nvme_register_fn = symbol_get(nvme_hmb_trace_register);
+	hmb_nvme_unregister_fn = symbol_get(nvme_hmb_trace_unregister);
+	hmb_nvme_reinit_fn = symbol_get(nvme_hmb_trace_reinit);
+	if (!hmb_nvme_register_fn || !hmb_nvme_unregister_fn || !hmb_nvme_reinit_fn) {
+		hmb_nvme_put_symbols();
+		pr_info("nvme-hmb-trace: no patched nvme driver loaded; NVMe trace slices off\n");
+		return 0;
+	}
+	ret = hmb_nvme_register_fn(&hmb_nvme_client);
+	if (ret) {
+		pr_warn("nvme-hmb-trace: cannot register with the nvme driver (%d)\n", ret);
+		hmb_nvme_put_symbols();
+		return ret;
+	}
+	return 0;
+}
+
+void hmb_nvme_glue_exit(void)
+{
+	if (!hmb_nvme_unregister_fn)
+		return;
+	hmb_nvme_unregister_fn(&hmb_nvme_client);
+	hmb_nvme_put_symbols();
+}
