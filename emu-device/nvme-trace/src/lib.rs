@@ -1,0 +1,327 @@
+//! hmb-nvme-trace: the firmware trace producer of the NVMe controller model
+//! (issue 14), over the trace slice that the patched Linux nvme driver
+//! carves out of the Host Memory Buffer (docs/abi.md, decision 9).
+//!
+//! - [`TraceFeatures`] (a [`VendorFeatures`]) takes the advert: Set Features
+//!   C0h with `struct hmb_advert`, checked against the HMB and the ring
+//!   header; the slice's pieces are mapped as one ring ([`view`]) and a
+//!   [`Producer`] attaches to it. Get Features C0h returns the adopted advert.
+//! - [`TraceObserver`] (a [`CommandObserver`]) writes a CMD_FETCH record when
+//!   the controller reads a submission queue entry and a CMD_COMPLETE record
+//!   when it posts the completion, and writes FROZEN as the last HMB write
+//!   when the HMB goes (EHM=0, CC.EN 1->0, shutdown, CFS, transport reset);
+//!   then it forgets the advert.
+//! - The [`Journal`] keeps every record the controller produced (the ground
+//!   truth a trace.bin is compared with) and what was dropped.
+//!
+//! Both halves share one [`NvmeTrace`]; the controller calls them from one
+//! thread, the mutex only makes the sharing safe.
+
+pub mod view;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use hmb_firmware_model::catalog::{OP_CMD_COMPLETE, OP_CMD_FETCH};
+use hmb_firmware_model::{Produced, Producer, SharedRing};
+use hmb_nvme::{CommandObserver, CompletionEvent, FetchEvent, GuestMem, HostMemoryBuffer, Status, VendorFeatures};
+use hmb_trace_abi::{
+    hmb_advert, hmb_ring_hdr, HMB_ADVERT_MAGIC, HMB_ADVERT_STATE_NONE, HMB_ADVERT_STATE_READY, HMB_NVME_FID_TRACE,
+    HMB_RING_HDR_SIZE, HMB_RING_MAGIC, HMB_RING_MAX_SIZE, HMB_RING_MIN_SIZE,
+};
+use serde::Serialize;
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+use view::SliceView;
+
+/// Size of the Set Features C0h data: one `struct hmb_advert`.
+pub const ADVERT_LEN: usize = core::mem::size_of::<hmb_advert>();
+
+/// One record the controller produced (or dropped), in production order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JournalEntry {
+    pub epoch: u64,
+    pub seq: u64,
+    pub opcode: u16,
+    pub source: u32,
+    pub timestamp_ns: u64,
+    pub payload: Vec<u8>,
+    /// False: the ring was full and the record was counted as dropped.
+    pub written: bool,
+}
+
+/// Everything the producer did, for the ground-truth check.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Journal {
+    pub entries: Vec<JournalEntry>,
+    /// Epochs (generations) adopted, in order.
+    pub epochs: Vec<u64>,
+    /// Epochs that ended with FROZEN written by the controller.
+    pub frozen: Vec<u64>,
+}
+
+struct Adopted {
+    advert: hmb_advert,
+    // Dropped before the view it points into.
+    producer: Producer,
+    _view: SliceView,
+}
+
+struct State {
+    mem: GuestMem,
+    adopted: Option<Adopted>,
+    /// Highest generation adopted since the HMB was enabled without Memory Return.
+    last_generation: u64,
+    journal: Journal,
+}
+
+/// The shared producer state; hand [`NvmeTrace::features`] and
+/// [`NvmeTrace::observer`] to the controller.
+#[derive(Clone)]
+pub struct NvmeTrace {
+    state: Arc<Mutex<State>>,
+}
+
+impl NvmeTrace {
+    /// `mem` is the same guest memory the controller uses (DMA map updates
+    /// included: it is the atomic view).
+    pub fn new(mem: GuestMem) -> NvmeTrace {
+        NvmeTrace {
+            state: Arc::new(Mutex::new(State {
+                mem,
+                adopted: None,
+                last_generation: 0,
+                journal: Journal::default(),
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic elsewhere must not take the controller down with it.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn features(&self) -> Box<dyn VendorFeatures> {
+        Box::new(TraceFeatures { trace: self.clone() })
+    }
+
+    pub fn observer(&self) -> Box<dyn CommandObserver> {
+        Box::new(TraceObserver { trace: self.clone() })
+    }
+
+    pub fn journal(&self) -> Journal {
+        self.lock().journal.clone()
+    }
+
+    /// The generation being produced into, if any.
+    pub fn adopted_generation(&self) -> Option<u64> {
+        self.lock().adopted.as_ref().map(|a| a.advert.generation.get())
+    }
+}
+
+/// Why an advert is refused (answered Invalid Field in Command).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AdvertError {
+    #[error("data is {0} bytes, not one struct hmb_advert")]
+    Length(usize),
+    #[error("bad advert magic {0:#x}")]
+    Magic(u32),
+    #[error("unknown advert state {0}")]
+    State(u32),
+    #[error("slice {offset:#x}+{len:#x} is not a 4 KiB aligned range inside the {hmb_len:#x}-byte HMB")]
+    Placement { offset: u64, len: u64, hmb_len: u64 },
+    #[error("generation {0} is not above {1}, the last one adopted")]
+    Generation(u64, u64),
+    #[error("ring header does not match the advert: {0}")]
+    Header(&'static str),
+    #[error("cannot map the slice: {0}")]
+    Map(String),
+}
+
+impl State {
+    /// Check and adopt an advert (state READY), or withdraw (state NONE).
+    fn take_advert(&mut self, data: &[u8], hmb: &HostMemoryBuffer) -> Result<u32, AdvertError> {
+        let advert = hmb_advert::read_from_bytes(data).map_err(|_| AdvertError::Length(data.len()))?;
+        if advert.magic.get() != HMB_ADVERT_MAGIC {
+            return Err(AdvertError::Magic(advert.magic.get()));
+        }
+        match advert.state.get() {
+            HMB_ADVERT_STATE_NONE => {
+                self.adopted = None;
+                return Ok(0);
+            }
+            HMB_ADVERT_STATE_READY => {}
+            other => return Err(AdvertError::State(other)),
+        }
+        let (offset, len, generation) = (
+            advert.slice_offset.get(),
+            advert.slice_len.get(),
+            advert.generation.get(),
+        );
+        let hmb_len = hmb.len();
+        let ring_size = len.saturating_sub(u64::from(HMB_RING_HDR_SIZE));
+        if offset % 4096 != 0
+            || len % 4096 != 0
+            || !ring_size.is_power_of_two()
+            || ring_size < u64::from(HMB_RING_MIN_SIZE)
+            || ring_size > HMB_RING_MAX_SIZE
+            || offset.checked_add(len).is_none_or(|end| end > hmb_len)
+        {
+            return Err(AdvertError::Placement { offset, len, hmb_len });
+        }
+        if generation <= self.last_generation {
+            return Err(AdvertError::Generation(generation, self.last_generation));
+        }
+        let mut hdr = hmb_ring_hdr::new_zeroed();
+        hmb.read_at(offset, hdr.as_mut_bytes())
+            .map_err(|_| AdvertError::Header("unreadable"))?;
+        if hdr.magic.get() != HMB_RING_MAGIC {
+            return Err(AdvertError::Header("magic"));
+        }
+        if hdr.ring_size.get() != ring_size {
+            return Err(AdvertError::Header("ring_size differs from slice_len - 4096"));
+        }
+        if hdr.epoch.get() != generation {
+            return Err(AdvertError::Header("epoch differs from the generation"));
+        }
+        let pieces = hmb.pieces(offset, len).map_err(|e| AdvertError::Map(e.to_string()))?;
+        let view = SliceView::map(&self.mem, &pieces).map_err(|e| AdvertError::Map(e.to_string()))?;
+        // SAFETY: the view stays mapped as long as the producer (both live in
+        // `Adopted`, the producer dropped first).
+        let ring =
+            unsafe { SharedRing::from_raw(view.as_ptr(), view.len()) }.map_err(|e| AdvertError::Map(e.to_string()))?;
+        let producer = Producer::attach(ring).map_err(|e| AdvertError::Map(e.to_string()))?;
+        self.adopted = Some(Adopted {
+            advert,
+            producer,
+            _view: view,
+        });
+        self.last_generation = generation;
+        self.journal.epochs.push(generation);
+        log::info!(
+            "trace slice adopted: generation {generation}, HMB offset {offset:#x}, {len} bytes in {} pieces",
+            pieces.len()
+        );
+        Ok(generation as u32)
+    }
+
+    fn produce(&mut self, opcode: u16, source: u32, timestamp_ns: u64, payload: &[u8]) {
+        let Some(a) = self.adopted.as_mut() else { return };
+        let epoch = a.advert.generation.get();
+        let (seq, written) = match a.producer.produce(opcode, source, timestamp_ns, payload) {
+            Produced::Written { seq } => (seq, true),
+            Produced::Dropped { seq } => (seq, false),
+            Produced::Frozen => return,
+        };
+        self.journal.entries.push(JournalEntry {
+            epoch,
+            seq,
+            opcode,
+            source,
+            timestamp_ns,
+            payload: payload.to_vec(),
+            written,
+        });
+    }
+
+    /// The last HMB write of this epoch, then the advert is forgotten.
+    fn freeze(&mut self) {
+        if let Some(mut a) = self.adopted.take() {
+            a.producer.freeze();
+            self.journal.frozen.push(a.advert.generation.get());
+            log::info!("trace epoch {} frozen", a.advert.generation.get());
+        }
+    }
+}
+
+/// Set/Get Features C0h: the trace slice advert.
+pub struct TraceFeatures {
+    trace: NvmeTrace,
+}
+
+impl VendorFeatures for TraceFeatures {
+    fn set_data_len(&self, fid: u8, _cdw11: u32) -> usize {
+        if fid == HMB_NVME_FID_TRACE {
+            ADVERT_LEN
+        } else {
+            0
+        }
+    }
+
+    fn set(&mut self, fid: u8, _cdw11: u32, data: &[u8], hmb: Option<&HostMemoryBuffer>) -> Result<u32, Status> {
+        if fid != HMB_NVME_FID_TRACE {
+            return Err(Status::INVALID_FIELD);
+        }
+        let Some(hmb) = hmb else {
+            return Err(Status::COMMAND_SEQUENCE_ERROR);
+        };
+        self.trace.lock().take_advert(data, hmb).map_err(|e| {
+            log::warn!("trace advert refused: {e}");
+            Status::INVALID_FIELD
+        })
+    }
+
+    fn get(&mut self, fid: u8, _cdw11: u32) -> Result<(u32, Vec<u8>), Status> {
+        if fid != HMB_NVME_FID_TRACE {
+            return Err(Status::INVALID_FIELD);
+        }
+        let st = self.trace.lock();
+        Ok(match &st.adopted {
+            Some(a) => (a.advert.generation.get() as u32, a.advert.as_bytes().to_vec()),
+            None => (0, vec![0u8; ADVERT_LEN]),
+        })
+    }
+}
+
+/// Records of what the controller really does, and FROZEN when the HMB goes.
+pub struct TraceObserver {
+    trace: NvmeTrace,
+}
+
+/// CMD_FETCH payload (firmware-model catalog): qid, cid, opcode, nsid, nlb, slba.
+pub fn fetch_payload(f: &FetchEvent) -> [u8; 24] {
+    let mut p = [0u8; 24];
+    p[0..2].copy_from_slice(&f.qid.to_le_bytes());
+    p[2..4].copy_from_slice(&f.cid.to_le_bytes());
+    p[4] = f.opcode;
+    p[8..12].copy_from_slice(&f.nsid.to_le_bytes());
+    p[12..16].copy_from_slice(&f.nlb.to_le_bytes());
+    p[16..24].copy_from_slice(&f.slba.to_le_bytes());
+    p
+}
+
+/// CMD_COMPLETE payload: qid, cid, status, latency (ns, saturated to u32).
+pub fn complete_payload(c: &CompletionEvent) -> [u8; 16] {
+    let mut p = [0u8; 16];
+    p[0..2].copy_from_slice(&c.qid.to_le_bytes());
+    p[2..4].copy_from_slice(&c.cid.to_le_bytes());
+    p[4..6].copy_from_slice(&c.status.to_le_bytes());
+    p[8..12].copy_from_slice(&u32::try_from(c.latency_ns).unwrap_or(u32::MAX).to_le_bytes());
+    p
+}
+
+impl CommandObserver for TraceObserver {
+    fn on_fetch(&mut self, f: &FetchEvent) {
+        self.trace
+            .lock()
+            .produce(OP_CMD_FETCH, u32::from(f.qid), f.time_ns, &fetch_payload(f));
+    }
+
+    fn on_complete(&mut self, c: &CompletionEvent) {
+        self.trace
+            .lock()
+            .produce(OP_CMD_COMPLETE, u32::from(c.qid), c.time_ns, &complete_payload(c));
+    }
+
+    fn on_hmb_enabled(&mut self, hmb: &HostMemoryBuffer) {
+        let mut st = self.trace.lock();
+        // A new buffer (no Memory Return): generations start over.
+        if !hmb.returned() {
+            st.last_generation = 0;
+        }
+        st.adopted = None;
+    }
+
+    fn on_hmb_disabling(&mut self, _hmb: &HostMemoryBuffer) {
+        self.trace.lock().freeze();
+    }
+}

@@ -1,0 +1,182 @@
+//! One contiguous view of a trace slice that the host scattered over several
+//! HMB chunks: each piece (guest address, length) is the range of the
+//! guest-RAM file (QEMU's `memory-backend-memfd,share=on`, DMA-mapped to us
+//! by vfio-user) that backs it, mapped `MAP_SHARED | MAP_FIXED` at
+//! consecutive addresses of one reserved range. The producer then writes the
+//! slice as one ring, and every byte lands in guest RAM.
+
+use std::os::fd::AsRawFd;
+
+use hmb_nvme::vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryBackend, GuestMemoryRegion};
+use hmb_nvme::GuestMem;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ViewError {
+    #[error("piece {addr:#x}+{len:#x} is not page aligned")]
+    Unaligned { addr: u64, len: u64 },
+    #[error("piece {addr:#x}+{len:#x} is not inside one DMA-mapped region")]
+    OutsideGuestMemory { addr: u64, len: u64 },
+    #[error("the region holding {addr:#x} is not backed by a file (guest RAM must be fd-backed and shared)")]
+    NotFileBacked { addr: u64 },
+    #[error("an empty slice")]
+    Empty,
+    #[error("mmap failed: {0}")]
+    Mmap(String),
+}
+
+const PAGE: u64 = 4096;
+
+/// A mapping of the slice's pieces end to end; unmapped on drop.
+pub struct SliceView {
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the view is plain shared memory; who writes what is the ring
+// protocol's business (the producer is the only device-side writer).
+unsafe impl Send for SliceView {}
+
+impl SliceView {
+    pub fn map(mem: &GuestMem, pieces: &[(u64, u64)]) -> Result<SliceView, ViewError> {
+        let total: u64 = pieces.iter().map(|p| p.1).sum();
+        if total == 0 {
+            return Err(ViewError::Empty);
+        }
+        // Find every piece's file range before mapping anything.
+        let guard = mem.memory();
+        let mut ranges = Vec::with_capacity(pieces.len());
+        for &(addr, len) in pieces {
+            if addr % PAGE != 0 || len % PAGE != 0 || len == 0 {
+                return Err(ViewError::Unaligned { addr, len });
+            }
+            let region = guard
+                .find_region(GuestAddress(addr))
+                .ok_or(ViewError::OutsideGuestMemory { addr, len })?;
+            let start = region.start_addr().0;
+            if addr + len > start + region.len() {
+                return Err(ViewError::OutsideGuestMemory { addr, len });
+            }
+            let fo = region.file_offset().ok_or(ViewError::NotFileBacked { addr })?;
+            let offset = fo.start() + (addr - start);
+            if offset % PAGE != 0 {
+                return Err(ViewError::Unaligned { addr, len });
+            }
+            ranges.push((fo.file().as_raw_fd(), offset, len));
+        }
+        let len = total as usize;
+        // SAFETY: a fresh anonymous reservation; nothing else refers to it.
+        let base = unsafe {
+            nix::libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                nix::libc::PROT_NONE,
+                nix::libc::MAP_PRIVATE | nix::libc::MAP_ANONYMOUS | nix::libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == nix::libc::MAP_FAILED {
+            return Err(ViewError::Mmap(std::io::Error::last_os_error().to_string()));
+        }
+        let view = SliceView { base: base.cast(), len };
+        let mut at = 0usize;
+        for (fd, offset, plen) in ranges {
+            // SAFETY: MAP_FIXED inside our own reservation; the file stays
+            // open while the guest memory (the region) exists.
+            let p = unsafe {
+                nix::libc::mmap(
+                    view.base.add(at).cast(),
+                    plen as usize,
+                    nix::libc::PROT_READ | nix::libc::PROT_WRITE,
+                    nix::libc::MAP_SHARED | nix::libc::MAP_FIXED,
+                    fd,
+                    offset as nix::libc::off_t,
+                )
+            };
+            if p == nix::libc::MAP_FAILED {
+                return Err(ViewError::Mmap(std::io::Error::last_os_error().to_string()));
+            }
+            at += plen as usize;
+        }
+        Ok(view)
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.base
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for SliceView {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, no reference into it outlives the view
+        // (the producer that used it is dropped first).
+        unsafe {
+            nix::libc::munmap(self.base.cast(), self.len);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hmb_nvme::vm_memory::{Bytes, FileOffset, GuestMemoryAtomic, GuestMemoryMmap, GuestRegionMmap};
+
+    fn file_backed(bytes: u64) -> GuestMem {
+        let file = tempfile::tempfile().unwrap();
+        file.set_len(bytes).unwrap();
+        let region =
+            GuestRegionMmap::from_range(GuestAddress(0x10_0000), bytes as usize, Some(FileOffset::new(file, 0)))
+                .unwrap();
+        GuestMemoryAtomic::new(GuestMemoryMmap::from_regions(vec![region]).unwrap())
+    }
+
+    #[test]
+    fn scattered_pieces_become_one_range_that_writes_through_to_guest_memory() {
+        let mem = file_backed(1 << 20);
+        // Two chunks in reverse guest order: the view follows piece order.
+        let pieces = [(0x10_0000 + 0x8000, 0x1000), (0x10_0000 + 0x2000, 0x2000)];
+        let view = SliceView::map(&mem, &pieces).unwrap();
+        assert_eq!(view.len(), 0x3000);
+        // SAFETY: inside the view.
+        unsafe {
+            view.as_ptr().write(0xaa);
+            view.as_ptr().add(0x1000).write(0xbb);
+            view.as_ptr().add(0x2fff).write(0xcc);
+        }
+        let m = mem.memory();
+        assert_eq!(m.read_obj::<u8>(GuestAddress(0x10_8000)).unwrap(), 0xaa);
+        assert_eq!(m.read_obj::<u8>(GuestAddress(0x10_2000)).unwrap(), 0xbb);
+        assert_eq!(m.read_obj::<u8>(GuestAddress(0x10_3fff)).unwrap(), 0xcc);
+    }
+
+    #[test]
+    fn bad_pieces_are_errors() {
+        let mem = file_backed(1 << 20);
+        assert!(matches!(SliceView::map(&mem, &[]), Err(ViewError::Empty)));
+        assert!(matches!(
+            SliceView::map(&mem, &[(0x10_0100, 0x1000)]),
+            Err(ViewError::Unaligned { .. })
+        ));
+        assert!(matches!(
+            SliceView::map(&mem, &[(0x1000, 0x1000)]),
+            Err(ViewError::OutsideGuestMemory { .. })
+        ));
+        assert!(matches!(
+            SliceView::map(&mem, &[(0x10_0000 + 0xff000, 0x2000)]),
+            Err(ViewError::OutsideGuestMemory { .. })
+        ));
+        let anon = GuestMemoryAtomic::new(GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap());
+        assert!(matches!(
+            SliceView::map(&anon, &[(0, 0x1000)]),
+            Err(ViewError::NotFileBacked { .. })
+        ));
+    }
+}

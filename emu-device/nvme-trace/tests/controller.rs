@@ -1,0 +1,277 @@
+//! The producer on the real controller model, driven like the patched Linux
+//! driver drives it: cache and slice chunks in one HMB descriptor list, the
+//! ring header written before Set Features 0Dh, the advert by Set Features
+//! C0h, real I/O, then a controller reset. Guest memory is file backed, as
+//! QEMU's memfd is, so the slice is mapped the way the transport's is.
+
+use hmb_nvme::fake_host::{Command, FakeHost};
+use hmb_nvme::vm_memory::{FileOffset, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap, GuestRegionMmap};
+use hmb_nvme::{Controller, ControllerConfig, Status};
+use hmb_nvme_trace::{NvmeTrace, ADVERT_LEN};
+use hmb_trace_abi::parse::{parse_record_at, RecordAt};
+use hmb_trace_abi::*;
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+const GUEST: u64 = 96 << 20;
+const MB: u64 = 1 << 20;
+const RING: u64 = 64 << 10;
+const DATA_CHUNK: u64 = 32 << 10;
+
+struct Rig {
+    h: FakeHost,
+    trace: NvmeTrace,
+    /// (guest address, bytes) of the slice chunks: lead, data...
+    slice_chunks: Vec<(u64, u64)>,
+    list: u64,
+    entries: u32,
+    hsize_pages: u32,
+    slice_offset: u64,
+}
+
+fn file_backed_host(cfg: ControllerConfig) -> FakeHost {
+    let mut h = FakeHost::new(cfg.clone(), GUEST);
+    let file = tempfile::tempfile().unwrap();
+    file.set_len(GUEST).unwrap();
+    let region = GuestRegionMmap::from_range(GuestAddress(0), GUEST as usize, Some(FileOffset::new(file, 0))).unwrap();
+    h.mem = GuestMemoryAtomic::new(GuestMemoryMmap::from_regions(vec![region]).unwrap());
+    h.ctrl = Controller::new(cfg, h.mem.clone(), h.irq.clone()).unwrap();
+    h
+}
+
+fn ring_header(ring_size: u64, epoch: u64) -> hmb_ring_hdr {
+    let mut hdr = hmb_ring_hdr::new_zeroed();
+    hdr.magic = HMB_RING_MAGIC.into();
+    hdr.version_major = HMB_RING_VERSION_MAJOR.into();
+    hdr.version_minor = HMB_RING_VERSION_MINOR.into();
+    hdr.hdr_size = HMB_RING_HDR_SIZE.into();
+    hdr.max_record = HMB_RECORD_MAX_SIZE.into();
+    hdr.ring_size = ring_size.into();
+    hdr.epoch = epoch.into();
+    hdr
+}
+
+fn advert(generation: u64, offset: u64, len: u64) -> hmb_advert {
+    let mut a = hmb_advert::new_zeroed();
+    a.magic = HMB_ADVERT_MAGIC.into();
+    a.state = HMB_ADVERT_STATE_READY.into();
+    a.generation = generation.into();
+    a.slice_offset = offset.into();
+    a.slice_len = len.into();
+    a
+}
+
+/// Two 4 MiB cache chunks, then the slice: a 4 KiB lead chunk (the header)
+/// and two data chunks placed apart in guest memory, in reverse order.
+fn rig() -> Rig {
+    let mut h = file_backed_host(ControllerConfig::default());
+    let trace = NvmeTrace::new(h.mem.clone());
+    h.ctrl.set_observer(trace.observer());
+    h.ctrl.set_vendor_features(trace.features());
+    assert_eq!(h.enable(32) & 0b11, 1);
+    h.create_io_queue(1, 64).unwrap();
+
+    let cache: Vec<(u64, u64)> = (0..2).map(|_| (h.alloc(4 * MB), 4 * MB)).collect();
+    let lead = h.alloc(4096);
+    let d1 = h.alloc(DATA_CHUNK);
+    let _gap = h.alloc(DATA_CHUNK);
+    let d0 = h.alloc(DATA_CHUNK);
+    let slice_chunks = vec![(lead, 4096), (d0, DATA_CHUNK), (d1, DATA_CHUNK)];
+    let all: Vec<(u64, u64)> = cache.iter().chain(slice_chunks.iter()).copied().collect();
+    let list = h.alloc(16 * all.len() as u64);
+    for (i, &(addr, bytes)) in all.iter().enumerate() {
+        let mut e = [0u8; 16];
+        e[0..8].copy_from_slice(&addr.to_le_bytes());
+        e[8..12].copy_from_slice(&((bytes / 4096) as u32).to_le_bytes());
+        h.guest_write(list + 16 * i as u64, &e);
+    }
+    let hsize_pages = (all.iter().map(|c| c.1).sum::<u64>() / 4096) as u32;
+    Rig {
+        h,
+        trace,
+        slice_chunks,
+        list,
+        entries: all.len() as u32,
+        hsize_pages,
+        slice_offset: 8 * MB,
+    }
+}
+
+impl Rig {
+    fn write_header(&mut self, epoch: u64) {
+        let hdr = ring_header(RING, epoch);
+        self.h.guest_write(self.slice_chunks[0].0, hdr.as_bytes());
+    }
+
+    fn set_hmb(&mut self, bits: u32) -> Status {
+        let c = Command::set_features(0x0D, bits)
+            .cdw(12, self.hsize_pages)
+            .cdw(13, self.list as u32)
+            .cdw(14, (self.list >> 32) as u32)
+            .cdw(15, self.entries);
+        self.h.admin(c).status
+    }
+
+    fn send_advert(&mut self, a: &hmb_advert) -> (Status, u32) {
+        let buf = self.h.alloc(4096);
+        self.h.guest_write(buf, a.as_bytes());
+        let c = self.h.admin(Command::set_features(HMB_NVME_FID_TRACE, 0).prp1(buf));
+        (c.status, c.dw0)
+    }
+
+    /// The slice as the host sees it: header page, then the data chunks in order.
+    fn slice_image(&self) -> Vec<u8> {
+        let mut img = Vec::new();
+        for &(addr, bytes) in &self.slice_chunks {
+            img.extend(self.h.guest_read(addr, bytes as usize));
+        }
+        img
+    }
+}
+
+fn records(img: &[u8]) -> (hmb_ring_hdr, Vec<(hmb_record_hdr, Vec<u8>)>) {
+    let hdr = hmb_ring_hdr::read_from_bytes(&img[..core::mem::size_of::<hmb_ring_hdr>()]).unwrap();
+    let data = &img[HMB_RING_HDR_SIZE as usize..];
+    let (mut pos, head) = (hdr.tail.get(), hdr.head.get());
+    let mut out = Vec::new();
+    while pos < head {
+        let at = parse_record_at(data, pos, head).unwrap();
+        if let RecordAt::Record { hdr: r, offset, .. } = at {
+            let len = r.length.get() as usize;
+            let start = offset + HMB_RECORD_HDR_SIZE as usize;
+            out.push((r, data[start..start + len].to_vec()));
+        }
+        pos += at.advance();
+    }
+    (hdr, out)
+}
+
+#[test]
+fn real_commands_become_records_that_match_the_journal_and_a_reset_freezes_the_epoch() {
+    let mut r = rig();
+    r.write_header(1);
+    assert_eq!(r.set_hmb(1), Status::SUCCESS);
+    let len = u64::from(HMB_RING_HDR_SIZE) + RING;
+    assert_eq!(r.send_advert(&advert(1, r.slice_offset, len)), (Status::SUCCESS, 1));
+    assert_eq!(r.trace.adopted_generation(), Some(1));
+
+    // Real I/O: every fetch and completion is a record.
+    let data = vec![0x5au8; 4096];
+    assert!(r.h.write_lbas(1, 8, &data, 9).ok());
+    let (c, back) = r.h.read_lbas(1, 8, 8, 9);
+    assert!(c.ok());
+    assert_eq!(back, data);
+
+    // Get Features C0h: the adopted advert.
+    let buf = r.h.alloc(4096);
+    let g = r.h.admin(Command::get_features(HMB_NVME_FID_TRACE).prp1(buf));
+    assert!(g.ok());
+    assert_eq!(g.dw0, 1);
+    assert_eq!(
+        r.h.guest_read(buf, ADVERT_LEN),
+        advert(1, r.slice_offset, len).as_bytes()
+    );
+
+    let (hdr, recs) = records(&r.slice_image());
+    let journal = r.trace.journal();
+    assert!(
+        recs.len() >= 4,
+        "fetch+complete of a write and a read at least: {}",
+        recs.len()
+    );
+    assert_eq!(recs.len(), journal.entries.len());
+    for ((rh, payload), j) in recs.iter().zip(&journal.entries) {
+        assert!(j.written);
+        assert_eq!(
+            (rh.seq.get(), rh.opcode.get(), rh.source.get()),
+            (j.seq, j.opcode, j.source)
+        );
+        assert_eq!(rh.timestamp_ns.get(), j.timestamp_ns);
+        assert_eq!(payload, &j.payload);
+    }
+    // The write on queue 1: CMD_FETCH with opcode 01h, slba 8, 8 blocks.
+    let w = journal
+        .entries
+        .iter()
+        .find(|e| e.opcode == 0x0101 && e.source == 1)
+        .expect("a fetch on queue 1");
+    assert_eq!(w.payload[4], 0x01);
+    assert_eq!(u64::from_le_bytes(w.payload[16..24].try_into().unwrap()), 8);
+    assert_eq!(u32::from_le_bytes(w.payload[12..16].try_into().unwrap()), 8);
+    assert_eq!(hdr.flags.get() & HMB_RING_FLAG_FROZEN, 0);
+
+    // CC.EN 1->0: FROZEN is the last write, the advert is forgotten.
+    r.h.disable();
+    let (hdr, recs_after) = records(&r.slice_image());
+    assert_ne!(hdr.flags.get() & HMB_RING_FLAG_FROZEN, 0);
+    assert_eq!(recs_after, recs, "the reset adds nothing but FROZEN");
+    assert_eq!(r.trace.adopted_generation(), None);
+    assert_eq!(r.trace.journal().frozen, vec![1]);
+
+    // Re-enable with Memory Return: no production until a new advert with a
+    // higher generation over a re-initialised header.
+    assert_eq!(r.h.enable(32) & 0b11, 1);
+    assert_eq!(r.set_hmb(0b11), Status::SUCCESS);
+    r.h.forget_queues();
+    r.h.create_io_queue(1, 64).unwrap();
+    let before = r.trace.journal().entries.len();
+    assert!(r.h.write_lbas(1, 0, &data, 9).ok());
+    assert_eq!(
+        r.trace.journal().entries.len(),
+        before,
+        "nothing produced without an advert"
+    );
+    r.write_header(1);
+    assert_eq!(
+        r.send_advert(&advert(1, r.slice_offset, len)).0,
+        Status::INVALID_FIELD,
+        "generation 1 was adopted in this HMB's life"
+    );
+    r.write_header(2);
+    assert_eq!(r.send_advert(&advert(2, r.slice_offset, len)), (Status::SUCCESS, 2));
+    assert!(r.h.write_lbas(1, 0, &data, 9).ok());
+    let (hdr, recs) = records(&r.slice_image());
+    assert_eq!(hdr.epoch.get(), 2);
+    assert!(!recs.is_empty());
+    assert_eq!(recs[0].0.seq.get(), 0, "sequence numbers restart in a new epoch");
+    assert_eq!(r.trace.journal().epochs, vec![1, 2]);
+}
+
+#[test]
+fn bad_adverts_get_an_nvme_status_and_change_nothing() {
+    let mut r = rig();
+    let len = u64::from(HMB_RING_HDR_SIZE) + RING;
+    r.write_header(1);
+    // No HMB yet.
+    assert_eq!(
+        r.send_advert(&advert(1, r.slice_offset, len)).0,
+        Status::COMMAND_SEQUENCE_ERROR
+    );
+    assert_eq!(r.set_hmb(1), Status::SUCCESS);
+    let mut bad_magic = advert(1, r.slice_offset, len);
+    bad_magic.magic = 0.into();
+    let mut bad_state = advert(1, r.slice_offset, len);
+    bad_state.state = 7.into();
+    let cases = [
+        bad_magic,
+        bad_state,
+        advert(1, r.slice_offset + 100, len),  // unaligned
+        advert(1, r.slice_offset, len + 4096), // ring not a power of two
+        advert(1, r.slice_offset + 4096, len), // runs past the HMB
+        advert(1, u64::MAX - 4095, len),       // overflows
+        advert(2, r.slice_offset, len),        // epoch != generation
+        advert(1, 0, len),                     // no ring header there
+        advert(0, r.slice_offset, len),        // generation 0
+    ];
+    for (i, a) in cases.iter().enumerate() {
+        assert_eq!(r.send_advert(a).0, Status::INVALID_FIELD, "case {i}");
+        assert_eq!(r.trace.adopted_generation(), None, "case {i}");
+    }
+    // Another vendor FID is not ours.
+    assert_eq!(r.h.admin(Command::set_features(0xC1, 0)).status, Status::INVALID_FIELD);
+    // Withdraw (state NONE) is accepted and stops production.
+    assert_eq!(r.send_advert(&advert(1, r.slice_offset, len)).0, Status::SUCCESS);
+    let mut none = advert(1, r.slice_offset, len);
+    none.state = HMB_ADVERT_STATE_NONE.into();
+    assert_eq!(r.send_advert(&none).0, Status::SUCCESS);
+    assert_eq!(r.trace.adopted_generation(), None);
+}
