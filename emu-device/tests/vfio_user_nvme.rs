@@ -481,3 +481,92 @@ fn guest_mistakes_get_an_nvme_status_and_the_device_carries_on() {
     let mut h2 = Host::connect(&dev.socket);
     h2.enable();
 }
+
+/// Issue 14 over the real transport: the slice as the patched Linux driver
+/// lays it out (a cache chunk, then a 4 KiB lead chunk holding the ring
+/// header and two data chunks apart in guest RAM), the advert by Set
+/// Features C0h, real I/O producing records in the memfd, `ground-truth`
+/// returning the producer's journal, and FROZEN when CC.EN goes 1 -> 0.
+#[test]
+fn trace_slice_in_the_hmb_records_real_commands_and_freezes_on_reset() {
+    use hmb_trace_abi::*;
+    use zerocopy::{FromBytes, FromZeros, IntoBytes};
+    const RING: u64 = 64 << 10;
+    let dev = Device::start();
+    let mut h = Host::connect(&dev.socket);
+    h.enable();
+    h.create_io_queue();
+    let cache = h.alloc(4 << 20);
+    let lead = h.alloc(PAGE);
+    let d1 = h.alloc(RING / 2);
+    let d0 = h.alloc(RING / 2);
+    let mut hdr = hmb_ring_hdr::new_zeroed();
+    hdr.magic = HMB_RING_MAGIC.into();
+    hdr.version_major = HMB_RING_VERSION_MAJOR.into();
+    hdr.version_minor = HMB_RING_VERSION_MINOR.into();
+    hdr.hdr_size = HMB_RING_HDR_SIZE.into();
+    hdr.max_record = HMB_RECORD_MAX_SIZE.into();
+    hdr.ring_size = RING.into();
+    hdr.epoch = 1.into();
+    h.put(lead, hdr.as_bytes());
+    let pages = |b: u64| (b / PAGE) as u32;
+    let list = [
+        (cache, pages(4 << 20)),
+        (lead, 1),
+        (d0, pages(RING / 2)),
+        (d1, pages(RING / 2)),
+    ];
+    assert!(h.set_hmb(1, &list, 4).status.is_success());
+    let mut adv = hmb_advert::new_zeroed();
+    adv.magic = HMB_ADVERT_MAGIC.into();
+    adv.state = HMB_ADVERT_STATE_READY.into();
+    adv.generation = 1.into();
+    adv.slice_offset = (4u64 << 20).into();
+    adv.slice_len = (u64::from(HMB_RING_HDR_SIZE) + RING).into();
+    let buf = h.alloc(PAGE);
+    h.put(buf, adv.as_bytes());
+    let c = h.admin(Command::set_features(HMB_NVME_FID_TRACE, 0).prp1(buf));
+    assert!(c.status.is_success(), "advert: {:?}", c.status);
+    assert_eq!(c.dw0, 1);
+    assert_eq!(dev.status()["trace"]["adopted_generation"], 1);
+
+    let page = h.alloc(PAGE);
+    h.put(page, &pattern(5, PAGE as usize));
+    assert!(h.rw(true, 16, &[page]).status.is_success());
+    assert!(h.rw(false, 16, &[page]).status.is_success());
+
+    let head = |h: &Host| hmb_ring_hdr::read_from_bytes(&h.get(lead, core::mem::size_of::<hmb_ring_hdr>())).unwrap();
+    let live = head(&h);
+    assert!(live.head.get() > 0, "records in guest RAM");
+    let truth = call(&dev.control, &Request::GroundTruth, Duration::from_secs(10)).unwrap();
+    assert!(truth.ok, "{truth:?}");
+    let journal = &truth.result.unwrap()["journal"];
+    let entries = journal["entries"].as_array().unwrap();
+    assert!(entries.len() >= 4, "fetch + completion of the write and the read");
+    assert_eq!(journal["epochs"], serde_json::json!([1]));
+    // The write's CMD_FETCH on queue 1 is in the data area where the journal says.
+    let first_io = entries
+        .iter()
+        .find(|e| e["opcode"] == 0x0101 && e["source"] == 1)
+        .expect("a fetch on queue 1");
+    assert_eq!(first_io["payload"][4], 0x01, "NVMe Write");
+    let data: Vec<u8> = [h.get(d0, (RING / 2) as usize), h.get(d1, (RING / 2) as usize)].concat();
+    let seq = first_io["seq"].as_u64().unwrap();
+    let mut pos = 0u64;
+    let mut found = false;
+    while pos < live.head.get() {
+        let at = hmb_trace_abi::parse::parse_record_at(&data, pos, live.head.get()).unwrap();
+        if let hmb_trace_abi::parse::RecordAt::Record { hdr: r, .. } = at {
+            found |= r.seq.get() == seq && r.opcode.get() == 0x0101;
+        }
+        pos += at.advance();
+    }
+    assert!(found, "the journal's record {seq} is in the ring");
+
+    // The driver's reset_controller: CC.EN 1 -> 0. FROZEN is the last write.
+    h.w32(0x14, 0);
+    assert_ne!(head(&h).flags.get() & HMB_RING_FLAG_FROZEN, 0);
+    let trace = &dev.status()["trace"];
+    assert_eq!(trace["frozen"], serde_json::json!([1]));
+    assert_eq!(trace["adopted_generation"], serde_json::Value::Null);
+}

@@ -1,14 +1,18 @@
 //! The control socket of the NVMe device: the same line-delimited JSON as
 //! the ivshmem device's (control.rs), answering what this device has.
 //! `status` and `stats` report the transport (DMA mappings, MSI-X vectors,
-//! message counters) and the controller's own report (registers, queues
-//! and their counters, the HMB state). Production and fault requests need
-//! the firmware model on a trace ring in the HMB (issue 14) and are
-//! refused with a clear error until then.
+//! message counters), the controller's own report (registers, queues and
+//! their counters, the HMB state) and the trace producer's (hmb-nvme-trace:
+//! adopted generation, records, epochs). `ground-truth` returns the
+//! producer's journal: every record the controller produced or dropped.
+//! Workload production and fault requests are refused: on this device the
+//! records come from the commands the guest really runs.
 
 use std::sync::Arc;
 
 use serde_json::json;
+
+use hmb_nvme_trace::NvmeTrace;
 
 use super::backend::{PciFunction, Shared};
 use crate::control::{Handler, Request, Response};
@@ -19,6 +23,7 @@ pub struct NvmeControl<F> {
     shared: Arc<Shared<F>>,
     socket: String,
     shutdown: ShutdownFn,
+    trace: Option<NvmeTrace>,
 }
 
 impl<F: PciFunction> NvmeControl<F> {
@@ -33,6 +38,30 @@ impl<F: PciFunction> NvmeControl<F> {
             shared,
             socket: socket.display().to_string(),
             shutdown,
+            trace: None,
+        }
+    }
+
+    /// Answer `ground-truth` (and report in `status`) from the controller's
+    /// trace producer: its journal of every record produced or dropped.
+    pub fn with_trace(mut self, trace: NvmeTrace) -> Self {
+        self.trace = Some(trace);
+        self
+    }
+
+    fn trace_status(&self) -> serde_json::Value {
+        match &self.trace {
+            None => serde_json::Value::Null,
+            Some(t) => {
+                let j = t.journal();
+                json!({
+                    "adopted_generation": t.adopted_generation(),
+                    "records": j.entries.iter().filter(|e| e.written).count(),
+                    "dropped": j.entries.iter().filter(|e| !e.written).count(),
+                    "epochs": j.epochs,
+                    "frozen": j.frozen,
+                })
+            }
         }
     }
 
@@ -43,6 +72,7 @@ impl<F: PciFunction> NvmeControl<F> {
             "socket": self.socket,
             "vfio_user": self.shared.transport_report(),
             "controller": self.shared.function().report(),
+            "trace": self.trace_status(),
         })
     }
 }
@@ -58,13 +88,17 @@ where
                 self.shared.irqs.raise(vector);
                 Response::ok(json!({ "raised": vector }))
             }
+            Request::GroundTruth => match &self.trace {
+                Some(t) => Response::ok(json!({ "device": "nvme", "journal": t.journal() })),
+                None => Response::err("this nvme device runs no trace producer"),
+            },
             Request::Shutdown => match (self.shutdown)("control request".into()) {
                 true => Response::ok(json!({ "shutting_down": true })),
                 false => Response::err("the device is already stopping"),
             },
             other => Response::err(format!(
-                "{other:?} is not available on the nvme device: production, faults and ground truth \
-                 need the firmware model's trace ring in the HMB (issue 14)"
+                "{other:?} is not available on the nvme device: its trace records are the commands \
+                 the guest runs (no synthetic workload, no injected faults)"
             )),
         }
     }

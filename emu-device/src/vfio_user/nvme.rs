@@ -112,8 +112,13 @@ impl NvmeServing {
         let dma = DmaMap::new();
         let irqs = Arc::new(IrqTable::new(vectors));
         let sink: Arc<dyn InterruptSink> = irqs.clone();
-        let controller = Controller::new(cfg, dma.guest_mem(), sink)
+        let mut controller = Controller::new(cfg, dma.guest_mem(), sink)
             .map_err(|e| EmuError::Control(format!("the NVMe controller cannot be built: {e}")))?;
+        // The firmware's trace producer (issue 14): the advert by Set Features
+        // C0h, records of the commands the controller really runs.
+        let trace = hmb_nvme_trace::NvmeTrace::new(dma.guest_mem());
+        controller.set_observer(trace.observer());
+        controller.set_vendor_features(trace.features());
         let shared = Shared::new(controller, dma, irqs);
         let (tx, rx) = channel();
         let serve_tx = tx.clone();
@@ -131,7 +136,8 @@ impl NvmeServing {
         let control_tx = tx.clone();
         let handler = NvmeControl::new(shared, &opts.socket, move |why| {
             control_tx.send(Event::Shutdown(why)).is_ok()
-        });
+        })
+        .with_trace(trace);
         let control = ControlServer::start(&opts.control_socket, Arc::new(handler))?;
         log::info!(
             "emu-device serving an NVMe controller: vfio-user {} control {} namespace {} bytes, HMB preferred {} bytes",
