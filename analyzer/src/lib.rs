@@ -8,6 +8,7 @@ pub mod exit;
 pub mod filter;
 pub mod format;
 pub mod input;
+pub mod latency;
 pub mod perfetto;
 pub mod progress;
 pub mod spill_sort;

@@ -304,3 +304,67 @@ fn writing_over_the_input_is_refused() {
     assert_eq!(std::fs::read(f.path("drops.bin")).unwrap(), before, "input untouched");
     insta::assert_snapshot!("same_output", text);
 }
+
+/// On the causal workload a completion's latency field is exactly
+/// completion − fetch, so both measures agree row for row, and no queue
+/// ever holds more than its depth of 8.
+#[test]
+fn stats_latency_percentiles_agree_on_the_causal_workload() {
+    let f = Fixtures::new();
+    let dir = f.dir.path();
+    write_trace(
+        std::fs::File::create(dir.join("long.bin")).unwrap(),
+        &SynthSpec::simple(Workload::SsdCausal, 8, 20_000),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hmb-trace-analyze"))
+        .args(["stats", "--json", "long.bin"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["latency"].as_array().unwrap();
+    let pick = |m: &str| -> Vec<serde_json::Value> {
+        rows.iter()
+            .filter(|r| r["name"] == "CMD_COMPLETE" && r["measure"] == m)
+            .map(|r| {
+                let mut r = r.clone();
+                r["measure"] = serde_json::Value::Null;
+                r
+            })
+            .collect()
+    };
+    let (field, paired) = (pick("field"), pick("paired"));
+    assert_eq!(field.len(), 9, "overall and 8 queues");
+    assert_eq!(field, paired);
+    let all = &field[0];
+    assert!(all["source"].is_null());
+    let (p50, p99, max) = (
+        all["p50"].as_u64().unwrap(),
+        all["p99"].as_u64().unwrap(),
+        all["max"].as_u64().unwrap(),
+    );
+    assert!(p50 > 10_000 && p50 <= p99 && p99 <= max, "{all}");
+    assert!(rows.iter().any(|r| r["name"] == "NAND_READ" && r["source"] == 0x0102));
+    let depth = v["queue_depth"].as_array().unwrap();
+    assert_eq!(
+        depth.iter().filter(|d| d["name"] == "CMD_FETCH").count(),
+        8,
+        "one series per queue"
+    );
+    assert!(
+        depth.iter().any(|d| d["name"] == "GC_START"),
+        "GC on the FTL core, apart from queue 0"
+    );
+    for d in depth.iter().filter(|d| d["name"] == "CMD_FETCH") {
+        let peak = d["max"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m.as_u64().unwrap())
+            .max()
+            .unwrap();
+        assert_eq!(peak, 8, "queue {} fills to its depth and no further", d["source"]);
+    }
+}

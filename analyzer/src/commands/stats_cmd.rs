@@ -4,20 +4,103 @@ use std::io::Write;
 
 use serde_json::json;
 
-use crate::commands::{collect_stats, Ctx};
+use std::ops::ControlFlow;
+
+use crate::commands::{walk_trace, Ctx};
 use crate::exit::AppError;
 use crate::format::{duration_ns, thousands};
+use crate::latency::{Latency, Measure};
 use crate::stats::{bucket_floor, Stats};
 
 pub fn run(ctx: &Ctx, path: &str, as_json: bool, out: &mut dyn Write) -> Result<(), AppError> {
-    let (mut walked, s) = collect_stats(ctx, path)?;
+    let (mut walked, (mut s, lat)) = walk_trace(
+        ctx,
+        path,
+        |h| (Stats::new(h.first_epoch, h.ring_size), Latency::new(&ctx.catalog)),
+        |(s, lat), ev| {
+            s.add(ev);
+            lat.add(ev);
+            ControlFlow::Continue(())
+        },
+    )?;
+    s.finish();
     if as_json {
-        let v = to_json(ctx, &s);
+        let mut v = to_json(ctx, &s);
+        v["latency"] = serde_json::to_value(lat.percentiles()).unwrap_or_default();
+        v["latency_series_dropped"] = lat.series_dropped.into();
+        v["queue_depth"] = serde_json::to_value(lat.depth_series()).unwrap_or_default();
         writeln!(out, "{}", serde_json::to_string_pretty(&v).unwrap_or_default())?;
     } else {
         write_tables(ctx, &s, out)?;
+        write_latency(ctx, &lat, out)?;
     }
     walked.status()
+}
+
+fn write_latency(ctx: &Ctx, lat: &Latency<'_>, out: &mut dyn Write) -> Result<(), AppError> {
+    let rows = lat.percentiles();
+    if rows.is_empty() {
+        return Ok(());
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{}",
+        ctx.style
+            .bold("latency (field: the record's own latency field; paired: begin to end)")
+    )?;
+    writeln!(
+        out,
+        "{:<16} {:<7} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "name", "measure", "source", "count", "p50", "p90", "p99", "p99.9", "max"
+    )?;
+    for r in &rows {
+        let measure = match r.measure {
+            Measure::Field => "field",
+            Measure::Paired => "paired",
+        };
+        let source = r.source.map_or("all".to_string(), |s| s.to_string());
+        writeln!(
+            out,
+            "{:<16} {:<7} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            r.name,
+            measure,
+            source,
+            thousands(r.count),
+            duration_ns(r.p50),
+            duration_ns(r.p90),
+            duration_ns(r.p99),
+            duration_ns(r.p999),
+            duration_ns(r.max)
+        )?;
+    }
+    let depth = lat.depth_series();
+    if !depth.is_empty() {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "{}",
+            ctx.style.bold(&format!(
+                "queue depth over time (open pairs per source, max per {} bin)",
+                duration_ns(depth[0].bin_ns)
+            ))
+        )?;
+        for d in &depth {
+            let peak = d.max.iter().copied().max().unwrap_or(0);
+            let line: String = d.max.iter().map(|&m| spark(m, peak)).collect();
+            writeln!(out, "{:<16} {:>9} max {:>5} {line}", d.name, d.source, peak)?;
+        }
+    }
+    Ok(())
+}
+
+/// One character of a sparkline, scaled to `peak`.
+fn spark(v: u32, peak: u32) -> char {
+    const LEVELS: [char; 9] = [' ', '▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    if peak == 0 {
+        return ' ';
+    }
+    LEVELS[((v as u64 * 8).div_ceil(peak as u64)) as usize]
 }
 
 pub fn to_json(ctx: &Ctx, s: &Stats) -> serde_json::Value {
