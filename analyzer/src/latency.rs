@@ -163,11 +163,9 @@ impl<'c> Latency<'c> {
         match *ev {
             Event::Record { item, .. } => self.add_record(item),
             Event::EpochStart { .. } => {
-                // Pairs never span epochs.
-                let open: Vec<(u64, u32, u16)> = self.open.drain().map(|(_, v)| v).collect();
-                for (ts, source, opcode) in open {
-                    self.depth_change(opcode, source, ts, false);
-                }
+                // Pairs never span epochs: the ring restarted, nothing is open.
+                self.open.clear();
+                self.depth.values_mut().for_each(|d| d.open = 0);
             }
             _ => {}
         }

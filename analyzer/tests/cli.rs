@@ -253,11 +253,14 @@ fn report_is_one_self_contained_html_file() {
         );
     }
     assert!(html.contains("fixture &lt;report&gt;"), "title is escaped");
+    let latency_charts = html.matches("<h3>").count();
+    assert!(latency_charts >= 4, "a latency histogram per opcode and measure");
     assert_eq!(
         html.matches("<svg").count(),
-        4,
-        "opcode, rate, losses and inter-arrival charts"
+        4 + latency_charts,
+        "opcode, rate, losses and inter-arrival charts, then the latency histograms"
     );
+    assert!(html.contains("<h2>Latency</h2>") && html.contains("CMD_COMPLETE"));
     insta::assert_snapshot!("report_stdout", text);
     insta::assert_snapshot!("report_html", html);
 }

@@ -11,6 +11,7 @@ use crate::cli::ReportArgs;
 use crate::commands::{walk_trace, Ctx};
 use crate::exit::{AppError, INTERNAL, IO};
 use crate::format::{bytes, duration_ns, fields_text, thousands};
+use crate::latency::{Latency, Measure};
 use crate::stats::{bucket_floor, Stats};
 use crate::svg;
 use crate::walk::Event;
@@ -73,8 +74,9 @@ struct Card {
     class: &'static str,
 }
 
-struct State {
+struct State<'c> {
     stats: Stats,
+    latency: Latency<'c>,
     rate: RateBins,
     rows: Vec<Row>,
     /// Loss time (ns) and count, for the timeline (capped like Stats).
@@ -90,6 +92,7 @@ pub fn run(ctx: &Ctx, args: &ReportArgs, out: &mut dyn Write) -> Result<(), AppE
         &args.trace,
         |h| State {
             stats: Stats::new(h.first_epoch, h.ring_size),
+            latency: Latency::new(&ctx.catalog),
             rate: RateBins::new(),
             rows: Vec::new(),
             loss_marks: Vec::new(),
@@ -97,6 +100,7 @@ pub fn run(ctx: &Ctx, args: &ReportArgs, out: &mut dyn Write) -> Result<(), AppE
         },
         |s, ev| {
             s.stats.add(ev);
+            s.latency.add(ev);
             let marker = |offset, epoch, name: String, fields: String| Row {
                 offset,
                 epoch,
@@ -203,7 +207,50 @@ pub fn run(ctx: &Ctx, args: &ReportArgs, out: &mut dyn Write) -> Result<(), AppE
     walked.status()
 }
 
-fn render(ctx: &Ctx, args: &ReportArgs, walked: &crate::commands::Walked, st: &State) -> Result<String, AppError> {
+/// Latency rows (overall first, per source after) and one log2 histogram
+/// chart per opcode and measure.
+fn latency_view(st: &State<'_>) -> (Vec<minijinja::Value>, Vec<minijinja::Value>) {
+    let measure = |m: Measure| match m {
+        Measure::Field => "field",
+        Measure::Paired => "paired",
+    };
+    let rows = st
+        .latency
+        .percentiles()
+        .iter()
+        .map(|r| {
+            context! {
+                name => r.name, measure => measure(r.measure),
+                source => r.source.map_or("all".to_string(), |s| s.to_string()),
+                overall => r.source.is_none(),
+                count => thousands(r.count), p50 => duration_ns(r.p50), p90 => duration_ns(r.p90),
+                p99 => duration_ns(r.p99), p999 => duration_ns(r.p999), max => duration_ns(r.max),
+            }
+        })
+        .collect();
+    let charts = st
+        .latency
+        .percentiles()
+        .iter()
+        .filter(|r| r.source.is_none())
+        .map(|r| {
+            let buckets: Vec<(String, u64)> = st
+                .latency
+                .log2_buckets(r.opcode, r.measure)
+                .into_iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(upper, n)| (format!("<= {}", duration_ns(upper)), n))
+                .collect();
+            context! {
+                title => format!("{} ({})", r.name, measure(r.measure)),
+                chart => svg::bars(&buckets, "records"),
+            }
+        })
+        .collect();
+    (rows, charts)
+}
+
+fn render(ctx: &Ctx, args: &ReportArgs, walked: &crate::commands::Walked, st: &State<'_>) -> Result<String, AppError> {
     let s = &st.stats;
     let h = walked.header;
     let lost = s.lost_total();
@@ -313,6 +360,7 @@ fn render(ctx: &Ctx, args: &ReportArgs, walked: &crate::commands::Walked, st: &S
             }
         })
         .collect();
+    let (latency_rows, latency_charts) = latency_view(st);
     let mut env = Environment::new();
     env.add_template("report.html", TEMPLATE)
         .map_err(|e| AppError::new(INTERNAL, format!("report template: {e}")))?;
@@ -326,6 +374,7 @@ fn render(ctx: &Ctx, args: &ReportArgs, walked: &crate::commands::Walked, st: &S
         ring_abi => format!("{}.{}", h.ring_abi_major, h.ring_abi_minor),
         ring_size => bytes(h.ring_size),
         cards, warnings, opcode_chart, rate_chart, gap_chart, hist_chart, epochs,
+        latency_rows, latency_charts,
         rows => st.rows,
         version => env!("CARGO_PKG_VERSION"),
     })
