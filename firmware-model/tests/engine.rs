@@ -131,3 +131,38 @@ fn requested_freeze_stops_notifies_and_resumes_after_reinit() {
     assert!(matches!(e.step(), Produced::Written { seq: 0 }));
     assert_eq!(e.stats().freezes, 1);
 }
+
+/// ssd:causal records carry the simulated time: in the ring, each record's
+/// timestamp is the engine's clock at seq 0 plus the simulation's time for
+/// it, so completion − fetch equals the completion's `latency_ns`.
+#[test]
+fn causal_workload_timestamps_are_simulated_time() {
+    let mut m = mem(1 << 20);
+    let r = ring(&mut m, 1 << 20);
+    let p = Producer::attach(r).unwrap();
+    let w = Workload::parse("ssd:causal").unwrap();
+    let mut e = Engine::new(p, w, 4, Rate::Unlimited, Log::default()).with_limit(3000);
+    assert_eq!(e.run_until(&AtomicBool::new(false)), RunOutcome::LimitReached);
+    let image: Vec<u8> = m.0.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let d = hmb_trace_abi::reference::decode(&image).unwrap();
+    let mut base = None;
+    let mut buf = [0u8; hmb_trace_abi::HMB_RECORD_MAX_PAYLOAD as usize];
+    let mut records = 0;
+    for item in &d.items {
+        if let hmb_trace_abi::reference::DecodedItem::Record {
+            seq,
+            opcode,
+            timestamp_ns,
+            ..
+        } = item
+        {
+            let shape = fill_record(4, w, *seq, &mut buf);
+            assert_eq!(shape.opcode, *opcode);
+            let sim = shape.sim_ns.expect("ssd:causal simulates time");
+            let b = *base.get_or_insert(timestamp_ns - sim);
+            assert_eq!(*timestamp_ns, b + sim, "seq {seq}");
+            records += 1;
+        }
+    }
+    assert_eq!(records, 3000);
+}
