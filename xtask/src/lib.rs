@@ -11,6 +11,7 @@ pub mod guest_smoke;
 pub mod images;
 pub mod interrupt;
 pub mod nvme_series;
+pub mod nvme_smoke;
 pub mod phases;
 pub mod qemu;
 pub mod session;

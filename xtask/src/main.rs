@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use xtask::{boot, conformance_cmd, deps, guest_smoke, images, nvme_series, test_cmd, vectors};
+use xtask::{boot, conformance_cmd, deps, guest_smoke, images, nvme_series, nvme_smoke, test_cmd, vectors};
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "hmb-trace project tasks", version)]
@@ -29,6 +29,8 @@ enum Command {
     GuestSmoke(guest_smoke::SmokeArgs),
     /// NVMe driver patch series: fetch Debian's source, apply, checkpatch --strict, build nvme.ko.
     NvmeSeries(nvme_series::SeriesArgs),
+    /// The patched nvme.ko in a guest under the stock nvme-core, on QEMU's own NVMe device.
+    NvmeSmoke(nvme_smoke::NvmeSmokeArgs),
 }
 
 fn main() -> Result<()> {
@@ -42,5 +44,6 @@ fn main() -> Result<()> {
         Command::Image(args) => images::run(args),
         Command::GuestSmoke(args) => guest_smoke::run(args),
         Command::NvmeSeries(args) => nvme_series::run(args),
+        Command::NvmeSmoke(args) => nvme_smoke::run(args),
     }
 }

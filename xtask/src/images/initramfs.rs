@@ -239,7 +239,7 @@ fn strip_debug_info(sh: &Shell, path: &Path) -> Result<()> {
 }
 
 /// busybox insmod only reads plain ELF reliably, so modules go in decompressed.
-fn decompress_module(from: &Path, to: &Path) -> Result<()> {
+pub fn decompress_module(from: &Path, to: &Path) -> Result<()> {
     let name = from.to_string_lossy();
     let tool = if name.ends_with(".xz") {
         Some("xz")
