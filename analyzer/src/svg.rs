@@ -124,6 +124,47 @@ fn empty(text: &str) -> String {
 }
 
 /// 1234567.0 → "1.23M".
+/// Per-source lanes over time: one `<g class="lane" data-lane=NAME>` per
+/// lane, a bar (or a 1-pixel tick) per mark. The x axis is in nanoseconds
+/// from the first mark; the page's script zooms by changing the viewBox.
+pub fn timeline(lanes: &[String], marks: &[(usize, u64, u64, String)]) -> String {
+    const LANE_H: f64 = 16.0;
+    const LABEL_W: f64 = 170.0;
+    const WIDTH: f64 = 1000.0;
+    let t0 = marks.iter().map(|m| m.1).min().unwrap_or(0);
+    let t1 = marks.iter().map(|m| m.2).max().unwrap_or(0).max(t0 + 1);
+    let scale = WIDTH / (t1 - t0) as f64;
+    let height = lanes.len() as f64 * LANE_H + 20.0;
+    let mut out = format!(
+        "<svg id=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{height}\" data-span-ns=\"{}\">",
+        LABEL_W + WIDTH,
+        t1 - t0
+    );
+    for (i, name) in lanes.iter().enumerate() {
+        let y = i as f64 * LANE_H;
+        out.push_str(&format!(
+            "<g class=\"lane\" data-lane=\"{}\"><text x=\"2\" y=\"{}\">{}</text><svg x=\"{LABEL_W}\" y=\"{y}\" width=\"{WIDTH}\" height=\"{LANE_H}\" viewBox=\"0 0 {WIDTH} {LANE_H}\" preserveAspectRatio=\"none\" class=\"track\">",
+            esc(name),
+            y + 12.0,
+            esc(name)
+        ));
+        for (_, start, end, label) in marks.iter().filter(|m| m.0 == i) {
+            let x = (start - t0) as f64 * scale;
+            let w = ((end - start) as f64 * scale).max(0.5);
+            out.push_str(&format!(
+                "<rect x=\"{x:.2}\" y=\"2\" width=\"{w:.2}\" height=\"{}\" fill=\"#4878d0\"><title>{} {}..{} ns</title></rect>",
+                LANE_H - 4.0,
+                esc(label),
+                start,
+                end
+            ));
+        }
+        out.push_str("</svg></g>");
+    }
+    out.push_str("</svg>");
+    out
+}
+
 pub fn short(v: f64) -> String {
     if v >= 1e9 {
         format!("{:.2}G", v / 1e9)

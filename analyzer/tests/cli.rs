@@ -257,9 +257,10 @@ fn report_is_one_self_contained_html_file() {
     assert!(latency_charts >= 4, "a latency histogram per opcode and measure");
     assert_eq!(
         html.matches("<svg").count(),
-        4 + latency_charts,
-        "opcode, rate, losses and inter-arrival charts, then the latency histograms"
+        4 + latency_charts + 1 + html.matches("class=\"track\"").count(),
+        "opcode, rate, losses and inter-arrival charts, the latency histograms, the timeline and its lanes"
     );
+    assert!(html.contains("id=\"timeline\"") && html.contains("data-lane=\"submission queue 0\""));
     assert!(html.contains("<h2>Latency</h2>") && html.contains("CMD_COMPLETE"));
     insta::assert_snapshot!("report_stdout", text);
     insta::assert_snapshot!("report_html", html);

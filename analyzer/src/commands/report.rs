@@ -74,7 +74,47 @@ struct Card {
     class: &'static str,
 }
 
+/// The timeline of the first listed records: one lane per source (named as
+/// in the Perfetto export), a bar per record from `ts - duration` (its
+/// catalog duration field, if any) to `ts`.
+#[derive(Default)]
+struct Timeline {
+    lanes: Vec<String>,
+    index: std::collections::HashMap<String, usize>,
+    /// (lane, start ns, end ns, label).
+    marks: Vec<(usize, u64, u64, String)>,
+}
+
+/// Lanes in the timeline at most; records of other sources are left out.
+const MAX_LANES: usize = 256;
+
+impl Timeline {
+    fn add(&mut self, ctx: &Ctx, item: &hmb_trace_file::Item<'_>) {
+        let op = ctx.catalog.get(item.opcode());
+        let name = crate::perfetto::source_name(op.map_or("", |o| o.source.as_str()), item.source());
+        let lane = match self.index.get(&name) {
+            Some(&l) => l,
+            None if self.lanes.len() < MAX_LANES => {
+                self.lanes.push(name.clone());
+                self.index.insert(name, self.lanes.len() - 1);
+                self.lanes.len() - 1
+            }
+            None => return,
+        };
+        let ts = item.timestamp_ns();
+        let dur = op
+            .and_then(|o| match &o.pccx {
+                Some(crate::catalog::PccxMap::Span { duration_field, .. }) => o.field(item.payload, duration_field),
+                _ => None,
+            })
+            .unwrap_or(0);
+        self.marks
+            .push((lane, ts.saturating_sub(dur), ts, ctx.catalog.name(item.opcode())));
+    }
+}
+
 struct State<'c> {
+    timeline: Timeline,
     stats: Stats,
     latency: Latency<'c>,
     rate: RateBins,
@@ -91,6 +131,7 @@ pub fn run(ctx: &Ctx, args: &ReportArgs, out: &mut dyn Write) -> Result<(), AppE
         ctx,
         &args.trace,
         |h| State {
+            timeline: Timeline::default(),
             stats: Stats::new(h.first_epoch, h.ring_size),
             latency: Latency::new(&ctx.catalog),
             rate: RateBins::new(),
@@ -117,6 +158,9 @@ pub fn run(ctx: &Ctx, args: &ReportArgs, out: &mut dyn Write) -> Result<(), AppE
                 Event::Record { epoch, item } => {
                     s.rate.add(item.timestamp_ns());
                     s.last_ts = item.timestamp_ns();
+                    if want_row {
+                        s.timeline.add(ctx, item);
+                    }
                     // Formatting is the costly part: only for listed rows.
                     want_row.then(|| Row {
                         offset: item.offset,
@@ -361,6 +405,7 @@ fn render(ctx: &Ctx, args: &ReportArgs, walked: &crate::commands::Walked, st: &S
         })
         .collect();
     let (latency_rows, latency_charts) = latency_view(st);
+    let timeline = svg::timeline(&st.timeline.lanes, &st.timeline.marks);
     let mut env = Environment::new();
     env.add_template("report.html", TEMPLATE)
         .map_err(|e| AppError::new(INTERNAL, format!("report template: {e}")))?;
@@ -374,7 +419,7 @@ fn render(ctx: &Ctx, args: &ReportArgs, walked: &crate::commands::Walked, st: &S
         ring_abi => format!("{}.{}", h.ring_abi_major, h.ring_abi_minor),
         ring_size => bytes(h.ring_size),
         cards, warnings, opcode_chart, rate_chart, gap_chart, hist_chart, epochs,
-        latency_rows, latency_charts,
+        latency_rows, latency_charts, timeline,
         rows => st.rows,
         version => env!("CARGO_PKG_VERSION"),
     })
