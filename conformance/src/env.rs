@@ -5,12 +5,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use hmb_harness::guest_script;
+use hmb_harness::phases::Phases;
+use hmb_harness::qemu::binary::QemuVersion;
+use hmb_harness::qemu::Accel;
+use hmb_harness::session::{self, Session, SessionConfig, Tools};
 use xshell::Shell;
-use xtask::guest_script;
-use xtask::phases::Phases;
-use xtask::qemu::binary::QemuVersion;
-use xtask::qemu::Accel;
-use xtask::session::{self, Session, SessionConfig, Tools};
 
 pub struct Env {
     pub kernel: String,
@@ -30,7 +30,7 @@ impl Env {
         };
         let inject_reset = std::env::var("HMBT_INJECT").is_ok_and(|v| v == "reset");
         let sh = Shell::new()?;
-        sh.change_dir(xtask::workspace_root());
+        sh.change_dir(hmb_harness::workspace_root());
         let mut phases = Phases::new();
         let tools = session::prepare(&sh, kernel.as_deref(), qemu, &mut phases).context("preparing the guest")?;
         Ok(Env {
@@ -46,7 +46,7 @@ impl Env {
             QemuVersion::V7_2 => "qemu-7.2",
             QemuVersion::V10_0 => "qemu-10.0",
         };
-        xtask::images::target_dir()
+        hmb_harness::target_dir()
             .join("hmb-trace/conformance")
             .join(&self.kernel)
             .join(qemu)
@@ -63,7 +63,7 @@ impl Env {
             run_dir,
             accel: Accel::Tcg,
             keep: false,
-            hmb_size: xtask::boot::hmb_size_for(ring_size),
+            hmb_size: hmb_emu_device::hmb::hmb_size_for(ring_size),
             guest_script: script,
         };
         let mut phases = Phases::new();

@@ -4,9 +4,9 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use hmb_harness::guest_script::files;
+use hmb_harness::truth::{self, Segment, TruthReport};
 use serde_json::{json, Value};
-use xtask::guest_script::files;
-use xtask::truth::{self, Segment, TruthReport};
 
 /// Kernel log lines that fail any scenario.
 const BAD_KERNEL_LINES: &[&str] = &[

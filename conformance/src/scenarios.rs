@@ -5,10 +5,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use hmb_emu_device::control::{Fault, VersionPart};
+use hmb_harness::guest_script::files;
+use hmb_harness::qemu::console;
+use hmb_harness::session::Session;
 use serde_json::{json, Value};
-use xtask::guest_script::files;
-use xtask::qemu::console;
-use xtask::session::Session;
 
 use crate::env::{Env, FINISH};
 use crate::outcome::{check_truth, daemon_error, kernel_log, truth_facts};

@@ -23,6 +23,13 @@ pub const HMB_DEFAULT_SIZE: u64 = 32 * 1024 * 1024;
 /// Largest HMB accepted (QEMU maps it as a 64-bit BAR, but keep it sane).
 pub const HMB_MAX_SIZE: u64 = 4 * 1024 * 1024 * 1024;
 
+/// The HMB to serve for a ring of `ring_size` data bytes: the module puts
+/// the trace slice (header + data) at the first 4 KiB boundary after the
+/// advert, and a BAR is a power of two.
+pub fn hmb_size_for(ring_size: u64) -> u64 {
+    (ring_size + hmb_trace_abi::HMB_RING_HDR_SIZE as u64 + hmb_trace_abi::HMB_TRACE_SLICE_ALIGN).next_power_of_two()
+}
+
 /// A view of memory shared with the guest, whoever owns the mapping: the
 /// ivshmem memfd today, guest RAM under vfio-user later. Every access is
 /// bounds checked; accesses that race with the guest go through atomics.
@@ -185,6 +192,16 @@ impl Drop for Hmb {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hmb_for_a_ring_holds_the_slice_after_the_advert() {
+        for ring in [8u64 << 10, 64 << 10, 1 << 20, 16 << 20] {
+            let hmb = hmb_size_for(ring);
+            assert!(hmb.is_power_of_two());
+            assert!(hmb >= hmb_trace_abi::HMB_TRACE_SLICE_ALIGN + hmb_trace_abi::HMB_RING_HDR_SIZE as u64 + ring);
+        }
+        assert_eq!(hmb_size_for(16 << 20), HMB_DEFAULT_SIZE);
+    }
 
     #[test]
     fn sizes_must_be_powers_of_two_within_bounds() {

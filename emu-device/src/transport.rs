@@ -41,18 +41,6 @@ impl Default for Vectors {
 /// Doorbell vector the module rings after writing a READY advert.
 pub const DOORBELL_ADVERT: u16 = 0;
 
-/// The QEMU arguments that attach an `ivshmem-doorbell` device with PCI id
-/// `id` to the emu-device serving `socket` (`vectors` must match
-/// `emu-device serve --vectors`).
-pub fn qemu_ivshmem_args(socket: &std::path::Path, vectors: u16, id: &str) -> Vec<String> {
-    vec![
-        "-chardev".into(),
-        format!("socket,path={},id={id}-chr", socket.display()),
-        "-device".into(),
-        format!("ivshmem-doorbell,chardev={id}-chr,vectors={vectors},id={id}"),
-    ]
-}
-
 /// Something that happened on the transport.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TransportEvent {
@@ -164,22 +152,5 @@ impl Transport for IvshmemTransport {
 impl Drop for IvshmemTransport {
     fn drop(&mut self) {
         self.shutdown();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn qemu_args_name_the_socket_and_vectors() {
-        let a = super::qemu_ivshmem_args(std::path::Path::new("/run/ivs.sock"), 2, "hmb0");
-        assert_eq!(
-            a,
-            [
-                "-chardev",
-                "socket,path=/run/ivs.sock,id=hmb0-chr",
-                "-device",
-                "ivshmem-doorbell,chardev=hmb0-chr,vectors=2,id=hmb0"
-            ]
-        );
     }
 }

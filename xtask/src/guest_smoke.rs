@@ -2,20 +2,22 @@
 //! and an insmod of our module (when built), bring a file back over the 9p
 //! share, power off, and print phase timings.
 
-use crate::images::{self, ImageArgs};
-use crate::phases::Phases;
-use crate::qemu::binary::{self, QemuVersion};
-use crate::qemu::{console, Accel, Vm, VmConfig};
+use crate::image::Image;
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use hmb_harness::images;
+use hmb_harness::phases::Phases;
+use hmb_harness::qemu::binary::{self, QemuVersion};
+use hmb_harness::qemu::{accel, console, Accel, Vm, VmConfig};
+use hmb_harness::{interrupt, target_dir};
 use std::path::Path;
 use std::time::Duration;
 use xshell::Shell;
 
 #[derive(Args)]
-pub struct SmokeArgs {
+pub struct GuestSmoke {
     #[command(flatten)]
-    pub image: ImageArgs,
+    pub image: Image,
     /// QEMU to use.
     #[arg(long, value_enum, default_value = "7.2")]
     pub qemu: QemuVersion,
@@ -36,21 +38,32 @@ pub struct SmokeArgs {
 /// How long a --keep session may last.
 const KEEP_LIMIT: Duration = Duration::from_secs(24 * 3600);
 
-pub fn run(args: SmokeArgs) -> Result<()> {
-    crate::interrupt::install();
+impl GuestSmoke {
+    pub fn run(self) -> Result<()> {
+        run(self)
+    }
+}
+
+fn run(args: GuestSmoke) -> Result<()> {
+    interrupt::install();
     let sh = Shell::new()?;
     let mut phases = Phases::new();
-    let image = images::prepare(&sh, &args.image, &mut phases)?;
+    let image = images::prepare(&sh, &args.image.options(), &mut phases)?;
     let qemu = phases.run("qemu binary", || binary::ensure(&sh, args.qemu))?;
     println!("    {} ({})", qemu.path.display(), qemu.version);
 
-    let run_dir = images::target_dir().join("hmb-trace/smoke").join(&image.kernel_name);
+    let run_dir = target_dir().join("hmb-trace/smoke").join(&image.kernel_name);
     let share = run_dir.join("share");
     if run_dir.exists() {
         std::fs::remove_dir_all(&run_dir)?;
     }
     std::fs::create_dir_all(&share)?;
-    let mut config = VmConfig::new(qemu, &image, run_dir.clone());
+    let mut config = VmConfig::new(
+        qemu,
+        image.boot_kernel.clone(),
+        image.initramfs.clone(),
+        run_dir.clone(),
+    );
     config.share_dir = Some(share.clone());
     let mut script = smoke_script(&image.our_modules);
     if let Some(extra) = &args.run {
@@ -59,7 +72,7 @@ pub fn run(args: SmokeArgs) -> Result<()> {
     }
     config.guest_script = Some(script);
     config.keep = args.keep;
-    config.accel = phases.run("accelerator", || resolve_accel(args.accel, &config))?;
+    config.accel = phases.run("accelerator", || accel::resolve(args.accel, &config))?;
     println!("    accelerator: {:?}", config.accel);
 
     let result = boot_and_check(
@@ -139,53 +152,4 @@ fn boot_and_check(
         println!("    guest lsmod after insmod:\n{}", lsmod.trim_end());
     }
     Ok(())
-}
-
-/// Tcg and Kvm are taken as asked; Auto probes KVM once per host kernel and
-/// QEMU version (a short boot under KVM) and caches the verdict.
-pub fn resolve_accel(asked: Accel, config: &VmConfig) -> Result<Accel> {
-    match asked {
-        Accel::Tcg | Accel::Kvm => Ok(asked),
-        Accel::Auto => {
-            if std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open("/dev/kvm")
-                .is_err()
-            {
-                return Ok(Accel::Tcg);
-            }
-            let host = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-            let mut fp = images::stamp::Fingerprint::new();
-            fp.add_str("host", host.trim()).add_str("qemu", &config.binary.version);
-            let verdict_path = images::cache_dir().join(format!("kvm-probe-{}", fp.hex()));
-            if let Ok(v) = std::fs::read_to_string(&verdict_path) {
-                return Ok(if v.trim() == "works" { Accel::Kvm } else { Accel::Tcg });
-            }
-            let probe = VmConfig {
-                binary: config.binary.clone(),
-                accel: Accel::Kvm,
-                kernel: config.kernel.clone(),
-                initramfs: config.initramfs.clone(),
-                run_dir: config.run_dir.join("kvm-probe"),
-                memory_mb: 256,
-                smp: 1,
-                share_dir: None,
-                guest_script: Some("true".into()),
-                keep: false,
-                extra_cmdline: Vec::new(),
-                extra_args: Vec::new(),
-            };
-            let works = Vm::start(&probe)
-                .and_then(|mut vm| vm.wait_for("probe result", Duration::from_secs(30), |l| l.contains("HMBT-RESULT")))
-                .is_ok();
-            std::fs::create_dir_all(images::cache_dir())?;
-            std::fs::write(&verdict_path, if works { "works\n" } else { "hangs\n" })?;
-            println!(
-                "    KVM probe: {}",
-                if works { "works" } else { "does not boot, using TCG" }
-            );
-            Ok(if works { Accel::Kvm } else { Accel::Tcg })
-        }
-    }
 }

@@ -1,8 +1,19 @@
 //! `cargo xtask <command>`: the project's entry points for people and CI.
+//! The command line is declared here, once; each command is one module that
+//! `run`s itself over the `hmb-harness` library.
+
+mod boot;
+mod conformance;
+mod deps;
+mod guest_smoke;
+mod image;
+mod nvme_series;
+mod nvme_smoke;
+mod test;
+mod vectors;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use xtask::{boot, conformance_cmd, deps, guest_smoke, images, nvme_series, nvme_smoke, test_cmd, vectors};
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "hmb-trace project tasks", version)]
@@ -14,36 +25,35 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// The main job: emulated SSD -> QEMU guest (real module and daemon) -> trace.bin -> report.
-    Boot(boot::BootArgs),
+    Boot(boot::Boot),
     /// Conformance scenarios on real guest kernels (snapshots, table, JUnit).
-    Conformance(conformance_cmd::ConformanceArgs),
+    Conformance(conformance::Conformance),
     /// Run everything CI runs: formatting, clippy, host tests, ABI checks.
-    Test(test_cmd::TestArgs),
+    Test(test::Test),
     /// Regenerate docs/test-vectors/v1 from the reference producer.
-    Vectors,
+    Vectors(vectors::Vectors),
     /// Install missing host packages (apt), saying what and why.
-    Deps(deps::DepsArgs),
+    Deps(deps::Deps),
     /// Prepare a guest image: kernel, module, initramfs (cached).
-    Image(images::ImageArgs),
+    Image(image::Image),
     /// Boot a guest image, run uname -r and insmod, power off.
-    GuestSmoke(guest_smoke::SmokeArgs),
+    GuestSmoke(guest_smoke::GuestSmoke),
     /// NVMe driver patch series: fetch Debian's source, apply, checkpatch --strict, build nvme.ko.
-    NvmeSeries(nvme_series::SeriesArgs),
+    NvmeSeries(nvme_series::NvmeSeries),
     /// The patched nvme.ko in a guest under the stock nvme-core, on QEMU's own NVMe device.
-    NvmeSmoke(nvme_smoke::NvmeSmokeArgs),
+    NvmeSmoke(nvme_smoke::NvmeSmoke),
 }
 
 fn main() -> Result<()> {
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Boot(args) => boot::run(args),
-        Command::Conformance(args) => conformance_cmd::run(args),
-        Command::Test(args) => test_cmd::run(args),
-        Command::Vectors => vectors::run(),
-        Command::Deps(args) => deps::run(args),
-        Command::Image(args) => images::run(args),
-        Command::GuestSmoke(args) => guest_smoke::run(args),
-        Command::NvmeSeries(args) => nvme_series::run(args),
-        Command::NvmeSmoke(args) => nvme_smoke::run(args),
+    match Cli::parse().command {
+        Command::Boot(c) => c.run(),
+        Command::Conformance(c) => c.run(),
+        Command::Test(c) => c.run(),
+        Command::Vectors(c) => c.run(),
+        Command::Deps(c) => c.run(),
+        Command::Image(c) => c.run(),
+        Command::GuestSmoke(c) => c.run(),
+        Command::NvmeSeries(c) => c.run(),
+        Command::NvmeSmoke(c) => c.run(),
     }
 }

@@ -8,18 +8,19 @@
 //! the kernel log has no WARNING/BUG/Oops/timeout. The ring over NVMe is
 //! `cargo xtask boot --device nvme` (issue 13's controller).
 
-use crate::images::{self, guest_modules::ModuleIndex, kernels, ImageArgs};
-use crate::phases::Phases;
-use crate::qemu::binary::{self, QemuVersion};
-use crate::qemu::{console, Vm, VmConfig};
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
+use hmb_harness::images::{self, guest_modules::ModuleIndex, kernels, nvme_series, ImageOptions};
+use hmb_harness::phases::Phases;
+use hmb_harness::qemu::binary::{self, QemuVersion};
+use hmb_harness::qemu::{console, Vm, VmConfig};
+use hmb_harness::{cache_dir, interrupt, target_dir, workspace_root};
 use std::path::PathBuf;
 use std::time::Duration;
 use xshell::Shell;
 
 #[derive(Args)]
-pub struct NvmeSmokeArgs {
+pub struct NvmeSmoke {
     /// Guest kernel, a name from images/KERNELS (default: its first line).
     #[arg(long)]
     pub kernel: Option<String>,
@@ -43,15 +44,21 @@ pub fn is_fault_line(line: &str) -> bool {
     .any(|p| line.contains(p))
 }
 
-pub fn run(args: NvmeSmokeArgs) -> Result<()> {
-    crate::interrupt::install();
+impl NvmeSmoke {
+    pub fn run(self) -> Result<()> {
+        run(self)
+    }
+}
+
+fn run(args: NvmeSmoke) -> Result<()> {
+    interrupt::install();
     let sh = Shell::new()?;
     let mut phases = Phases::new();
-    let specs = kernels::load(&crate::workspace_root().join("images/KERNELS"))?;
+    let specs = kernels::load(&workspace_root().join("images/KERNELS"))?;
     let spec = kernels::select(&specs, args.kernel.as_deref())?;
-    let series = phases.run("nvme series", || crate::nvme_series::prepare(&sh, &spec, true))?;
+    let series = phases.run("nvme series", || nvme_series::prepare(&sh, &spec, true))?;
     let nvme_ko = series.nvme_ko.context("the series built no nvme.ko")?;
-    let image_args = ImageArgs {
+    let image_args = ImageOptions {
         kernel: Some(spec.name.clone()),
         kmod_dir: None,
         with_daemon: false,
@@ -65,7 +72,7 @@ pub fn run(args: NvmeSmokeArgs) -> Result<()> {
         .context("the image has no nvme-hmb-trace.ko")?;
     let qemu = phases.run("qemu binary", || binary::ensure(&sh, QemuVersion::V7_2))?;
 
-    let run_dir = images::target_dir().join("hmb-trace/nvme-smoke").join(&spec.name);
+    let run_dir = target_dir().join("hmb-trace/nvme-smoke").join(&spec.name);
     if run_dir.exists() {
         std::fs::remove_dir_all(&run_dir)?;
     }
@@ -84,7 +91,12 @@ pub fn run(args: NvmeSmokeArgs) -> Result<()> {
     let disk = run_dir.join("nvme.img");
     std::fs::File::create(&disk)?.set_len(64 << 20)?;
 
-    let mut config = VmConfig::new(qemu, &image, run_dir.clone());
+    let mut config = VmConfig::new(
+        qemu,
+        image.boot_kernel.clone(),
+        image.initramfs.clone(),
+        run_dir.clone(),
+    );
     config.share_dir = Some(share.clone());
     // Through the share, not hmbt.cmd: the script is longer than x86's
     // 2048-byte kernel command line.
@@ -111,7 +123,7 @@ pub fn run(args: NvmeSmokeArgs) -> Result<()> {
 }
 
 fn stock_modules_dir(kernel: &str, abi: &str) -> Result<PathBuf> {
-    let root = images::cache_dir().join("kernels").join(kernel).join("root");
+    let root = cache_dir().join("kernels").join(kernel).join("root");
     ["lib/modules", "usr/lib/modules"]
         .iter()
         .map(|d| root.join(d).join(abi))

@@ -13,24 +13,25 @@ use clap::Args;
 use hmb_emu_device::control::Fault;
 use xshell::{cmd, Shell};
 
-use crate::guest_script::{self, files};
-use crate::images;
-use crate::phases::Phases;
-use crate::qemu::binary::QemuVersion;
-use crate::qemu::Accel;
-use crate::session::{self, Session, SessionConfig};
-use crate::truth;
+use hmb_emu_device::hmb::hmb_size_for;
+use hmb_harness::guest_script::{self, files};
+use hmb_harness::phases::Phases;
+use hmb_harness::qemu::binary::QemuVersion;
+use hmb_harness::qemu::Accel;
+use hmb_harness::session::{self, Session, SessionConfig};
+use hmb_harness::{interrupt, target_dir, truth, workspace_root};
 use inject::Injection;
 
 #[derive(Args, Clone)]
-pub struct BootArgs {
+pub struct Boot {
     /// Guest kernel, a name from images/KERNELS (default: its first line).
     #[arg(long)]
     pub kernel: Option<String>,
     /// QEMU to run: bookworm's 7.2 or bookworm-backports' 10.0.
     #[arg(long, value_enum, default_value = "7.2")]
     pub qemu: QemuVersion,
-    /// Accelerator: tcg (default: KVM guests hang on some hosts), kvm, or auto.
+    /// Accelerator: tcg (default: KVM guests hang on some hosts), kvm, or
+    /// auto (probe KVM with a short boot, else TCG, saying why).
     #[arg(long, value_enum, default_value = "tcg")]
     pub accel: Accel,
     /// Firmware workload: ssd, npu, sizes, sizes:fixed=N, sizes:uniform=A-B.
@@ -81,7 +82,13 @@ pub struct RunOutcome {
     pub truth: truth::TruthReport,
 }
 
-pub fn run(args: BootArgs) -> Result<()> {
+impl Boot {
+    pub fn run(self) -> Result<()> {
+        run(self)
+    }
+}
+
+fn run(args: Boot) -> Result<()> {
     let mut phases = Phases::new();
     let result = boot(&args, &mut phases);
     phases.summary();
@@ -108,13 +115,13 @@ pub fn run(args: BootArgs) -> Result<()> {
 }
 
 /// The whole main job; returns what it produced. Used by `boot` and tests.
-pub fn boot(args: &BootArgs, phases: &mut Phases) -> Result<RunOutcome> {
+pub fn boot(args: &Boot, phases: &mut Phases) -> Result<RunOutcome> {
     let sh = Shell::new()?;
-    sh.change_dir(crate::workspace_root());
+    sh.change_dir(workspace_root());
     let tools = session::prepare(&sh, args.kernel.as_deref(), args.qemu, phases)?;
     let run_dir = match &args.run_dir {
         Some(d) => d.clone(),
-        None => images::target_dir().join("hmb-trace/runs").join(timestamp()),
+        None => target_dir().join("hmb-trace/runs").join(timestamp()),
     };
     let follow = args.inject.iter().any(|i| matches!(i, Injection::Reset { .. }));
     let cfg = SessionConfig {
@@ -170,12 +177,7 @@ pub fn boot(args: &BootArgs, phases: &mut Phases) -> Result<RunOutcome> {
     Ok(RunOutcome { run_dir, truth: report })
 }
 
-/// The emulated HMB: the trace slice at 4 KiB plus room, as a power of two.
-pub fn hmb_size_for(ring_size: u64) -> u64 {
-    (ring_size + hmb_trace_abi::HMB_RING_HDR_SIZE as u64 + hmb_trace_abi::HMB_TRACE_SLICE_ALIGN).next_power_of_two()
-}
-
-pub fn produce(args: &BootArgs, s: &mut Session) -> Result<()> {
+fn produce(args: &Boot, s: &mut Session) -> Result<()> {
     let duration = Duration::from_secs_f64(args.duration);
     let mut pending: Vec<Injection> = args.inject.clone();
     pending.sort_by_key(|i| i.at(duration));
@@ -190,7 +192,7 @@ pub fn produce(args: &BootArgs, s: &mut Session) -> Result<()> {
             }
         }
         s.emu.check_alive()?;
-        if crate::interrupt::requested() {
+        if interrupt::requested() {
             bail!("interrupted");
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -198,7 +200,7 @@ pub fn produce(args: &BootArgs, s: &mut Session) -> Result<()> {
     s.emu.stop_workload()
 }
 
-pub fn fire(injection: Injection, s: &mut Session) -> Result<()> {
+fn fire(injection: Injection, s: &mut Session) -> Result<()> {
     match injection {
         Injection::Reset { .. } => {
             println!("    inject: controller reset");

@@ -4,7 +4,7 @@
 
 use super::fetch::FetchedKernel;
 use super::guest_modules::{self, ModuleIndex};
-use super::stamp::{Fingerprint, Stamp};
+use crate::host::stamp::{Fingerprint, Stamp};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

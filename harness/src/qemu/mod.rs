@@ -2,16 +2,19 @@
 //! kernel faults, a QMP unix socket, a 9p share, a deadline on every wait,
 //! and the QEMU process killed on every exit path (Drop, Ctrl-C, our death).
 
+pub mod accel;
+pub mod args;
 pub mod binary;
 pub mod console;
 
 use anyhow::{bail, Context, Result};
+use args::MemoryBackend;
 use binary::QemuBinary;
 use console::ConsoleLog;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::path::PathBuf;
+use std::process::{Child, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// The 9p mount tag of the host share (images/guest/init mounts it at /mnt/host).
@@ -37,6 +40,8 @@ pub struct VmConfig {
     /// Gets console.log, qmp.sock and qemu.stderr.
     pub run_dir: PathBuf,
     pub memory_mb: u32,
+    /// Where guest RAM comes from (a shared memfd for a vfio-user device).
+    pub memory_backend: MemoryBackend,
     pub smp: u32,
     /// Host directory shared with the guest over virtio-9p (tag SHARE_TAG).
     pub share_dir: Option<PathBuf>,
@@ -45,21 +50,22 @@ pub struct VmConfig {
     /// Leave a shell on the console after the job instead of powering off.
     pub keep: bool,
     pub extra_cmdline: Vec<String>,
-    /// Extra QEMU arguments, e.g. the ivshmem-doorbell chardev and device.
+    /// Extra QEMU arguments: the devices, from the builders in `args`.
     pub extra_args: Vec<OsString>,
 }
 
 impl VmConfig {
     /// Defaults for one guest job: TCG, 512 MiB, 2 CPUs, no share, no job,
     /// power off after it. Callers set what they need on the result.
-    pub fn new(binary: QemuBinary, image: &crate::images::Image, run_dir: PathBuf) -> VmConfig {
+    pub fn new(binary: QemuBinary, kernel: PathBuf, initramfs: PathBuf, run_dir: PathBuf) -> VmConfig {
         VmConfig {
             binary,
             accel: Accel::Tcg,
-            kernel: image.boot_kernel.clone(),
-            initramfs: image.initramfs.clone(),
+            kernel,
+            initramfs,
             run_dir,
             memory_mb: 512,
+            memory_backend: MemoryBackend::Anonymous,
             smp: 2,
             share_dir: None,
             guest_script: None,
@@ -102,60 +108,18 @@ impl VmConfig {
     }
 
     pub fn args(&self) -> Vec<OsString> {
-        let mut a: Vec<OsString> = Vec::new();
-        let mut push = |s: &str| a.push(s.into());
-        push("-nodefaults");
-        push("-no-user-config");
-        push("-display");
-        push("none");
-        push("-no-reboot");
-        push("-machine");
-        push("q35");
-        match self.accel {
-            Accel::Kvm => {
-                push("-accel");
-                push("kvm");
-                push("-cpu");
-                push("host");
-            }
-            _ => {
-                push("-accel");
-                push("tcg");
-                push("-cpu");
-                push("max");
-            }
-        }
-        push("-m");
-        push(&self.memory_mb.to_string());
-        push("-smp");
-        push(&self.smp.to_string());
-        for dir in &self.binary.firmware_dirs {
-            a.push("-L".into());
-            a.push(dir.into());
-        }
-        a.push("-kernel".into());
-        a.push(self.kernel.clone().into());
-        a.push("-initrd".into());
-        a.push(self.initramfs.clone().into());
-        a.push("-append".into());
-        a.push(self.kernel_cmdline().into());
-        a.push("-chardev".into());
-        let console = if self.keep {
-            // The terminal is the console; the log still gets every byte for the scan.
-            format!("stdio,id=con,signal=off,logfile={}", self.console_path().display())
-        } else {
-            format!("file,id=con,path={}", self.console_path().display())
-        };
-        a.push(console.into());
-        a.push("-serial".into());
-        a.push("chardev:con".into());
-        a.push("-qmp".into());
-        a.push(format!("unix:{},server=on,wait=off", self.qmp_path().display()).into());
+        let mut a = args::base();
+        a.extend(args::machine(self.accel, self.memory_mb, self.memory_backend, self.smp));
+        a.extend(args::firmware_dirs(&self.binary.firmware_dirs));
+        a.extend(args::direct_kernel(
+            &self.kernel,
+            &self.initramfs,
+            &self.kernel_cmdline(),
+        ));
+        a.extend(args::serial_console(&self.console_path(), self.keep));
+        a.extend(args::qmp(&self.qmp_path()));
         if let Some(share) = &self.share_dir {
-            a.push("-fsdev".into());
-            a.push(format!("local,id=hmbtfs,path={},security_model=none", share.display()).into());
-            a.push("-device".into());
-            a.push(format!("virtio-9p-pci,fsdev=hmbtfs,mount_tag={SHARE_TAG}").into());
+            a.extend(args::share_9p(share, SHARE_TAG));
         }
         a.extend(self.extra_args.iter().cloned());
         a
@@ -177,9 +141,8 @@ impl Vm {
             let _ = std::fs::remove_file(stale);
         }
         let stderr = std::fs::File::create(cfg.run_dir.join("qemu.stderr"))?;
-        let mut command = Command::new(&cfg.binary.path);
+        let mut command = cfg.binary.command();
         command.args(cfg.args()).stderr(stderr);
-        command.envs(cfg.binary.env.iter().map(|(k, v)| (k, v)));
         if cfg.keep {
             // Interactive: the console is our terminal (QEMU needs to stay in the
             // foreground process group to read it); Ctrl-C goes to the guest.
@@ -210,7 +173,7 @@ impl Vm {
         };
         std::fs::write(
             cfg.run_dir.join("qemu.cmdline"),
-            env + &shell_words(&cfg.binary.path, &cfg.args()),
+            env + &shell_words(&cfg.binary.argv_prefix(), &cfg.args()),
         )?;
         let child = command
             .spawn()
@@ -315,7 +278,7 @@ impl Drop for Vm {
 }
 
 /// The command line as a shell would need it, saved next to the console log for reruns by hand.
-fn shell_words(program: &Path, args: &[OsString]) -> String {
+fn shell_words(program: &[OsString], args: &[OsString]) -> String {
     let quote = |s: &str| {
         if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@".contains(c)) {
             s.to_string()
@@ -323,11 +286,12 @@ fn shell_words(program: &Path, args: &[OsString]) -> String {
             format!("'{}'", s.replace('\'', "'\\''"))
         }
     };
-    let mut out = quote(&program.to_string_lossy());
-    for a in args {
-        out.push(' ');
-        out.push_str(&quote(&a.to_string_lossy()));
-    }
+    let words: Vec<String> = program
+        .iter()
+        .chain(args)
+        .map(|a| quote(&a.to_string_lossy()))
+        .collect();
+    let mut out = words.join(" ");
     out.push('\n');
     out
 }
@@ -366,17 +330,13 @@ mod tests {
     #[test]
     fn the_command_line_has_the_safety_switches() {
         let cfg = VmConfig {
-            binary: QemuBinary {
-                path: "/q".into(),
-                firmware_dirs: vec![],
-                env: vec![],
-                version: String::new(),
-            },
+            binary: QemuBinary::at("/q".into()),
             accel: Accel::Tcg,
             kernel: "/k".into(),
             initramfs: "/i".into(),
             run_dir: "/run/x".into(),
             memory_mb: 256,
+            memory_backend: MemoryBackend::Anonymous,
             smp: 1,
             share_dir: Some("/s".into()),
             guest_script: Some("true".into()),

@@ -3,11 +3,14 @@
 //! installed: the system binary stays 7.2) and run with `-L` for its firmware
 //! and QEMU_MODULE_DIR for its modules.
 
-use crate::deps::{self, Need};
-use crate::images::apt_env::AptEnv;
-use crate::images::stamp::{Fingerprint, Stamp};
+use crate::host::apt::{self, Need};
+use crate::host::apt_env::{host_codename, AptEnv};
+use crate::host::cache_dir;
+use crate::host::stamp::{Fingerprint, Stamp};
 use anyhow::{bail, Context, Result};
+use std::ffi::OsString;
 use std::path::PathBuf;
+use std::process::Command;
 use xshell::{cmd, Shell};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -18,14 +21,49 @@ pub enum QemuVersion {
     V10_0,
 }
 
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct QemuBinary {
     pub path: PathBuf,
+    /// What runs the binary, before its path (empty: run it directly). A
+    /// binary of another distribution's chroot runs under that chroot's
+    /// dynamic loader, e.g. `[<root>/lib64/ld-linux-x86-64.so.2,
+    /// --library-path, <root>/usr/lib/x86_64-linux-gnu]`, so that host paths
+    /// (sockets, kernel, share) stay valid for it.
+    pub launcher: Vec<OsString>,
     /// `-L` firmware directories, searched before the built-in ones.
     pub firmware_dirs: Vec<PathBuf>,
     pub env: Vec<(String, String)>,
     /// First line of `-version`.
     pub version: String,
+}
+
+impl QemuBinary {
+    /// A binary run directly, with no firmware directories or environment.
+    pub fn at(path: PathBuf) -> QemuBinary {
+        QemuBinary {
+            path,
+            launcher: Vec::new(),
+            firmware_dirs: Vec::new(),
+            env: Vec::new(),
+            version: String::new(),
+        }
+    }
+
+    /// The program and the arguments before QEMU's own: the launcher, then the path.
+    pub fn argv_prefix(&self) -> Vec<OsString> {
+        let mut argv = self.launcher.clone();
+        argv.push(self.path.clone().into());
+        argv
+    }
+
+    /// A command that runs this QEMU (launcher, environment); add the arguments.
+    pub fn command(&self) -> Command {
+        let argv = self.argv_prefix();
+        let mut command = Command::new(&argv[0]);
+        command.args(&argv[1..]);
+        command.envs(self.env.iter().map(|(k, v)| (k, v)));
+        command
+    }
 }
 
 const BACKPORTS: &str = "bookworm-backports";
@@ -34,22 +72,24 @@ const UNPACKED: &[&str] = &["qemu-system-x86", "qemu-system-common", "qemu-syste
 
 pub fn ensure(sh: &Shell, which: QemuVersion) -> Result<QemuBinary> {
     let binary = match which {
-        QemuVersion::V7_2 => QemuBinary {
-            path: PathBuf::from("/usr/bin/qemu-system-x86_64"),
-            firmware_dirs: Vec::new(),
-            env: Vec::new(),
-            version: String::new(),
-        },
+        QemuVersion::V7_2 => QemuBinary::at(PathBuf::from("/usr/bin/qemu-system-x86_64")),
         QemuVersion::V10_0 => ensure_backports_qemu(sh)?,
     };
     let path = &binary.path;
-    let mut command = cmd!(sh, "{path} -version").quiet();
-    for (k, v) in &binary.env {
-        command = command.env(k, v);
-    }
-    let version = command
-        .read()
+    let output = binary
+        .command()
+        .arg("-version")
+        .output()
         .with_context(|| format!("{} does not run", path.display()))?;
+    if !output.status.success() {
+        bail!(
+            "{} -version failed ({}): {}",
+            path.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    let version = String::from_utf8_lossy(&output.stdout);
     let first = version.lines().next().unwrap_or_default().to_string();
     let want = match which {
         QemuVersion::V7_2 => "version 7.2",
@@ -65,12 +105,12 @@ pub fn ensure(sh: &Shell, which: QemuVersion) -> Result<QemuBinary> {
 }
 
 fn ensure_backports_qemu(sh: &Shell) -> Result<QemuBinary> {
-    if crate::images::apt_env::host_codename().as_deref() != Some("bookworm") {
+    if host_codename().as_deref() != Some("bookworm") {
         bail!("--qemu 10.0 is taken from bookworm-backports and needs a bookworm host; use --qemu 7.2");
     }
-    deps::ensure_backports_source(sh, "bookworm")?;
+    apt::ensure_backports_source(sh, "bookworm")?;
     let env = AptEnv::Host;
-    let dir = crate::images::cache_dir().join("qemu-10.0");
+    let dir = cache_dir().join("qemu-10.0");
     let root = dir.join("root");
     // Warm path: apt's state is unchanged since the last unpack, so are the candidates.
     let mut state = env.apt_state()?;
@@ -94,7 +134,7 @@ fn ensure_backports_qemu(sh: &Shell) -> Result<QemuBinary> {
     }
     libraries.sort_by(|a, b| a.package.cmp(&b.package));
     libraries.dedup_by(|a, b| a.package == b.package);
-    deps::ensure(sh, &libraries)?;
+    apt::ensure(sh, &libraries)?;
 
     let mut fp = Fingerprint::new();
     fp.add_str("recipe", "1");
@@ -128,6 +168,7 @@ fn ensure_backports_qemu(sh: &Shell) -> Result<QemuBinary> {
 fn unpacked_binary(root: &std::path::Path) -> QemuBinary {
     QemuBinary {
         path: root.join("usr/bin/qemu-system-x86_64"),
+        launcher: Vec::new(),
         firmware_dirs: vec![root.join("usr/share/qemu"), root.join("usr/share/seabios")],
         env: vec![(
             "QEMU_MODULE_DIR".to_string(),

@@ -4,11 +4,11 @@
 //! the kernel's chroot. The source is copied first so that builds for
 //! different kernels never share object files and the work tree stays clean.
 
-use super::apt_env::AptEnv;
-use super::chroot::ProcMount;
 use super::fetch::ResolvedKernel;
 use super::kernels::KernelSpec;
-use super::stamp::{Fingerprint, Stamp};
+use crate::host::apt_env::AptEnv;
+use crate::host::chroot::ProcMount;
+use crate::host::stamp::{Fingerprint, Stamp};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use xshell::{cmd, Shell};

@@ -2,7 +2,6 @@
 //! kernel's distribution) or in that distribution's cached chroot.
 
 use super::chroot::Chroot;
-use super::kernels::{Headers, KernelSpec};
 use super::stamp::Fingerprint;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -23,15 +22,6 @@ pub fn host_codename() -> Option<String> {
 }
 
 impl AptEnv {
-    /// The host when the spec allows it and the host is of the same distribution, else a chroot.
-    pub fn for_kernel(spec: &KernelSpec, cache: &Path) -> AptEnv {
-        if spec.headers == Headers::Host && host_codename().as_deref() == Some(spec.codename()) {
-            AptEnv::Host
-        } else {
-            AptEnv::Chroot(Chroot::at(cache, spec.codename()))
-        }
-    }
-
     /// `apt-get update` when the package lists are older than `max_age` (or
     /// missing): a mirror drops superseded kernels, so week-old lists may name
     /// packages that can no longer be downloaded. Returns true when it updated.
@@ -60,7 +50,7 @@ impl AptEnv {
         );
         match self {
             AptEnv::Host => {
-                if !crate::deps::is_root() {
+                if !super::apt::is_root() {
                     return Ok(false);
                 }
                 cmd!(sh, "timeout --foreground 600 apt-get -q update")

@@ -3,69 +3,23 @@
 //! in target/hmb-trace/cache/ and is rebuilt only when an input changes.
 //! See docs/images.md.
 
-pub mod apt_env;
-pub mod chroot;
 pub mod fetch;
 pub mod guest_modules;
 pub mod initramfs;
 pub mod kernels;
 pub mod kmod_build;
 pub mod linux_source;
-pub mod stamp;
+pub mod nvme_series;
+pub mod toolchain;
 pub mod vmlinux;
 
-use crate::deps::{self, Need};
+use crate::host::apt;
+use crate::host::{cache_dir, lock_cache, target_dir, workspace_root};
 use crate::phases::Phases;
 use anyhow::{Context, Result};
-use apt_env::AptEnv;
-use clap::Args;
-use kernels::KernelSpec;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use toolchain::ensure_toolchain;
 use xshell::{cmd, Shell};
-
-/// Package lists older than this are refreshed before resolving a kernel.
-const APT_LISTS_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(7 * 86400);
-
-/// The cargo target directory (CARGO_TARGET_DIR or <root>/target).
-pub fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| crate::workspace_root().join("target"))
-}
-
-/// target/hmb-trace/cache, or $HMB_TRACE_CACHE (e.g. to share one cache
-/// between clones, as CI's fresh clone on a reused machine could).
-pub fn cache_dir() -> PathBuf {
-    match std::env::var_os("HMB_TRACE_CACHE") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => target_dir().join("hmb-trace").join("cache"),
-    }
-}
-
-/// Holds an exclusive lock on the cache: two runs never build the same entry at once.
-pub struct CacheLock {
-    _lock: nix::fcntl::Flock<std::fs::File>,
-}
-
-pub fn lock_cache(cache: &Path) -> Result<CacheLock> {
-    std::fs::create_dir_all(cache)?;
-    let path = cache.join(".lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)?;
-    let lock = match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-        Ok(l) => l,
-        Err((file, _)) => {
-            println!("    waiting for another run holding {}", path.display());
-            nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
-                .map_err(|(_, e)| e)
-                .context("locking the image cache")?
-        }
-    };
-    Ok(CacheLock { _lock: lock })
-}
 
 /// A prepared guest image.
 pub struct Image {
@@ -81,16 +35,14 @@ pub struct Image {
     pub our_modules: Vec<String>,
 }
 
-#[derive(Args, Clone)]
-pub struct ImageArgs {
+/// Which image to prepare.
+#[derive(Debug, Clone, Default)]
+pub struct ImageOptions {
     /// Guest kernel, a name from images/KERNELS (default: its first line).
-    #[arg(long)]
     pub kernel: Option<String>,
     /// Module source directory (default: kmod/). Built when it has a Makefile.
-    #[arg(long)]
     pub kmod_dir: Option<PathBuf>,
     /// Build the static hmb-trace-daemon first (cargo, incremental) so the image has it.
-    #[arg(long)]
     pub with_daemon: bool,
 }
 
@@ -101,7 +53,7 @@ pub const DAEMON_TARGET: &str = "x86_64-unknown-linux-gnu";
 /// crt-static: the initramfs has no libc). A separate --target keeps these
 /// RUSTFLAGS from invalidating the host build.
 pub fn build_static_daemon(sh: &Shell) -> Result<PathBuf> {
-    let root = crate::workspace_root();
+    let root = workspace_root();
     let _dir = sh.push_dir(&root);
     cmd!(sh, "cargo build --release --target {DAEMON_TARGET} -p hmb-trace-daemon")
         .env("RUSTFLAGS", "-C target-feature=+crt-static")
@@ -112,48 +64,12 @@ pub fn build_static_daemon(sh: &Shell) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// A kernel's toolchain: backports source and headers on the host, or the
-/// chroot with the headers inside. Returns where apt runs
-/// for this kernel and the concrete packages. Used by `deps` and `image`.
-pub fn ensure_toolchain(sh: &Shell, spec: &KernelSpec) -> Result<(AptEnv, fetch::ResolvedKernel)> {
-    let cache = cache_dir();
-    let env = AptEnv::for_kernel(spec, &cache);
-    match &env {
-        AptEnv::Host => {
-            if spec.apt_target_release().is_some() {
-                deps::ensure_backports_source(sh, spec.codename())?;
-            }
-        }
-        AptEnv::Chroot(c) => {
-            if c.ensure(sh)? {
-                println!("    built {}", c.root.display());
-            }
-        }
-    }
-    env.refresh_if_stale(sh, APT_LISTS_MAX_AGE)?;
-    let resolved = fetch::resolve_cached(sh, &env, spec, &cache)?;
-    let headers = resolved.headers_package();
-    let release = spec.apt_target_release();
-    match &env {
-        AptEnv::Host => {
-            let mut need = Need::new(
-                &headers,
-                &format!("headers of guest kernel {} to build the module", spec.name),
-            );
-            need.release = release.map(str::to_string);
-            deps::ensure(sh, &[need])?;
-        }
-        AptEnv::Chroot(c) => c.apt_install(sh, release, &[headers.as_str()])?,
-    }
-    Ok((env, resolved))
-}
-
-pub fn prepare(sh: &Shell, args: &ImageArgs, phases: &mut Phases) -> Result<Image> {
-    let root = crate::workspace_root();
+pub fn prepare(sh: &Shell, args: &ImageOptions, phases: &mut Phases) -> Result<Image> {
+    let root = workspace_root();
     let cache = cache_dir();
     let specs = kernels::load(&root.join("images/KERNELS"))?;
     let spec = kernels::select(&specs, args.kernel.as_deref())?;
-    phases.run("host packages", || deps::ensure(sh, &deps::base_needs()))?;
+    phases.run("host packages", || apt::ensure(sh, &apt::base_needs()))?;
     if args.with_daemon {
         phases.run("static daemon", || build_static_daemon(sh))?;
     }
@@ -213,20 +129,4 @@ pub fn prepare(sh: &Shell, args: &ImageArgs, phases: &mut Phases) -> Result<Imag
         initramfs: initramfs.path.clone(),
         our_modules: initramfs.our_module_paths.clone(),
     })
-}
-
-/// `cargo xtask image`: prepare and print where the image is.
-pub fn run(args: ImageArgs) -> Result<()> {
-    crate::interrupt::install();
-    let sh = Shell::new()?;
-    let mut phases = Phases::new();
-    let image = prepare(&sh, &args, &mut phases)?;
-    phases.summary();
-    println!("kernel     {} ({})", image.vmlinuz.display(), image.abi);
-    println!("boots      {}", image.boot_kernel.display());
-    println!("initramfs  {}", image.initramfs.display());
-    for m in &image.our_modules {
-        println!("module     {m} (guest path)");
-    }
-    Ok(())
 }

@@ -10,10 +10,17 @@ use xshell::{cmd, Shell};
 
 use crate::emu::EmuDevice;
 use crate::guest_script::files;
-use crate::images::{self, Image, ImageArgs};
+use crate::host::{target_dir, workspace_root};
+use crate::images::{self, Image, ImageOptions};
 use crate::phases::Phases;
+use crate::qemu::args::{self, PciPlace};
 use crate::qemu::binary::{self, QemuBinary, QemuVersion};
-use crate::qemu::{console, Accel, Vm, VmConfig};
+use crate::qemu::{accel, console, Accel, Vm, VmConfig};
+
+/// QMP id of the emulated controller (`device_del` names it).
+pub const DEVICE_ID: &str = "hmb0";
+/// MSI-X vectors of the ivshmem device (emu-device serves two by default).
+const VECTORS: u16 = 2;
 
 /// Everything built once and shared by the sessions of a run.
 pub struct Tools {
@@ -37,7 +44,7 @@ impl Tools {
 /// Prepare the image (kernel, module, static daemon, initramfs), QEMU and
 /// the host tools. Everything is cached.
 pub fn prepare(sh: &Shell, kernel: Option<&str>, qemu: QemuVersion, phases: &mut Phases) -> Result<Tools> {
-    let image_args = ImageArgs {
+    let image_args = ImageOptions {
         kernel: kernel.map(str::to_string),
         kmod_dir: None,
         with_daemon: true,
@@ -45,13 +52,13 @@ pub fn prepare(sh: &Shell, kernel: Option<&str>, qemu: QemuVersion, phases: &mut
     let image = images::prepare(sh, &image_args, phases)?;
     let qemu = phases.run("qemu", || binary::ensure(sh, qemu))?;
     let (emu_bin, analyzer_bin) = phases.run("host tools", || {
-        let _dir = sh.push_dir(crate::workspace_root());
+        let _dir = sh.push_dir(workspace_root());
         cmd!(
             sh,
             "cargo build --release --quiet -p hmb-emu-device -p hmb-trace-analyze"
         )
         .run()?;
-        let release = images::target_dir().join("release");
+        let release = target_dir().join("release");
         Ok((release.join("emu-device"), release.join("hmb-trace-analyze")))
     })?;
     Ok(Tools {
@@ -81,6 +88,7 @@ impl std::error::Error for EarlyBootHang {}
 
 pub struct SessionConfig {
     pub run_dir: PathBuf,
+    /// `Auto` is resolved (KVM probe) when the session starts.
     pub accel: Accel,
     pub keep: bool,
     /// HMB size for emu-device (a power of two).
@@ -120,25 +128,24 @@ impl Session {
         let emu = phases.run("emu-device", || {
             EmuDevice::start(&tools.emu_bin, &cfg.run_dir, &cfg.hmb_size.to_string())
         })?;
-        let mut vm_cfg = VmConfig::new(tools.qemu.clone(), &tools.image, cfg.run_dir.clone());
-        vm_cfg.accel = match cfg.accel {
-            Accel::Auto => Accel::Tcg,
-            a => a,
-        };
+        let mut vm_cfg = VmConfig::new(
+            tools.qemu.clone(),
+            tools.image.boot_kernel.clone(),
+            tools.image.initramfs.clone(),
+            cfg.run_dir.clone(),
+        );
+        vm_cfg.accel = accel::resolve(cfg.accel, &vm_cfg)?;
         vm_cfg.share_dir = Some(share.clone());
         vm_cfg.keep = cfg.keep;
         // The controller sits behind a PCIe root port so that QMP device_del
         // is a real surprise removal (q35's root bus is not hot-pluggable).
-        vm_cfg.extra_args = [
-            "-device".to_string(),
-            "pcie-root-port,id=hmbrp,chassis=1,slot=1".to_string(),
-            "-chardev".to_string(),
-            format!("socket,path={},id=ivs", emu.ivshmem_socket.display()),
-            "-device".to_string(),
-            "ivshmem-doorbell,chardev=ivs,vectors=2,id=hmb0,bus=hmbrp".to_string(),
-        ]
-        .map(Into::into)
-        .to_vec();
+        vm_cfg.extra_args = args::pcie_root_port("hmbrp", 1, 1);
+        vm_cfg.extra_args.extend(args::ivshmem_doorbell(
+            &emu.ivshmem_socket,
+            DEVICE_ID,
+            VECTORS,
+            PciPlace::Bus("hmbrp"),
+        ));
         let vm = Vm::start(&vm_cfg)?;
         let mut session = Session {
             run_dir: cfg.run_dir.clone(),

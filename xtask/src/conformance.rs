@@ -9,13 +9,13 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use xshell::{cmd, Shell};
 
-use crate::images::{self, kernels};
-use crate::phases::Phases;
-use crate::qemu::binary::QemuVersion;
-use crate::session;
+use hmb_harness::images::kernels;
+use hmb_harness::phases::Phases;
+use hmb_harness::qemu::binary::QemuVersion;
+use hmb_harness::{session, target_dir, workspace_root};
 
 #[derive(Args, Clone)]
-pub struct ConformanceArgs {
+pub struct Conformance {
     /// A kernel from images/KERNELS, or `all` (default: the first line).
     #[arg(long)]
     pub kernel: Option<String>,
@@ -41,9 +41,15 @@ pub struct CaseResult {
     pub passed: bool,
 }
 
-pub fn run(args: ConformanceArgs) -> Result<()> {
+impl Conformance {
+    pub fn run(self) -> Result<()> {
+        run(self)
+    }
+}
+
+fn run(args: Conformance) -> Result<()> {
     let sh = Shell::new()?;
-    let root = crate::workspace_root();
+    let root = workspace_root();
     sh.change_dir(&root);
     let specs = kernels::load(&root.join("images/KERNELS"))?;
     let selected: Vec<String> = match args.kernel.as_deref() {
@@ -55,7 +61,7 @@ pub fn run(args: ConformanceArgs) -> Result<()> {
         QemuVersion::V10_0 => "10.0",
     };
     ensure_nextest(&sh)?;
-    let out_dir = images::target_dir().join("hmb-trace/conformance");
+    let out_dir = target_dir().join("hmb-trace/conformance");
     std::fs::create_dir_all(&out_dir)?;
     let mut table: Vec<(String, Vec<CaseResult>, f64)> = Vec::new();
     let mut junit_suites = Vec::new();

@@ -5,10 +5,10 @@
 //! `scripts/checkpatch.pl` with its data files, and enough of the top level
 //! for checkpatch to recognise a kernel tree. See docs/kmod.md.
 
-use super::apt_env::AptEnv;
 use super::fetch::ResolvedKernel;
 use super::kernels::KernelSpec;
-use super::stamp::{Fingerprint, Stamp};
+use crate::host::apt_env::AptEnv;
+use crate::host::stamp::{Fingerprint, Stamp};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use xshell::{cmd, Shell};

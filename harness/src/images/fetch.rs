@@ -2,9 +2,9 @@
 //! `apt-get download` them into the cache and unpack them with `dpkg-deb -x`.
 //! Nothing is installed: the host's own kernel packages are untouched.
 
-use super::apt_env::AptEnv;
 use super::kernels::KernelSpec;
-use super::stamp::{Fingerprint, Stamp};
+use crate::host::apt_env::AptEnv;
+use crate::host::stamp::{Fingerprint, Stamp};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use xshell::{cmd, Shell};

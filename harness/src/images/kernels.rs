@@ -1,5 +1,7 @@
 //! The guest kernel matrix: parsing `images/KERNELS`.
 
+use crate::host::apt_env::{host_codename, AptEnv};
+use crate::host::chroot::Chroot;
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 
@@ -36,6 +38,16 @@ impl KernelSpec {
             None
         } else {
             Some(&self.suite)
+        }
+    }
+
+    /// Where apt runs for this kernel: the host when the spec allows it and
+    /// the host is of the same distribution, else that distribution's chroot.
+    pub fn apt_env(&self, cache: &Path) -> AptEnv {
+        if self.headers == Headers::Host && host_codename().as_deref() == Some(self.codename()) {
+            AptEnv::Host
+        } else {
+            AptEnv::Chroot(Chroot::at(cache, self.codename()))
         }
     }
 }

@@ -1,0 +1,329 @@
+//! The NVMe host driver patch series of kmod/patches/<kernel>/ against
+//! Debian's own source of each guest kernel (`cargo xtask nvme-series` runs it).
+//!
+//! For each kernel of images/KERNELS: the kernel's config must build
+//! NVME_CORE and BLK_DEV_NVME as modules; the series applies to the pristine
+//! `linux-source-<X.Y>` of the guest kernel's exact version; `checkpatch.pl
+//! --strict` of that same tree finds nothing; the headers the series adds are
+//! the repository's own (one source of truth); and the patched pci.c builds
+//! out of tree, W=1 -Werror, into a replacement nvme.ko against the kernel's
+//! headers. See docs/kmod.md ("The real-device path").
+
+use super::fetch::{self, ResolvedKernel};
+use super::kernels::KernelSpec;
+use super::linux_source;
+use crate::host::apt::{self, Need};
+use crate::host::apt_env::AptEnv;
+use crate::host::chroot::ProcMount;
+use crate::host::stamp::{Fingerprint, Stamp};
+use crate::host::{cache_dir, lock_cache, workspace_root};
+use anyhow::{bail, ensure, Context, Result};
+use std::path::{Path, PathBuf};
+use xshell::{cmd, Shell};
+
+/// Files of drivers/nvme/host/ the replacement nvme.ko is built from.
+pub const DRIVER_FILES: &[&str] = &["pci.c", "nvme.h", "trace.h"];
+
+/// Headers the series adds to the kernel tree, each the copy of a file of kmod/.
+pub const SHARED_HEADERS: &[&str] = &["include/uapi/linux/nvme_hmb_trace.h", "include/linux/nvme-hmb-trace.h"];
+
+/// The series of one kernel line: kmod/patches/<name>/*.patch in order.
+pub fn series_dir(kernel_name: &str) -> PathBuf {
+    workspace_root().join("kmod/patches").join(kernel_name)
+}
+
+pub fn series_patches(kernel_name: &str) -> Result<Vec<PathBuf>> {
+    let dir = series_dir(kernel_name);
+    let mut patches: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .with_context(|| format!("no patch series at {}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "patch"))
+        .collect();
+    patches.sort();
+    ensure!(!patches.is_empty(), "{} has no .patch files", dir.display());
+    Ok(patches)
+}
+
+/// What one kernel's series produced.
+pub struct SeriesOutcome {
+    pub kernel: String,
+    pub source: String,
+    pub patched_tree: PathBuf,
+    /// The replacement nvme.ko (None with --no-build).
+    pub nvme_ko: Option<PathBuf>,
+}
+
+/// Fetch, check, apply, checkpatch and (when `build`) build for one kernel.
+pub fn prepare(sh: &Shell, spec: &KernelSpec, build: bool) -> Result<SeriesOutcome> {
+    let cache = cache_dir();
+    apt::ensure(sh, &[Need::new("perl", "runs the kernel's checkpatch.pl")])?;
+    let _lock = lock_cache(&cache)?;
+    let (env, resolved) = super::toolchain::ensure_toolchain(sh, spec)?;
+    fetch::fetch(sh, &env, spec, &resolved, &cache)?;
+    let kernel_root = cache.join("kernels").join(&spec.name).join("root");
+    let config_path = linux_source::find_config(&kernel_root, &resolved.abi)?;
+    let config = std::fs::read_to_string(&config_path)?;
+    linux_source::check_nvme_modular(&config, &format!("kernel {} ({})", spec.name, resolved.abi))?;
+    println!(
+        "    {}: CONFIG_NVME_CORE=m, CONFIG_BLK_DEV_NVME=m",
+        config_path.display()
+    );
+    let source = linux_source::fetch(sh, &env, spec, &resolved, &cache)?;
+    let how = if source.downloaded { "downloaded" } else { "cached" };
+    println!("    source {}={} ({how})", source.package, source.version);
+    let patches = series_patches(&spec.name)?;
+    let patched = apply_series(sh, &source.root, &patches, &cache.join("nvme-series").join(&spec.name))?;
+    checkpatch(sh, &source.root, &patches)?;
+    check_shared_headers(&patched)?;
+    let nvme_ko = if build {
+        Some(build_nvme_ko(sh, &env, spec, &resolved, &patched, &cache)?)
+    } else {
+        None
+    };
+    Ok(SeriesOutcome {
+        kernel: spec.name.clone(),
+        source: format!("{}={}", source.package, source.version),
+        patched_tree: patched,
+        nvme_ko,
+    })
+}
+
+/// A fresh copy of the pristine tree with the series applied (`git apply`,
+/// which refuses fuzz and partial hunks). Returns the patched tree.
+pub fn apply_series(sh: &Shell, pristine: &Path, patches: &[PathBuf], work: &Path) -> Result<PathBuf> {
+    if work.exists() {
+        std::fs::remove_dir_all(work)?;
+    }
+    std::fs::create_dir_all(work)?;
+    let tree = work.join("tree");
+    cmd!(sh, "cp -a {pristine} {tree}").quiet().run()?;
+    let _dir = sh.push_dir(&tree);
+    for p in patches {
+        cmd!(sh, "git apply --whitespace=error-all {p}")
+            .quiet()
+            .run()
+            .with_context(|| format!("{} does not apply to {}", p.display(), pristine.display()))?;
+    }
+    Ok(tree)
+}
+
+/// `scripts/checkpatch.pl --strict` of the kernel's own tree over the series.
+pub fn checkpatch(sh: &Shell, tree: &Path, patches: &[PathBuf]) -> Result<()> {
+    let _dir = sh.push_dir(tree);
+    let out = cmd!(sh, "perl scripts/checkpatch.pl --strict --color=never {patches...}")
+        .quiet()
+        .ignore_status()
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let verdicts = checkpatch_verdicts(&text);
+    if !out.status.success() || verdicts.len() != patches.len() || verdicts.iter().any(|v| !v.is_clean()) {
+        print!("{text}");
+        eprint!("{}", String::from_utf8_lossy(&out.stderr));
+        bail!("checkpatch.pl --strict ({}) is not clean on the series", tree.display());
+    }
+    println!(
+        "    checkpatch --strict: {} patches, 0 errors, 0 warnings, 0 checks",
+        patches.len()
+    );
+    Ok(())
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub errors: u32,
+    pub warnings: u32,
+    pub checks: u32,
+}
+
+impl Verdict {
+    pub fn is_clean(&self) -> bool {
+        self.errors == 0 && self.warnings == 0 && self.checks == 0
+    }
+}
+
+/// checkpatch's `total: N errors, N warnings, N checks, ...` line per patch.
+pub fn checkpatch_verdicts(text: &str) -> Vec<Verdict> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("total: "))
+        .filter_map(|rest| {
+            let nums: Vec<u32> = rest
+                .split(',')
+                .take(3)
+                .filter_map(|f| f.split_whitespace().next()?.parse().ok())
+                .collect();
+            match nums[..] {
+                [errors, warnings, checks] => Some(Verdict {
+                    errors,
+                    warnings,
+                    checks,
+                }),
+                // Without --strict checkpatch prints no checks count.
+                [errors, warnings] => Some(Verdict {
+                    errors,
+                    warnings,
+                    checks: 0,
+                }),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// The headers the series adds are byte-identical to kmod's (the trace module
+/// and the driver must agree on every layout).
+pub fn check_shared_headers(patched: &Path) -> Result<()> {
+    let kmod = workspace_root().join("kmod");
+    for h in SHARED_HEADERS {
+        let ours = std::fs::read(kmod.join(h)).with_context(|| format!("kmod/{h}"))?;
+        let theirs = std::fs::read(patched.join(h)).with_context(|| format!("the series adds no {h}"))?;
+        ensure!(
+            ours == theirs,
+            "the series' {h} differs from kmod/{h}: regenerate the series (docs/kmod.md)"
+        );
+    }
+    Ok(())
+}
+
+const NVME_KBUILD: &str = "# SPDX-License-Identifier: GPL-2.0\n\
+# Out-of-tree build of the patched NVMe PCI driver (generated by cargo xtask nvme-series).\n\
+obj-m := nvme.o\n\
+nvme-y := pci.o\n\
+ccflags-y := -I$(src)/include -Werror\n";
+
+/// Build the replacement nvme.ko: pci.c, nvme.h and trace.h of the patched
+/// tree plus the series' headers, against linux-headers-<abi>, W=1 -Werror.
+pub fn build_nvme_ko(
+    sh: &Shell,
+    env: &AptEnv,
+    spec: &KernelSpec,
+    kernel: &ResolvedKernel,
+    patched: &Path,
+    cache: &Path,
+) -> Result<PathBuf> {
+    let headers = kernel.headers_package();
+    let (build_dir, inside) = match env {
+        AptEnv::Host => (cache.join("nvme-ko").join(&spec.name), None),
+        AptEnv::Chroot(c) => {
+            let inside = format!("/build/nvme-ko-{}", spec.name);
+            (c.host_path(&inside), Some(inside))
+        }
+    };
+    let mut fp = Fingerprint::new();
+    fp.add_str("recipe", "1")
+        .add_str("headers", &headers)
+        .add_str("kbuild", NVME_KBUILD);
+    for f in DRIVER_FILES {
+        fp.add_file(f, &patched.join("drivers/nvme/host").join(f))?;
+    }
+    for h in SHARED_HEADERS {
+        fp.add_file(h, &patched.join(h))?;
+    }
+    let stamp = Stamp::new(cache.join("nvme-ko").join(format!("{}.stamp", spec.name)), &fp);
+    let ko = build_dir.join("nvme.ko");
+    if stamp.is_fresh() && ko.is_file() {
+        return Ok(ko);
+    }
+    stamp.invalidate()?;
+    if build_dir.exists() {
+        std::fs::remove_dir_all(&build_dir)?;
+    }
+    std::fs::create_dir_all(&build_dir)?;
+    for f in DRIVER_FILES {
+        std::fs::copy(patched.join("drivers/nvme/host").join(f), build_dir.join(f))?;
+    }
+    for h in SHARED_HEADERS {
+        let to = build_dir.join(h);
+        std::fs::create_dir_all(to.parent().expect("header has a directory"))?;
+        std::fs::copy(patched.join(h), to)?;
+    }
+    std::fs::write(build_dir.join("Kbuild"), NVME_KBUILD)?;
+    let kdir = format!("/usr/src/{headers}");
+    let log = match env {
+        AptEnv::Host => {
+            ensure!(
+                Path::new(&kdir).join("Makefile").exists(),
+                "{kdir} is missing: run `cargo xtask deps --kernel {}`",
+                spec.name
+            );
+            cmd!(sh, "timeout --foreground 600 make -C {kdir} M={build_dir} W=1 modules")
+                .quiet()
+                .ignore_status()
+                .output()?
+        }
+        AptEnv::Chroot(c) => {
+            let _proc = ProcMount::new(sh, c)?;
+            let inside = inside.as_deref().expect("chroot build has an inside path");
+            let root = &c.root;
+            let script = format!("make -C {kdir} M={inside} W=1 modules");
+            cmd!(sh, "timeout --foreground 600 chroot {root} /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 /bin/sh -ec {script}")
+                .quiet()
+                .ignore_status()
+                .output()?
+        }
+    };
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&log.stdout),
+        String::from_utf8_lossy(&log.stderr)
+    );
+    std::fs::write(build_dir.with_extension("log"), &text)?;
+    let warnings: Vec<&str> = text.lines().filter(|l| l.to_lowercase().contains("warning")).collect();
+    if !log.status.success() || !warnings.is_empty() || !ko.is_file() {
+        print!("{text}");
+        bail!(
+            "the patched nvme.ko does not build W=1 clean for kernel {} ({} warning lines)",
+            spec.name,
+            warnings.len()
+        );
+    }
+    stamp.record()?;
+    println!("    built {} (W=1 -Werror clean)", ko.display());
+    Ok(ko)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::images::kernels;
+
+    #[test]
+    fn checkpatch_totals_are_read() {
+        let text = "0001-x.patch\n---------\ntotal: 0 errors, 0 warnings, 0 checks, 120 lines checked\n\
+                    0002-y.patch\ntotal: 1 errors, 2 warnings, 3 checks, 9 lines checked\n";
+        let v = checkpatch_verdicts(text);
+        assert_eq!(v.len(), 2);
+        assert!(v[0].is_clean());
+        assert_eq!(
+            v[1],
+            Verdict {
+                errors: 1,
+                warnings: 2,
+                checks: 3
+            }
+        );
+        assert!(!v[1].is_clean());
+        assert!(checkpatch_verdicts("nothing here").is_empty());
+    }
+
+    #[test]
+    fn every_kernel_line_has_a_series() {
+        let specs = kernels::load(&workspace_root().join("images/KERNELS")).unwrap();
+        for s in specs {
+            let patches = series_patches(&s.name).unwrap();
+            for p in &patches {
+                let text = std::fs::read_to_string(p).unwrap();
+                assert!(
+                    text.starts_with("From "),
+                    "{} is not git format-patch output",
+                    p.display()
+                );
+                assert!(
+                    text.contains("\nSigned-off-by: "),
+                    "{} has no Signed-off-by",
+                    p.display()
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! The guest-session library of hmb-trace, shared by `cargo xtask` (its
+//! commands) and the conformance suite:
+//!
+//! - `host`: apt packages, build chroots, the cache folder and its lock,
+//!   input stamps. The leaf: it uses nothing else here.
+//! - `images`: a guest image for one kernel of images/KERNELS (kernel,
+//!   module, static daemon, initramfs), cached.
+//! - `qemu`: which QEMU binary, one argument-builder function per device,
+//!   the console and its fault-line scan, the accelerator probe, a running `Vm`.
+//! - `emu`: emu-device as a child process, driven over its control socket.
+//! - `guest_script`: the shell script the guest runs from the 9p share.
+//! - `session`: emu-device + QEMU + share + script, and their handles.
+//! - `truth`: does a trace.bin hold exactly what the firmware model produced?
+//! - `phases`, `interrupt`: progress lines; Ctrl-C turned into an error.
+//!
+//! Dependencies point one way: host <- images, qemu <- session; emu,
+//! guest_script, truth, phases and interrupt use no sibling but each other's leaves.
+
+pub mod emu;
+pub mod guest_script;
+pub mod host;
+pub mod images;
+pub mod interrupt;
+pub mod phases;
+pub mod qemu;
+pub mod session;
+pub mod truth;
+
+pub use host::{cache_dir, target_dir, workspace_root};
