@@ -15,7 +15,9 @@ pub mod spill_sort;
 pub mod stats;
 pub mod svg;
 pub mod synth;
-pub mod walk;
+/// The epoch/sequence walk is tracefile's (one walker for the analyzer,
+/// recovery and the ground-truth check).
+pub use hmb_trace_file::walk;
 
 use std::io::{IsTerminal, Write};
 

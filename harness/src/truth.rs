@@ -8,7 +8,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use hmb_firmware_model::{expected_record, Workload};
-use hmb_trace_file::{ItemKind, Marker, TraceReader};
+use hmb_trace_file::{Event, Item, TraceReader, Walker};
 use serde::Deserialize;
 
 /// One stretch of production, as emu-device's `ground-truth` reports it.
@@ -82,7 +82,8 @@ impl TruthReport {
     }
 }
 
-/// Per-epoch progress through the sequence space.
+/// Per-epoch progress through the sequence space: where the walk stands
+/// and how many records were lost on the way (counted or not).
 #[derive(Default)]
 struct EpochCursor {
     next: u64,
@@ -113,7 +114,9 @@ pub fn check(trace: &Path, segments: &[Segment], live: Option<LiveRing>) -> Resu
     let file = std::fs::File::open(trace).with_context(|| format!("opening {}", trace.display()))?;
     let mut reader = TraceReader::new(std::io::BufReader::with_capacity(1 << 20, file))
         .with_context(|| format!("reading {}", trace.display()))?;
-    let mut epoch = reader.header().first_epoch;
+    // The producer starts every epoch at seq 0, and the daemon runs before
+    // it: records missing at the start of the file are losses too.
+    let mut walker = Walker::from_start(reader.header());
     let mut cursors: BTreeMap<u64, EpochCursor> = BTreeMap::new();
     let mut report = TruthReport::default();
     let mut parsed: BTreeMap<String, Workload> = BTreeMap::new();
@@ -126,70 +129,49 @@ pub fn check(trace: &Path, segments: &[Segment], live: Option<LiveRing>) -> Resu
                 break;
             }
         };
-        let cursor = cursors.entry(epoch).or_default();
-        match item.kind().context("decoding a marker")? {
-            ItemKind::Marker(Marker::Epoch { epoch: e, .. }) => epoch = e,
-            ItemKind::Marker(Marker::Lost {
-                first_seq,
-                count,
-                epoch: e,
-            }) => {
-                if e == epoch && first_seq == cursor.next {
-                    cursor.next += count;
-                    cursor.lost += count;
-                    report.lost_counted += count;
-                } else {
-                    report.mismatches.push(format!(
-                        "LOST marker at {} (epoch {e}, seq {first_seq}+{count}) does not follow seq {} of epoch {epoch}",
-                        item.offset, cursor.next
-                    ));
-                }
-            }
-            ItemKind::Marker(_) => {}
-            ItemKind::Record => {
-                let seq = item.seq();
-                if seq < cursor.next {
-                    report.duplicates += 1;
-                    continue;
-                }
-                if seq > cursor.next {
-                    report.uncounted_gaps.push((epoch, cursor.next, seq - cursor.next));
-                    cursor.lost += seq - cursor.next;
-                }
-                cursor.next = seq + 1;
-                let Some(seg) = segments
-                    .iter()
-                    .find(|s| s.epoch == epoch && s.first_seq <= seq && s.end_seq.is_none_or(|end| seq < end))
-                else {
-                    report
-                        .unknown
-                        .push(format!("record epoch {epoch} seq {seq} was never produced"));
-                    continue;
-                };
-                let workload = match parsed.get(&seg.workload) {
-                    Some(w) => *w,
-                    None => {
-                        let w = Workload::parse(&seg.workload).map_err(|e| anyhow::anyhow!("{e}"))?;
-                        parsed.insert(seg.workload.clone(), w);
-                        w
+        item.kind().context("decoding a marker")?;
+        let epoch = walker.epoch();
+        let expected = walker.expected().unwrap_or(0);
+        cursors.entry(epoch).or_default();
+        let mut events = Vec::new();
+        walker.feed(&item, &mut |ev| events.push(ev));
+        let mut duplicate = false;
+        for ev in events {
+            match ev {
+                Event::Lost {
+                    epoch: e,
+                    first_seq,
+                    count,
+                    offset,
+                } => {
+                    if e == epoch && first_seq == expected {
+                        cursors.entry(e).or_default().lost += count;
+                        report.lost_counted += count;
+                    } else {
+                        report.mismatches.push(format!(
+                            "LOST marker at {offset} (epoch {e}, seq {first_seq}+{count}) does not follow seq {expected} of epoch {epoch}"
+                        ));
                     }
-                };
-                let want = expected_record(seg.seed, workload, seq);
-                if want.opcode != item.opcode() || want.source != item.source() || want.payload != item.payload {
-                    report.mismatches.push(format!(
-                        "epoch {epoch} seq {seq} at offset {}: opcode {:#06x}/{:#06x}, source {}/{}, {} / {} payload bytes (file/model)",
-                        item.offset,
-                        item.opcode(),
-                        want.opcode,
-                        item.source(),
-                        want.source,
-                        item.payload.len(),
-                        want.payload.len()
-                    ));
                 }
-                report.records += 1;
-                report.bytes += item.payload.len() as u64;
+                Event::Gap {
+                    epoch: e,
+                    first_seq,
+                    count,
+                    ..
+                } => {
+                    report.uncounted_gaps.push((e, first_seq, count));
+                    cursors.entry(e).or_default().lost += count;
+                }
+                Event::SeqBackwards { .. } => duplicate = true,
+                Event::Record { epoch: e, item } if !duplicate => {
+                    check_record(e, item, segments, &mut parsed, &mut report)?;
+                }
+                Event::Record { .. } => report.duplicates += 1,
+                Event::EpochStart { .. } | Event::Frozen { .. } | Event::UnknownMarker { .. } => {}
             }
+        }
+        if let Some(cursor) = cursors.get_mut(&walker.epoch()) {
+            cursor.next = walker.expected().unwrap_or(0);
         }
     }
     for seg in segments {
@@ -218,11 +200,56 @@ pub fn check(trace: &Path, segments: &[Segment], live: Option<LiveRing>) -> Resu
     Ok(report)
 }
 
+/// One record against the model: which segment produced it, and are its
+/// opcode, source and payload what `expected_record` says?
+fn check_record(
+    epoch: u64,
+    item: &Item<'_>,
+    segments: &[Segment],
+    parsed: &mut BTreeMap<String, Workload>,
+    report: &mut TruthReport,
+) -> Result<()> {
+    let seq = item.seq();
+    let Some(seg) = segments
+        .iter()
+        .find(|s| s.epoch == epoch && s.first_seq <= seq && s.end_seq.is_none_or(|end| seq < end))
+    else {
+        report
+            .unknown
+            .push(format!("record epoch {epoch} seq {seq} was never produced"));
+        return Ok(());
+    };
+    let workload = match parsed.get(&seg.workload) {
+        Some(w) => *w,
+        None => {
+            let w = Workload::parse(&seg.workload).map_err(|e| anyhow::anyhow!("{e}"))?;
+            parsed.insert(seg.workload.clone(), w);
+            w
+        }
+    };
+    let want = expected_record(seg.seed, workload, seq);
+    if want.opcode != item.opcode() || want.source != item.source() || want.payload != item.payload {
+        report.mismatches.push(format!(
+            "epoch {epoch} seq {seq} at offset {}: opcode {:#06x}/{:#06x}, source {}/{}, {} / {} payload bytes (file/model)",
+            item.offset,
+            item.opcode(),
+            want.opcode,
+            item.source(),
+            want.source,
+            item.payload.len(),
+            want.payload.len()
+        ));
+    }
+    report.records += 1;
+    report.bytes += item.payload.len() as u64;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use hmb_trace_abi::hmb_record_hdr;
-    use hmb_trace_file::{FileHeader, TraceWriter};
+    use hmb_trace_file::{FileHeader, Marker, TraceWriter};
 
     const SEED: u64 = 5;
 

@@ -15,6 +15,7 @@ pub mod mapped;
 pub mod marker;
 pub mod reader;
 pub mod recover;
+pub mod walk;
 pub mod writer;
 
 pub use error::FileError;
@@ -27,4 +28,5 @@ pub use marker::{
 };
 pub use reader::{SliceReader, TraceReader};
 pub use recover::{last_complete_offset, recover, recover_from, EpochProgress, Recovery, TailState};
+pub use walk::{Event, Walker};
 pub use writer::TraceWriter;

@@ -8,9 +8,9 @@ use std::path::Path;
 
 use crate::error::FileError;
 use crate::header::FileHeader;
-use crate::item::ItemKind;
-use crate::marker::Marker;
 use crate::reader::TraceReader;
+pub use crate::walk::EpochProgress;
+use crate::walk::Walker;
 
 /// How the file ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,36 +23,6 @@ pub enum TailState {
     /// The item at `offset` is malformed: the file was damaged, not merely
     /// cut short. Items after it cannot be located.
     Corrupt { offset: u64, reason: String },
-}
-
-/// Progress of one ring epoch as recorded in the file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EpochProgress {
-    pub epoch: u64,
-    /// From the file header (first epoch) or the EPOCH marker.
-    pub ring_size: u64,
-    /// Seq of the last device record written in this epoch.
-    pub last_seq: Option<u64>,
-    /// First seq not yet accounted for: one past the highest seq that is in
-    /// the file as a record, covered by a LOST marker, or final per FROZEN.
-    pub next_seq: u64,
-    /// Device records of this epoch in the file.
-    pub records: u64,
-    /// A FROZEN marker for this epoch is in the file.
-    pub frozen: bool,
-}
-
-impl EpochProgress {
-    fn new(epoch: u64, ring_size: u64) -> Self {
-        Self {
-            epoch,
-            ring_size,
-            last_seq: None,
-            next_seq: 0,
-            records: 0,
-            frozen: false,
-        }
-    }
 }
 
 /// What recovery found.
@@ -97,7 +67,7 @@ pub fn last_complete_offset(path: &Path) -> Result<u64, FileError> {
 pub fn recover_from<R: Read>(inner: R) -> Result<Recovery, FileError> {
     let mut reader = TraceReader::new(inner)?;
     let header = *reader.header();
-    let mut epochs = vec![EpochProgress::new(header.first_epoch, header.ring_size)];
+    let mut walker = Walker::new(&header);
     let mut items = 0u64;
     let tail = loop {
         let item = match reader.next_item() {
@@ -115,44 +85,14 @@ pub fn recover_from<R: Read>(inner: R) -> Result<Recovery, FileError> {
             },
         };
         items += 1;
-        let kind = match item.kind() {
-            Ok(k) => k,
-            Err(e) => {
-                break TailState::Corrupt {
-                    offset: item.offset,
-                    reason: e.to_string(),
-                }
-            }
-        };
-        let seq = item.seq();
-        let current = epochs.len() - 1;
-        match kind {
-            ItemKind::Record => {
-                let p = &mut epochs[current];
-                p.last_seq = Some(p.last_seq.map_or(seq, |s| s.max(seq)));
-                p.next_seq = p.next_seq.max(seq.saturating_add(1));
-                p.records += 1;
-            }
-            ItemKind::Marker(Marker::Epoch { epoch, ring_size }) => {
-                epochs.push(EpochProgress::new(epoch, ring_size));
-            }
-            ItemKind::Marker(Marker::Lost {
-                first_seq,
-                count,
-                epoch,
-            }) => {
-                if let Some(p) = epochs.iter_mut().rev().find(|p| p.epoch == epoch) {
-                    p.next_seq = p.next_seq.max(first_seq.saturating_add(count));
-                }
-            }
-            ItemKind::Marker(Marker::Frozen { epoch, next_seq, .. }) => {
-                if let Some(p) = epochs.iter_mut().rev().find(|p| p.epoch == epoch) {
-                    p.frozen = true;
-                    p.next_seq = p.next_seq.max(next_seq);
-                }
-            }
-            ItemKind::Marker(Marker::Unknown { .. }) => {}
+        // A marker that does not decode is damage here, not an unknown marker.
+        if let Err(e) = item.kind() {
+            break TailState::Corrupt {
+                offset: item.offset,
+                reason: e.to_string(),
+            };
         }
+        walker.feed(&item, &mut |_| {});
     };
     let valid_len = match &tail {
         TailState::Clean => reader.offset(),
@@ -167,7 +107,7 @@ pub fn recover_from<R: Read>(inner: R) -> Result<Recovery, FileError> {
         file_len,
         valid_len,
         tail,
-        epochs,
+        epochs: walker.into_epochs(),
         items,
     })
 }

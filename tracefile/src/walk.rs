@@ -1,0 +1,380 @@
+//! The one epoch and sequence walk over a trace.bin: items in, events out
+//! (which epoch a record belongs to, daemon LOST markers, sequence gaps no
+//! marker explains, derived from the records themselves as the ABI asks
+//! consumers to do), and each epoch's progress. The analyzer, crash
+//! recovery (`recover.rs`) and the harness's ground-truth check all walk a
+//! file with it.
+
+use crate::header::FileHeader;
+use crate::item::{Item, ItemKind};
+use crate::marker::Marker;
+
+#[derive(Debug, Clone, Copy)]
+pub enum Event<'a, 'b> {
+    Record {
+        epoch: u64,
+        item: &'b Item<'a>,
+    },
+    /// A daemon LOST marker.
+    Lost {
+        offset: u64,
+        epoch: u64,
+        first_seq: u64,
+        count: u64,
+    },
+    /// Sequence numbers missing with no LOST marker for them, found at the
+    /// record at `offset` (whose timestamp is `timestamp_ns`).
+    Gap {
+        offset: u64,
+        epoch: u64,
+        first_seq: u64,
+        count: u64,
+        timestamp_ns: u64,
+    },
+    Frozen {
+        offset: u64,
+        epoch: u64,
+        last_seq: Option<u64>,
+        next_seq: u64,
+    },
+    EpochStart {
+        offset: u64,
+        epoch: u64,
+        ring_size: u64,
+    },
+    UnknownMarker {
+        offset: u64,
+        opcode: u16,
+    },
+    /// A record whose seq is not above the previous one in its epoch.
+    SeqBackwards {
+        offset: u64,
+        epoch: u64,
+        seq: u64,
+        expected: u64,
+    },
+}
+
+/// Progress of one ring epoch as recorded in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpochProgress {
+    pub epoch: u64,
+    /// From the file header (first epoch) or the EPOCH marker.
+    pub ring_size: u64,
+    /// Seq of the last device record written in this epoch.
+    pub last_seq: Option<u64>,
+    /// First seq not yet accounted for: one past the highest seq that is in
+    /// the file as a record, covered by a LOST marker, or final per FROZEN.
+    pub next_seq: u64,
+    /// Device records of this epoch in the file.
+    pub records: u64,
+    /// A FROZEN marker for this epoch is in the file.
+    pub frozen: bool,
+}
+
+impl EpochProgress {
+    fn new(epoch: u64, ring_size: u64) -> Self {
+        Self {
+            epoch,
+            ring_size,
+            last_seq: None,
+            next_seq: 0,
+            records: 0,
+            frozen: false,
+        }
+    }
+}
+
+/// Epoch and sequence state across a walk.
+pub struct Walker {
+    epoch: u64,
+    /// Next seq expected in this epoch; None until the file's first record
+    /// (a file may start in the middle of an epoch).
+    expected: Option<u64>,
+    /// Records were removed on purpose (a filtered file): gaps are not losses.
+    filtered: bool,
+    /// Every epoch seen, in file order; the header's first epoch is always there.
+    epochs: Vec<EpochProgress>,
+}
+
+impl Walker {
+    /// A walk over a file that may start in the middle of its first epoch
+    /// (a daemon attached to a live ring): the first record sets the pace.
+    pub fn new(header: &FileHeader) -> Self {
+        Self {
+            epoch: header.first_epoch,
+            expected: None,
+            filtered: header.is_filtered(),
+            epochs: vec![EpochProgress::new(header.first_epoch, header.ring_size)],
+        }
+    }
+
+    /// A walk over a file that holds its first epoch from seq 0: missing
+    /// leading records are a gap too (the ground-truth check).
+    pub fn from_start(header: &FileHeader) -> Self {
+        Self {
+            expected: Some(0),
+            ..Self::new(header)
+        }
+    }
+
+    /// The epoch the next record belongs to.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The seq the next record of the current epoch should have, once known.
+    pub fn expected(&self) -> Option<u64> {
+        self.expected
+    }
+
+    /// Every epoch seen so far, in file order; the last is the current one.
+    pub fn epochs(&self) -> &[EpochProgress] {
+        &self.epochs
+    }
+
+    pub fn into_epochs(self) -> Vec<EpochProgress> {
+        self.epochs
+    }
+
+    fn progress_of(&mut self, epoch: u64) -> Option<&mut EpochProgress> {
+        self.epochs.iter_mut().rev().find(|p| p.epoch == epoch)
+    }
+
+    pub fn feed<'a, 'b>(&mut self, item: &'b Item<'a>, out: &mut impl FnMut(Event<'a, 'b>)) {
+        let offset = item.offset;
+        let kind = match item.kind() {
+            Ok(k) => k,
+            // Readers validate markers before handing items out.
+            Err(_) => ItemKind::Marker(Marker::Unknown { opcode: item.opcode() }),
+        };
+        match kind {
+            ItemKind::Record => {
+                let seq = item.seq();
+                match self.expected {
+                    Some(want) if seq > want && !self.filtered => out(Event::Gap {
+                        offset,
+                        epoch: self.epoch,
+                        first_seq: want,
+                        count: seq - want,
+                        timestamp_ns: item.timestamp_ns(),
+                    }),
+                    Some(want) if seq < want => out(Event::SeqBackwards {
+                        offset,
+                        epoch: self.epoch,
+                        seq,
+                        expected: want,
+                    }),
+                    _ => {}
+                }
+                self.expected = Some(
+                    self.expected
+                        .map_or(seq.saturating_add(1), |w| w.max(seq.saturating_add(1))),
+                );
+                let p = self.epochs.last_mut().expect("the first epoch is pushed by new()");
+                p.last_seq = Some(p.last_seq.map_or(seq, |s| s.max(seq)));
+                p.next_seq = p.next_seq.max(seq.saturating_add(1));
+                p.records += 1;
+                out(Event::Record {
+                    epoch: self.epoch,
+                    item,
+                });
+            }
+            ItemKind::Marker(Marker::Lost {
+                first_seq,
+                count,
+                epoch,
+            }) => {
+                let end = first_seq.saturating_add(count);
+                if epoch == self.epoch {
+                    self.expected = Some(self.expected.map_or(end, |w| w.max(end)));
+                }
+                if let Some(p) = self.progress_of(epoch) {
+                    p.next_seq = p.next_seq.max(end);
+                }
+                out(Event::Lost {
+                    offset,
+                    epoch,
+                    first_seq,
+                    count,
+                });
+            }
+            ItemKind::Marker(Marker::Frozen {
+                epoch,
+                last_seq,
+                next_seq,
+            }) => {
+                // next_seq is final once frozen: drops after the last record
+                // that no LOST marker covered are losses too.
+                if epoch == self.epoch && !self.filtered {
+                    if let Some(want) = self.expected.filter(|&w| next_seq > w) {
+                        out(Event::Gap {
+                            offset,
+                            epoch,
+                            first_seq: want,
+                            count: next_seq - want,
+                            timestamp_ns: 0,
+                        });
+                        self.expected = Some(next_seq);
+                    }
+                }
+                if let Some(p) = self.progress_of(epoch) {
+                    p.frozen = true;
+                    p.next_seq = p.next_seq.max(next_seq);
+                }
+                out(Event::Frozen {
+                    offset,
+                    epoch,
+                    last_seq,
+                    next_seq,
+                });
+            }
+            ItemKind::Marker(Marker::Epoch { epoch, ring_size }) => {
+                self.epoch = epoch;
+                // A new epoch's ring starts at seq 0.
+                self.expected = Some(0);
+                self.epochs.push(EpochProgress::new(epoch, ring_size));
+                out(Event::EpochStart {
+                    offset,
+                    epoch,
+                    ring_size,
+                });
+            }
+            ItemKind::Marker(Marker::Unknown { opcode }) => out(Event::UnknownMarker { offset, opcode }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reader::SliceReader;
+    use crate::writer::TraceWriter;
+    use hmb_trace_abi::hmb_record_hdr;
+
+    enum In {
+        Rec(u64),
+        Lost(u64, u64, u64),
+        Frozen(u64, u64),
+        Epoch(u64),
+    }
+
+    fn file(items: &[In]) -> Vec<u8> {
+        let mut w = TraceWriter::new(Vec::new(), &FileHeader::new(1, 0, 1 << 16, 1)).unwrap();
+        for i in items {
+            match *i {
+                In::Rec(seq) => {
+                    let hdr = hmb_record_hdr {
+                        length: 4u32.into(),
+                        seq: seq.into(),
+                        ..Default::default()
+                    };
+                    w.write_record(&hdr, b"abcd").unwrap();
+                }
+                In::Lost(epoch, first_seq, count) => w
+                    .write_marker(&Marker::Lost {
+                        first_seq,
+                        count,
+                        epoch,
+                    })
+                    .unwrap(),
+                In::Frozen(epoch, next_seq) => w
+                    .write_marker(&Marker::Frozen {
+                        epoch,
+                        last_seq: None,
+                        next_seq,
+                    })
+                    .unwrap(),
+                In::Epoch(epoch) => w
+                    .write_marker(&Marker::Epoch {
+                        epoch,
+                        ring_size: 1 << 16,
+                    })
+                    .unwrap(),
+            }
+        }
+        w.into_inner()
+    }
+
+    /// Walk a file; events as short strings, and the walker at the end.
+    fn walk(bytes: &[u8], from_start: bool) -> (Vec<String>, Vec<EpochProgress>) {
+        let mut r = SliceReader::new(bytes).unwrap();
+        let header = *r.header();
+        let mut w = if from_start {
+            Walker::from_start(&header)
+        } else {
+            Walker::new(&header)
+        };
+        let mut seen = Vec::new();
+        for item in r.by_ref() {
+            let item = item.unwrap();
+            w.feed(&item, &mut |e| {
+                seen.push(match e {
+                    Event::Record { epoch, item } => format!("rec {epoch}/{}", item.seq()),
+                    Event::Lost {
+                        epoch,
+                        first_seq,
+                        count,
+                        ..
+                    } => format!("lost {epoch}/{first_seq}+{count}"),
+                    Event::Gap {
+                        epoch,
+                        first_seq,
+                        count,
+                        ..
+                    } => format!("gap {epoch}/{first_seq}+{count}"),
+                    Event::Frozen { epoch, next_seq, .. } => format!("frozen {epoch}@{next_seq}"),
+                    Event::EpochStart { epoch, .. } => format!("epoch {epoch}"),
+                    Event::SeqBackwards { seq, expected, .. } => format!("back {seq}<{expected}"),
+                    Event::UnknownMarker { opcode, .. } => format!("unknown {opcode}"),
+                })
+            });
+        }
+        (seen, w.into_epochs())
+    }
+
+    #[test]
+    fn gaps_losses_duplicates_and_epochs_are_told_apart() {
+        let bytes = file(&[
+            In::Rec(3),
+            In::Rec(4),
+            In::Lost(1, 5, 2),
+            In::Rec(9),
+            In::Rec(9),
+            In::Frozen(1, 12),
+            In::Epoch(2),
+            In::Rec(0),
+        ]);
+        let (events, epochs) = walk(&bytes, false);
+        assert_eq!(
+            events,
+            [
+                "rec 1/3",
+                "rec 1/4",
+                "lost 1/5+2",
+                "gap 1/7+2",
+                "rec 1/9",
+                "back 9<10",
+                "rec 1/9",
+                "gap 1/10+2",
+                "frozen 1@12",
+                "epoch 2",
+                "rec 2/0"
+            ]
+        );
+        assert_eq!(epochs.len(), 2);
+        assert_eq!(
+            (
+                epochs[0].last_seq,
+                epochs[0].next_seq,
+                epochs[0].records,
+                epochs[0].frozen
+            ),
+            (Some(9), 12, 4, true)
+        );
+        assert_eq!((epochs[1].epoch, epochs[1].next_seq, epochs[1].records), (2, 1, 1));
+        // From the start of the epoch, the three leading records are missing.
+        let (events, _) = walk(&bytes, true);
+        assert_eq!(events[0], "gap 1/0+3");
+    }
+}
