@@ -22,13 +22,13 @@ pub struct Env {
 impl Env {
     /// Prepare (cached) the image, QEMU and host tools for this process.
     pub fn from_environment() -> Result<Env> {
-        let kernel = std::env::var("HMBT_KERNEL").ok().filter(|k| !k.is_empty());
-        let qemu = match std::env::var("HMBT_QEMU").as_deref() {
+        let kernel = std::env::var("HMB_TRACE_KERNEL").ok().filter(|k| !k.is_empty());
+        let qemu = match std::env::var("HMB_TRACE_QEMU").as_deref() {
             Ok("10.0") => QemuVersion::V10_0,
             Ok("7.2") | Err(_) => QemuVersion::V7_2,
-            Ok(other) => anyhow::bail!("HMBT_QEMU={other}: use 7.2 or 10.0"),
+            Ok(other) => anyhow::bail!("HMB_TRACE_QEMU={other}: use 7.2 or 10.0"),
         };
-        let inject_reset = std::env::var("HMBT_INJECT").is_ok_and(|v| v == "reset");
+        let inject_reset = std::env::var("HMB_TRACE_INJECT").is_ok_and(|v| v == "reset");
         let sh = Shell::new()?;
         sh.change_dir(hmb_harness::workspace_root());
         let mut phases = Phases::new();

@@ -3,8 +3,8 @@
 //! normalised outcome (no timestamps, no addresses) that `tests/` compares
 //! with reviewed insta snapshots. The same snapshot holds for every kernel.
 //!
-//! Environment: `HMBT_KERNEL` (a name from images/KERNELS; default its first
-//! line), `HMBT_QEMU` (7.2 or 10.0), `HMBT_INJECT=reset` (add a controller
+//! Environment: `HMB_TRACE_KERNEL` (a name from images/KERNELS; default its first
+//! line), `HMB_TRACE_QEMU` (7.2 or 10.0), `HMB_TRACE_INJECT=reset` (add a controller
 //! reset to the streaming scenarios).
 
 pub mod env;

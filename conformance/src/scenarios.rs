@@ -102,7 +102,7 @@ fn wind_down(s: &mut Session) -> Result<(Value, Value, i32)> {
     Ok((truth, stats, rc))
 }
 
-/// Random record sizes; with HMBT_INJECT=reset, a controller reset half-way.
+/// Random record sizes; with HMB_TRACE_INJECT=reset, a controller reset half-way.
 fn streaming(env: &Env) -> Result<Value> {
     let follow = if env.inject_reset { "--follow" } else { "" };
     let mut s = env.start("streaming", RING, &stream_body(RING, follow))?;

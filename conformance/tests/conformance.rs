@@ -1,4 +1,4 @@
-//! One test per scenario, on the kernel named by HMBT_KERNEL. They boot
+//! One test per scenario, on the kernel named by HMB_TRACE_KERNEL. They boot
 //! guests, so they are ignored by plain `cargo test`; `cargo xtask
 //! conformance` runs them (through cargo-nextest, one process per scenario).
 //! The snapshot is the same for every kernel: that is the conformance claim.

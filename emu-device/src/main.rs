@@ -47,7 +47,7 @@ enum Cmd {
     /// Talk to a running device over its control socket.
     Ctl {
         /// Control socket of the device.
-        #[arg(long, short = 'c', env = "EMU_DEVICE_CONTROL")]
+        #[arg(long, short = 'c', env = "HMB_TRACE_CONTROL")]
         control: PathBuf,
         /// Seconds to wait for the answer.
         #[arg(long, default_value_t = 30)]

@@ -134,6 +134,23 @@ impl EmuDevice {
         }
     }
 
+    /// Wait for emu-device to exit by itself (it does when QEMU, its last
+    /// guest, disconnects); `None` if it is still running at the deadline.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Result<Option<std::process::ExitStatus>> {
+        let deadline = Instant::now() + timeout;
+        while let Some(child) = self.child.as_mut() {
+            if let Some(status) = child.try_wait()? {
+                self.child = None;
+                return Ok(Some(status));
+            }
+            if Instant::now() > deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        bail!("emu-device was already stopped")
+    }
+
     /// Ask for a clean shutdown, then make sure the process is gone.
     pub fn shutdown(&mut self) {
         let _ = call(&self.control_socket, &Request::Shutdown, Duration::from_secs(2));

@@ -79,9 +79,9 @@ fn run(args: Conformance) -> Result<()> {
             sh,
             "cargo nextest run -p conformance --profile conformance --run-ignored all --no-tests fail {filter...}"
         )
-        .env("HMBT_KERNEL", kernel)
-        .env("HMBT_QEMU", qemu_name)
-        .env("HMBT_INJECT", args.inject.clone().unwrap_or_default())
+        .env("HMB_TRACE_KERNEL", kernel)
+        .env("HMB_TRACE_QEMU", qemu_name)
+        .env("HMB_TRACE_INJECT", args.inject.clone().unwrap_or_default())
         .quiet()
         .run();
         // .config/nextest.toml puts the store under the workspace root.

@@ -2,19 +2,24 @@
 //! chardev speaking our server protocol, its MSI-X emulation. The guest is
 //! played by the qtest protocol (`-qtest`, vCPUs stopped): the test does the PCI
 //! config cycles and MMIO accesses the kernel module would do, so every
-//! byte and interrupt crosses QEMU exactly as with a guest.
+//! byte and interrupt crosses QEMU exactly as with a guest. The QEMU command
+//! line comes from the harness's argument builders, as for every guest.
 //!
-//! QEMU: `$HMB_QEMU`, default /usr/bin/qemu-system-x86_64, with `-L DIR`
-//! for each directory in `$HMB_QEMU_FIRMWARE` (colon-separated; needed for
-//! an unpacked QEMU such as bookworm-backports' 10.0, together with
+//! QEMU: `$HMB_TRACE_QEMU_BINARY`, default /usr/bin/qemu-system-x86_64, with
+//! `-L DIR` for each directory in `$HMB_TRACE_QEMU_FIRMWARE` (colon-separated;
+//! needed for an unpacked QEMU such as bookworm-backports' 10.0, together with
 //! `QEMU_MODULE_DIR`). Without QEMU the test says so and passes, unless
-//! `HMB_REQUIRE_QEMU=1`.
+//! `HMB_TRACE_REQUIRE_QEMU=1`.
 
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
+
+use hmb_harness::qemu::args::{self, MemoryBackend, PciPlace};
+use hmb_harness::qemu::binary::QemuBinary;
+use hmb_harness::qemu::Accel;
 
 use hmb_emu_device::control::{call, Fault, Request};
 use hmb_emu_device::serve::{ServeOptions, Serving};
@@ -40,14 +45,22 @@ const MSI_DATA: u32 = 0xc0de_0000;
 const SLICE: u64 = 4096;
 const RING: u64 = 1 << 20;
 
-fn qemu_binary() -> Option<PathBuf> {
-    let p = PathBuf::from(std::env::var("HMB_QEMU").unwrap_or_else(|_| "/usr/bin/qemu-system-x86_64".into()));
+fn qemu_binary() -> Option<QemuBinary> {
+    let p =
+        PathBuf::from(std::env::var("HMB_TRACE_QEMU_BINARY").unwrap_or_else(|_| "/usr/bin/qemu-system-x86_64".into()));
     if p.exists() {
-        Some(p)
-    } else if std::env::var("HMB_REQUIRE_QEMU").is_ok_and(|v| v == "1") {
-        panic!("{} not found and HMB_REQUIRE_QEMU=1", p.display());
+        let mut binary = QemuBinary::at(p);
+        binary.firmware_dirs = std::env::var("HMB_TRACE_QEMU_FIRMWARE")
+            .unwrap_or_default()
+            .split(':')
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .collect();
+        Some(binary)
+    } else if std::env::var("HMB_TRACE_REQUIRE_QEMU").is_ok_and(|v| v == "1") {
+        panic!("{} not found and HMB_TRACE_REQUIRE_QEMU=1", p.display());
     } else {
-        eprintln!("skipping: {} not found (set HMB_QEMU)", p.display());
+        eprintln!("skipping: {} not found (set HMB_TRACE_QEMU_BINARY)", p.display());
         None
     }
 }
@@ -131,40 +144,19 @@ fn qemu_connects_interrupts_flow_both_ways_and_the_ring_lives_through_a_reset() 
     let device = std::thread::spawn(move || serving.run());
 
     let listener = QTest::listen(&qt_sock);
-    let mut command = Command::new(&qemu);
-    for dir in std::env::var("HMB_QEMU_FIRMWARE")
-        .unwrap_or_default()
-        .split(':')
-        .filter(|d| !d.is_empty())
-    {
-        command.arg("-L").arg(dir);
-    }
+    let mut command = qemu.command();
+    // TCG with vCPUs never started (-S): the qtest socket plays the guest,
+    // and without KVM's irqfd QEMU delivers MSI-X as a memory write the
+    // test can read back.
+    command
+        .args(args::base())
+        .args(args::machine(Accel::Tcg, 128, MemoryBackend::Anonymous, 1))
+        .arg("-S")
+        .args(args::firmware_dirs(&qemu.firmware_dirs))
+        .args(args::qtest(&qt_sock))
+        .args(args::ivshmem_doorbell(&ivs, "hmb0", 2, PciPlace::Slot(SLOT)))
+        .args(args::qmp(&qmp_sock));
     let child = command
-        // TCG with vCPUs never started (-S): the qtest socket plays the
-        // guest, and without KVM's irqfd QEMU delivers MSI-X as a memory
-        // write the test can read back.
-        .args([
-            "-machine",
-            "q35",
-            "-accel",
-            "tcg",
-            "-S",
-            "-display",
-            "none",
-            "-nodefaults",
-            "-m",
-            "128",
-        ])
-        .arg("-qtest")
-        .arg(format!("unix:{}", qt_sock.display()))
-        .arg("-chardev")
-        .arg(format!("socket,path={},id=ivs", ivs.display()))
-        .arg("-device")
-        .arg(format!(
-            "ivshmem-doorbell,chardev=ivs,vectors=2,addr={SLOT:#x}.0,id=hmb0"
-        ))
-        .arg("-qmp")
-        .arg(format!("unix:{},server=on,wait=off", qmp_sock.display()))
         .stdin(Stdio::null())
         // qtest traces every access on stderr: keep it out of the test output.
         .stderr(std::fs::File::create(dir.path().join("qemu.log")).unwrap())
