@@ -5,28 +5,21 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use hmb_harness::guest_script::files;
+use hmb_harness::qemu::console::is_fault_line;
 use hmb_harness::truth::{self, Segment, TruthReport};
 use serde_json::{json, Value};
 
-/// Kernel log lines that fail any scenario.
-const BAD_KERNEL_LINES: &[&str] = &[
-    "WARNING:",
-    "BUG:",
-    "Oops",
-    "KASAN",
-    "UBSAN",
-    "Call Trace",
-    "general protection",
-];
-
-/// Problem lines of the guest's kernel log (dmesg.txt) and console.
+/// Problem lines of the guest's kernel log (dmesg.txt) and console: kernel
+/// lines (`[  time] ...`) that report a fault, by the same rule as the live
+/// console scan (`qemu::console::is_fault_line`), so the job's own output
+/// saying "WARNING:" is not a kernel fault.
 pub fn kernel_log_problems(run_dir: &Path) -> Vec<String> {
     let mut bad = Vec::new();
     for name in [files::DMESG, "console.log"] {
         let text = std::fs::read_to_string(run_dir.join(name)).unwrap_or_default();
         bad.extend(
             text.lines()
-                .filter(|l| BAD_KERNEL_LINES.iter().any(|b| l.contains(b)))
+                .filter(|l| is_fault_line(l))
                 .map(|l| format!("{name}: {l}")),
         );
     }
@@ -81,4 +74,36 @@ pub fn truth_facts(report: &TruthReport) -> Value {
         "duplicates": report.duplicates,
         "mismatches": report.mismatches.len(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_kernel_fault_lines_spoil_the_log() {
+        let dir = std::env::temp_dir().join(format!("hmbt-outcome-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join(files::DMESG),
+            "[    0.000000] Linux version 6.1\n[   12.5] nvme-hmb-trace 0000:01:00.0: ring ready\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("console.log"),
+            "HMBT-STEP daemon\nWARNING: the job printed this\n",
+        )
+        .unwrap();
+        assert_eq!(kernel_log(&dir), json!("clean"));
+        std::fs::write(
+            dir.join(files::DMESG),
+            "[   13.1] WARNING: CPU: 0 PID: 7 at kmod/hmb_trace_core.c:99 f+0x1/0x2\n",
+        )
+        .unwrap();
+        assert_eq!(
+            kernel_log_problems(&dir),
+            ["dmesg.txt: [   13.1] WARNING: CPU: 0 PID: 7 at kmod/hmb_trace_core.c:99 f+0x1/0x2"]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

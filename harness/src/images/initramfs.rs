@@ -139,9 +139,12 @@ pub fn build(sh: &Shell, inp: &InitramfsInputs) -> Result<Initramfs> {
     for (host, guest) in &present {
         fp.add_str("guest", guest).add_file("extra", host)?;
     }
+    // Named by its inputs: a run sharing the cache with another clone never
+    // has its image replaced between building and booting it.
+    let key = format!("{}-{}", inp.name, fp.hex());
     let dir = inp.cache.join("initramfs");
-    let out = dir.join(format!("{}.cpio.gz", inp.name));
-    let stamp = Stamp::new(dir.join(format!("{}.stamp", inp.name)), &fp);
+    let out = dir.join(format!("{key}.cpio.gz"));
+    let stamp = Stamp::new(dir.join(format!("{key}.stamp")), &fp);
     let our_module_paths: Vec<String> = inp
         .our_modules
         .iter()
@@ -150,7 +153,7 @@ pub fn build(sh: &Shell, inp: &InitramfsInputs) -> Result<Initramfs> {
     let rebuilt = !(stamp.is_fresh() && out.exists());
     if rebuilt {
         stamp.invalidate()?;
-        let staging = dir.join(format!("{}.staging", inp.name));
+        let staging = dir.join(format!("{key}.staging"));
         if staging.exists() {
             std::fs::remove_dir_all(&staging)?;
         }

@@ -41,19 +41,23 @@ pub fn build(
     }
     let headers = kernel.headers_package();
     let headers_version = installed_headers_version(sh, env, spec, &headers)?;
-    let (build_dir, inside_dir) = match env {
-        AptEnv::Host => (cache.join("kmod").join(&spec.name).join("build"), None),
-        AptEnv::Chroot(c) => {
-            let inside = format!("/build/kmod-{}", spec.name);
-            (c.host_path(&inside), Some(inside))
-        }
-    };
     let mut fp = Fingerprint::new();
     fp.add_str("recipe", "1")
         .add_str("headers", &format!("{headers}={headers_version}"))
         .add_str("env", &env.describe())
         .add_tree("src", source, &is_build_product)?;
-    let stamp = Stamp::new(cache.join("kmod").join(format!("{}.stamp", spec.name)), &fp);
+    // One build folder per input fingerprint: clones with different module
+    // sources sharing one cache (HMB_TRACE_CACHE) never rebuild each other's
+    // module under a guest that is about to boot it.
+    let key = format!("{}-{}", spec.name, fp.hex());
+    let (build_dir, inside_dir) = match env {
+        AptEnv::Host => (cache.join("kmod").join(&key).join("build"), None),
+        AptEnv::Chroot(c) => {
+            let inside = format!("/build/kmod-{key}");
+            (c.host_path(&inside), Some(inside))
+        }
+    };
+    let stamp = Stamp::new(cache.join("kmod").join(format!("{key}.stamp")), &fp);
     let rebuilt = !stamp.is_fresh() || find_modules(&build_dir)?.is_empty();
     if rebuilt {
         stamp.invalidate()?;
