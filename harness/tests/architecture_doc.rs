@@ -83,5 +83,8 @@ fn the_crate_table_matches_the_manifests() {
         assert_eq!(doc.get(name), Some(want), "docs/architecture.md row of {name}");
     }
     let extra: Vec<&String> = doc.keys().filter(|k| !manifests.contains_key(*k)).collect();
-    assert!(extra.is_empty(), "docs/architecture.md lists crates that do not exist: {extra:?}");
+    assert!(
+        extra.is_empty(),
+        "docs/architecture.md lists crates that do not exist: {extra:?}"
+    );
 }
