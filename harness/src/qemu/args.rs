@@ -16,12 +16,18 @@ fn args<const N: usize>(parts: [String; N]) -> Args {
     parts.into_iter().map(OsString::from).collect()
 }
 
-/// No default devices, no user config, no display, no reboot (a guest
-/// reboot means a panic: `panic=-1` turns it into QEMU exiting).
+/// No default devices, no user config, no display.
 pub fn base() -> Args {
-    ["-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"]
+    ["-nodefaults", "-no-user-config", "-display", "none"]
         .map(OsString::from)
         .to_vec()
+}
+
+/// A guest reboot makes QEMU exit: with `panic=-1` a guest panic ends the
+/// run instead of booting again. (A test that sends QMP `system_reset`
+/// leaves it out.)
+pub fn no_reboot() -> Args {
+    vec!["-no-reboot".into()]
 }
 
 /// Where guest RAM comes from.

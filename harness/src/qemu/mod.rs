@@ -113,6 +113,7 @@ impl VmConfig {
 
     pub fn args(&self) -> Vec<OsString> {
         let mut a = args::base();
+        a.extend(args::no_reboot());
         a.extend(args::machine(self.accel, self.memory_mb, self.memory_backend, self.smp));
         a.extend(args::firmware_dirs(&self.binary.firmware_dirs));
         a.extend(args::direct_kernel(
