@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * hmb_emu_glue.c - the emulated controller: QEMU's ivshmem PCI device
+ * The emulated controller: QEMU's ivshmem PCI device
  * (1af4:1110) whose BAR2 stands in for the NVMe Host Memory Buffer.
  *
  * This file plays the part the NVMe core patch plays on real hardware:
@@ -11,15 +11,24 @@
  * NVMe glue replaces this file and keeps hmb_trace.h's contract.
  *
  * ivshmem-doorbell: BAR0 registers, BAR1 MSI-X (device interrupts reach
- * hmb_trace_notify()), BAR2 shared memory. ivshmem-plain: BAR0 and BAR2
- * only, no interrupts; the core then samples the ring on a timer.
+ * hmb_trace_notify()), BAR2 shared memory. ivshmem-plain, or no MSI-X
+ * (pci=nomsi, no vectors): the core samples the ring on a timer instead.
+ *
+ * 1af4:1110 is every ivshmem device, most of them used for something else
+ * (VM-to-VM shared memory, Looking Glass). Probe binds only when the
+ * device's opt-in signature (struct hmb_device_block) is in BAR2, and
+ * writes nothing to BAR2 before it has found it.
  */
 #include <linux/module.h>
 #include <linux/kernel.h>
 #include <linux/pci.h>
 #include <linux/interrupt.h>
 #include <linux/io.h>
+#include <linux/iopoll.h>
+#include <linux/overflow.h>
 #include <linux/slab.h>
+#include <linux/debugfs.h>
+#include <linux/seq_file.h>
 #include <asm/barrier.h>
 #include <asm/byteorder.h>
 
@@ -34,6 +43,7 @@
 #define IVSHMEM_REGS_LEN	0x100
 #define IVSHMEM_REG_IVPOSITION	0x08	/* our own peer id, -1 without a server */
 #define IVSHMEM_REG_DOORBELL	0x0c	/* (peer << 16) | vector */
+#define IVSHMEM_MAX_PEER	0xffff	/* the doorbell's peer field is 16 bits */
 #define HMB_EMU_DOORBELL_VECTOR	0
 
 static ulong ring_size = 16UL << 20;
@@ -46,17 +56,26 @@ MODULE_PARM_DESC(slice_offset, "Offset of the trace slice in the emulated HMB (B
 
 static uint device_peer;
 module_param(device_peer, uint, 0444);
-MODULE_PARM_DESC(device_peer, "ivshmem peer id of the emulated device (emu-device), whose doorbell is rung after advertising (default 0)");
+MODULE_PARM_DESC(device_peer, "ivshmem peer id (0..65535) of the emulated device (emu-device), whose doorbell is rung after advertising (default 0)");
+
+static uint ack_timeout_ms = 5000;
+module_param(ack_timeout_ms, uint, 0444);
+MODULE_PARM_DESC(ack_timeout_ms, "How long to wait for the device to acknowledge a withdrawn advert before giving up (default 5000)");
+
+static struct dentry *hmb_emu_debugfs_root;
 
 struct hmb_emu {
 	struct pci_dev *pdev;
 	void __iomem *regs;		/* BAR0 */
 	void *hmb;			/* BAR2 [0, slice end), normal memory */
-	struct hmb_advert *advert;	/* at HMB_ADVERT_OFFSET */
+	struct hmb_advert *advert;	/* at HMB_ADVERT_OFFSET, written by us */
+	const struct hmb_device_block *devblk;	/* written by the device only */
 	void *slice;
 	u64 ring_size;
 	int irq;			/* -1: no device interrupts */
-	struct hmb_trace_dev *td;
+	char irq_name[48];		/* "nvme-hmb-trace@<pci address>" */
+	struct hmb_trace_dev *td;	/* NULL once unregistered */
+	struct dentry *debugfs;
 };
 
 static void hmb_emu_ring_doorbell(struct hmb_emu *emu)
@@ -66,9 +85,58 @@ static void hmb_emu_ring_doorbell(struct hmb_emu *emu)
 	       emu->regs + IVSHMEM_REG_DOORBELL);
 }
 
-/* Tell the device to stop: it must not produce without a READY advert. */
+/* The device's opt-in: its signature at HMB_DEVICE_OFFSET. */
+static bool hmb_emu_device_opted_in(const struct hmb_emu *emu)
+{
+	return le32_to_cpu((__force __le32)READ_ONCE(emu->devblk->magic)) ==
+	       HMB_DEVICE_MAGIC;
+}
+
+/* The generation whose withdrawal the device last acknowledged. */
+static u64 hmb_emu_acked(const struct hmb_emu *emu)
+{
+	/*
+	 * Acquire pairs with the device's release store of ack_generation,
+	 * made after its last store to the withdrawn slice.
+	 */
+	return le64_to_cpu((__force __le64)smp_load_acquire(&emu->devblk->ack_generation));
+}
+
+/*
+ * Withdraw the advert and wait until the device says it stopped writing
+ * the slice: only then may the slice be rewritten or handed back. Returns
+ * 0, or -ETIMEDOUT after ack_timeout_ms. No advert magic: nothing was ever
+ * advertised here, nothing to wait for.
+ */
+static int hmb_emu_quiesce(struct hmb_emu *emu)
+{
+	struct hmb_advert *ad = emu->advert;
+	u64 gen, acked;
+	int ret;
+
+	if (le32_to_cpu((__force __le32)READ_ONCE(ad->magic)) != HMB_ADVERT_MAGIC)
+		return 0;
+	gen = le64_to_cpu((__force __le64)READ_ONCE(ad->generation));
+	/*
+	 * Release: pairs with the device's acquire load of state; the device
+	 * must not find READY again for the ring that is going away.
+	 */
+	smp_store_release(&ad->state,
+			  (__force __u32)cpu_to_le32(HMB_ADVERT_STATE_NONE));
+	hmb_emu_ring_doorbell(emu);
+	ret = read_poll_timeout(hmb_emu_acked, acked, acked == gen, 1000,
+				(u64)ack_timeout_ms * USEC_PER_MSEC, false, emu);
+	if (ret)
+		dev_err(&emu->pdev->dev,
+			"the device did not acknowledge the withdrawal of generation %llu within %u ms (it says %llu)\n",
+			gen, ack_timeout_ms, acked);
+	return ret;
+}
+
+/* Withdraw without waiting: REINIT, where FROZEN says the device stopped. */
 static void hmb_emu_withdraw(struct hmb_emu *emu)
 {
+	/* Release: pairs with the device's acquire load of state. */
 	smp_store_release(&emu->advert->state,
 			  (__force __u32)cpu_to_le32(HMB_ADVERT_STATE_NONE));
 }
@@ -84,6 +152,10 @@ static void hmb_emu_advertise(struct hmb_emu *emu, u64 epoch)
 	ad->slice_offset = (__force __u64)cpu_to_le64(slice_offset);
 	ad->slice_len = (__force __u64)cpu_to_le64(HMB_RING_HDR_SIZE +
 						    emu->ring_size);
+	/*
+	 * Release: pairs with the device's acquire load of state. The ring
+	 * header and the advert fields above are visible before READY is.
+	 */
 	smp_store_release(&ad->state,
 			  (__force __u32)cpu_to_le32(HMB_ADVERT_STATE_READY));
 	hmb_emu_ring_doorbell(emu);
@@ -106,15 +178,29 @@ static int hmb_emu_reinit(void *priv, u64 new_epoch)
 	struct hmb_emu *emu = priv;
 
 	hmb_emu_withdraw(emu);
-	hmb_ring_init(emu->slice, emu->ring_size, new_epoch);
+	hmb_ring_init_header(emu->slice, emu->ring_size, new_epoch);
 	hmb_emu_advertise(emu, new_epoch);
-	dev_info(&emu->pdev->dev, "trace ring re-initialised, epoch %llu\n",
-		 new_epoch);
+	dev_dbg(&emu->pdev->dev, "trace ring re-initialised, epoch %llu\n",
+		new_epoch);
 	return 0;
+}
+
+/*
+ * Surprise removal or an uncorrectable PCI error (pci_channel_offline():
+ * frozen or disconnected, set by the PCI core before error_detected), or
+ * BAR2 reading as all-ones, as a vanished device's memory does.
+ */
+static bool hmb_emu_lost(void *priv)
+{
+	struct hmb_emu *emu = priv;
+
+	return pci_channel_offline(emu->pdev) ||
+	       READ_ONCE(emu->devblk->magic) == (__force __u32)~0U;
 }
 
 static const struct hmb_trace_backend_ops hmb_emu_ops = {
 	.reinit = hmb_emu_reinit,
+	.lost = hmb_emu_lost,
 };
 
 static irqreturn_t hmb_emu_irq(int irq, void *data)
@@ -125,90 +211,200 @@ static irqreturn_t hmb_emu_irq(int irq, void *data)
 	return IRQ_HANDLED;
 }
 
-static int hmb_emu_check_params(struct pci_dev *pdev)
+/* Parameters that do not depend on the device: checked at module load. */
+static int hmb_emu_check_params(void)
 {
-	resource_size_t bar_len = pci_resource_len(pdev, IVSHMEM_SHM_BAR);
+	if (!hmb_ring_size_valid(ring_size)) {
+		pr_err(HMB_EMU_NAME ": ring_size=%lu is not a power of two in [%u, %llu]\n",
+		       ring_size, HMB_RING_MIN_SIZE, HMB_RING_MAX_SIZE);
+		return -EINVAL;
+	}
+	if (slice_offset < HMB_TRACE_SLICE_ALIGN ||
+	    slice_offset % HMB_TRACE_SLICE_ALIGN ||
+	    slice_offset % PAGE_SIZE) {
+		pr_err(HMB_EMU_NAME ": slice_offset=%lu must be a multiple of %u and of the page size, and leave room for the advert\n",
+		       slice_offset, HMB_TRACE_SLICE_ALIGN);
+		return -EINVAL;
+	}
+	if (device_peer > IVSHMEM_MAX_PEER) {
+		pr_err(HMB_EMU_NAME ": device_peer=%u does not fit the doorbell's 16-bit peer field\n",
+		       device_peer);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* The trace slice must lie inside BAR2; no sum may wrap. */
+static int hmb_emu_check_fit(struct pci_dev *pdev, u64 *map_len)
+{
+	u64 bar_len = pci_resource_len(pdev, IVSHMEM_SHM_BAR);
+	u64 end;
 
 	if (!(pci_resource_flags(pdev, IVSHMEM_SHM_BAR) & IORESOURCE_MEM)) {
 		dev_err(&pdev->dev, "BAR%d is not a memory BAR\n",
 			IVSHMEM_SHM_BAR);
 		return -ENODEV;
 	}
-	if (!hmb_ring_size_valid(ring_size)) {
-		dev_err(&pdev->dev,
-			"ring_size=%lu is not a power of two in [%u, %llu]\n",
-			ring_size, HMB_RING_MIN_SIZE, HMB_RING_MAX_SIZE);
-		return -EINVAL;
-	}
-	if (slice_offset < HMB_TRACE_SLICE_ALIGN ||
-	    slice_offset % HMB_TRACE_SLICE_ALIGN ||
-	    slice_offset % PAGE_SIZE) {
-		dev_err(&pdev->dev,
-			"slice_offset=%lu must be a multiple of %u and of the page size, and leave room for the advert\n",
-			slice_offset, HMB_TRACE_SLICE_ALIGN);
-		return -EINVAL;
-	}
-	if ((u64)slice_offset + HMB_RING_HDR_SIZE + ring_size > bar_len) {
+	if (check_add_overflow((u64)slice_offset, (u64)HMB_RING_HDR_SIZE, &end) ||
+	    check_add_overflow(end, (u64)ring_size, &end) || end > bar_len) {
 		dev_err(&pdev->dev,
 			"trace slice (offset %lu, %llu bytes) does not fit the %llu-byte HMB\n",
-			slice_offset, (u64)HMB_RING_HDR_SIZE + ring_size,
-			(u64)bar_len);
+			slice_offset, (u64)HMB_RING_HDR_SIZE + ring_size, bar_len);
 		return -EINVAL;
 	}
+	*map_len = end;
 	return 0;
 }
 
-/* Whether the device can interrupt us: ivshmem-doorbell has MSI-X, plain has not. */
-static bool hmb_emu_has_irq(struct pci_dev *pdev)
-{
-	return pci_msix_vec_count(pdev) > 0;
-}
-
-/* Called once emu->td exists: the handler may run at once. */
-static int hmb_emu_setup_irq(struct hmb_emu *emu)
+/*
+ * One MSI-X vector if the device has one and the platform grants it;
+ * otherwise (ivshmem-plain, pci=nomsi, no vectors left) none, and the core
+ * samples the ring instead. Returns whether interrupts will be used.
+ */
+static bool hmb_emu_alloc_vector(struct hmb_emu *emu)
 {
 	struct pci_dev *pdev = emu->pdev;
 	int ret;
 
+	if (pci_msix_vec_count(pdev) <= 0)
+		return false;
 	/* An MSI-X message is a DMA write: without bus mastering it is dropped. */
 	pci_set_master(pdev);
 	ret = pci_alloc_irq_vectors(pdev, 1, 1, PCI_IRQ_MSIX);
-	if (ret < 0)
-		goto err_master;
-	ret = request_irq(pci_irq_vector(pdev, 0), hmb_emu_irq, 0,
-			  HMB_EMU_NAME, emu);
-	if (ret) {
-		pci_free_irq_vectors(pdev);
-		goto err_master;
+	if (ret < 0) {
+		pci_clear_master(pdev);
+		dev_info(&pdev->dev,
+			 "no MSI-X vector (%d): sampling the ring while open instead\n",
+			 ret);
+		return false;
 	}
-	emu->irq = pci_irq_vector(pdev, 0);
-	return 0;
-
-err_master:
-	pci_clear_master(pdev);
-	return ret;
+	return true;
 }
 
-static void hmb_emu_teardown_irq(struct hmb_emu *emu)
+/* Called once emu->td exists: the handler may run at once. */
+static int hmb_emu_request_irq(struct hmb_emu *emu)
 {
-	if (emu->irq < 0)
-		return;
-	free_irq(emu->irq, emu);
-	pci_free_irq_vectors(emu->pdev);
-	pci_clear_master(emu->pdev);
+	struct pci_dev *pdev = emu->pdev;
+	int ret;
+
+	/* Per device, so /proc/interrupts tells two controllers apart. */
+	snprintf(emu->irq_name, sizeof(emu->irq_name), HMB_EMU_NAME "@%s",
+		 pci_name(pdev));
+	ret = request_irq(pci_irq_vector(pdev, 0), hmb_emu_irq, 0,
+			  emu->irq_name, emu);
+	if (ret)
+		return ret;
+	emu->irq = pci_irq_vector(pdev, 0);
+	return 0;
+}
+
+static void hmb_emu_free_vector(struct hmb_emu *emu)
+{
+	if (emu->irq >= 0)
+		free_irq(emu->irq, emu);
 	emu->irq = -1;
+	if (emu->pdev->msix_enabled) {
+		pci_free_irq_vectors(emu->pdev);
+		pci_clear_master(emu->pdev);
+	}
+}
+
+/* ---- debugfs: <debugfs>/nvme-hmb-trace/<pci address>/state ---- */
+
+static int hmb_emu_state_show(struct seq_file *m, void *unused)
+{
+	struct hmb_emu *emu = m->private;
+	const struct hmb_advert *ad = emu->advert;
+	const struct hmb_ring_hdr *hdr = emu->slice;
+
+	seq_printf(m, "advert.magic %#x\nadvert.state %u\nadvert.generation %llu\n",
+		   le32_to_cpu((__force __le32)READ_ONCE(ad->magic)),
+		   le32_to_cpu((__force __le32)READ_ONCE(ad->state)),
+		   le64_to_cpu((__force __le64)READ_ONCE(ad->generation)));
+	seq_printf(m, "advert.slice_offset %llu\nadvert.slice_len %llu\n",
+		   le64_to_cpu((__force __le64)READ_ONCE(ad->slice_offset)),
+		   le64_to_cpu((__force __le64)READ_ONCE(ad->slice_len)));
+	seq_printf(m, "device.magic %#x\ndevice.ack_generation %llu\n",
+		   le32_to_cpu((__force __le32)READ_ONCE(emu->devblk->magic)),
+		   hmb_emu_acked(emu));
+	seq_printf(m, "ring.magic %#x\nring.version %u.%u\nring.ring_size %llu\nring.epoch %llu\n",
+		   le32_to_cpu((__force __le32)READ_ONCE(hdr->magic)),
+		   le16_to_cpu((__force __le16)READ_ONCE(hdr->version_major)),
+		   le16_to_cpu((__force __le16)READ_ONCE(hdr->version_minor)),
+		   hmb_ring_le64(&hdr->ring_size), hmb_ring_le64(&hdr->epoch));
+	seq_printf(m, "ring.head %llu\nring.flags %#x\nring.next_seq %llu\nring.tail %llu\n",
+		   hmb_ring_head(hdr), hmb_ring_flags(hdr),
+		   hmb_ring_le64(&hdr->next_seq), hmb_ring_tail(hdr));
+	seq_printf(m, "ring.dropped_records %llu\nring.overflow_events %llu\n",
+		   hmb_ring_le64(&hdr->dropped_records),
+		   hmb_ring_le64(&hdr->overflow_events));
+	seq_printf(m, "irq %s\n", emu->irq >= 0 ? emu->irq_name : "none (sampled)");
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(hmb_emu_state);
+
+static void hmb_emu_debugfs_add(struct hmb_emu *emu)
+{
+	/* debugfs failures are not errors: the directory is for humans. */
+	emu->debugfs = debugfs_create_dir(pci_name(emu->pdev),
+					  hmb_emu_debugfs_root);
+	debugfs_create_file("state", 0400, emu->debugfs, emu,
+			    &hmb_emu_state_fops);
+}
+
+/* ---- probe and removal ---- */
+
+/*
+ * BAR0 and BAR2 mapped, nothing written. Returns -ENODEV (quietly) for an
+ * ivshmem device that is not ours.
+ */
+static int hmb_emu_map(struct hmb_emu *emu, u64 map_len)
+{
+	struct pci_dev *pdev = emu->pdev;
+
+	/*
+	 * QEMU backs BAR2 with host RAM shared with emu-device, so map it as
+	 * memory, not registers: the ring protocol's acquire/release accesses
+	 * then work as on the real HMB. The WB request may end up uncached
+	 * where the MTRRs say so (docs/kmod.md); that only adds ordering.
+	 */
+	emu->hmb = memremap(pci_resource_start(pdev, IVSHMEM_SHM_BAR), map_len,
+			    MEMREMAP_WB);
+	if (!emu->hmb)
+		return -ENOMEM;
+	emu->advert = emu->hmb + HMB_ADVERT_OFFSET;
+	emu->devblk = emu->hmb + HMB_DEVICE_OFFSET;
+	emu->slice = emu->hmb + slice_offset;
+	if (!hmb_emu_device_opted_in(emu)) {
+		dev_info(&pdev->dev,
+			 "no hmb-trace device signature in BAR%d: not an emulated HMB, not binding\n",
+			 IVSHMEM_SHM_BAR);
+		memunmap(emu->hmb);
+		return -ENODEV;
+	}
+	emu->regs = pci_iomap(pdev, IVSHMEM_REGS_BAR, IVSHMEM_REGS_LEN);
+	if (!emu->regs) {
+		memunmap(emu->hmb);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static void hmb_emu_unmap(struct hmb_emu *emu)
+{
+	memunmap(emu->hmb);
+	pci_iounmap(emu->pdev, emu->regs);
 }
 
 static int hmb_emu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 {
 	struct hmb_trace_slice slice;
-	resource_size_t hmb_phys;
 	struct hmb_emu *emu;
 	bool irq_driven;
-	u64 epoch;
+	u64 epoch, map_len;
 	int ret;
 
-	ret = hmb_emu_check_params(pdev);
+	ret = hmb_emu_check_fit(pdev, &map_len);
 	if (ret)
 		return ret;
 	emu = kzalloc(sizeof(*emu), GFP_KERNEL);
@@ -225,48 +421,41 @@ static int hmb_emu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ret = pci_request_regions(pdev, HMB_EMU_NAME);
 	if (ret)
 		goto err_disable;
-	emu->regs = pci_iomap(pdev, IVSHMEM_REGS_BAR, IVSHMEM_REGS_LEN);
-	if (!emu->regs) {
-		ret = -ENOMEM;
+	ret = hmb_emu_map(emu, map_len);
+	if (ret)
 		goto err_regions;
-	}
-	/*
-	 * QEMU backs BAR2 with host RAM shared with emu-device, so map it as
-	 * memory, not registers: the ring protocol's acquire/release accesses
-	 * then work as on the real HMB. The WB request may end up uncached
-	 * where the MTRRs say so (docs/kmod.md); that only adds ordering.
-	 */
-	hmb_phys = pci_resource_start(pdev, IVSHMEM_SHM_BAR);
-	emu->hmb = memremap(hmb_phys, slice_offset + HMB_RING_HDR_SIZE + ring_size,
-			    MEMREMAP_WB);
-	if (!emu->hmb) {
-		ret = -ENOMEM;
-		goto err_iounmap;
-	}
-	emu->advert = emu->hmb + HMB_ADVERT_OFFSET;
-	emu->slice = emu->hmb + slice_offset;
 
-	/* A previous load may have left a READY advert: retract it first. */
+	/*
+	 * A previous owner (an earlier load, a kexec'd kernel) may have left
+	 * a READY advert with the device still writing: withdraw it, ring,
+	 * and wait for the device to stop before touching the slice.
+	 */
 	epoch = hmb_emu_first_epoch(emu);
-	hmb_emu_withdraw(emu);
-	hmb_ring_init(emu->slice, emu->ring_size, epoch);
+	ret = hmb_emu_quiesce(emu);
+	if (ret)
+		goto err_unmap;
+	hmb_ring_zero_data(emu->slice, emu->ring_size);
+	hmb_ring_init_header(emu->slice, emu->ring_size, epoch);
 
 	slice.kva = emu->slice;
-	slice.phys = hmb_phys + slice_offset;
+	slice.phys = pci_resource_start(pdev, IVSHMEM_SHM_BAR) + slice_offset;
 	slice.ring_size = emu->ring_size;
+	slice.epoch = epoch;
 
-	irq_driven = hmb_emu_has_irq(pdev);
+	irq_driven = hmb_emu_alloc_vector(emu);
 	emu->td = hmb_trace_register(&pdev->dev, &slice, &hmb_emu_ops, emu,
 				     irq_driven);
 	if (IS_ERR(emu->td)) {
 		ret = PTR_ERR(emu->td);
-		goto err_memunmap;
+		emu->td = NULL;
+		goto err_vector;
 	}
 	if (irq_driven) {
-		ret = hmb_emu_setup_irq(emu);
+		ret = hmb_emu_request_irq(emu);
 		if (ret)
 			goto err_unregister;
 	}
+	hmb_emu_debugfs_add(emu);
 	/* Only now may the device start producing. */
 	hmb_emu_advertise(emu, epoch);
 	if (irq_driven)
@@ -282,10 +471,12 @@ static int hmb_emu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 
 err_unregister:
 	hmb_trace_unregister(emu->td);
-err_memunmap:
-	memunmap(emu->hmb);
-err_iounmap:
-	pci_iounmap(pdev, emu->regs);
+	emu->td = NULL;
+err_vector:
+	hmb_emu_free_vector(emu);
+	/* The header was rewritten but never advertised: nothing to withdraw. */
+err_unmap:
+	hmb_emu_unmap(emu);
 err_regions:
 	pci_release_regions(pdev);
 err_disable:
@@ -295,22 +486,58 @@ err_free:
 	return ret;
 }
 
+/*
+ * Stop everything that reaches the ring (interrupt, then the character
+ * device), then stop the device and wait for it. Shared by remove and
+ * shutdown; runs once.
+ */
+static void hmb_emu_stop(struct hmb_emu *emu)
+{
+	if (!emu->td)
+		return;
+	debugfs_remove_recursive(emu->debugfs);
+	emu->debugfs = NULL;
+	/* Interrupts first: the handler reaches the ring through the core. */
+	hmb_emu_free_vector(emu);
+	hmb_trace_unregister(emu->td);
+	emu->td = NULL;
+	/* Bounded; on timeout it has said so, and there is nothing else to do. */
+	hmb_emu_quiesce(emu);
+}
+
 static void hmb_emu_remove(struct pci_dev *pdev)
 {
 	struct hmb_emu *emu = pci_get_drvdata(pdev);
 
-	/* Interrupts first: the handler reaches the ring through the core. */
-	hmb_emu_teardown_irq(emu);
-	hmb_trace_unregister(emu->td);
-	/* Stop the device, then let the HMB go. */
-	hmb_emu_withdraw(emu);
-	hmb_emu_ring_doorbell(emu);
-	memunmap(emu->hmb);
-	pci_iounmap(pdev, emu->regs);
+	hmb_emu_stop(emu);
+	hmb_emu_unmap(emu);
 	pci_release_regions(pdev);
 	pci_disable_device(pdev);
 	kfree(emu);
 }
+
+/* Reboot, poweroff, kexec: leave no live advert behind. */
+static void hmb_emu_shutdown(struct pci_dev *pdev)
+{
+	hmb_emu_stop(pci_get_drvdata(pdev));
+}
+
+/*
+ * No recovery is offered: after an uncorrectable error the ring contents
+ * cannot be trusted, so the device is treated as gone (the core reports
+ * POLLHUP|POLLERR and -ENODEV through ops->lost) until it is removed.
+ */
+static pci_ers_result_t hmb_emu_error_detected(struct pci_dev *pdev,
+					       pci_channel_state_t state)
+{
+	dev_warn(&pdev->dev, "PCI error (channel state %d): trace ring abandoned\n",
+		 (__force int)state);
+	return PCI_ERS_RESULT_DISCONNECT;
+}
+
+static const struct pci_error_handlers hmb_emu_err_handlers = {
+	.error_detected = hmb_emu_error_detected,
+};
 
 static const struct pci_device_id hmb_emu_ids[] = {
 	{ PCI_DEVICE(IVSHMEM_VENDOR_ID, IVSHMEM_DEVICE_ID) },
@@ -323,14 +550,26 @@ static struct pci_driver hmb_emu_driver = {
 	.id_table = hmb_emu_ids,
 	.probe = hmb_emu_probe,
 	.remove = hmb_emu_remove,
+	.shutdown = hmb_emu_shutdown,
+	.err_handler = &hmb_emu_err_handlers,
 };
 
 int hmb_emu_glue_init(void)
 {
-	return pci_register_driver(&hmb_emu_driver);
+	int ret;
+
+	ret = hmb_emu_check_params();
+	if (ret)
+		return ret;
+	hmb_emu_debugfs_root = debugfs_create_dir(HMB_EMU_NAME, NULL);
+	ret = pci_register_driver(&hmb_emu_driver);
+	if (ret)
+		debugfs_remove_recursive(hmb_emu_debugfs_root);
+	return ret;
 }
 
 void hmb_emu_glue_exit(void)
 {
 	pci_unregister_driver(&hmb_emu_driver);
+	debugfs_remove_recursive(hmb_emu_debugfs_root);
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * hmb_trace.h - interface between the generic core (character device,
+ * Interface between the generic core (character device,
  * mmap, poll, ioctl, sysfs) and the glue that owns a trace slice in a
  * Host Memory Buffer. The emulated HMB (QEMU ivshmem) glue lives in
  * hmb_emu_glue.c; a real NVMe glue would implement the same contract.
@@ -11,6 +11,8 @@
 #include <linux/types.h>
 #include <uapi/linux/nvme_hmb_trace.h>
 
+#include "hmb_trace_compat.h"
+
 struct device;
 struct hmb_trace_dev;
 
@@ -18,10 +20,16 @@ struct hmb_trace_dev;
 struct hmb_trace_backend_ops {
 	/*
 	 * The device is FROZEN: rewrite the ring header for @new_epoch
-	 * (hmb_ring_init()) and advertise the ring to the device again.
-	 * Called under the core's device lock, never after unregister.
+	 * (hmb_ring_init_header()) and advertise the ring to the device again.
+	 * Called under the core's device lock, never after unregister; must
+	 * not sleep for long (the data area is not zeroed again).
 	 */
 	int (*reinit)(void *priv, u64 new_epoch);
+	/*
+	 * Optional: whether the device is gone without a remove yet (surprise
+	 * removal, a permanent PCI error). Any context; must not sleep.
+	 */
+	bool (*lost)(void *priv);
 };
 
 /* A trace slice the glue has carved and initialised. */
@@ -35,6 +43,7 @@ struct hmb_trace_slice {
 	 */
 	struct page **pages;
 	u64 ring_size;		/* data area bytes (power of two) */
+	u64 epoch;		/* the epoch hmb_ring_init_header() wrote */
 };
 
 /*
@@ -58,7 +67,8 @@ void hmb_trace_notify(struct hmb_trace_dev *td);
 void hmb_trace_unregister(struct hmb_trace_dev *td);
 
 /* Ring header helpers (hmb_trace_ring.c). */
-void hmb_ring_init(void *slice, u64 ring_size, u64 epoch);
+void hmb_ring_init_header(void *slice, u64 ring_size, u64 epoch);
+void hmb_ring_zero_data(void *slice, u64 ring_size);
 u64 hmb_ring_head(const struct hmb_ring_hdr *hdr);
 u32 hmb_ring_flags(const struct hmb_ring_hdr *hdr);
 u64 hmb_ring_tail(const struct hmb_ring_hdr *hdr);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * hmb_trace_compat.h - the only place that knows kernel API differences
+ * The only place that knows kernel API differences
  * between the kernels the module supports (Debian 6.1, 6.12 and 7.x).
  * Everything else calls the newest spelling.
  */
@@ -10,6 +10,16 @@
 #include <linux/version.h>
 #include <linux/mm.h>
 #include <linux/device.h>
+
+/*
+ * The ring protocol loads and stores 64-bit head/tail/epoch words with
+ * single acquire/release accesses (a 32-bit kernel would tear them), and
+ * mmap, the fault handler and the slice alignment assume that the 4096-byte
+ * ring header page is exactly one page.
+ */
+#if !defined(CONFIG_64BIT) || PAGE_SHIFT != 12
+#error "nvme-hmb-trace needs a 64-bit kernel with 4 KiB pages"
+#endif
 
 /* vm_flags became read-only behind vm_flags_{set,clear}() in 6.3. */
 #if LINUX_VERSION_CODE < KERNEL_VERSION(6, 3, 0)

@@ -1,15 +1,20 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * hmb_trace_core.c - /dev/nvme-hmb-traceN: exclusive open, read-only mmap
+ * /dev/nvme-hmb-traceN: exclusive open, read-only mmap
  * of the trace slice, poll, ioctls and sysfs counters, and teardown that
  * stays safe while a consumer holds the device open and mapped.
  *
- * Locking: td->lock guards td->gone and every access to the slice from
- * process context (ioctls, sysfs, poll, page faults, the sampling worker).
- * Removal sets gone under the lock, so once hmb_trace_unregister() returns
- * nothing but the interrupt handler (stopped by the glue first) can reach
- * the slice. User copies are done outside the lock: a fault on the ring
- * mapping itself takes the lock.
+ * Locking: td->lock guards td->gone, the shadow tail and epoch, and every
+ * access to the slice from process context (ioctls, sysfs, poll, page
+ * faults, the sampling worker). Removal sets gone under the lock, so once
+ * hmb_trace_unregister() returns nothing but the interrupt handler (stopped
+ * by the glue first) can reach the slice. User copies are done outside the
+ * lock: a fault on the ring mapping itself takes the lock.
+ *
+ * The ring header is device-writable memory: tail and epoch are kept here
+ * (td->tail, td->epoch) and never re-read from the ring to decide anything,
+ * so "tail never goes backwards" and "the epoch grows" hold whatever the
+ * device writes.
  */
 #include <linux/module.h>
 #include <linux/kernel.h>
@@ -32,6 +37,9 @@
 #include "hmb_trace.h"
 #include "hmb_trace_compat.h"
 
+#define CREATE_TRACE_POINTS
+#include "hmb_trace_events.h"
+
 #define HMB_TRACE_NAME		"nvme-hmb-trace"
 #define HMB_TRACE_MAX_DEVS	64
 #define HMB_TRACE_FS_MAGIC	0x48425446	/* "FTBH": private pseudo fs */
@@ -44,7 +52,6 @@ MODULE_PARM_DESC(poll_ms,
 
 enum hmb_trace_bits {
 	HMB_TRACE_OPEN,		/* a file holds the device (exclusive open) */
-	HMB_TRACE_FROZEN_SEEN,	/* FROZEN of this epoch already counted */
 };
 
 struct hmb_trace_dev {
@@ -63,6 +70,14 @@ struct hmb_trace_dev {
 	u64 ring_size;
 	u64 mmap_len;
 
+	/*
+	 * Shadows of the module's own header fields. tail: under lock. epoch:
+	 * written under lock with release, read locklessly (hard-irq) with
+	 * acquire.
+	 */
+	u64 tail;
+	u64 epoch;
+
 	const struct hmb_trace_backend_ops *ops;
 	void *priv;
 
@@ -71,6 +86,7 @@ struct hmb_trace_dev {
 	int minor;
 
 	atomic64_t freeze_count;
+	atomic64_t frozen_epoch;	/* newest epoch whose FROZEN was counted */
 	atomic64_t irq_count;
 	atomic64_t tail_publishes;
 };
@@ -92,33 +108,66 @@ static struct class hmb_trace_class = {
 	.devnode = hmb_trace_devnode,
 };
 
-/* Count a FROZEN once per epoch; safe in any context. */
-static bool hmb_trace_observe(struct hmb_trace_dev *td, u32 flags)
+/*
+ * Read the ring flags and count a FROZEN once per epoch: freeze_count goes
+ * up when FROZEN is seen in an epoch newer than frozen_epoch. Safe in any
+ * context, hard-irq included, without the lock.
+ *
+ * The epoch is loaded before the flags. REINIT rewrites the header (flags
+ * 0) before it publishes the new epoch with release, so flags read after
+ * epoch E come from E or later: an old epoch's FROZEN seen late is counted
+ * against that old epoch (already counted, so not again), never against
+ * the new one.
+ */
+static u32 hmb_trace_observe(struct hmb_trace_dev *td)
 {
+	/* Acquire pairs with the release store of td->epoch in REINIT. */
+	s64 epoch = smp_load_acquire(&td->epoch);
+	u32 flags = hmb_ring_flags(td->hdr);
+	s64 seen;
+
 	if (!(flags & HMB_RING_FLAG_FROZEN))
-		return false;
-	if (!test_and_set_bit(HMB_TRACE_FROZEN_SEEN, &td->bits))
-		atomic64_inc(&td->freeze_count);
-	return true;
+		return flags;
+	seen = atomic64_read(&td->frozen_epoch);
+	while (seen < epoch) {
+		if (atomic64_try_cmpxchg(&td->frozen_epoch, &seen, epoch)) {
+			atomic64_inc(&td->freeze_count);
+			break;
+		}
+	}
+	return flags;
 }
 
-/* Whether a poller has something to do. Caller holds td->lock, !gone. */
+/* Removed, or the glue says the device is gone (surprise removal, PCI error). */
+static bool hmb_trace_dead(struct hmb_trace_dev *td)
+{
+	return td->gone || (td->ops->lost && td->ops->lost(td->priv));
+}
+
+/* Whether a poller has something to do. Caller holds td->lock. */
 static __poll_t hmb_trace_events_locked(struct hmb_trace_dev *td)
 {
 	__poll_t events = 0;
-	u32 flags = hmb_ring_flags(td->hdr);
+	u32 flags;
 
-	if (hmb_ring_head(td->hdr) != hmb_ring_tail(td->hdr))
+	if (hmb_trace_dead(td))
+		return EPOLLHUP | EPOLLERR;
+	flags = hmb_trace_observe(td);
+	if (hmb_ring_head(td->hdr) != td->tail)
 		events |= EPOLLIN | EPOLLRDNORM;
-	if (hmb_trace_observe(td, flags))
+	if (flags & HMB_RING_FLAG_FROZEN)
 		events |= EPOLLPRI;
 	return events;
 }
 
 void hmb_trace_notify(struct hmb_trace_dev *td)
 {
-	atomic64_inc(&td->irq_count);
-	hmb_trace_observe(td, hmb_ring_flags(td->hdr));
+	u64 n = atomic64_inc_return(&td->irq_count);
+
+	trace_hmb_trace_irq(td->minor, n);
+	/* A vanished device's header reads all-ones: FROZEN plus a huge head. */
+	if (!td->ops->lost || !td->ops->lost(td->priv))
+		hmb_trace_observe(td);
 	wake_up_interruptible(&td->wq);
 }
 
@@ -136,7 +185,8 @@ static void hmb_trace_sample(struct work_struct *work)
 	mutex_lock(&td->lock);
 	if (!td->gone) {
 		events = hmb_trace_events_locked(td);
-		if (test_bit(HMB_TRACE_OPEN, &td->bits))
+		if (test_bit(HMB_TRACE_OPEN, &td->bits) &&
+		    !(events & EPOLLHUP))
 			schedule_delayed_work(&td->sample_work,
 					      msecs_to_jiffies(max(poll_ms, 1U)));
 	}
@@ -189,10 +239,7 @@ static __poll_t hmb_trace_poll(struct file *file, poll_table *wait)
 
 	poll_wait(file, &td->wq, wait);
 	mutex_lock(&td->lock);
-	if (td->gone)
-		events = EPOLLHUP | EPOLLERR;
-	else
-		events = hmb_trace_events_locked(td);
+	events = hmb_trace_events_locked(td);
 	mutex_unlock(&td->lock);
 	return events;
 }
@@ -203,7 +250,7 @@ static long hmb_trace_get_info(struct hmb_trace_dev *td, void __user *arg)
 
 	memset(&info, 0, sizeof(info));
 	mutex_lock(&td->lock);
-	if (td->gone) {
+	if (hmb_trace_dead(td)) {
 		mutex_unlock(&td->lock);
 		return -ENODEV;
 	}
@@ -212,59 +259,82 @@ static long hmb_trace_get_info(struct hmb_trace_dev *td, void __user *arg)
 	info.hdr_size = HMB_RING_HDR_SIZE;
 	info.ring_size = td->ring_size;
 	info.mmap_len = td->mmap_len;
-	info.epoch = hmb_ring_le64(&td->hdr->epoch);
-	info.flags = hmb_ring_flags(td->hdr);
-	hmb_trace_observe(td, info.flags);
+	info.epoch = td->epoch;
+	info.flags = hmb_trace_observe(td);
 	mutex_unlock(&td->lock);
 	return copy_to_user(arg, &info, sizeof(info)) ? -EFAULT : 0;
 }
 
+/*
+ * A new tail must be aligned, not behind the tail the module last stored
+ * (its own copy: the ring's can be rewritten by the device), not beyond
+ * head, and not more than a ring ahead of the old tail.
+ */
 static long hmb_trace_publish_tail(struct hmb_trace_dev *td,
-				   void __user *arg)
+				   u64 __user *arg)
 {
-	u64 tail, old, head;
+	u64 tail, head;
 	long ret = 0;
 
-	if (copy_from_user(&tail, arg, sizeof(tail)))
+	if (get_user(tail, arg))
 		return -EFAULT;
 	mutex_lock(&td->lock);
-	if (td->gone) {
+	if (hmb_trace_dead(td)) {
 		ret = -ENODEV;
 		goto out;
 	}
-	old = hmb_ring_tail(td->hdr);
 	head = hmb_ring_head(td->hdr);
-	if (tail % HMB_RING_ALIGN || tail < old || tail > head) {
+	if (tail % HMB_RING_ALIGN || tail < td->tail || tail > head ||
+	    tail - td->tail > td->ring_size) {
 		ret = -EINVAL;
 		goto out;
 	}
 	hmb_ring_publish_tail(td->hdr, tail);
+	td->tail = tail;
 	atomic64_inc(&td->tail_publishes);
+	trace_hmb_trace_publish_tail(td->minor, tail, head);
 out:
 	mutex_unlock(&td->lock);
 	return ret;
 }
 
-static long hmb_trace_reinit(struct hmb_trace_dev *td, void __user *arg)
+static long hmb_trace_reinit(struct hmb_trace_dev *td, u64 __user *arg)
 {
 	u64 epoch = 0;
 	long ret;
 
+	/*
+	 * Fail before re-initialising, not after, if the result cannot be
+	 * returned: read and write back the argument first.
+	 */
+	if (get_user(epoch, arg) || put_user(epoch, arg))
+		return -EFAULT;
 	mutex_lock(&td->lock);
-	if (td->gone) {
+	if (hmb_trace_dead(td)) {
 		ret = -ENODEV;
-	} else if (!(hmb_ring_flags(td->hdr) & HMB_RING_FLAG_FROZEN)) {
+	} else if (!(hmb_trace_observe(td) & HMB_RING_FLAG_FROZEN)) {
 		ret = -EBUSY;	/* the device is live: re-initialising would race it */
 	} else {
-		epoch = hmb_ring_le64(&td->hdr->epoch) + 1;
+		epoch = td->epoch + 1;
 		ret = td->ops->reinit(td->priv, epoch);
-		if (!ret)
-			clear_bit(HMB_TRACE_FROZEN_SEEN, &td->bits);
+		if (!ret) {
+			td->tail = 0;
+			/*
+			 * Release: the rewritten header (flags 0) is visible
+			 * before the new epoch, see hmb_trace_observe().
+			 */
+			smp_store_release(&td->epoch, epoch);
+			trace_hmb_trace_reinit(td->minor, epoch);
+		}
 	}
 	mutex_unlock(&td->lock);
 	if (ret)
 		return ret;
-	return copy_to_user(arg, &epoch, sizeof(epoch)) ? -EFAULT : 0;
+	/*
+	 * Only a concurrent munmap of the argument can fail here; the ring is
+	 * re-initialised anyway and GET_INFO reports the epoch.
+	 */
+	return put_user(epoch, arg);
 }
 
 static long hmb_trace_get_stats(struct hmb_trace_dev *td, void __user *arg)
@@ -273,19 +343,19 @@ static long hmb_trace_get_stats(struct hmb_trace_dev *td, void __user *arg)
 
 	memset(&st, 0, sizeof(st));
 	mutex_lock(&td->lock);
-	if (td->gone) {
+	if (hmb_trace_dead(td)) {
 		mutex_unlock(&td->lock);
 		return -ENODEV;
 	}
-	hmb_trace_observe(td, hmb_ring_flags(td->hdr));
+	hmb_trace_observe(td);
 	st.head = hmb_ring_head(td->hdr);
-	st.tail = hmb_ring_tail(td->hdr);
+	st.tail = td->tail;
 	st.dropped_records = hmb_ring_le64(&td->hdr->dropped_records);
 	st.overflow_events = hmb_ring_le64(&td->hdr->overflow_events);
 	st.freeze_count = atomic64_read(&td->freeze_count);
 	st.irq_count = atomic64_read(&td->irq_count);
 	st.tail_publishes = atomic64_read(&td->tail_publishes);
-	st.epoch = hmb_ring_le64(&td->hdr->epoch);
+	st.epoch = td->epoch;
 	mutex_unlock(&td->lock);
 	return copy_to_user(arg, &st, sizeof(st)) ? -EFAULT : 0;
 }
@@ -323,7 +393,7 @@ static vm_fault_t hmb_trace_fault(struct vm_fault *vmf)
 	if (vmf->pgoff >= td->mmap_len >> PAGE_SHIFT)
 		return VM_FAULT_SIGBUS;
 	mutex_lock(&td->lock);
-	if (!td->gone)
+	if (!hmb_trace_dead(td))
 		ret = vmf_insert_pfn(vmf->vma, vmf->address,
 				     td->pages ? page_to_pfn(td->pages[vmf->pgoff]) :
 				     PHYS_PFN(td->phys) + vmf->pgoff);
@@ -340,8 +410,11 @@ static int hmb_trace_mmap(struct file *file, struct vm_area_struct *vma)
 	struct hmb_trace_dev *td = file->private_data;
 	int ret = 0;
 
-	/* Read-only: the consumer must not be able to corrupt the ring. */
-	if (vma->vm_flags & VM_WRITE)
+	/*
+	 * Read-only and not executable: the consumer must not be able to
+	 * corrupt the ring, and device-written bytes are never code.
+	 */
+	if (vma->vm_flags & (VM_WRITE | VM_EXEC))
 		return -EACCES;
 	if (vma->vm_pgoff != 0 || vma->vm_end - vma->vm_start != td->mmap_len)
 		return -EINVAL;
@@ -351,8 +424,13 @@ static int hmb_trace_mmap(struct file *file, struct vm_area_struct *vma)
 	mutex_unlock(&td->lock);
 	if (ret)
 		return ret;
-	/* Without VM_MAYWRITE, mprotect(PROT_WRITE) fails with EACCES. */
-	vm_flags_clear(vma, VM_MAYWRITE);
+	/*
+	 * Without VM_MAYWRITE and VM_MAYEXEC, mprotect(PROT_WRITE or
+	 * PROT_EXEC) fails with EACCES. Clearing VM_MAYWRITE also keeps a
+	 * MAP_PRIVATE mapping from being a COW mapping, which VM_PFNMAP
+	 * pages must never be (vmf_insert_pfn() would BUG).
+	 */
+	vm_flags_clear(vma, VM_MAYWRITE | VM_MAYEXEC);
 	vm_flags_set(vma, VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP);
 	vma->vm_ops = &hmb_trace_vm_ops;
 	return 0;
@@ -372,7 +450,7 @@ static const struct file_operations hmb_trace_fops = {
 
 enum hmb_trace_attr_id {
 	ATTR_HEAD, ATTR_TAIL, ATTR_DROPPED, ATTR_OVERFLOWS, ATTR_FREEZES,
-	ATTR_EPOCH, ATTR_FLAGS, ATTR_IRQS, ATTR_PUBLISHES,
+	ATTR_FREEZE_EPOCH, ATTR_EPOCH, ATTR_FLAGS, ATTR_IRQS, ATTR_PUBLISHES,
 };
 
 static ssize_t hmb_trace_show_u64(struct device *dev, char *buf,
@@ -382,17 +460,17 @@ static ssize_t hmb_trace_show_u64(struct device *dev, char *buf,
 	u64 val = 0;
 
 	mutex_lock(&td->lock);
-	if (td->gone) {
+	if (hmb_trace_dead(td)) {
 		mutex_unlock(&td->lock);
 		return -ENODEV;
 	}
-	hmb_trace_observe(td, hmb_ring_flags(td->hdr));
+	val = hmb_trace_observe(td);
 	switch (id) {
 	case ATTR_HEAD:
 		val = hmb_ring_head(td->hdr);
 		break;
 	case ATTR_TAIL:
-		val = hmb_ring_tail(td->hdr);
+		val = td->tail;
 		break;
 	case ATTR_DROPPED:
 		val = hmb_ring_le64(&td->hdr->dropped_records);
@@ -403,12 +481,14 @@ static ssize_t hmb_trace_show_u64(struct device *dev, char *buf,
 	case ATTR_FREEZES:
 		val = atomic64_read(&td->freeze_count);
 		break;
+	case ATTR_FREEZE_EPOCH:
+		val = atomic64_read(&td->frozen_epoch);
+		break;
 	case ATTR_EPOCH:
-		val = hmb_ring_le64(&td->hdr->epoch);
+		val = td->epoch;
 		break;
 	case ATTR_FLAGS:
-		val = hmb_ring_flags(td->hdr);
-		break;
+		break;	/* as observed above */
 	case ATTR_IRQS:
 		val = atomic64_read(&td->irq_count);
 		break;
@@ -433,6 +513,7 @@ HMB_TRACE_U64_ATTR(tail, ATTR_TAIL);
 HMB_TRACE_U64_ATTR(dropped_records, ATTR_DROPPED);
 HMB_TRACE_U64_ATTR(overflow_events, ATTR_OVERFLOWS);
 HMB_TRACE_U64_ATTR(freeze_count, ATTR_FREEZES);
+HMB_TRACE_U64_ATTR(freeze_epoch, ATTR_FREEZE_EPOCH);
 HMB_TRACE_U64_ATTR(epoch, ATTR_EPOCH);
 HMB_TRACE_U64_ATTR(flags, ATTR_FLAGS);
 HMB_TRACE_U64_ATTR(irq_count, ATTR_IRQS);
@@ -463,6 +544,7 @@ static struct attribute *hmb_trace_attrs[] = {
 	&dev_attr_dropped_records.attr,
 	&dev_attr_overflow_events.attr,
 	&dev_attr_freeze_count.attr,
+	&dev_attr_freeze_epoch.attr,
 	&dev_attr_epoch.attr,
 	&dev_attr_flags.attr,
 	&dev_attr_irq_count.attr,
@@ -491,7 +573,7 @@ struct hmb_trace_dev *hmb_trace_register(struct device *parent,
 	struct inode *inode;
 	int minor, ret;
 
-	if (!hmb_ring_size_valid(slice->ring_size) ||
+	if (!hmb_ring_size_valid(slice->ring_size) || !slice->epoch ||
 	    !PAGE_ALIGNED(slice->phys) || !ops || !ops->reinit)
 		return ERR_PTR(-EINVAL);
 
@@ -520,11 +602,14 @@ struct hmb_trace_dev *hmb_trace_register(struct device *parent,
 	td->pages = slice->pages;
 	td->ring_size = slice->ring_size;
 	td->mmap_len = HMB_RING_HDR_SIZE + slice->ring_size;
+	td->tail = 0;
+	td->epoch = slice->epoch;
 	td->ops = ops;
 	td->priv = priv;
 	td->inode = inode;
 	td->minor = minor;
 	atomic64_set(&td->freeze_count, 0);
+	atomic64_set(&td->frozen_epoch, 0);
 	atomic64_set(&td->irq_count, 0);
 	atomic64_set(&td->tail_publishes, 0);
 

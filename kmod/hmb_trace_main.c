@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * hmb_trace_main.c - module entry: the generic core first (class, char
+ * Module entry: the generic core first (class, char
  * device region), then the glue that finds devices.
  */
 #include <linux/module.h>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * hmb_trace_ring.c - the module's side of ring ABI v1: initialising a
+ * The module's side of ring ABI v1: initialising a
  * header and reading/writing the few fields it touches, with the memory
  * ordering docs/abi.md requires. Ring memory is shared with a device that
  * runs concurrently, so every shared field goes through these helpers.
@@ -8,10 +8,16 @@
 #include <linux/kernel.h>
 #include <linux/string.h>
 #include <linux/log2.h>
+#include <linux/minmax.h>
+#include <linux/sizes.h>
+#include <linux/sched.h>
 #include <asm/barrier.h>
 #include <asm/byteorder.h>
 
 #include "hmb_trace.h"
+
+/* Zeroing granule: about a millisecond of memset between reschedules. */
+#define HMB_RING_ZERO_CHUNK	SZ_1M
 
 bool hmb_ring_size_valid(u64 ring_size)
 {
@@ -20,15 +26,16 @@ bool hmb_ring_size_valid(u64 ring_size)
 }
 
 /*
- * Write a fresh header for @epoch and zero the data area, so records of an
- * earlier epoch or an earlier module load can never look valid. The device
- * must not be producing (no READY advert, or FROZEN).
+ * Write a fresh header page for @epoch. The device must not be writing the
+ * slice (no READY advert and the withdrawal acknowledged, or FROZEN). The
+ * data area is left as it is: nothing at or beyond head is ever read, so
+ * records of an earlier epoch cannot look valid, and re-initialising a
+ * 1 GiB ring stays a 4 KiB write.
  */
-void hmb_ring_init(void *slice, u64 ring_size, u64 epoch)
+void hmb_ring_init_header(void *slice, u64 ring_size, u64 epoch)
 {
 	struct hmb_ring_hdr *hdr = slice;
 
-	memset(slice + HMB_RING_HDR_SIZE, 0, ring_size);
 	memset(slice, 0, HMB_RING_HDR_SIZE);
 	hdr->magic = (__force __u32)cpu_to_le32(HMB_RING_MAGIC);
 	hdr->version_major = (__force __u16)cpu_to_le16(HMB_RING_VERSION_MAJOR);
@@ -40,19 +47,48 @@ void hmb_ring_init(void *slice, u64 ring_size, u64 epoch)
 	/* The advert's release store (in the glue) publishes all of this. */
 }
 
-/* Producer's head: acquire, so records below it are visible. */
+/*
+ * Zero the data area once, when the slice is first carved (a previous
+ * user's bytes are not handed to the consumer). Up to 1 GiB: in chunks,
+ * rescheduling between them, never under a lock.
+ */
+void hmb_ring_zero_data(void *slice, u64 ring_size)
+{
+	u64 off;
+
+	might_sleep();
+	for (off = 0; off < ring_size; off += HMB_RING_ZERO_CHUNK) {
+		memset(slice + HMB_RING_HDR_SIZE + off, 0,
+		       min_t(u64, HMB_RING_ZERO_CHUNK, ring_size - off));
+		cond_resched();
+	}
+}
+
+/* Producer's head (docs/abi.md, decision 6). */
 u64 hmb_ring_head(const struct hmb_ring_hdr *hdr)
 {
+	/*
+	 * Acquire pairs with the producer's release store of head (producer
+	 * step 4): the records below it are visible.
+	 */
 	return le64_to_cpu((__force __le64)smp_load_acquire(&hdr->head));
 }
 
-/* Producer's flags: acquire, so a FROZEN seen here orders the final head. */
+/* Producer's flags. */
 u32 hmb_ring_flags(const struct hmb_ring_hdr *hdr)
 {
+	/*
+	 * Acquire pairs with the producer's release store of flags, which
+	 * follows its last head store: a FROZEN seen here orders the final
+	 * head before any later head load.
+	 */
 	return le32_to_cpu((__force __le32)smp_load_acquire(&hdr->flags));
 }
 
-/* Only the module writes tail, so a plain load suffices. */
+/*
+ * Tail as the ring shows it. Only for reports: a device can rewrite it, so
+ * the core checks new tails against its own copy, never against this.
+ */
 u64 hmb_ring_tail(const struct hmb_ring_hdr *hdr)
 {
 	return le64_to_cpu((__force __le64)READ_ONCE(hdr->tail));
@@ -64,8 +100,13 @@ u64 hmb_ring_le64(const __u64 *field)
 	return le64_to_cpu((__force __le64)READ_ONCE(*field));
 }
 
-/* Release: the consumer finished reading below @tail before the producer reuses it. */
+/* Store a validated consumer tail. */
 void hmb_ring_publish_tail(struct hmb_ring_hdr *hdr, u64 tail)
 {
+	/*
+	 * Release pairs with the producer's acquire load of tail (producer
+	 * step 1): the consumer's reads below @tail, done before its
+	 * PUBLISH_TAIL ioctl, complete before the producer may reuse them.
+	 */
 	smp_store_release(&hdr->tail, (__force __u64)cpu_to_le64(tail));
 }

@@ -3,7 +3,8 @@
 
 use crate::layout::{hmb_trace_info, hmb_trace_stats};
 
-pub const HMB_TRACE_IOC_MAGIC: u8 = 0xB7;
+/// Unassigned in the kernel's ioctl-number.rst (0xB7 belongs to remoteproc and nsfs).
+pub const HMB_TRACE_IOC_MAGIC: u8 = 0xBC;
 
 const IOC_WRITE: u32 = 1;
 const IOC_READ: u32 = 2;

@@ -32,6 +32,8 @@ pub const HMB_ADVERT_STATE_NONE: u32 = 0;
 pub const HMB_ADVERT_STATE_READY: u32 = 1;
 /// NVMe: vendor-specific Set/Get Features identifier whose data is `HmbAdvert`.
 pub const HMB_NVME_FID_TRACE: u8 = 0xc0;
+pub const HMB_DEVICE_MAGIC: u32 = 0x4442_4d48; // "HMBD"
+pub const HMB_DEVICE_OFFSET: u64 = 64;
 
 /// Size of one cache line as the ABI assumes it when separating writers.
 pub const CACHE_LINE: usize = 64;
@@ -88,6 +90,19 @@ pub struct hmb_advert {
     pub slice_offset: U64,
     pub slice_len: U64,
     pub reserved: [u8; 32],
+}
+
+/// The emulated device's block, right after the advert, written by the
+/// device only: its magic is the device's opt-in (the module binds only
+/// when it finds it), `ack_generation` the last withdrawn advert generation
+/// the device has stopped writing for.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct hmb_device_block {
+    pub magic: U32,
+    pub reserved0: U32,
+    pub ack_generation: U64,
+    pub reserved: [u8; 48],
 }
 
 /// Filled by `HMB_TRACE_IOC_GET_INFO`.
@@ -162,6 +177,8 @@ const _: () = {
     assert!(core::mem::offset_of!(hmb_ring_hdr, tail) == 2 * CACHE_LINE);
     assert!(core::mem::size_of::<hmb_record_hdr>() == HMB_RECORD_HDR_SIZE as usize);
     assert!(core::mem::size_of::<hmb_advert>() == 64);
+    assert!(core::mem::size_of::<hmb_device_block>() == CACHE_LINE);
+    assert!(HMB_DEVICE_OFFSET as usize == HMB_ADVERT_OFFSET as usize + core::mem::size_of::<hmb_advert>());
 };
 
 /// All-zero defaults: reserved bytes must be zero, and zero is what every
@@ -179,6 +196,7 @@ zeroed_default!(
     hmb_ring_hdr,
     hmb_record_hdr,
     hmb_advert,
+    hmb_device_block,
     hmb_trace_info,
     hmb_trace_stats
 );

@@ -55,6 +55,11 @@ impl Env {
 
     /// Start emu-device and a guest that runs the prelude plus `body`.
     pub fn start(&self, scenario: &str, ring_size: u64, body: &str) -> Result<Session> {
+        self.start_with(scenario, ring_size, body, Extra::default())
+    }
+
+    /// `start`, with more QEMU arguments or guest command line words.
+    pub fn start_with(&self, scenario: &str, ring_size: u64, body: &str, extra: Extra) -> Result<Session> {
         let run_dir = self.run_dir(scenario);
         let _ = std::fs::remove_dir_all(&run_dir);
         std::fs::create_dir_all(&run_dir)?;
@@ -65,10 +70,19 @@ impl Env {
             keep: false,
             hmb_size: hmb_emu_device::hmb::hmb_size_for(ring_size),
             guest_script: script,
+            extra_qemu_args: extra.qemu_args,
+            extra_cmdline: extra.cmdline,
         };
         let mut phases = Phases::new();
         Session::start(&self.tools, &cfg, &mut phases)
     }
+}
+
+/// What a scenario adds to the standard guest.
+#[derive(Default)]
+pub struct Extra {
+    pub qemu_args: Vec<String>,
+    pub cmdline: Vec<String>,
 }
 
 /// How long a guest script may take to finish after the host said stop.

@@ -10,13 +10,19 @@ use hmb_harness::qemu::console;
 use hmb_harness::session::Session;
 use serde_json::{json, Value};
 
-use crate::env::{Env, FINISH};
+use crate::env::{Env, Extra, FINISH};
 use crate::outcome::{check_truth, daemon_error, kernel_log, truth_facts};
 
 /// Ring of the streaming scenarios: big enough never to overflow at their rates.
 const RING: u64 = 1 << 20;
 /// Ring of the overflow scenario: fills in a few milliseconds.
 const SMALL_RING: u64 = 64 << 10;
+/// Ring of the big_ring scenario: large enough that zeroing it under the
+/// device lock would show (hundreds of milliseconds under TCG).
+const BIG_RING: u64 = 512 << 20;
+/// How long the device goes on writing after a withdrawal in access_rules
+/// (`late-stop`): less than the module's 5 s acknowledgement bound.
+const LATE_STOP_MS: u64 = 2000;
 const STARTED: Duration = Duration::from_secs(60);
 
 /// Every scenario, by name.
@@ -30,6 +36,9 @@ pub const ALL: &[&str] = &[
     "newer_minor",
     "unknown_flag",
     "access_rules",
+    "driver_binding",
+    "no_msix",
+    "big_ring",
     "crash_safety",
     "removal",
     "hostile_firmware",
@@ -59,6 +68,9 @@ pub fn run(env: &Env, name: &str) -> Result<Value> {
         ),
         "unknown_flag" => unknown_flag(env),
         "access_rules" => access_rules(env),
+        "driver_binding" => driver_binding(env),
+        "no_msix" => no_msix(env),
+        "big_ring" => big_ring(env),
         "crash_safety" => crash_safety(env),
         "removal" => removal(env),
         "hostile_firmware" => hostile(env),
@@ -248,35 +260,31 @@ fn unknown_flag(env: &Env) -> Result<Value> {
     }))
 }
 
-/// The module's access rules, checked by the static test program in the
-/// guest (kmod/tests/hmbtrace-test.c), plus a user outside the node's group.
-fn access_rules(env: &Env) -> Result<Value> {
-    let body = format!(
-        "load_module ring_size={RING}\n\
-         echo 'nobody:x:65534:65534:nobody:/:/bin/sh' >> /etc/passwd\n\
-         echo 'tracer:x:1000:0:tracer:/:/bin/sh' >> /etc/passwd\n\
-         echo \"outsider: $(su -s /bin/sh nobody -c 'exec 3</dev/nvme-hmb-trace0 && echo opened' 2>&1)\"\n\
-         echo \"member: $(su -s /bin/sh tracer -c 'exec 3</dev/nvme-hmb-trace0 && echo opened' 2>&1)\"\n\
-         /bin/hmbtrace-test --freeze --irq --remove unbind\n\
-         echo \"HMBT-TEST rc=$?\"\n\
-         collect\nexit 0\n"
-    );
-    let mut s = env.start("access_rules", RING, &body)?;
-    s.emu.start_workload("ssd", 11, 2000)?;
+/// Run the guest test program to its end, doing what it asks of the host
+/// (`REQUEST ...` lines): freeze the ring, rewind the header, make the
+/// device stop late, hot-unplug it.
+fn serve_test_program(s: &mut Session, timeout: Duration) -> Result<()> {
     loop {
-        let line = s.vm.wait_for("hmbtrace-test", Duration::from_secs(180), |l| {
+        let line = s.vm.wait_for("hmbtrace-test", timeout, |l| {
             l.contains("REQUEST ") || l.contains("HMBT-TEST") || console::parse_result(l).is_some()
         })?;
         if line.contains("REQUEST freeze") {
             s.emu.inject(Fault::Reset)?;
+        } else if line.contains("REQUEST rewind_header") {
+            s.emu.inject(Fault::RewindHeader)?;
+        } else if line.contains("REQUEST late_stop") {
+            s.emu.inject(Fault::LateStop { ms: LATE_STOP_MS })?;
         } else if line.contains("REQUEST device_del") {
             s.qmp()?.device_del("hmb0", Duration::from_secs(5))?;
         } else {
-            break;
+            return Ok(());
         }
     }
-    let rc = s.finish(FINISH)?;
-    let console = std::fs::read_to_string(s.run_dir.join("console.log"))?;
+}
+
+/// The test program's check lines (`ok NAME`, `FAIL NAME`, `skip NAME`),
+/// sorted, and its exit code from the `HMBT-TEST rc=` line.
+fn test_program_result(console: &str) -> (Vec<String>, String) {
     let mut checks: Vec<String> = console
         .lines()
         .map(str::trim)
@@ -288,18 +296,228 @@ fn access_rules(env: &Env) -> Result<Value> {
         .collect();
     checks.sort();
     checks.dedup();
-    let outsider = console.lines().find(|l| l.contains("outsider:")).unwrap_or_default();
-    let member = console.lines().find(|l| l.contains("member:")).unwrap_or_default();
-    let test_rc = console
+    let rc = console
         .lines()
         .find_map(|l| l.split("HMBT-TEST rc=").nth(1))
         .map(str::trim)
-        .unwrap_or("none");
+        .unwrap_or("none")
+        .to_string();
+    (checks, rc)
+}
+
+/// The module's access rules, checked by the static test program in the
+/// guest (kmod/tests/hmbtrace-test.c), plus a user outside the node's group.
+/// The device rewinds the module's header fields once (the module keeps its
+/// own tail and epoch) and goes on writing for LATE_STOP_MS after the unbind
+/// (the rebind must wait for its acknowledgement).
+fn access_rules(env: &Env) -> Result<Value> {
+    let body = format!(
+        "load_module ring_size={RING}\n\
+         echo 'nobody:x:65534:65534:nobody:/:/bin/sh' >> /etc/passwd\n\
+         echo 'tracer:x:1000:0:tracer:/:/bin/sh' >> /etc/passwd\n\
+         echo \"outsider: $(su -s /bin/sh nobody -c 'exec 3</dev/nvme-hmb-trace0 && echo opened' 2>&1)\"\n\
+         echo \"member: $(su -s /bin/sh tracer -c 'exec 3</dev/nvme-hmb-trace0 && echo opened' 2>&1)\"\n\
+         /bin/hmbtrace-test --freeze --irq --hostile --late-stop --remove unbind\n\
+         echo \"HMBT-TEST rc=$?\"\n\
+         collect\nexit 0\n"
+    );
+    let mut s = env.start("access_rules", RING, &body)?;
+    s.emu.start_workload("ssd", 11, 2000)?;
+    serve_test_program(&mut s, Duration::from_secs(180))?;
+    let rc = s.finish(FINISH)?;
+    let console = std::fs::read_to_string(s.run_dir.join("console.log"))?;
+    let (checks, test_rc) = test_program_result(&console);
+    let outsider = console.lines().find(|l| l.contains("outsider:")).unwrap_or_default();
+    let member = console.lines().find(|l| l.contains("member:")).unwrap_or_default();
     Ok(json!({
         "guest_rc": rc,
         "hmbtrace_test_rc": test_rc,
         "outsider_open_refused": outsider.contains("Permission denied") && !outsider.contains("opened"),
         "group_member_open_allowed": member.contains("opened"),
+        "checks": checks,
+        "kernel_log": kernel_log(&s.run_dir),
+    }))
+}
+
+/// Size of the foreign ivshmem-plain device's memory (BAR2) in driver_binding.
+const FOREIGN_SIZE: usize = 4 << 20;
+
+/// The bytes the host puts into the foreign device's memory; they must be
+/// there unchanged after the guest ran.
+fn foreign_pattern() -> Vec<u8> {
+    (0..FOREIGN_SIZE).map(|i| (i.wrapping_mul(7) ^ (i >> 12)) as u8 | 1).collect()
+}
+
+/// Which devices the module binds, and what it refuses to load with:
+/// - bad parameters: a `device_peer` beyond the doorbell's 16 bits and a
+///   ring size that is no power of two are refused at insmod; a
+///   `slice_offset` whose sum with the slice length wraps around is refused
+///   at probe (no node, no fault);
+/// - a second, foreign ivshmem-plain device without the device's opt-in
+///   signature: the module does not bind it and writes none of its memory
+///   (checked byte for byte on the host afterwards);
+/// - the syscall fuzzer (10^5 calls) on the real device while it produces;
+/// - poweroff (the driver's .shutdown): the device acknowledges the
+///   withdrawal of the last advert, so nothing live is left behind.
+fn driver_binding(env: &Env) -> Result<Value> {
+    let name = "driver_binding";
+    let shm = env.run_dir(name).with_file_name(format!("{name}.foreign.shm"));
+    std::fs::create_dir_all(shm.parent().context("run folder has a parent")?)?;
+    let pattern = foreign_pattern();
+    std::fs::write(&shm, &pattern)?;
+    let module = env.tools.module()?;
+    let body = format!(
+        "for p in 'ring_size={RING} device_peer=65536' 'ring_size={RING} slice_offset=18446744073709547520' 'ring_size=12345'; do\n\
+             if insmod {module} $p 2>/dev/null; then r=loaded; else r=refused; fi\n\
+             sleep 1\n\
+             echo \"HMBT-PARAM $p insmod=$r nodes=$(ls /dev | grep -c '^nvme-hmb-trace')\"\n\
+             rmmod nvme_hmb_trace 2>/dev/null\n\
+         done\n\
+         load_module ring_size={RING}\n\
+         sleep 1\n\
+         echo \"HMBT-NODES $(ls /dev | grep -c '^nvme-hmb-trace')\"\n\
+         for d in /sys/bus/pci/devices/*; do\n\
+             [ \"$(cat $d/vendor)\" = 0x1af4 ] && [ \"$(cat $d/device)\" = 0x1110 ] || continue\n\
+             drv=none; [ -e $d/driver ] && drv=$(basename $(readlink $d/driver))\n\
+             echo \"HMBT-IVSHMEM $(sed -n 3p $d/resource) driver=$drv\"\n\
+         done\n\
+         echo \"HMBT-NOTOURS $(dmesg | grep -c 'not an emulated HMB, not binding')\"\n\
+         /bin/hmbtrace-test --fuzz 100000 --seed 7\n\
+         echo \"HMBT-TEST rc=$?\"\n\
+         collect\nexit 0\n"
+    );
+    let extra = Extra {
+        qemu_args: vec![
+            "-object".into(),
+            format!(
+                "memory-backend-file,id=foreignmem,share=on,mem-path={},size={FOREIGN_SIZE}",
+                shm.display()
+            ),
+            "-device".into(),
+            "ivshmem-plain,memdev=foreignmem,id=foreign0".into(),
+        ],
+        cmdline: Vec::new(),
+    };
+    let mut s = env.start_with(name, RING, &body, extra)?;
+    s.emu.start_workload("ssd", 31, 2000)?;
+    serve_test_program(&mut s, Duration::from_secs(600))?;
+    let rc = s.finish(FINISH)?;
+    let console = std::fs::read_to_string(s.run_dir.join("console.log"))?;
+    let (checks, test_rc) = test_program_result(&console);
+    let params: Vec<String> = console
+        .lines()
+        .filter_map(|l| l.split("HMBT-PARAM ").nth(1))
+        .map(|l| l.trim().to_string())
+        .collect();
+    // BAR2 size tells the devices apart: the foreign one is FOREIGN_SIZE.
+    let mut ours = Vec::new();
+    let mut foreign = Vec::new();
+    for line in console.lines().filter_map(|l| l.split("HMBT-IVSHMEM ").nth(1)) {
+        let mut words = line.split_whitespace();
+        let (start, end) = (words.next(), words.next());
+        let driver = line.rsplit("driver=").next().unwrap_or("?").trim().to_string();
+        let size = match (start, end) {
+            (Some(a), Some(b)) => {
+                let parse = |x: &str| u64::from_str_radix(x.trim_start_matches("0x"), 16).unwrap_or(0);
+                parse(b).saturating_sub(parse(a)) + 1
+            }
+            _ => 0,
+        };
+        if size == FOREIGN_SIZE as u64 {
+            foreign.push(driver);
+        } else {
+            ours.push(driver);
+        }
+    }
+    let after = std::fs::read(&shm).unwrap_or_default();
+    let changed = after.iter().zip(&pattern).filter(|(a, b)| a != b).count() + pattern.len().abs_diff(after.len());
+    let _ = std::fs::remove_file(&shm);
+    let emu_log = std::fs::read_to_string(s.run_dir.join("emu-device.log")).unwrap_or_default();
+    Ok(json!({
+        "guest_rc": rc,
+        "bad_parameters": params,
+        "nodes": console.lines().find_map(|l| l.split("HMBT-NODES ").nth(1)).map(str::trim),
+        "our_device_driver": ours,
+        "foreign_device_driver": foreign,
+        "foreign_refusal_logged": console
+            .lines()
+            .find_map(|l| l.split("HMBT-NOTOURS ").nth(1))
+            .is_some_and(|n| n.trim() != "0"),
+        "foreign_bytes_changed": changed,
+        "fuzz_rc": test_rc,
+        "fuzz_checks": checks,
+        "withdrawn_at_poweroff": last_generation_acknowledged(&emu_log),
+        "kernel_log": kernel_log(&s.run_dir),
+    }))
+}
+
+/// Whether emu-device acknowledged the withdrawal of the last ring it was
+/// given (its log: "ring ready: epoch E", later "acknowledging the
+/// withdrawal of generation E").
+fn last_generation_acknowledged(emu_log: &str) -> bool {
+    let last_ready = emu_log.lines().enumerate().filter_map(|(i, l)| {
+        let epoch = l.split("ring ready: epoch ").nth(1)?.split_whitespace().next()?;
+        Some((i, epoch.to_string()))
+    });
+    let Some((at, epoch)) = last_ready.last() else {
+        return false;
+    };
+    let ack = format!("acknowledging the withdrawal of generation {epoch}");
+    emu_log.lines().skip(at).any(|l| l.contains(&ack))
+}
+
+/// No MSI-X (`pci=nomsi`): the module falls back to sampling the ring and
+/// every access rule still holds (the test program without --irq).
+fn no_msix(env: &Env) -> Result<Value> {
+    let body = format!(
+        "load_module ring_size={RING}\n\
+         echo \"HMBT-FALLBACK $(dmesg | grep -c 'no MSI-X vector')\"\n\
+         /bin/hmbtrace-test --freeze --hostile --remove unbind\n\
+         echo \"HMBT-TEST rc=$?\"\n\
+         collect\nexit 0\n"
+    );
+    let extra = Extra {
+        qemu_args: Vec::new(),
+        cmdline: vec!["pci=nomsi".into()],
+    };
+    let mut s = env.start_with("no_msix", RING, &body, extra)?;
+    s.emu.start_workload("ssd", 37, 2000)?;
+    serve_test_program(&mut s, Duration::from_secs(180))?;
+    let rc = s.finish(FINISH)?;
+    let console = std::fs::read_to_string(s.run_dir.join("console.log"))?;
+    let (checks, test_rc) = test_program_result(&console);
+    Ok(json!({
+        "guest_rc": rc,
+        "fallback_logged": console
+            .lines()
+            .find_map(|l| l.split("HMBT-FALLBACK ").nth(1))
+            .is_some_and(|n| n.trim() != "0"),
+        "hmbtrace_test_rc": test_rc,
+        "checks": checks,
+        "kernel_log": kernel_log(&s.run_dir),
+    }))
+}
+
+/// REINIT on a 512 MiB ring while another thread polls and reads sysfs:
+/// the device lock is held for the header only (kmod/tests/hmbtrace-test.c
+/// --big-reinit checks both waits against a 250 ms bound), and the kernel
+/// log stays clean (no soft lockup).
+fn big_ring(env: &Env) -> Result<Value> {
+    let body = format!(
+        "load_module ring_size={BIG_RING}\n\
+         /bin/hmbtrace-test --big-reinit\n\
+         echo \"HMBT-TEST rc=$?\"\n\
+         collect\nexit 0\n"
+    );
+    let mut s = env.start("big_ring", BIG_RING, &body)?;
+    s.emu.start_workload("ssd", 41, 1000)?;
+    serve_test_program(&mut s, Duration::from_secs(300))?;
+    let rc = s.finish(FINISH)?;
+    let console = std::fs::read_to_string(s.run_dir.join("console.log"))?;
+    let (checks, test_rc) = test_program_result(&console);
+    Ok(json!({
+        "guest_rc": rc,
+        "hmbtrace_test_rc": test_rc,
         "checks": checks,
         "kernel_log": kernel_log(&s.run_dir),
     }))

@@ -8,8 +8,9 @@
 use std::sync::atomic::Ordering;
 
 use hmb_trace_abi::{
-    check_compat, hmb_advert, hmb_ring_hdr, HMB_ADVERT_MAGIC, HMB_ADVERT_OFFSET, HMB_ADVERT_STATE_READY,
-    HMB_RING_FLAG_FROZEN, HMB_RING_HDR_SIZE, HMB_TRACE_SLICE_ALIGN,
+    check_compat, hmb_advert, hmb_device_block, hmb_ring_hdr, HMB_ADVERT_MAGIC, HMB_ADVERT_OFFSET,
+    HMB_ADVERT_STATE_READY, HMB_DEVICE_MAGIC, HMB_DEVICE_OFFSET, HMB_RING_FLAG_FROZEN, HMB_RING_HDR_SIZE,
+    HMB_TRACE_SLICE_ALIGN,
 };
 use zerocopy::FromBytes;
 
@@ -18,6 +19,35 @@ use crate::hmb::MemRegion;
 
 /// Byte offset of `state` inside the advert.
 const ADVERT_STATE_OFF: usize = HMB_ADVERT_OFFSET as usize + core::mem::offset_of!(hmb_advert, state);
+
+/// Byte offset of the device block's `ack_generation`.
+const ACK_OFF: usize = HMB_DEVICE_OFFSET as usize + core::mem::offset_of!(hmb_device_block, ack_generation);
+/// Byte offset of the advert's `generation`.
+const GENERATION_OFF: usize = HMB_ADVERT_OFFSET as usize + core::mem::offset_of!(hmb_advert, generation);
+
+/// Power-on: store the device's opt-in signature in its block. The module
+/// binds only to an HMB that carries it.
+pub fn announce(mem: &MemRegion) -> Result<(), EmuError> {
+    mem.store_u32(HMB_DEVICE_OFFSET as usize, HMB_DEVICE_MAGIC)
+}
+
+/// The advert's generation, if it has the advert magic at all.
+pub fn advert_generation(mem: &MemRegion) -> Option<u64> {
+    let magic = mem.load_u32(HMB_ADVERT_OFFSET as usize).ok()?;
+    (magic == HMB_ADVERT_MAGIC).then(|| mem.load_u64(GENERATION_OFF).ok()).flatten()
+}
+
+/// The device has stopped writing the slice of `generation`: tell the
+/// module (release, so every store to the old slice is visible first).
+pub fn acknowledge(mem: &MemRegion, generation: u64) -> Result<(), EmuError> {
+    mem.atomic_u64(ACK_OFF)?.store(generation, Ordering::Release);
+    Ok(())
+}
+
+/// The generation last acknowledged.
+pub fn acknowledged(mem: &MemRegion) -> u64 {
+    mem.atomic_u64(ACK_OFF).map(|a| a.load(Ordering::Acquire)).unwrap_or(0)
+}
 
 /// A trace slice the device may produce into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,6 +185,20 @@ pub(crate) mod tests {
             }
         );
         assert!(read_advert(&h, 4).is_err(), "generation must be newer after a reset");
+    }
+
+    #[test]
+    fn announce_and_acknowledge_use_the_device_block() {
+        let h = hmb();
+        announce(&h).unwrap();
+        assert_eq!(h.load_u32(64).unwrap(), HMB_DEVICE_MAGIC);
+        assert_eq!(advert_generation(&h), None, "no advert magic yet");
+        module_advertise(&h, 4096, HMB_RING_MIN_SIZE as u64, 7);
+        assert_eq!(advert_generation(&h), Some(7));
+        acknowledge(&h, 7).unwrap();
+        assert_eq!((acknowledged(&h), h.load_u64(72).unwrap()), (7, 7));
+        // The advert itself is untouched.
+        assert_eq!(read_advert(&h, 0).unwrap().epoch, 7);
     }
 
     #[test]

@@ -46,6 +46,15 @@ pub enum Fault {
     /// Set a ring flag bit that ABI v1 does not define (a newer minor's
     /// flag): consumers must log it and carry on.
     UnknownFlag,
+    /// Model in-flight DMA: the next time the advert is withdrawn, keep
+    /// producing into the old slice for `ms` milliseconds (whatever adverts
+    /// arrive meanwhile) before stopping and acknowledging. A module that
+    /// re-initialises without waiting for the acknowledgement gets late
+    /// stores in its new ring.
+    LateStop { ms: u64 },
+    /// Hostile device: rewrite the module's own header fields, `tail` to 0
+    /// and `epoch` one lower. The module must go by its own copies.
+    RewindHeader,
 }
 
 /// A control request.

@@ -19,7 +19,7 @@ use hmb_trace_abi::offsets;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::advert::{read_advert, withdrawn, Slice};
+use crate::advert::{acknowledge, acknowledged, advert_generation, read_advert, withdrawn, Slice};
 use crate::control::{Fault, Handler, Request, Response};
 use crate::error::EmuError;
 use crate::faults::{self, FaultEffect};
@@ -101,6 +101,12 @@ pub struct Device {
     segments: Vec<Segment>,
     faults: Vec<FaultEffect>,
     retired: EngineStats,
+    /// Armed by the `late-stop` fault: how long to go on producing after
+    /// the next withdrawal.
+    late_stop: Option<Duration>,
+    /// While set, the device is still writing the withdrawn slice (in-flight
+    /// DMA) and ignores adverts until then.
+    late_until: Option<Instant>,
 }
 
 fn add_stats(a: &mut EngineStats, b: EngineStats) {
@@ -140,6 +146,8 @@ impl Device {
             segments: Vec::new(),
             faults: Vec::new(),
             retired: EngineStats::default(),
+            late_stop: None,
+            late_until: None,
         }
     }
 
@@ -173,6 +181,7 @@ impl Device {
             };
             let wait = self
                 .stalled_until
+                .or(self.late_until)
                 .map(|t| t.saturating_duration_since(Instant::now()))
                 .unwrap_or(idle_wait);
             match rx.recv_timeout(wait) {
@@ -197,6 +206,12 @@ impl Device {
                 Err(RecvTimeoutError::Disconnected) => break Ok("all event sources closed".into()),
             }
             self.watch_advert();
+            if self.late_until.is_some_and(|t| Instant::now() >= t) {
+                self.late_until = None;
+                log::info!("late stores done: production stops");
+                self.stop_withdrawn();
+                self.check_advert();
+            }
             if self.stalled_until.is_some_and(|t| Instant::now() >= t) {
                 self.stalled_until = None;
                 log::info!("stall over, production resumes");
@@ -234,23 +249,59 @@ impl Device {
         None
     }
 
-    /// The module withdrew the advert: stop touching the slice at once and
-    /// wait for a new one.
+    /// The module withdrew the advert: stop touching the slice at once (or,
+    /// with `late-stop` armed, after a while), wait for a new one, and
+    /// acknowledge the withdrawal once nothing more is written.
     fn watch_advert(&mut self) {
-        if self.slice.is_none() || self.frozen || !withdrawn(self.transport.memory()) {
+        if self.late_until.is_some() || !withdrawn(self.transport.memory()) {
             return;
         }
-        log::info!("advert withdrawn by the guest: production stops, waiting for a new advert");
-        self.stop_production("advert withdrawn");
-        self.retire_idle();
-        self.stalled_until = None;
-        self.slice = None;
-        self.halted = None;
+        if self.running.is_some() {
+            if let Some(late) = self.late_stop.take() {
+                log::info!("advert withdrawn: late-stop armed, producing {} ms more", late.as_millis());
+                self.late_until = Some(Instant::now() + late);
+                return;
+            }
+        }
+        self.stop_withdrawn();
+    }
+
+    /// Stop writing the slice (if live) and acknowledge the withdrawal.
+    fn stop_withdrawn(&mut self) {
+        let mut stopped_for = None;
+        if self.slice.is_some() && !self.frozen {
+            log::info!("advert withdrawn by the guest: production stops, waiting for a new advert");
+            self.stop_production("advert withdrawn");
+            self.retire_idle();
+            self.stalled_until = None;
+            stopped_for = self.slice.take().map(|s| s.epoch);
+            self.halted = None;
+        }
+        // What the device stopped writing for; when it was not writing at
+        // all, the withdrawn advert's generation.
+        let mem = self.transport.memory();
+        let generation = if withdrawn(mem) {
+            advert_generation(mem).or(stopped_for)
+        } else {
+            stopped_for
+        };
+        if let Some(g) = generation {
+            if acknowledged(mem) != g {
+                log::info!("acknowledging the withdrawal of generation {g}");
+                if let Err(e) = acknowledge(mem, g) {
+                    log::warn!("acknowledging generation {g}: {e}");
+                }
+            }
+        }
     }
 
     /// A doorbell: is there a newer READY advert?
     fn check_advert(&mut self) {
         self.watch_advert();
+        if self.late_until.is_some() {
+            log::debug!("doorbell while late stores are in flight: the advert is read afterwards");
+            return;
+        }
         let min_generation = self.last_generation.map(|g| g + 1).unwrap_or(0);
         match read_advert(self.transport.memory(), min_generation) {
             Ok(slice) => {
@@ -441,6 +492,18 @@ impl Device {
             Fault::CorruptMagic => faults::corrupt_magic(mem, &self.live_slice()?)?,
             Fault::BumpVersion { part } => faults::bump_version(mem, &self.live_slice()?, part)?,
             Fault::UnknownFlag => faults::unknown_flag(mem, &self.live_slice()?)?,
+            Fault::RewindHeader => faults::rewind_header(mem, &self.live_slice()?)?,
+            Fault::LateStop { ms } => {
+                self.late_stop = Some(Duration::from_millis(ms));
+                let eff = FaultEffect {
+                    fault: "late-stop".into(),
+                    epoch: self.slice.map(|s| s.epoch).unwrap_or(0),
+                    before: 0,
+                    after: ms,
+                };
+                self.faults.push(eff.clone());
+                return Ok(serde_json::to_value(eff).unwrap_or(Value::Null));
+            }
             Fault::Stall { ms } => {
                 if self.running.is_none() {
                     return Err(EmuError::Control("not producing: nothing to stall".into()));
@@ -527,6 +590,11 @@ impl Device {
             "halted": self.halted,
             "last_advert_error": self.last_advert_error,
             "doorbells": self.doorbells,
+            "advert": {
+                "withdrawn": withdrawn(self.transport.memory()),
+                "generation": advert_generation(self.transport.memory()),
+                "ack_generation": acknowledged(self.transport.memory()),
+            },
         })
     }
 

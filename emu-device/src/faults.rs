@@ -123,6 +123,24 @@ pub fn hostile_record(mem: &MemRegion, slice: &Slice, head: u64, seq: u64) -> Re
     })
 }
 
+/// Rewrite the two header fields only the module may write: `tail` to 0
+/// (backwards) and `epoch` one lower. A hostile device can do this; the
+/// module must check against its own copies, not re-read them.
+pub fn rewind_header(mem: &MemRegion, slice: &Slice) -> Result<FaultEffect, EmuError> {
+    let tail_off = hdr_off(slice, offsets::TAIL);
+    let epoch_off = hdr_off(slice, offsets::EPOCH);
+    let tail = mem.load_u64(tail_off)?;
+    let epoch = mem.load_u64(epoch_off)?;
+    mem.atomic_u64(tail_off)?.store(0, Ordering::Release);
+    mem.store_u64(epoch_off, epoch.saturating_sub(1))?;
+    Ok(FaultEffect {
+        fault: "rewind-header".into(),
+        epoch: slice.epoch,
+        before: tail,
+        after: 0,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,6 +194,16 @@ mod tests {
             (hdr.magic.get(), hdr.version_minor.get(), hdr.epoch.get()),
             (HMB_RING_MAGIC, 1, 5)
         );
+    }
+
+    #[test]
+    fn rewind_header_moves_tail_and_epoch_back() {
+        let (h, s) = setup();
+        h.store_u64(s.offset as usize + offsets::TAIL, 4096).unwrap();
+        let eff = rewind_header(&h, &s).unwrap();
+        assert_eq!((eff.before, eff.after), (4096, 0));
+        let hdr = snapshot(&h, &s);
+        assert_eq!((hdr.tail.get(), hdr.epoch.get()), (0, 4));
     }
 
     #[test]

@@ -190,6 +190,15 @@ enum FaultCmd {
         #[arg(long, default_value_t = 1000)]
         ms: u64,
     },
+    /// On the next withdrawal, keep producing for a while before stopping
+    /// and acknowledging (in-flight DMA).
+    LateStop {
+        /// How long, in milliseconds.
+        #[arg(long, default_value_t = 1000)]
+        ms: u64,
+    },
+    /// Rewrite the module's header fields: tail to 0, epoch one lower.
+    RewindHeader,
 }
 
 #[derive(Subcommand)]
@@ -338,6 +347,8 @@ fn ctl(control: PathBuf, timeout: u64, cmd: CtlCmd) -> Result<()> {
             FaultCmd::Hostile => Fault::Hostile,
             FaultCmd::Stall { ms } => Fault::Stall { ms },
             FaultCmd::UnknownFlag => Fault::UnknownFlag,
+            FaultCmd::LateStop { ms } => Fault::LateStop { ms },
+            FaultCmd::RewindHeader => Fault::RewindHeader,
         }),
         CtlCmd::Stats => Request::Stats,
         CtlCmd::GroundTruth => Request::GroundTruth,

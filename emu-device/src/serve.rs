@@ -49,6 +49,9 @@ impl Serving {
             }
         }
         let hmb = Arc::new(Hmb::create(opts.hmb_size)?);
+        // Power-on: the opt-in signature the module looks for before it
+        // writes anything to the HMB.
+        crate::advert::announce(&hmb)?;
         let (tx, rx) = channel();
         let cfg = ServerConfig {
             socket_path: opts.ivshmem_socket.clone(),

@@ -95,6 +95,10 @@ pub struct SessionConfig {
     pub hmb_size: u64,
     /// The guest script (see `guest_script`).
     pub guest_script: String,
+    /// More QEMU arguments after the controller's (e.g. a second device).
+    pub extra_qemu_args: Vec<String>,
+    /// More guest kernel command line words (e.g. `pci=nomsi`).
+    pub extra_cmdline: Vec<String>,
 }
 
 pub struct Session {
@@ -146,6 +150,8 @@ impl Session {
             VECTORS,
             PciPlace::Bus("hmbrp"),
         ));
+        vm_cfg.extra_args.extend(cfg.extra_qemu_args.iter().map(Into::into));
+        vm_cfg.extra_cmdline.extend(cfg.extra_cmdline.iter().cloned());
         let vm = Vm::start(&vm_cfg)?;
         let mut session = Session {
             run_dir: cfg.run_dir.clone(),

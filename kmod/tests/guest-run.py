@@ -47,6 +47,9 @@ import time
 HMB_RING_MAGIC = 0x54424D48
 HMB_ADVERT_MAGIC = 0x41424D48
 HMB_ADVERT_STATE_READY = 1
+HMB_DEVICE_MAGIC = 0x44424D48  # the device's opt-in (docs/abi.md)
+HMB_DEVICE_OFFSET = 64
+OFF_ACK = HMB_DEVICE_OFFSET + 8  # hmb_device_block.ack_generation
 HDR_SIZE = 4096
 REC_HDR = 32
 FLAG_OVERFLOWED = 1
@@ -85,6 +88,8 @@ class Producer(threading.Thread):
         self.doorbell = threading.Event()
         self.produced = 0
         self.rng = random.Random(1)
+        # Power-on: the signature the module binds on.
+        u32(mm, HMB_DEVICE_OFFSET).value = HMB_DEVICE_MAGIC
 
     def advert(self):
         magic, state, gen, off, length = struct.unpack_from("<IIQQQ", self.mm, 0)
@@ -101,6 +106,10 @@ class Producer(threading.Thread):
             ad = self.advert()
             if ad is None:
                 serving = None
+                # Withdrawn: we stopped writing, acknowledge its generation.
+                magic, gen = struct.unpack_from("<IxxxxQ", self.mm, 0)
+                if magic == HMB_ADVERT_MAGIC:
+                    u64(self.mm, OFF_ACK).value = gen
                 continue
             gen, off, length = ad
             epoch = u64(self.mm, off + OFF_EPOCH).value

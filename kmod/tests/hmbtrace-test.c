@@ -12,6 +12,9 @@
  *   summary: <n> ok, <n> failed, <n> skipped
  * Exit status: 0 when nothing failed, 1 otherwise, 2 on bad usage.
  *
+ * Modes besides the default checks: --fuzz N (hmbtrace-fuzz.c), --big-reinit
+ * (lock hold time of REINIT on a large ring).
+ *
  * Build: make -C kmod test   (gcc -static)
  */
 #define _GNU_SOURCE
@@ -20,6 +23,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -29,6 +33,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -36,6 +41,8 @@
 #include <unistd.h>
 
 #include <linux/nvme_hmb_trace.h>
+
+#include "hmbtrace-test.h"
 
 #define MODULE_NAME	"nvme_hmb_trace"
 #define DRIVER_DIR	"/sys/bus/pci/drivers/nvme-hmb-trace"
@@ -52,19 +59,23 @@ struct opts {
 	int freeze;		/* the harness can freeze the device on request */
 	int remove;		/* REMOVE_*: how to remove the device while mapped */
 	int irq;		/* expect device interrupts (irq_count moves) */
+	int hostile;		/* the harness can rewind the header (REQUEST rewind_header) */
+	int late_stop;		/* the harness can make the device stop late (REQUEST late_stop) */
+	long fuzz;		/* --fuzz N: only run the fuzzer, N calls */
+	unsigned int seed;
+	int big_reinit;		/* --big-reinit: only the REINIT lock-hold check */
 };
 
 static int n_ok, n_fail, n_skip;
 
-static void ok(const char *name)
+void ok(const char *name)
 {
 	printf("ok %s\n", name);
 	fflush(stdout);
 	n_ok++;
 }
 
-static void __attribute__((format(printf, 2, 3)))
-fail(const char *name, const char *fmt, ...)
+void fail(const char *name, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -77,7 +88,7 @@ fail(const char *name, const char *fmt, ...)
 	n_fail++;
 }
 
-static void skip(const char *name, const char *why)
+void skip(const char *name, const char *why)
 {
 	printf("skip %s: %s\n", name, why);
 	fflush(stdout);
@@ -213,7 +224,8 @@ static void check_sysfs(const struct hmb_trace_info *info)
 {
 	static const char *const attrs[] = {
 		"abi_version", "ring_size", "head", "tail", "dropped_records",
-		"overflow_events", "freeze_count",
+		"overflow_events", "freeze_count", "freeze_epoch", "epoch", "flags",
+		"irq_count", "tail_publishes",
 	};
 	char buf[64], want[32];
 	uint64_t rs = 0;
@@ -237,6 +249,15 @@ static void check_sysfs(const struct hmb_trace_info *info)
 	CHECK("sysfs_ring_size", !ret && rs == info->ring_size,
 	      "%llu, GET_INFO says %llu", (unsigned long long)rs,
 	      (unsigned long long)info->ring_size);
+	/* Decision (docs/kmod.md): counters are world-readable, like diskstats. */
+	{
+		char path[PATH_MAX + 32];
+		struct stat st;
+
+		snprintf(path, sizeof(path), "%s/head", sys_path);
+		CHECK("sysfs_counter_mode", !stat(path, &st) && (st.st_mode & 0777) == 0444,
+		      "%s mode %04o", path, st.st_mode & 0777);
+	}
 }
 
 static int get_info(int fd, struct hmb_trace_info *info)
@@ -297,6 +318,37 @@ static void check_mmap_refusals(int fd, const struct hmb_trace_info *info)
 	      p == MAP_FAILED ? strerror(errno) : "mapping succeeded");
 	if (p != MAP_FAILED)
 		munmap(p, len);
+	/* Device-written bytes are never code. */
+	p = mmap(NULL, len, PROT_READ | PROT_EXEC, MAP_SHARED, fd, 0);
+	CHECK("mmap_exec_eacces", p == MAP_FAILED && errno == EACCES, "%s",
+	      p == MAP_FAILED ? strerror(errno) : "mapping succeeded");
+	if (p != MAP_FAILED)
+		munmap(p, len);
+	/*
+	 * Reading through a private mapping: VM_PFNMAP pages in a COW mapping
+	 * would hit a BUG_ON in vmf_insert_pfn(); clearing VM_MAYWRITE keeps
+	 * it a plain read-only mapping. A regression panics the guest here.
+	 */
+	p = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (p == MAP_FAILED) {
+		fail("mmap_private_read", "%s", strerror(errno));
+	} else {
+		const struct hmb_ring_hdr *h = p;
+
+		CHECK("mmap_private_read", h->magic == HMB_RING_MAGIC &&
+		      h->ring_size == info->ring_size, "magic %#x ring_size %llu",
+		      h->magic, (unsigned long long)h->ring_size);
+		munmap(p, len);
+	}
+	/* The type byte moved from 0xB7 (remoteproc, nsfs) to a free one. */
+	{
+		struct hmb_trace_info old;
+		unsigned long old_get_info = _IOR(0xB7, 0x01, struct hmb_trace_info);
+		int ret = ioctl(fd, old_get_info, &old);
+
+		CHECK("old_ioctl_type_enotty", ret == -1 && errno == ENOTTY, "%s",
+		      ret ? strerror(errno) : "the 0xB7 GET_INFO succeeded");
+	}
 }
 
 /* Open for writing (root may): the module itself must refuse PROT_WRITE. */
@@ -365,6 +417,9 @@ static void check_mprotect(int fd, uint8_t *map, size_t len)
 	CHECK("mprotect_upgrade_private_refused", ret && errno == EACCES, "%s",
 	      ret ? strerror(errno) : "mprotect succeeded");
 	munmap(p, len);
+	ret = mprotect(map, len, PROT_READ | PROT_EXEC);
+	CHECK("mprotect_exec_refused", ret && errno == EACCES, "%s",
+	      ret ? strerror(errno) : "mprotect succeeded");
 }
 
 static void check_bad_tails(int fd, const uint8_t *map)
@@ -567,29 +622,62 @@ static void check_poll_wakes(int fd, const uint8_t *map, const struct opts *o)
 	CHECK("records_valid_after_poll", n >= 0, "%s", why);
 }
 
-/* Ask the harness to freeze the device; expect POLLPRI, then re-initialise. */
-static void check_freeze(int fd, const uint8_t *map, const struct opts *o)
+/* Ask the harness to freeze the device and wait for POLLPRI. */
+static int request_freeze(int fd, const uint8_t *map, const struct opts *o, const char *name)
 {
 	const struct hmb_ring_hdr *h = (const void *)map;
 	struct pollfd pfd = { .fd = fd, .events = POLLPRI };
-	uint64_t freezes0 = 0, freezes1 = 0, epoch0 = h->epoch, epoch = 0;
+	int ret;
+
+	printf("REQUEST freeze\n");
+	fflush(stdout);
+	ret = poll(&pfd, 1, o->wait_s * 1000);
+	CHECK(name, ret == 1 && (pfd.revents & POLLPRI) &&
+	      (ld_acq32(&h->flags) & HMB_RING_FLAG_FROZEN),
+	      "poll %d revents %#x flags %#x", ret, pfd.revents, ld_acq32(&h->flags));
+	return ret == 1 && (pfd.revents & POLLPRI);
+}
+
+static uint64_t sysfs_or_max(const char *attr)
+{
+	uint64_t v;
+
+	return read_sysfs_u64(attr, &v) ? UINT64_MAX : v;
+}
+
+/*
+ * Freeze, REINIT, twice. freeze_count goes up once per frozen epoch and
+ * freeze_epoch names it: a FROZEN seen again after REINIT (interrupt, poll,
+ * sysfs) is never counted for the new epoch.
+ */
+static void check_freeze(int fd, const uint8_t *map, const struct opts *o)
+{
+	const struct hmb_ring_hdr *h = (const void *)map;
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	uint64_t freezes0, freezes1, epoch0 = sysfs_or_max("epoch"), epoch = 0;
 	int ret;
 
 	if (!o->freeze) {
 		skip("freeze_pollpri", "harness cannot freeze the device (no --freeze)");
 		return;
 	}
-	read_sysfs_u64("freeze_count", &freezes0);
-	printf("REQUEST freeze\n");
-	fflush(stdout);
-	ret = poll(&pfd, 1, o->wait_s * 1000);
-	CHECK("freeze_pollpri", ret == 1 && (pfd.revents & POLLPRI) &&
-	      (ld_acq32(&h->flags) & HMB_RING_FLAG_FROZEN),
-	      "poll %d revents %#x flags %#x", ret, pfd.revents, ld_acq32(&h->flags));
-	read_sysfs_u64("freeze_count", &freezes1);
+	freezes0 = sysfs_or_max("freeze_count");
+	if (!request_freeze(fd, map, o, "freeze_pollpri"))
+		return;
+	freezes1 = sysfs_or_max("freeze_count");
 	CHECK("sysfs_freeze_count_moves", freezes1 == freezes0 + 1,
 	      "freeze_count %llu -> %llu", (unsigned long long)freezes0,
 	      (unsigned long long)freezes1);
+	CHECK("sysfs_freeze_epoch", sysfs_or_max("freeze_epoch") == epoch0,
+	      "freeze_epoch %llu, frozen epoch %llu",
+	      (unsigned long long)sysfs_or_max("freeze_epoch"), (unsigned long long)epoch0);
+	/* A REINIT whose result cannot be returned must not happen at all. */
+	ret = ioctl(fd, HMB_TRACE_IOC_REINIT, NULL);
+	CHECK("reinit_efault_unchanged", ret == -1 && errno == EFAULT &&
+	      sysfs_or_max("epoch") == epoch0 && (ld_acq32(&h->flags) & HMB_RING_FLAG_FROZEN),
+	      "ret %d (%s), epoch %llu (was %llu), flags %#x", ret,
+	      ret ? strerror(errno) : "-", (unsigned long long)sysfs_or_max("epoch"),
+	      (unsigned long long)epoch0, ld_acq32(&h->flags));
 	ret = ioctl(fd, HMB_TRACE_IOC_REINIT, &epoch);
 	CHECK("reinit_after_freeze", ret == 0 && epoch == epoch0 + 1 &&
 	      h->epoch == epoch && !(ld_acq32(&h->flags) & HMB_RING_FLAG_FROZEN) &&
@@ -600,11 +688,76 @@ static void check_freeze(int fd, const uint8_t *map, const struct opts *o)
 	      ld_acq32(&h->flags), (unsigned long long)h->tail);
 	if (!o->producer)
 		return;
-	pfd.events = POLLIN;
 	ret = poll(&pfd, 1, o->wait_s * 1000);
 	CHECK("produces_after_reinit", ret == 1 && (pfd.revents & POLLIN) &&
 	      ld_acq64(&h->head) > 0, "poll %d revents %#x head %llu", ret,
 	      pfd.revents, (unsigned long long)ld_acq64(&h->head));
+	/* The new epoch is live: nothing counted for it yet. */
+	CHECK("freeze_count_after_reinit", sysfs_or_max("freeze_count") == freezes1 &&
+	      sysfs_or_max("freeze_epoch") == epoch0,
+	      "freeze_count %llu (was %llu) freeze_epoch %llu",
+	      (unsigned long long)sysfs_or_max("freeze_count"), (unsigned long long)freezes1,
+	      (unsigned long long)sysfs_or_max("freeze_epoch"));
+	if (!request_freeze(fd, map, o, "freeze_second_epoch"))
+		return;
+	CHECK("freeze_count_per_epoch", sysfs_or_max("freeze_count") == freezes0 + 2 &&
+	      sysfs_or_max("freeze_epoch") == epoch,
+	      "freeze_count %llu (started %llu) freeze_epoch %llu (epoch %llu)",
+	      (unsigned long long)sysfs_or_max("freeze_count"), (unsigned long long)freezes0,
+	      (unsigned long long)sysfs_or_max("freeze_epoch"), (unsigned long long)epoch);
+	ret = ioctl(fd, HMB_TRACE_IOC_REINIT, &epoch);
+	CHECK("reinit_second_epoch", ret == 0 && epoch == epoch0 + 2, "ret %d epoch %llu",
+	      ret, (unsigned long long)epoch);
+	pfd.events = POLLIN;
+	ret = poll(&pfd, 1, o->wait_s * 1000);
+	CHECK("produces_after_second_reinit", ret == 1 && (pfd.revents & POLLIN),
+	      "poll %d revents %#x", ret, pfd.revents);
+}
+
+/*
+ * A hostile device rewrites the module's own header fields (tail to 0,
+ * epoch one lower): the module goes by its copies. Needs a tail > 0.
+ */
+static void check_shadow_state(int fd, const uint8_t *map, const struct opts *o)
+{
+	const struct hmb_ring_hdr *h = (const void *)map;
+	struct hmb_trace_info info;
+	struct hmb_trace_stats st;
+	uint64_t tail = h->tail, epoch = h->epoch, back;
+	int r_back, e_back, r_same;
+
+	if (!o->hostile) {
+		skip("shadow_tail_epoch", "harness cannot rewrite the header (no --hostile)");
+		return;
+	}
+	if (tail < HMB_RING_ALIGN) {
+		skip("shadow_tail_epoch", "no tail published yet");
+		return;
+	}
+	printf("REQUEST rewind_header\n");
+	fflush(stdout);
+	for (int i = 0; i < o->wait_s * 20 && h->tail != 0; i++)
+		usleep(50000);
+	if (h->tail != 0 || h->epoch != epoch - 1) {
+		fail("shadow_tail_epoch", "the device did not rewrite the header (tail %llu epoch %llu)",
+		     (unsigned long long)h->tail, (unsigned long long)h->epoch);
+		return;
+	}
+	back = tail - HMB_RING_ALIGN;
+	r_back = ioctl(fd, HMB_TRACE_IOC_PUBLISH_TAIL, &back);
+	e_back = errno;
+	r_same = ioctl(fd, HMB_TRACE_IOC_PUBLISH_TAIL, &tail);
+	CHECK("shadow_tail", r_back == -1 && e_back == EINVAL && r_same == 0 &&
+	      h->tail == tail && sysfs_or_max("tail") == tail,
+	      "tail %llu-8 after the rewind: %d/%s, tail again: %d, ring tail %llu sysfs %llu",
+	      (unsigned long long)tail, r_back, strerror(e_back), r_same,
+	      (unsigned long long)h->tail, (unsigned long long)sysfs_or_max("tail"));
+	CHECK("shadow_epoch", !get_info(fd, &info) && info.epoch == epoch &&
+	      !ioctl(fd, HMB_TRACE_IOC_GET_STATS, &st) && st.epoch == epoch &&
+	      sysfs_or_max("epoch") == epoch,
+	      "GET_INFO epoch %llu, GET_STATS epoch %llu, sysfs %llu; module's epoch %llu",
+	      (unsigned long long)info.epoch, (unsigned long long)st.epoch,
+	      (unsigned long long)sysfs_or_max("epoch"), (unsigned long long)epoch);
 }
 
 static void check_rmmod_refused(void)
@@ -633,6 +786,94 @@ static int pci_address(char *buf, size_t len)
 		return -ENAMETOOLONG;
 	memcpy(buf, base, strlen(base) + 1);
 	return 0;
+}
+
+static int read_whole(const char *path, char *buf, size_t len)
+{
+	ssize_t n, got = 0;
+	int fd = open(path, O_RDONLY);
+
+	if (fd < 0)
+		return -errno;
+	while ((size_t)got < len - 1 && (n = read(fd, buf + got, len - 1 - got)) > 0)
+		got += n;
+	close(fd);
+	buf[got] = 0;
+	return 0;
+}
+
+/* The interrupt is named after the device, so two controllers differ. */
+static void check_irq_name(const struct opts *o)
+{
+	static char text[1 << 16];
+	char addr[64], want[96];
+
+	if (!o->irq) {
+		skip("irq_name_per_device", "no device interrupts expected");
+		return;
+	}
+	if (pci_address(addr, sizeof(addr)) || read_whole("/proc/interrupts", text, sizeof(text))) {
+		fail("irq_name_per_device", "no PCI address or /proc/interrupts");
+		return;
+	}
+	snprintf(want, sizeof(want), "nvme-hmb-trace@%s", addr);
+	CHECK("irq_name_per_device", strstr(text, want) != NULL, "no %s in /proc/interrupts",
+	      want);
+}
+
+/* <debugfs>/nvme-hmb-trace/<pci>/state dumps the advert, device block and header. */
+static void check_debugfs(const struct hmb_trace_info *info)
+{
+	static char text[8192];
+	char addr[64], path[256], want[64];
+
+	mkdir("/sys/kernel/debug", 0700);
+	mount("debugfs", "/sys/kernel/debug", "debugfs", 0, NULL);	/* EBUSY if already */
+	if (pci_address(addr, sizeof(addr))) {
+		fail("debugfs_state", "no PCI address");
+		return;
+	}
+	snprintf(path, sizeof(path), "/sys/kernel/debug/nvme-hmb-trace/%s/state", addr);
+	if (read_whole(path, text, sizeof(text))) {
+		fail("debugfs_state", "%s: %s", path, strerror(errno));
+		return;
+	}
+	snprintf(want, sizeof(want), "ring.ring_size %llu\n", (unsigned long long)info->ring_size);
+	CHECK("debugfs_state", strstr(text, "device.magic 0x44424d48\n") &&
+	      strstr(text, "advert.state 1\n") && strstr(text, want),
+	      "%s says:\n%s", path, text);
+}
+
+#define TRACEFS "/sys/kernel/tracing"
+
+/* Turn the module's tracepoints on (tracefs mounted if need be). */
+static int trace_enable(void)
+{
+	mkdir(TRACEFS, 0700);
+	mount("tracefs", TRACEFS, "tracefs", 0, NULL);	/* EBUSY if already */
+	write_file(TRACEFS "/trace", "");
+	return write_file(TRACEFS "/events/nvme_hmb_trace/enable", "1");
+}
+
+static void check_trace(int enabled, const struct opts *o)
+{
+	static char text[1 << 20];
+	int irq_ok, pub_ok, reinit_ok;
+
+	if (enabled) {
+		fail("tracepoints", "events/nvme_hmb_trace/enable: %s", strerror(-enabled));
+		return;
+	}
+	if (read_whole(TRACEFS "/trace", text, sizeof(text))) {
+		fail("tracepoints", "reading %s/trace: %s", TRACEFS, strerror(errno));
+		return;
+	}
+	write_file(TRACEFS "/events/nvme_hmb_trace/enable", "0");
+	irq_ok = !o->irq || strstr(text, "hmb_trace_irq:");
+	pub_ok = strstr(text, "hmb_trace_publish_tail:") != NULL;
+	reinit_ok = !o->freeze || strstr(text, "hmb_trace_reinit:");
+	CHECK("tracepoints", irq_ok && pub_ok && reinit_ok,
+	      "irq %d publish_tail %d reinit %d in the trace", irq_ok, pub_ok, reinit_ok);
 }
 
 /*
@@ -679,6 +920,50 @@ static void check_reader_died(pid_t pid)
 	      "reader ended with status %#x", status);
 }
 
+/*
+ * After a rebind the ring is a fresh epoch: no store of the old epoch may
+ * land in it. Records from 0 must be well formed with seq from 0, and
+ * stay so while the device produces.
+ */
+static void check_rebind_ring(int fd, const struct hmb_trace_info *info, const struct opts *o)
+{
+	const struct hmb_ring_hdr *h;
+	char why[96] = "";
+	uint8_t *map;
+	uint64_t head;
+	long n = 0;
+
+	map = mmap(NULL, info->mmap_len, PROT_READ, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED) {
+		fail("rebind_ring_clean", "mmap: %s", strerror(errno));
+		return;
+	}
+	h = (const void *)map;
+	/* Give late stores of the old epoch (if any get through) time to land. */
+	for (int i = 0; i < 30; i++) {
+		head = ld_acq64(&h->head);
+		n = walk_records(map, 0, head, why, sizeof(why));
+		if (n < 0)
+			break;
+		usleep(100000);
+	}
+	head = ld_acq64(&h->head);
+	if (n >= 0)
+		n = walk_records(map, 0, head, why, sizeof(why));
+	if (n >= 0 && head > 0 && head <= info->ring_size &&
+	    ((const struct hmb_record_hdr *)(map + HMB_RING_HDR_SIZE))->seq != 0) {
+		n = -1;
+		snprintf(why, sizeof(why), "first record has seq %llu",
+			 (unsigned long long)((const struct hmb_record_hdr *)(map + HMB_RING_HDR_SIZE))->seq);
+	}
+	CHECK("rebind_ring_clean", n >= 0 && h->epoch == info->epoch &&
+	      (!o->producer || head > 0),
+	      "%s; epoch %llu (GET_INFO %llu) head %llu next_seq %llu", n < 0 ? why : "records ok",
+	      (unsigned long long)h->epoch, (unsigned long long)info->epoch,
+	      (unsigned long long)head, (unsigned long long)h->next_seq);
+	munmap(map, info->mmap_len);
+}
+
 /* Remove the PCI device while open and mapped; after an unbind, rebind it. */
 static void check_removal(int fd, uint8_t *map, const struct hmb_trace_info *info,
 			 const struct opts *o)
@@ -699,6 +984,15 @@ static void check_removal(int fd, uint8_t *map, const struct hmb_trace_info *inf
 	if (ret) {
 		fail("remove_while_mapped", "PCI address: %s", strerror(-ret));
 		return;
+	}
+	/*
+	 * The device will go on writing the old ring for a while after the
+	 * withdrawal (in-flight DMA): the rebind below must wait for it.
+	 */
+	if (o->late_stop && o->remove == REMOVE_UNBIND) {
+		printf("REQUEST late_stop\n");
+		fflush(stdout);
+		usleep(500000);
 	}
 	/* Touch the first page so the zap has something to remove. */
 	(void)read_faults(map);
@@ -759,15 +1053,104 @@ static void check_removal(int fd, uint8_t *map, const struct hmb_trace_info *inf
 	      "GET_INFO %s, epoch %llu (before unbind %llu)",
 	      ret ? strerror(errno) : "ok", (unsigned long long)info2.epoch,
 	      (unsigned long long)info->epoch);
+	if (!ret)
+		check_rebind_ring(fd2, &info2, o);
 	close(fd2);
+}
+
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+struct reader {
+	int fd;
+	volatile int stop;
+	uint64_t max_us, reads;
+};
+
+/* Another thread polls and reads sysfs while REINIT runs: neither may wait long. */
+static void *latency_reader(void *arg)
+{
+	struct reader *r = arg;
+	struct pollfd pfd = { .fd = r->fd, .events = POLLIN | POLLPRI };
+	uint64_t v;
+
+	while (!r->stop) {
+		uint64_t t0 = now_us(), dt;
+
+		read_sysfs_u64("head", &v);
+		poll(&pfd, 1, 0);
+		dt = now_us() - t0;
+		if (dt > r->max_us)
+			r->max_us = dt;
+		r->reads++;
+	}
+	return NULL;
+}
+
+/* Largest lock hold a REINIT may cause, in microseconds. */
+#define REINIT_MAX_HOLD_US 250000
+
+/*
+ * REINIT on a large ring (the scenario loads ring_size=1 GiB): the lock is
+ * held for the header rewrite only, never for the size of the data area.
+ */
+static int run_big_reinit(const struct opts *o)
+{
+	struct hmb_trace_info info;
+	struct reader r = { .fd = -1 };
+	uint64_t epoch = 0, t0, reinit_us;
+	pthread_t thread;
+	uint8_t *map;
+	int ret;
+
+	r.fd = open_dev(O_RDONLY);
+	if (r.fd < 0 || get_info(r.fd, &info)) {
+		fail("big_reinit", "open/GET_INFO: %s", strerror(errno));
+		return 1;
+	}
+	map = mmap(NULL, info.mmap_len, PROT_READ, MAP_SHARED, r.fd, 0);
+	if (map == MAP_FAILED) {
+		fail("big_reinit", "mmap: %s", strerror(errno));
+		return 1;
+	}
+	printf("info ring_size %llu\n", (unsigned long long)info.ring_size);
+	if (!request_freeze(r.fd, map, o, "big_freeze"))
+		return 1;
+	pthread_create(&thread, NULL, latency_reader, &r);
+	usleep(200000);
+	t0 = now_us();
+	ret = ioctl(r.fd, HMB_TRACE_IOC_REINIT, &epoch);
+	reinit_us = now_us() - t0;
+	usleep(200000);
+	r.stop = 1;
+	pthread_join(thread, NULL);
+	printf("info REINIT took %llu us; longest sysfs read + poll meanwhile %llu us (%llu reads)\n",
+	       (unsigned long long)reinit_us, (unsigned long long)r.max_us,
+	       (unsigned long long)r.reads);
+	CHECK("big_reinit", ret == 0 && epoch == info.epoch + 1, "REINIT %d (%s) epoch %llu",
+	      ret, ret ? strerror(errno) : "-", (unsigned long long)epoch);
+	CHECK("reinit_lock_hold", reinit_us < REINIT_MAX_HOLD_US && r.max_us < REINIT_MAX_HOLD_US,
+	      "REINIT %llu us, a reader waited %llu us (limit %u us)",
+	      (unsigned long long)reinit_us, (unsigned long long)r.max_us, REINIT_MAX_HOLD_US);
+	munmap(map, info.mmap_len);
+	close(r.fd);
+	return 0;
 }
 
 static void usage(const char *argv0)
 {
 	fprintf(stderr,
 		"usage: %s [--dev NAME] [--mode OCTAL] [--gid GID] [--wait SECONDS] [--no-producer]\n"
-		"          [--freeze] [--irq] [--remove unbind|device-del|none]\n"
-		"Checks /dev/NAME (default nvme-hmb-trace0) of nvme-hmb-trace.ko.\n", argv0);
+		"          [--freeze] [--irq] [--hostile] [--late-stop] [--remove unbind|device-del|none]\n"
+		"       %s --fuzz CALLS [--seed N] [--wait SECONDS]\n"
+		"       %s --big-reinit\n"
+		"Checks /dev/NAME (default nvme-hmb-trace0) of nvme-hmb-trace.ko.\n", argv0, argv0,
+		argv0);
 }
 
 int main(int argc, char **argv)
@@ -781,6 +1164,11 @@ int main(int argc, char **argv)
 		{ "freeze", no_argument, NULL, 'f' },
 		{ "irq", no_argument, NULL, 'i' },
 		{ "remove", required_argument, NULL, 'r' },
+		{ "hostile", no_argument, NULL, 'H' },
+		{ "late-stop", no_argument, NULL, 'L' },
+		{ "fuzz", required_argument, NULL, 'z' },
+		{ "seed", required_argument, NULL, 's' },
+		{ "big-reinit", no_argument, NULL, 'B' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -790,7 +1178,7 @@ int main(int argc, char **argv)
 	struct sigaction sa;
 	uint8_t *map;
 	char *end;
-	int c, fd;
+	int c, fd, tracing;
 
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		switch (c) {
@@ -839,6 +1227,29 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'H':
+			o.hostile = 1;
+			break;
+		case 'L':
+			o.late_stop = 1;
+			break;
+		case 'z':
+			o.fuzz = strtol(optarg, &end, 10);
+			if (*end || end == optarg || o.fuzz <= 0) {
+				usage(argv[0]);
+				return 2;
+			}
+			break;
+		case 's':
+			o.seed = strtoul(optarg, &end, 10);
+			if (*end || end == optarg) {
+				usage(argv[0]);
+				return 2;
+			}
+			break;
+		case 'B':
+			o.big_reinit = 1;
+			break;
 		case 'h':
 			usage(argv[0]);
 			return 0;
@@ -858,6 +1269,16 @@ int main(int argc, char **argv)
 	sigaction(SIGBUS, &sa, NULL);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 
+	if (o.fuzz) {
+		long bad = hmbtrace_fuzz(node_path, o.fuzz, o.seed, o.wait_s * 30);
+
+		CHECK("fuzz", bad == 0, "%ld access-rule violations (see info lines)", bad);
+		goto out;
+	}
+	if (o.big_reinit) {
+		run_big_reinit(&o);
+		goto out;
+	}
 	check_node(&o);
 	fd = open_dev(O_RDONLY);
 	if (fd < 0) {
@@ -893,8 +1314,13 @@ int main(int argc, char **argv)
 	check_bad_tails(fd, map);
 	check_stats(fd, map);
 	check_reinit_refused(fd, map);
+	tracing = trace_enable();
 	check_poll_wakes(fd, map, &o);
+	check_shadow_state(fd, map, &o);
+	check_irq_name(&o);
+	check_debugfs(&info);
 	check_freeze(fd, map, &o);
+	check_trace(tracing, &o);
 	check_rmmod_refused();
 	check_removal(fd, map, &info, &o);
 out:

@@ -134,6 +134,8 @@ pub fn boot(args: &Boot, phases: &mut Phases) -> Result<RunOutcome> {
             &format!("ring_size={}", args.ring_size),
             if follow { "--follow" } else { "" },
         ),
+        extra_qemu_args: Vec::new(),
+        extra_cmdline: Vec::new(),
     };
     let mut s = Session::start(&tools, &cfg, phases)?;
     phases.run("module + daemon", || {

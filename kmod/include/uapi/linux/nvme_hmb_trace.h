@@ -4,7 +4,7 @@
  * nvme-hmb-trace module and hmb-trace-daemon (consumer).
  *
  * docs/abi.md is the specification; this header and the Rust crate
- * hmb-trace-abi mirror it, and abi/tests/c_layout.rs checks all three agree.
+ * hmb-trace-abi mirror it, and abi/tests/layout.rs checks all three agree.
  * All multi-byte fields are little-endian.
  */
 #ifndef _UAPI_LINUX_NVME_HMB_TRACE_H
@@ -107,9 +107,32 @@ struct hmb_advert {
  */
 #define HMB_NVME_FID_TRACE	0xc0u
 
+/*
+ * The device's block, right after the advert (own cache line, written by
+ * the device only). Its magic is the device's opt-in: the module binds to
+ * an emulated HMB only when it finds it, and writes nothing before that.
+ * ack_generation is the generation of the last advert whose withdrawal the
+ * device has acknowledged: it stores it (release) once it has stopped
+ * writing the slice that advert described.
+ */
+#define HMB_DEVICE_MAGIC	0x44424d48u	/* "HMBD" */
+#define HMB_DEVICE_OFFSET	64u
+
+struct hmb_device_block {
+	__u32 magic;		/* HMB_DEVICE_MAGIC, written by the device at power-on */
+	__u32 reserved0;
+	__u64 ack_generation;	/* last withdrawn generation it stopped for (release) */
+	__u8  reserved[48];
+};
+
 /* ---- character device ioctls ---- */
 
-#define HMB_TRACE_IOC_MAGIC	0xB7
+/*
+ * Type byte 0xBC: unassigned in Documentation/userspace-api/ioctl/
+ * ioctl-number.rst (0xB7, used before, belongs to remoteproc and nsfs;
+ * 0xB8 was taken by newer kernels).
+ */
+#define HMB_TRACE_IOC_MAGIC	0xBC
 
 struct hmb_trace_info {
 	__u16 abi_major;	/* ABI the module speaks */

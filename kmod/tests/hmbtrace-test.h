@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * hmbtrace-test.h - what the parts of the guest test program share: the
+ * check reporting (ok/FAIL/skip lines) and the fuzzer's entry point.
+ */
+#ifndef HMBTRACE_TEST_H
+#define HMBTRACE_TEST_H
+
+#include <stdint.h>
+
+void ok(const char *name);
+void __attribute__((format(printf, 2, 3))) fail(const char *name, const char *fmt, ...);
+void skip(const char *name, const char *why);
+
+/*
+ * Random open/close, mmap, mprotect, madvise, munmap, reads through the
+ * mappings, ioctls, poll, read/write and lseek on @node, @calls calls or
+ * @seconds seconds, whichever ends first. Every result is checked against
+ * the access rules (docs/kmod.md); returns the number of violations.
+ */
+long hmbtrace_fuzz(const char *node, long calls, unsigned int seed, int seconds);
+
+#endif
