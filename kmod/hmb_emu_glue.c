@@ -178,7 +178,7 @@ static int hmb_emu_reinit(void *priv, u64 new_epoch)
 	struct hmb_emu *emu = priv;
 
 	hmb_emu_withdraw(emu);
-	hmb_ring_init_header(emu->slice, emu->ring_size, new_epoch);
+	hmb_ring_init(emu->slice, emu->ring_size, new_epoch);
 	hmb_emu_advertise(emu, new_epoch);
 	dev_dbg(&emu->pdev->dev, "trace ring re-initialised, epoch %llu\n",
 		new_epoch);
@@ -435,7 +435,7 @@ static int hmb_emu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	if (ret)
 		goto err_unmap;
 	hmb_ring_zero_data(emu->slice, emu->ring_size);
-	hmb_ring_init_header(emu->slice, emu->ring_size, epoch);
+	hmb_ring_init(emu->slice, emu->ring_size, epoch);
 
 	slice.kva = emu->slice;
 	slice.phys = pci_resource_start(pdev, IVSHMEM_SHM_BAR) + slice_offset;

@@ -20,7 +20,7 @@ struct hmb_trace_dev;
 struct hmb_trace_backend_ops {
 	/*
 	 * The device is FROZEN: rewrite the ring header for @new_epoch
-	 * (hmb_ring_init_header()) and advertise the ring to the device again.
+	 * (hmb_ring_init()) and advertise the ring to the device again.
 	 * Called under the core's device lock, never after unregister; must
 	 * not sleep for long (the data area is not zeroed again).
 	 */
@@ -43,7 +43,11 @@ struct hmb_trace_slice {
 	 */
 	struct page **pages;
 	u64 ring_size;		/* data area bytes (power of two) */
-	u64 epoch;		/* the epoch hmb_ring_init_header() wrote */
+	/*
+	 * The epoch hmb_ring_init() wrote; 0: read it from the header just
+	 * initialised (before the ring is advertised, so no device writes it).
+	 */
+	u64 epoch;
 };
 
 /*
@@ -67,7 +71,7 @@ void hmb_trace_notify(struct hmb_trace_dev *td);
 void hmb_trace_unregister(struct hmb_trace_dev *td);
 
 /* Ring header helpers (hmb_trace_ring.c). */
-void hmb_ring_init_header(void *slice, u64 ring_size, u64 epoch);
+void hmb_ring_init(void *slice, u64 ring_size, u64 epoch);
 void hmb_ring_zero_data(void *slice, u64 ring_size);
 u64 hmb_ring_head(const struct hmb_ring_hdr *hdr);
 u32 hmb_ring_flags(const struct hmb_ring_hdr *hdr);

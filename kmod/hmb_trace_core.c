@@ -573,7 +573,7 @@ struct hmb_trace_dev *hmb_trace_register(struct device *parent,
 	struct inode *inode;
 	int minor, ret;
 
-	if (!hmb_ring_size_valid(slice->ring_size) || !slice->epoch ||
+	if (!hmb_ring_size_valid(slice->ring_size) ||
 	    !PAGE_ALIGNED(slice->phys) || !ops || !ops->reinit)
 		return ERR_PTR(-EINVAL);
 
@@ -603,7 +603,7 @@ struct hmb_trace_dev *hmb_trace_register(struct device *parent,
 	td->ring_size = slice->ring_size;
 	td->mmap_len = HMB_RING_HDR_SIZE + slice->ring_size;
 	td->tail = 0;
-	td->epoch = slice->epoch;
+	td->epoch = slice->epoch ?: hmb_ring_le64(&td->hdr->epoch);
 	td->ops = ops;
 	td->priv = priv;
 	td->inode = inode;

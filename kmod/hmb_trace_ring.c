@@ -32,7 +32,7 @@ bool hmb_ring_size_valid(u64 ring_size)
  * records of an earlier epoch cannot look valid, and re-initialising a
  * 1 GiB ring stays a 4 KiB write.
  */
-void hmb_ring_init_header(void *slice, u64 ring_size, u64 epoch)
+void hmb_ring_init(void *slice, u64 ring_size, u64 epoch)
 {
 	struct hmb_ring_hdr *hdr = slice;
 

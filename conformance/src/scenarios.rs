@@ -290,7 +290,7 @@ fn test_program_result(console: &str) -> (Vec<String>, String) {
         .map(str::trim)
         .filter(|l| l.starts_with("ok ") || l.starts_with("FAIL ") || l.starts_with("skip "))
         .map(|l| match l.split_once(':') {
-            Some((head, _)) if l.starts_with("FAIL ") => head.to_string(),
+            Some((head, _)) if !l.starts_with("ok ") => head.to_string(),
             _ => l.split_whitespace().take(2).collect::<Vec<_>>().join(" "),
         })
         .collect();
