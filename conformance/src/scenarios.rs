@@ -36,7 +36,7 @@ pub const ALL: &[&str] = &[
     "newer_minor",
     "unknown_flag",
     "access_rules",
-    "driver_binding",
+    "binding",
     "no_msix",
     "big_ring",
     "crash_safety",
@@ -68,7 +68,7 @@ pub fn run(env: &Env, name: &str) -> Result<Value> {
         ),
         "unknown_flag" => unknown_flag(env),
         "access_rules" => access_rules(env),
-        "driver_binding" => driver_binding(env),
+        "binding" => binding(env),
         "no_msix" => no_msix(env),
         "big_ring" => big_ring(env),
         "crash_safety" => crash_safety(env),
@@ -339,7 +339,7 @@ fn access_rules(env: &Env) -> Result<Value> {
     }))
 }
 
-/// Size of the foreign ivshmem-plain device's memory (BAR2) in driver_binding.
+/// Size of the foreign ivshmem-plain device's memory (BAR2) in the binding scenario.
 const FOREIGN_SIZE: usize = 4 << 20;
 
 /// The bytes the host puts into the foreign device's memory; they must be
@@ -359,8 +359,8 @@ fn foreign_pattern() -> Vec<u8> {
 /// - the syscall fuzzer (10^5 calls) on the real device while it produces;
 /// - poweroff (the driver's .shutdown): the device acknowledges the
 ///   withdrawal of the last advert, so nothing live is left behind.
-fn driver_binding(env: &Env) -> Result<Value> {
-    let name = "driver_binding";
+fn binding(env: &Env) -> Result<Value> {
+    let name = "binding";
     let shm = env.run_dir(name).with_file_name(format!("{name}.foreign.shm"));
     std::fs::create_dir_all(shm.parent().context("run folder has a parent")?)?;
     let pattern = foreign_pattern();

@@ -66,7 +66,7 @@ scenarios!(
     newer_minor,
     unknown_flag,
     access_rules,
-    driver_binding,
+    binding,
     no_msix,
     big_ring,
     crash_safety,
