@@ -345,7 +345,9 @@ const FOREIGN_SIZE: usize = 4 << 20;
 /// The bytes the host puts into the foreign device's memory; they must be
 /// there unchanged after the guest ran.
 fn foreign_pattern() -> Vec<u8> {
-    (0..FOREIGN_SIZE).map(|i| (i.wrapping_mul(7) ^ (i >> 12)) as u8 | 1).collect()
+    (0..FOREIGN_SIZE)
+        .map(|i| (i.wrapping_mul(7) ^ (i >> 12)) as u8 | 1)
+        .collect()
 }
 
 /// Which devices the module binds, and what it refuses to load with:

@@ -34,7 +34,9 @@ pub fn announce(mem: &MemRegion) -> Result<(), EmuError> {
 /// The advert's generation, if it has the advert magic at all.
 pub fn advert_generation(mem: &MemRegion) -> Option<u64> {
     let magic = mem.load_u32(HMB_ADVERT_OFFSET as usize).ok()?;
-    (magic == HMB_ADVERT_MAGIC).then(|| mem.load_u64(GENERATION_OFF).ok()).flatten()
+    (magic == HMB_ADVERT_MAGIC)
+        .then(|| mem.load_u64(GENERATION_OFF).ok())
+        .flatten()
 }
 
 /// The device has stopped writing the slice of `generation`: tell the

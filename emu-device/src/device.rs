@@ -258,7 +258,10 @@ impl Device {
         }
         if self.running.is_some() {
             if let Some(late) = self.late_stop.take() {
-                log::info!("advert withdrawn: late-stop armed, producing {} ms more", late.as_millis());
+                log::info!(
+                    "advert withdrawn: late-stop armed, producing {} ms more",
+                    late.as_millis()
+                );
                 self.late_until = Some(Instant::now() + late);
                 return;
             }
