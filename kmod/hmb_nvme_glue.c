@@ -66,6 +66,7 @@ static int hmb_nvme_add(struct nvme_hmb_trace_slice *s)
 		.phys = page_to_phys(s->pages[0]),
 		.pages = s->pages,
 		.ring_size = s->ring_size,
+		.epoch = s->generation,	/* the driver initialised the ring for it */
 	};
 	struct hmb_nvme *hn;
 

@@ -48,7 +48,9 @@ fn run(args: Test) -> Result<()> {
         // No guest, but Debian's sources and kernel headers through apt (as
         // root, like the images): so not in --host-only, which a non-Debian
         // runner without root also runs.
-        step("nvme patch series on every kernel (apply, checkpatch --strict, build nvme.ko)");
+        step(
+            "nvme patch series on every kernel (apply, checkpatch --strict of the series and of kmod/, build nvme.ko)",
+        );
         NvmeSeries {
             kernel: "all".into(),
             no_build: false,

@@ -75,6 +75,7 @@ pub fn prepare(sh: &Shell, spec: &KernelSpec, build: bool) -> Result<SeriesOutco
     let patches = series_patches(&spec.name)?;
     let patched = apply_series(sh, &source.root, &patches, &cache.join("nvme-series").join(&spec.name))?;
     checkpatch(sh, &source.root, &patches)?;
+    checkpatch_kmod(sh, &source.root)?;
     check_shared_headers(&patched)?;
     let nvme_ko = if build {
         Some(build_nvme_ko(sh, &env, spec, &resolved, &patched, &cache)?)
@@ -106,6 +107,17 @@ pub fn apply_series(sh: &Shell, pristine: &Path, patches: &[PathBuf], work: &Pat
             .with_context(|| format!("{} does not apply to {}", p.display(), pristine.display()))?;
     }
     Ok(tree)
+}
+
+/// The trace module's own sources under this tree's checkpatch.pl --strict
+/// (`make -C kmod checkpatch`; the Makefile says which types are ignored and why).
+pub fn checkpatch_kmod(sh: &Shell, tree: &Path) -> Result<()> {
+    let kmod = workspace_root().join("kmod");
+    let checkpatch = tree.join("scripts/checkpatch.pl");
+    cmd!(sh, "make -s -C {kmod} checkpatch CHECKPATCH={checkpatch}")
+        .run()
+        .with_context(|| format!("checkpatch.pl --strict ({}) on kmod/", tree.display()))?;
+    Ok(())
 }
 
 /// `scripts/checkpatch.pl --strict` of the kernel's own tree over the series.
