@@ -25,8 +25,9 @@ impl Env {
         let kernel = std::env::var("HMB_TRACE_KERNEL").ok().filter(|k| !k.is_empty());
         let qemu = match std::env::var("HMB_TRACE_QEMU").as_deref() {
             Ok("10.0") => QemuVersion::V10_0,
+            Ok("11.1") => QemuVersion::V11_1,
             Ok("7.2") | Err(_) => QemuVersion::V7_2,
-            Ok(other) => anyhow::bail!("HMB_TRACE_QEMU={other}: use 7.2 or 10.0"),
+            Ok(other) => anyhow::bail!("HMB_TRACE_QEMU={other}: use 7.2, 10.0 or 11.1"),
         };
         let inject_reset = std::env::var("HMB_TRACE_INJECT").is_ok_and(|v| v == "reset");
         let sh = Shell::new()?;
@@ -42,10 +43,7 @@ impl Env {
     }
 
     pub fn run_dir(&self, scenario: &str) -> PathBuf {
-        let qemu = match self.qemu {
-            QemuVersion::V7_2 => "qemu-7.2",
-            QemuVersion::V10_0 => "qemu-10.0",
-        };
+        let qemu = format!("qemu-{}", self.qemu.name());
         hmb_harness::target_dir()
             .join("hmb-trace/conformance")
             .join(&self.kernel)

@@ -56,10 +56,7 @@ fn run(args: Conformance) -> Result<()> {
         Some("all") => specs.iter().map(|s| s.name.clone()).collect(),
         other => vec![kernels::select(&specs, other)?.name],
     };
-    let qemu_name = match args.qemu {
-        QemuVersion::V7_2 => "7.2",
-        QemuVersion::V10_0 => "10.0",
-    };
+    let qemu_name = args.qemu.name();
     ensure_nextest(&sh)?;
     let out_dir = target_dir().join("hmb-trace/conformance");
     std::fs::create_dir_all(&out_dir)?;

@@ -20,6 +20,9 @@ pub struct Deps {
     /// Also QEMU 10.0 (cached, next to the system's 7.2).
     #[arg(long)]
     pub qemu10: bool,
+    /// Also QEMU 11.1 (vfio-user-pci, for `--device nvme`), in the trixie chroot.
+    #[arg(long)]
+    pub qemu11: bool,
 }
 
 impl Deps {
@@ -44,6 +47,11 @@ impl Deps {
         }
         if self.qemu10 {
             phases.run("QEMU 10.0", || binary::ensure(&sh, QemuVersion::V10_0).map(|_| ()))?;
+        }
+        if self.qemu11 {
+            phases.run("QEMU 11.1", || {
+                hmb_harness::qemu::chroot_qemu::ensure_locked(&sh, &cache_dir()).map(|_| ())
+            })?;
         }
         phases.summary();
         Ok(())

@@ -1,7 +1,8 @@
 //! Which QEMU runs the guest: bookworm's 7.2 (/usr/bin, installed by `deps`)
 //! or bookworm-backports' 10.0, unpacked into the cache next to it (never
 //! installed: the system binary stays 7.2) and run with `-L` for its firmware
-//! and QEMU_MODULE_DIR for its modules.
+//! and QEMU_MODULE_DIR for its modules; or trixie-backports' 11.1 (the one
+//! with vfio-user-pci), installed in the trixie chroot (chroot_qemu.rs).
 
 use crate::host::apt::{self, Need};
 use crate::host::apt_env::{host_codename, AptEnv};
@@ -19,6 +20,20 @@ pub enum QemuVersion {
     V7_2,
     #[value(name = "10.0")]
     V10_0,
+    /// trixie-backports' 11.1 in the trixie chroot: the one with vfio-user-pci.
+    #[value(name = "11.1")]
+    V11_1,
+}
+
+impl QemuVersion {
+    /// The version as `--qemu` and HMBT_QEMU spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            QemuVersion::V7_2 => "7.2",
+            QemuVersion::V10_0 => "10.0",
+            QemuVersion::V11_1 => "11.1",
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -74,6 +89,7 @@ pub fn ensure(sh: &Shell, which: QemuVersion) -> Result<QemuBinary> {
     let binary = match which {
         QemuVersion::V7_2 => QemuBinary::at(PathBuf::from("/usr/bin/qemu-system-x86_64")),
         QemuVersion::V10_0 => ensure_backports_qemu(sh)?,
+        QemuVersion::V11_1 => super::chroot_qemu::ensure(sh)?,
     };
     let path = &binary.path;
     let output = binary
@@ -94,6 +110,7 @@ pub fn ensure(sh: &Shell, which: QemuVersion) -> Result<QemuBinary> {
     let want = match which {
         QemuVersion::V7_2 => "version 7.2",
         QemuVersion::V10_0 => "version 10.0",
+        QemuVersion::V11_1 => "version 11.1",
     };
     if !first.contains(want) {
         bail!("{} reports {first:?}, expected {want}", path.display());

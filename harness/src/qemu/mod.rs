@@ -5,6 +5,7 @@
 pub mod accel;
 pub mod args;
 pub mod binary;
+pub mod chroot_qemu;
 pub mod console;
 
 use anyhow::{bail, Context, Result};
