@@ -276,7 +276,8 @@ impl<P: TailPublisher> Consumer<P> {
             _ => None,
         };
         if let (Some(l), false) = (lost, self.frozen_lost_counted) {
-            self.stats.lost_records += l.count;
+            // A hostile next_seq can claim almost 2^64 lost records: saturate.
+            self.stats.lost_records = self.stats.lost_records.saturating_add(l.count);
             self.stats.lost_events += 1;
         }
         self.frozen_lost_counted = true;
@@ -402,7 +403,7 @@ impl<P: TailPublisher> Consumer<P> {
         self.stats.batches += 1;
         self.stats.duplicates += p.duplicates;
         if let Some(l) = p.lost {
-            self.stats.lost_records += l.count;
+            self.stats.lost_records = self.stats.lost_records.saturating_add(l.count);
             self.stats.lost_events += 1;
         }
         Ok(())
