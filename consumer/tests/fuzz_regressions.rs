@@ -28,7 +28,7 @@ fn lost_records_saturate_instead_of_overflowing() {
     unsafe { std::ptr::copy_nonoverlapping(first.as_ptr(), base, first.len()) };
     let view = unsafe { RingView::from_raw(base, first.len()) }.unwrap();
     let mut c = Consumer::attach(view, NoPublish, ConsumerConfig::default()).unwrap();
-    let mut drain = |c: &mut Consumer<NoPublish>| loop {
+    let drain = |c: &mut Consumer<NoPublish>| loop {
         match c.next_batch() {
             Ok(Step::Batch(_)) => c.commit().unwrap(),
             Ok(Step::Empty) => return,

@@ -5,7 +5,9 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let from_slice: Vec<_> = match hmb_trace_file::SliceReader::new(data) {
-        Ok(r) => r.map(|i| i.map(|i| (i.offset, i.payload.len())).map_err(|e| e.to_string())).collect(),
+        Ok(r) => r
+            .map(|i| i.map(|i| (i.offset, i.payload.len())).map_err(|e| e.to_string()))
+            .collect(),
         Err(_) => return,
     };
     let mut stream = hmb_trace_file::TraceReader::with_capacity(data, 4096).expect("header parsed above");

@@ -5,6 +5,7 @@
 mod boot;
 mod conformance;
 mod deps;
+mod fuzz;
 mod guest_smoke;
 mod image;
 mod nvme_series;
@@ -42,6 +43,8 @@ enum Command {
     NvmeSeries(nvme_series::NvmeSeries),
     /// The patched nvme.ko in a guest under the stock nvme-core, on QEMU's own NVMe device.
     NvmeSmoke(nvme_smoke::NvmeSmoke),
+    /// Fuzz the parsers of untrusted bytes and the NVMe controller (nightly, libFuzzer).
+    Fuzz(fuzz::Fuzz),
 }
 
 fn main() -> Result<()> {
@@ -55,5 +58,6 @@ fn main() -> Result<()> {
         Command::GuestSmoke(c) => c.run(),
         Command::NvmeSeries(c) => c.run(),
         Command::NvmeSmoke(c) => c.run(),
+        Command::Fuzz(c) => c.run(),
     }
 }

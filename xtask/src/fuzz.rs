@@ -1,0 +1,170 @@
+//! `cargo xtask fuzz`: build the libFuzzer targets of `fuzz/` with nightly
+//! and run each for a bounded time over its corpus (seeded from the golden
+//! vectors), after replaying its recorded crashes (`fuzz/regressions/<t>`).
+//!
+//! It builds with the flags cargo-fuzz uses (sancov, trace-compares,
+//! AddressSanitizer, debug assertions and overflow checks) straight through
+//! `cargo +nightly build`, so a fresh machine does not first spend minutes
+//! compiling cargo-fuzz; `cargo +nightly fuzz run <t>` from `fuzz/` works
+//! the same for people who have it. docs/fuzzing.md has the targets.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use xshell::{cmd, Shell};
+
+/// Every target and the directories seeding its corpus (relative to the root).
+pub const TARGETS: &[(&str, &[&str])] = &[
+    ("ring_parse", &["docs/test-vectors/v1"]),
+    ("consumer_walk", &["docs/test-vectors/v1"]),
+    ("trace_read", &["fuzz/seeds/trace_read"]),
+    ("pccx_read", &["pccx/tests/golden"]),
+    ("nvme_controller", &["fuzz/seeds/nvme_controller"]),
+];
+
+const TRIPLE: &str = "x86_64-unknown-linux-gnu";
+const RUSTFLAGS: &str = "-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
+    -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
+    -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Zsanitizer=address \
+    -Cdebug-assertions -Coverflow-checks -Cforce-frame-pointers";
+
+#[derive(Args, Debug)]
+pub struct Fuzz {
+    /// One target (default: all of them, one after the other).
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(TARGETS.iter().map(|t| t.0)))]
+    pub target: Option<String>,
+    /// Seconds of fuzzing per target.
+    #[arg(long, default_value_t = 10)]
+    pub time: u64,
+}
+
+impl Fuzz {
+    pub fn run(self) -> Result<()> {
+        run(self)
+    }
+}
+
+fn run(args: Fuzz) -> Result<()> {
+    let sh = Shell::new()?;
+    let root = hmb_harness::workspace_root();
+    sh.change_dir(&root);
+    ensure_nightly(&sh)?;
+    let target_dir = root.join("target/fuzz");
+    println!("building the fuzz targets (nightly, sancov + AddressSanitizer)");
+    let _flags = sh.push_env("RUSTFLAGS", RUSTFLAGS);
+    cmd!(
+        sh,
+        "cargo +nightly build --quiet --release --manifest-path fuzz/Cargo.toml --target {TRIPLE} --bins --target-dir {target_dir}"
+    )
+    .run()?;
+    let bin_dir = target_dir.join(TRIPLE).join("release");
+    for (name, seeds) in TARGETS {
+        if args.target.as_deref().is_some_and(|t| t != *name) {
+            continue;
+        }
+        run_target(&sh, &root, &bin_dir, &target_dir, name, seeds, args.time)?;
+    }
+    Ok(())
+}
+
+fn ensure_nightly(sh: &Shell) -> Result<()> {
+    if cmd!(sh, "cargo +nightly --version")
+        .quiet()
+        .ignore_stdout()
+        .ignore_stderr()
+        .run()
+        .is_ok()
+    {
+        return Ok(());
+    }
+    println!("installing the nightly toolchain (rustup, minimal profile): libFuzzer and sanitizers need it");
+    cmd!(sh, "rustup toolchain install nightly --profile minimal")
+        .run()
+        .context("no nightly toolchain and rustup could not install one")?;
+    Ok(())
+}
+
+fn run_target(
+    sh: &Shell,
+    root: &Path,
+    bin_dir: &Path,
+    target_dir: &Path,
+    name: &str,
+    seeds: &[&str],
+    secs: u64,
+) -> Result<()> {
+    let bin = bin_dir.join(name);
+    let regressions = files_in(&root.join("fuzz/regressions").join(name))?;
+    if !regressions.is_empty() {
+        println!("==> fuzz {name}: replaying {} recorded crash(es)", regressions.len());
+        cmd!(sh, "{bin} {regressions...}")
+            .quiet()
+            .ignore_stderr()
+            .run()
+            .with_context(|| format!("{name}: a recorded crash (fuzz/regressions/{name}) fails again"))?;
+    }
+    let corpus = target_dir.join("corpus").join(name);
+    let artifacts = target_dir.join("artifacts").join(name);
+    std::fs::create_dir_all(&corpus)?;
+    std::fs::create_dir_all(&artifacts)?;
+    let seed_dirs: Vec<PathBuf> = seeds.iter().map(|s| root.join(s)).filter(|p| p.is_dir()).collect();
+    let prefix = format!("-artifact_prefix={}/", artifacts.display());
+    let time = format!("-max_total_time={secs}");
+    println!("==> fuzz {name}: {secs} s (corpus {})", corpus.display());
+    let out = cmd!(sh, "{bin} {time} -print_final_stats=1 {prefix} {corpus} {seed_dirs...}")
+        .quiet()
+        .ignore_status()
+        .output()?;
+    let log = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        for l in tail.into_iter().rev() {
+            eprintln!("    {l}");
+        }
+        bail!(
+            "fuzz target {name} failed ({}): the input is in {}; turn it into a regression \
+             (fuzz/regressions/{name}/) once fixed",
+            out.status,
+            artifacts.display()
+        );
+    }
+    println!("    {}", summary(&log));
+    Ok(())
+}
+
+/// Executions, rate and coverage from libFuzzer's final stats.
+fn summary(log: &str) -> String {
+    let stat = |k: &str| {
+        log.lines()
+            .find_map(|l| l.strip_prefix(k).map(|v| v.trim().to_string()))
+            .unwrap_or_else(|| "?".into())
+    };
+    let cov = log
+        .lines()
+        .rev()
+        .find_map(|l| {
+            l.split_once("cov: ")
+                .map(|(_, r)| r.split_whitespace().next().unwrap_or("?").to_string())
+        })
+        .unwrap_or_else(|| "?".into());
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    format!(
+        "{} executions, {} exec/s, coverage {cov} edges (load average {})",
+        stat("stat::number_of_executed_units:"),
+        stat("stat::average_exec_per_sec:"),
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    )
+}
+
+fn files_in(dir: &Path) -> Result<Vec<PathBuf>> {
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()?;
+    v.retain(|p| p.is_file());
+    v.sort();
+    Ok(v)
+}
