@@ -2,7 +2,7 @@
 //!
 //! `docs/abi.md` is the specification. This crate mirrors it for Rust code
 //! (firmware model, daemon, analyzer) and `kmod/include/uapi/linux/nvme_hmb_trace.h`
-//! mirrors it for C; `tests/c_layout.rs` checks the two against each other.
+//! mirrors it for C; `tests/layout.rs` checks the two (and docs/abi.md) against each other.
 //!
 //! Everything that parses bytes here treats them as untrusted: every length
 //! is bounded and no input makes it panic.
