@@ -49,6 +49,9 @@ pub struct ConsoleLog {
     path: PathBuf,
     offset: u64,
     partial: String,
+    /// Lines a waiter read past its match: handed out again by the next poll, so a
+    /// marker that arrived in the same read as the previous one is not lost.
+    unread: Vec<String>,
     pub lines: Vec<String>,
     pub faults: Vec<String>,
 }
@@ -59,6 +62,7 @@ impl ConsoleLog {
             path: path.to_path_buf(),
             offset: 0,
             partial: String::new(),
+            unread: Vec::new(),
             lines: Vec::new(),
             faults: Vec::new(),
         }
@@ -70,16 +74,25 @@ impl ConsoleLog {
 
     /// Read what was appended since the last call; returns the new complete lines.
     pub fn poll(&mut self) -> Result<Vec<String>> {
+        let mut fresh = std::mem::take(&mut self.unread);
         let mut file = match std::fs::File::open(&self.path) {
             Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(fresh),
             Err(e) => return Err(e).with_context(|| format!("opening {}", self.path.display())),
         };
         file.seek(SeekFrom::Start(self.offset))?;
         let mut buf = Vec::new();
         file.read_to_end(&mut buf)?;
         self.offset += buf.len() as u64;
-        Ok(self.feed(&String::from_utf8_lossy(&buf)))
+        fresh.extend(self.feed(&String::from_utf8_lossy(&buf)));
+        Ok(fresh)
+    }
+
+    /// Give back lines read but not consumed: the next `poll` returns them first.
+    pub fn unread(&mut self, lines: impl IntoIterator<Item = String>) {
+        let mut rest: Vec<String> = lines.into_iter().collect();
+        rest.append(&mut self.unread);
+        self.unread = rest;
     }
 
     /// Split text into lines, keeping an incomplete tail for the next call.
@@ -113,6 +126,20 @@ impl ConsoleLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lines_given_back_come_first_in_the_next_poll() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("console.log");
+        std::fs::write(&path, "HMBT-IRQ2 1\nHMBT-RESULT rc=0\n").unwrap();
+        let mut log = ConsoleLog::new(&path);
+        let mut lines = log.poll().unwrap().into_iter();
+        assert_eq!(lines.next().as_deref(), Some("HMBT-IRQ2 1"));
+        log.unread(lines);
+        std::fs::write(&path, "HMBT-IRQ2 1\nHMBT-RESULT rc=0\nlater\n").unwrap();
+        assert_eq!(log.poll().unwrap(), ["HMBT-RESULT rc=0", "later"]);
+        assert!(log.poll().unwrap().is_empty());
+    }
 
     #[test]
     fn only_kernel_lines_count_as_faults() {

@@ -201,8 +201,10 @@ impl Vm {
         let deadline = Instant::now() + timeout;
         loop {
             let exited = self.try_exit_status()?;
-            for line in self.console.poll()? {
+            let mut lines = self.console.poll()?.into_iter();
+            while let Some(line) = lines.next() {
                 if want(&line) {
+                    self.console.unread(lines);
                     self.check_faults()?;
                     return Ok(line);
                 }
