@@ -110,9 +110,13 @@ impl RecordAt {
 
 /// Parse the item at cursor `pos`, given that `[pos, head)` is published.
 /// `data` is the whole data area (`ring_size` bytes, a power of two).
+///
+/// A data area outside the ABI's sizes is refused, not only one that is not
+/// a power of two: below `HMB_RING_ALIGN` bytes a lap's end would be a
+/// misaligned skip (found by the ring_parse fuzz target with an 8-byte area).
 pub fn parse_record_at(data: &[u8], pos: u64, head: u64) -> Result<RecordAt, AbiError> {
     let ring_size = data.len() as u64;
-    if !ring_size.is_power_of_two() {
+    if !ring_size_valid(ring_size) {
         return Err(AbiError::BadRingSize(ring_size));
     }
     if !pos.is_multiple_of(HMB_RING_ALIGN as u64) {
@@ -183,6 +187,20 @@ fn unreachable_short(_room: u64) -> hmb_record_hdr {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Regression (ring_parse fuzz target): an 8-byte data area gave an
+    /// 8-byte skip, so the next cursor was misaligned.
+    #[test]
+    fn data_area_below_the_minimum_is_refused() {
+        for len in [8usize, 16, 32, 4096] {
+            let data = vec![0u8; len];
+            assert_eq!(
+                parse_record_at(&data, 0, 64),
+                Err(AbiError::BadRingSize(len as u64)),
+                "data area of {len} bytes"
+            );
+        }
+    }
 
     proptest! {
         #[test]

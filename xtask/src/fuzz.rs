@@ -37,6 +37,11 @@ pub struct Fuzz {
     /// Seconds of fuzzing per target.
     #[arg(long, default_value_t = 10)]
     pub time: u64,
+    /// libFuzzer's random seed (default: a new one each run). The test
+    /// command fixes it, so that what it explores is the same on every run
+    /// and a failure there is a regression, not a new find of the day.
+    #[arg(long)]
+    pub seed: Option<u64>,
 }
 
 impl Fuzz {
@@ -63,7 +68,7 @@ fn run(args: Fuzz) -> Result<()> {
         if args.target.as_deref().is_some_and(|t| t != *name) {
             continue;
         }
-        run_target(&sh, &root, &bin_dir, &target_dir, name, seeds, args.time)?;
+        run_target(&sh, &root, &bin_dir, &target_dir, name, seeds, &args)?;
     }
     Ok(())
 }
@@ -92,8 +97,9 @@ fn run_target(
     target_dir: &Path,
     name: &str,
     seeds: &[&str],
-    secs: u64,
+    args: &Fuzz,
 ) -> Result<()> {
+    let secs = args.time;
     let bin = bin_dir.join(name);
     let regressions = files_in(&root.join("fuzz/regressions").join(name))?;
     if !regressions.is_empty() {
@@ -111,11 +117,15 @@ fn run_target(
     let seed_dirs: Vec<PathBuf> = seeds.iter().map(|s| root.join(s)).filter(|p| p.is_dir()).collect();
     let prefix = format!("-artifact_prefix={}/", artifacts.display());
     let time = format!("-max_total_time={secs}");
+    let seed: Vec<String> = args.seed.map(|s| format!("-seed={s}")).into_iter().collect();
     println!("==> fuzz {name}: {secs} s (corpus {})", corpus.display());
-    let out = cmd!(sh, "{bin} {time} -print_final_stats=1 {prefix} {corpus} {seed_dirs...}")
-        .quiet()
-        .ignore_status()
-        .output()?;
+    let out = cmd!(
+        sh,
+        "{bin} {time} {seed...} -print_final_stats=1 {prefix} {corpus} {seed_dirs...}"
+    )
+    .quiet()
+    .ignore_status()
+    .output()?;
     let log = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
         let tail: Vec<&str> = log.lines().rev().take(40).collect();

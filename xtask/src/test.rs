@@ -47,7 +47,12 @@ fn run(args: Test) -> Result<()> {
     // Bounded: catches a regression, not a deep bug (that is the long run
     // of docs/fuzzing.md on an idle machine).
     step("fuzz every target for 10 s (nightly, libFuzzer)");
-    crate::fuzz::Fuzz { target: None, time: 10 }.run()?;
+    crate::fuzz::Fuzz {
+        target: None,
+        time: 10,
+        seed: Some(1),
+    }
+    .run()?;
     if !args.host_only {
         // No guest, but Debian's sources and kernel headers through apt (as
         // root, like the images): so not in --host-only, which a non-Debian
