@@ -3,10 +3,11 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
+use hmb_emu_device::report::{GroundTruth, Stats};
 use hmb_harness::guest_script::files;
 use hmb_harness::qemu::console::is_fault_line;
-use hmb_harness::truth::{self, Segment, TruthReport};
+use hmb_harness::truth::{self, TruthReport};
 use serde_json::{json, Value};
 
 /// Problem lines of the guest's kernel log (dmesg.txt) and console: kernel
@@ -58,10 +59,12 @@ pub fn daemon_error(run_dir: &Path) -> Option<String> {
 }
 
 /// Check trace.bin against emu-device's ground truth.
-pub fn check_truth(run_dir: &Path, ground_truth: &Value, stats: &Value) -> Result<TruthReport> {
-    let segments: Vec<Segment> =
-        serde_json::from_value(ground_truth["segments"].clone()).context("ground truth has no segments")?;
-    truth::check(&run_dir.join(files::TRACE), &segments, truth::live_ring(stats))
+pub fn check_truth(run_dir: &Path, ground_truth: &GroundTruth, stats: &Stats) -> Result<TruthReport> {
+    truth::check(
+        &run_dir.join(files::TRACE),
+        &ground_truth.segments,
+        truth::live_ring(stats),
+    )
 }
 
 /// The truth verdict as snapshot facts (counts that vary with timing are left out).

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use hmb_emu_device::control::{Fault, VersionPart};
+use hmb_emu_device::report::{GroundTruth, HeaderView, Stats};
 use hmb_harness::guest_script::files;
 use hmb_harness::qemu::console;
 use hmb_harness::session::Session;
@@ -94,9 +95,17 @@ fn run_for(s: &mut Session, secs: f64) -> Result<()> {
     Ok(())
 }
 
+/// The ring header of a `stats` answer: there is one once the guest advertised.
+fn header_of(stats: &Stats) -> Result<HeaderView> {
+    stats
+        .header
+        .clone()
+        .context("emu-device reports no ring header (no slice adopted)")
+}
+
 /// Stop production, wait for the drain, take the ground truth, stop the guest.
 /// Returns the ground truth, the device's final stats and the guest's exit code.
-fn wind_down(s: &mut Session) -> Result<(Value, Value, i32)> {
+fn wind_down(s: &mut Session) -> Result<(GroundTruth, Stats, i32)> {
     // A daemon that already exited cannot drain; its exit code tells why.
     let daemon_running = !s.share_file(files::DAEMON_RC).exists();
     s.emu.stop_workload()?;
@@ -161,18 +170,17 @@ fn overflow(env: &Env) -> Result<Value> {
     let after_stats = s.emu.stats()?;
     let (gt, stats, rc) = wind_down(&mut s)?;
     let truth = check_truth(&s.run_dir, &gt, &stats)?;
-    let dropped = after_stats["header"]["dropped_records"].as_u64().unwrap_or(0);
-    let flags_during = during["header"]["flags"].as_u64().unwrap_or(0);
-    let flags_after = after_stats["header"]["flags"].as_u64().unwrap_or(0);
-    anyhow::ensure!(dropped > 0, "the stopped guest caused no drops; stats {after_stats}");
+    let (during, after) = (header_of(&during)?, header_of(&after_stats)?);
+    let dropped = after.dropped_records;
+    anyhow::ensure!(dropped > 0, "the stopped guest caused no drops; header {after:?}");
     anyhow::ensure!(truth.passed(), "{}", truth.summary());
     Ok(json!({
         "guest_rc": rc,
         "daemon_exit_codes": s.daemon_exit_codes(),
         "device_dropped_records_nonzero": dropped > 0,
         "lost_in_trace_equals_device_dropped": truth.lost_counted == dropped,
-        "overflowed_while_stopped": flags_during & 1 == 1,
-        "overflowed_after_drain": flags_after & 1 == 1,
+        "overflowed_while_stopped": during.overflowed(),
+        "overflowed_after_drain": after.overflowed(),
         "truth": truth_facts(&truth),
         "kernel_log": kernel_log(&s.run_dir),
     }))

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use conformance::env::FINISH;
 use conformance::Env;
-use hmb_emu_device::control::Request;
+use hmb_emu_device::report::Phase;
 
 /// The module's default ring: at 20 000 records/s nobody drains it, and it
 /// must not fill within the 5 s of the test (a full ring raises no data
@@ -51,10 +51,10 @@ fn the_module_handshakes_and_receives_msix_interrupts() {
     let first =
         s.vm.wait_for("HMBT-IRQ1", Duration::from_secs(120), |l| l.starts_with("HMBT-IRQ1"))
             .unwrap();
-    let status = s.emu.request(&Request::Status).unwrap();
-    assert_eq!(status["phase"], "producing", "{status}");
-    assert_eq!(status["slice"]["epoch"], 1, "{status}");
-    assert!(status["doorbells"].as_u64().unwrap_or(0) >= 1, "{status}");
+    let status = s.emu.status().unwrap();
+    assert_eq!(status.phase, Phase::Producing, "{status:?}");
+    assert_eq!(status.slice.map(|sl| sl.epoch), Some(1), "{status:?}");
+    assert!(status.doorbells >= 1, "{status:?}");
     let second =
         s.vm.wait_for("HMBT-IRQ2", Duration::from_secs(60), |l| l.starts_with("HMBT-IRQ2"))
             .unwrap();

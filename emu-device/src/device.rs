@@ -24,6 +24,8 @@ use crate::control::{Fault, Handler, Request, Response};
 use crate::error::EmuError;
 use crate::faults::{self, FaultEffect};
 use crate::production::{build_engine, DeviceEngine, IrqCounters, Plan, Running};
+use crate::report::{AdvertView, GroundTruth, HeaderView, InterruptCounts, SliceView, Stats, Status};
+pub use crate::report::{Phase, Segment};
 use crate::transport::{Transport, TransportEvent, Vectors, DOORBELL_ADVERT};
 
 /// How often a live advert is re-read to notice a withdrawal.
@@ -51,34 +53,6 @@ pub struct DeviceConfig {
     /// Production to start as soon as a ring is ready (same as `ctl start`).
     pub initial_plan: Option<Plan>,
     pub vectors: Vectors,
-}
-
-/// Where the device stands, as `status` reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Phase {
-    WaitingForGuest,
-    WaitingForAdvert,
-    Ready,
-    Producing,
-    Stalled,
-    Frozen,
-    Halted,
-}
-
-/// One stretch of production with one plan in one epoch: the ground truth
-/// a consumer's records are checked against (`expected_record(seed,
-/// workload, seq)` for every seq in `first_seq..end_seq`).
-#[derive(Debug, Clone, Serialize)]
-pub struct Segment {
-    pub epoch: u64,
-    pub workload: String,
-    pub seed: u64,
-    pub first_seq: u64,
-    /// Exclusive; `None` while producing.
-    pub end_seq: Option<u64>,
-    /// How the segment ended: stopped, frozen, stalled, hostile, ...
-    pub ended_by: Option<String>,
 }
 
 pub struct Device {
@@ -116,13 +90,6 @@ fn add_stats(a: &mut EngineStats, b: EngineStats) {
     a.bytes_written += b.bytes_written;
     a.notifications += b.notifications;
     a.freezes += b.freezes;
-}
-
-fn stats_json(s: &EngineStats) -> Value {
-    json!({
-        "attempts": s.attempts, "written": s.written, "dropped": s.dropped,
-        "bytes_written": s.bytes_written, "notifications": s.notifications, "freezes": s.freezes,
-    })
 }
 
 impl Device {
@@ -569,59 +536,51 @@ impl Device {
         }
     }
 
-    fn header_json(&self) -> Value {
-        let Some(slice) = self.slice else { return Value::Null };
+    fn header_view(&self) -> Option<HeaderView> {
+        self.slice
+            .map(|slice| HeaderView::read(self.transport.memory(), &slice))
+    }
+
+    fn status(&self) -> Status {
         let mem = self.transport.memory();
-        let at = |off: usize| mem.load_u64(slice.offset as usize + off).unwrap_or(0);
-        let flags = mem.load_u32(slice.offset as usize + offsets::FLAGS).unwrap_or(0);
-        let magic = mem.load_u32(slice.offset as usize + offsets::MAGIC).unwrap_or(0);
-        json!({
-            "magic": format!("{magic:#010x}"), "epoch": at(offsets::EPOCH), "head": at(offsets::HEAD),
-            "tail": at(offsets::TAIL), "next_seq": at(offsets::NEXT_SEQ), "flags": flags,
-            "dropped_records": at(offsets::DROPPED_RECORDS), "overflow_events": at(offsets::OVERFLOW_EVENTS),
-        })
-    }
-
-    fn status(&self) -> Value {
-        json!({
-            "phase": self.phase(),
-            "transport": self.transport.name(),
-            "guests": self.transport.guests(),
-            "hmb_size": self.transport.memory().len(),
-            "slice": self.slice.map(|s| json!({"offset": s.offset, "len": s.len, "epoch": s.epoch, "ring_size": s.ring_size})),
-            "plan": self.plan,
-            "halted": self.halted,
-            "last_advert_error": self.last_advert_error,
-            "doorbells": self.doorbells,
-            "advert": {
-                "withdrawn": withdrawn(self.transport.memory()),
-                "generation": advert_generation(self.transport.memory()),
-                "ack_generation": acknowledged(self.transport.memory()),
+        Status {
+            phase: self.phase(),
+            transport: self.transport.name().to_string(),
+            guests: self.transport.guests(),
+            hmb_size: mem.len(),
+            slice: self.slice.map(SliceView::from),
+            plan: self.plan.clone(),
+            halted: self.halted.clone(),
+            last_advert_error: self.last_advert_error.clone(),
+            doorbells: self.doorbells,
+            advert: AdvertView {
+                withdrawn: withdrawn(mem),
+                generation: advert_generation(mem),
+                ack_generation: acknowledged(mem),
             },
-        })
+        }
     }
 
-    fn stats(&self) -> Value {
+    fn stats(&self) -> Stats {
         let mut engines = self.retired;
         if let Some(e) = &self.idle {
             add_stats(&mut engines, e.stats());
         }
-        json!({
-            "phase": self.phase(),
-            "header": self.header_json(),
-            "interrupts": {
-                "data": self.counters.data.load(Ordering::Relaxed),
-                "state": self.counters.state.load(Ordering::Relaxed),
-                "failed": self.counters.failed.load(Ordering::Relaxed),
+        Stats {
+            phase: self.phase(),
+            header: self.header_view(),
+            interrupts: InterruptCounts {
+                data: self.counters.data.load(Ordering::Relaxed),
+                state: self.counters.state.load(Ordering::Relaxed),
+                failed: self.counters.failed.load(Ordering::Relaxed),
             },
-            "doorbells": self.doorbells,
-            // Engine counters as of the last stop; the header is live.
-            "engine_totals": stats_json(&engines),
-            "producing": self.running.is_some(),
-        })
+            doorbells: self.doorbells,
+            engine_totals: engines.into(),
+            producing: self.running.is_some(),
+        }
     }
 
-    fn ground_truth(&self) -> Value {
+    fn ground_truth(&self) -> GroundTruth {
         let mut segments = self.segments.clone();
         if let (Some(last), Some(slice)) = (segments.last_mut(), self.slice) {
             if last.end_seq.is_none() {
@@ -631,12 +590,16 @@ impl Device {
                 last.ended_by = Some("still producing".into());
             }
         }
-        json!({ "segments": segments, "faults": self.faults, "header": self.header_json() })
+        GroundTruth {
+            segments,
+            faults: self.faults.clone(),
+            header: self.header_view(),
+        }
     }
 
     fn on_request(&mut self, req: Request) -> Result<Value, EmuError> {
         match req {
-            Request::Status => Ok(self.status()),
+            Request::Status => Ok(answer(self.status())),
             Request::Start {
                 workload,
                 seed,
@@ -670,8 +633,8 @@ impl Device {
                 Ok(json!({"was_producing": outcome.is_some()}))
             }
             Request::Inject(fault) => self.inject(fault),
-            Request::Stats => Ok(self.stats()),
-            Request::GroundTruth => Ok(self.ground_truth()),
+            Request::Stats => Ok(answer(self.stats())),
+            Request::GroundTruth => Ok(answer(self.ground_truth())),
             Request::Interrupt { vector } => {
                 self.transport.interrupt(vector)?;
                 Ok(json!({"vector": vector}))
@@ -679,6 +642,12 @@ impl Device {
             Request::Shutdown => Ok(json!({"shutting_down": true})),
         }
     }
+}
+
+/// A typed answer as the control socket's JSON (serialising these plain
+/// structs cannot fail).
+fn answer<T: Serialize>(value: T) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
 }
 
 /// The control socket's view of the device: requests are forwarded to the

@@ -24,7 +24,7 @@ const VERSION_MAJOR_OFF: usize = core::mem::offset_of!(hmb_trace_abi::hmb_ring_h
 const VERSION_MINOR_OFF: usize = core::mem::offset_of!(hmb_trace_abi::hmb_ring_hdr, version_minor);
 
 /// What a fault changed, for the control response and the ground truth.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct FaultEffect {
     pub fault: String,
     pub epoch: u64,

@@ -14,6 +14,7 @@ pub mod faults;
 pub mod hmb;
 pub mod ivshmem;
 pub mod production;
+pub mod report;
 pub mod serve;
 pub mod sockpath;
 pub mod transport;

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use hmb_emu_device::control::{call, Fault, Request};
+use hmb_emu_device::report::{GroundTruth, Stats, Status};
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 pub struct EmuDevice {
@@ -106,27 +108,36 @@ impl EmuDevice {
         self.request(&Request::Inject(fault))
     }
 
-    pub fn stats(&mut self) -> Result<Value> {
-        self.request(&Request::Stats)
+    /// A request whose answer has a type in `hmb_emu_device::report`.
+    fn typed<T: DeserializeOwned>(&mut self, req: &Request) -> Result<T> {
+        let value = self.request(req)?;
+        serde_json::from_value(value).with_context(|| format!("emu-device's answer to {req:?}"))
     }
 
-    pub fn ground_truth(&mut self) -> Result<Value> {
-        self.request(&Request::GroundTruth)
+    pub fn status(&mut self) -> Result<Status> {
+        self.typed(&Request::Status)
+    }
+
+    pub fn stats(&mut self) -> Result<Stats> {
+        self.typed(&Request::Stats)
+    }
+
+    pub fn ground_truth(&mut self) -> Result<GroundTruth> {
+        self.typed(&Request::GroundTruth)
     }
 
     /// Wait until the consumer has caught up with the producer (tail == head).
     pub fn wait_drained(&mut self, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         loop {
-            let stats = self.stats()?;
-            let head = &stats["header"]["head"];
-            let tail = &stats["header"]["tail"];
-            if head.is_u64() && head == tail {
+            let header = self.stats()?.header;
+            if header.as_ref().is_some_and(|h| h.drained()) {
                 return Ok(());
             }
             if Instant::now() > deadline {
+                let (head, tail) = header.map_or((None, None), |h| (Some(h.head), Some(h.tail)));
                 bail!(
-                    "the daemon did not drain the ring within {}s (head {head}, tail {tail})",
+                    "the daemon did not drain the ring within {}s (head {head:?}, tail {tail:?})",
                     timeout.as_secs()
                 );
             }

@@ -9,17 +9,9 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use hmb_firmware_model::{expected_record, Workload};
 use hmb_trace_file::{Event, Item, TraceReader, Walker};
-use serde::Deserialize;
 
-/// One stretch of production, as emu-device's `ground-truth` reports it.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Segment {
-    pub epoch: u64,
-    pub workload: String,
-    pub seed: u64,
-    pub first_seq: u64,
-    pub end_seq: Option<u64>,
-}
+pub use hmb_emu_device::report::Segment;
+use hmb_emu_device::report::Stats;
 
 /// What the check found. `passed()` is the verdict.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -97,16 +89,12 @@ pub struct LiveRing {
     pub dropped_records: u64,
 }
 
-/// Read a `LiveRing` from emu-device's `stats` answer, if its ring is not frozen.
-pub fn live_ring(stats: &serde_json::Value) -> Option<LiveRing> {
-    let header = &stats["header"];
-    let flags = header["flags"].as_u64()?;
-    if flags & hmb_trace_abi::HMB_RING_FLAG_FROZEN as u64 != 0 {
-        return None;
-    }
+/// The `LiveRing` of emu-device's `stats` answer, if its ring is not frozen.
+pub fn live_ring(stats: &Stats) -> Option<LiveRing> {
+    let header = stats.header.as_ref().filter(|h| !h.frozen())?;
     Some(LiveRing {
-        epoch: header["epoch"].as_u64()?,
-        dropped_records: header["dropped_records"].as_u64()?,
+        epoch: header.epoch,
+        dropped_records: header.dropped_records,
     })
 }
 
@@ -260,6 +248,7 @@ mod tests {
             seed: SEED,
             first_seq: 0,
             end_seq: Some(end),
+            ended_by: None,
         }
     }
 

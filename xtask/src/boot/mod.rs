@@ -170,10 +170,8 @@ pub fn boot(args: &Boot, phases: &mut Phases) -> Result<RunOutcome> {
         );
     }
     let trace = run_dir.join(files::TRACE);
-    let segments: Vec<truth::Segment> = serde_json::from_value(ground_truth["segments"].clone())
-        .context("emu-device ground truth has no segments list")?;
     let report = phases.run("ground truth", || {
-        truth::check(&trace, &segments, truth::live_ring(&stats))
+        truth::check(&trace, &ground_truth.segments, truth::live_ring(&stats))
     })?;
     phases.run("analyze", || analyze(&sh, &tools.analyzer_bin, &run_dir, &trace))?;
     Ok(RunOutcome { run_dir, truth: report })
