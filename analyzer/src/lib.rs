@@ -14,7 +14,6 @@ pub mod progress;
 pub mod spill_sort;
 pub mod stats;
 pub mod svg;
-pub mod synth;
 /// The epoch/sequence walk is tracefile's (one walker for the analyzer,
 /// recovery and the ground-truth check).
 pub use hmb_trace_file::walk;
@@ -39,16 +38,16 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), AppError> {
     };
     match &cli.command {
         Command::Info(a) => commands::info::run(&ctx, &a.trace, out),
-        Command::Stats(a) => commands::stats_cmd::run(&ctx, &a.trace, a.json, out),
+        Command::Stats(a) => commands::stats::run(&ctx, &a.trace, a.json, out),
         Command::Decode(a) => commands::decode::run(&ctx, a, out),
-        Command::Filter(a) => commands::filter_cmd::run(&ctx, a, out),
+        Command::Filter(a) => commands::filter::run(&ctx, a, out),
         Command::Gaps(a) => commands::gaps::run(&ctx, &a.trace, a.json, out),
         Command::Convert(a) => commands::convert::run(&ctx, a, out),
         Command::Report(a) => commands::report::run(&ctx, a, out),
         Command::Export(ExportCmd::Pccx(a)) => commands::export::run(&ctx, a, out),
         Command::Export(ExportCmd::Perfetto(a)) => commands::export_perfetto::run(&ctx, a, out),
-        Command::Pccx(PccxCmd::Verify(a)) => commands::pccx_cmd::verify(&ctx, &a.file, a.strict, out),
-        Command::Pccx(PccxCmd::Info(a)) => commands::pccx_cmd::info(&ctx, &a.file, a.events, out),
+        Command::Pccx(PccxCmd::Verify(a)) => commands::pccx::verify(&ctx, &a.file, a.strict, out),
+        Command::Pccx(PccxCmd::Info(a)) => commands::pccx::info(&ctx, &a.file, a.events, out),
         Command::Catalog => {
             writeln!(out, "{}", ctx.catalog.to_json())?;
             Ok(())

@@ -2,11 +2,14 @@
 //! middle or end of an epoch, frozen or not), the analyzer's loss totals are
 //! exact, per epoch and in all, and every record is counted once.
 
+#[path = "common/synth.rs"]
+mod synth;
+
 use hmb_firmware_model::Workload;
 use hmb_trace_analyze::catalog::Catalog;
 use hmb_trace_analyze::commands::{collect_stats, Ctx};
 use hmb_trace_analyze::format::Style;
-use hmb_trace_analyze::synth::{write_trace, Drop, EpochSpec, SynthSpec};
+use synth::{write_trace, Drop, EpochSpec, SynthSpec};
 use proptest::prelude::*;
 
 fn epoch_strategy() -> impl Strategy<Value = (u64, Vec<(u64, u64, bool)>, bool)> {

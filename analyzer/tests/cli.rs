@@ -3,11 +3,14 @@
 //! markers, a frozen epoch, a second epoch, a torn tail, a corrupt item, an
 //! unknown version. Exit codes are part of each snapshot.
 
+#[path = "common/synth.rs"]
+mod synth;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use hmb_firmware_model::Workload;
-use hmb_trace_analyze::synth::{write_trace, Drop, EpochSpec, SynthSpec};
+use synth::{write_trace, Drop, EpochSpec, SynthSpec};
 use rstest::rstest;
 
 struct Fixtures {

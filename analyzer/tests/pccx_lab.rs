@@ -6,11 +6,14 @@
 //! crate, so a mistake in our encoder cannot hide behind the same mistake
 //! in our decoder.
 
+#[path = "common/synth.rs"]
+mod synth;
+
 use std::path::Path;
 use std::process::Command;
 
 use hmb_firmware_model::Workload;
-use hmb_trace_analyze::synth::{write_trace, SynthSpec};
+use synth::{write_trace, SynthSpec};
 use serde::{Deserialize, Serialize};
 
 // --- pccx-lab crates/core/src/typed.rs: #[serde(transparent)] newtypes ---

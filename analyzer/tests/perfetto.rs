@@ -5,12 +5,15 @@
 //! tracks, slices, instants and structural errors; here they are compared
 //! with what `stats` and `gaps` say about the same trace.
 
+#[path = "common/synth.rs"]
+mod synth;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use hmb_firmware_model::Workload;
-use hmb_trace_analyze::synth::{write_trace, Drop, EpochSpec, SynthSpec};
+use synth::{write_trace, Drop, EpochSpec, SynthSpec};
 use serde_json::Value;
 
 /// Pinned so the check does not move under us.

@@ -1,10 +1,13 @@
 //! `export perfetto` streams: its peak memory does not grow with the trace.
 //! Own test binary, so the children's peak RSS (getrusage) is only ours.
 
+#[path = "common/synth.rs"]
+mod synth;
+
 use std::process::{Command, Stdio};
 
 use hmb_firmware_model::Workload;
-use hmb_trace_analyze::synth::{write_trace, SynthSpec};
+use synth::{write_trace, SynthSpec};
 
 /// Peak RSS in KiB of all children waited for so far.
 fn children_max_rss_kib() -> i64 {

@@ -4,11 +4,14 @@
 //! whose name lacks the text, and the console stays silent (no errors, no
 //! messages at all).
 
+#[path = "common/synth.rs"]
+mod synth;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use hmb_firmware_model::Workload;
-use hmb_trace_analyze::synth::{write_trace, SynthSpec};
+use synth::{write_trace, SynthSpec};
 
 fn chromium() -> PathBuf {
     let bin = PathBuf::from("/usr/bin/chromium");

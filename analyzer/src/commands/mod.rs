@@ -4,12 +4,12 @@ pub mod convert;
 pub mod decode;
 pub mod export;
 pub mod export_perfetto;
-pub mod filter_cmd;
+pub mod filter;
 pub mod gaps;
 pub mod info;
-pub mod pccx_cmd;
+pub mod pccx;
 pub mod report;
-pub mod stats_cmd;
+pub mod stats;
 
 use std::ops::ControlFlow;
 

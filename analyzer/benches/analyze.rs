@@ -1,0 +1,189 @@
+//! Benchmark: decode + stats throughput of hmb-trace-analyze on a trace.bin
+//! of at least 1 GB, next to the sequential read bandwidth of the same file
+//! from the page cache, measured in the same run.
+//!
+//! cargo bench -p hmb-trace-analyze --bench analyze -- [--size-mb N] [--path FILE] [--keep] [--workload ssd|ssd:causal]
+//! (default: 1100 MB in /dev/shm, removed afterwards)
+
+#[path = "../tests/common/synth.rs"]
+mod synth;
+
+use std::fs::File;
+use std::io::{BufWriter, Read};
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use hmb_firmware_model::Workload;
+use hmb_trace_analyze::catalog::Catalog;
+use hmb_trace_analyze::commands::{collect_stats, walk_trace, Ctx};
+use hmb_trace_analyze::format::Style;
+use synth::{write_trace, Drop, EpochSpec, SynthSpec};
+use hmb_trace_file::TraceReader;
+
+fn main() {
+    if let Err(e) = real_main() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// CPU seconds (user + system) used by this process so far: on a shared
+/// machine, throughput per CPU second is the figure that does not depend on
+/// what else runs.
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage only writes the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Wall and CPU throughput of one run of `f` over `bytes` bytes, in GB/s.
+fn measure(bytes: u64, f: impl FnOnce()) -> (f64, f64) {
+    let (t, c) = (Instant::now(), cpu_seconds());
+    f();
+    let (wall, cpu) = (t.elapsed().as_secs_f64(), cpu_seconds() - c);
+    (bytes as f64 / wall / 1e9, bytes as f64 / cpu.max(1e-6) / 1e9)
+}
+
+fn arg_value(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+fn real_main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let size_mb: u64 = arg_value(&args, "--size-mb")
+        .map(|v| v.parse())
+        .transpose()?
+        .unwrap_or(1100);
+    let default_dir = if std::path::Path::new("/dev/shm").is_dir() {
+        "/dev/shm"
+    } else {
+        "target"
+    };
+    let path =
+        PathBuf::from(arg_value(&args, "--path").unwrap_or_else(|| format!("{default_dir}/hmb-bench-trace.bin")));
+    let keep = args.iter().any(|a| a == "--keep");
+    let workload = Workload::parse(&arg_value(&args, "--workload").unwrap_or_else(|| "ssd".into()))?;
+
+    // ~52 bytes per ssd record on average.
+    let seqs_per_epoch = size_mb * 1_000_000 / 52 / 2;
+    let spec = SynthSpec {
+        workload,
+        seed: 7,
+        epochs: (0..2)
+            .map(|i| EpochSpec {
+                epoch: 10 + i,
+                ring_size: 1 << 24,
+                seqs: seqs_per_epoch,
+                drops: (1..50)
+                    .map(|k| Drop {
+                        first_seq: k * seqs_per_epoch / 50,
+                        count: 100 + k,
+                        marked: k % 2 == 0,
+                    })
+                    .collect(),
+                frozen: i == 0,
+            })
+            .collect(),
+        start_ns: 1_000_000_000,
+        step_ns: 500,
+    };
+    let t = Instant::now();
+    let summary = write_trace(BufWriter::with_capacity(1 << 20, File::create(&path)?), &spec)?;
+    let gen_s = t.elapsed().as_secs_f64();
+    let len = std::fs::metadata(&path)?.len();
+    println!(
+        "trace      {} ({:.3} GB, {} records, {} lost), generated in {gen_s:.1} s",
+        path.display(),
+        len as f64 / 1e9,
+        summary.records,
+        summary.lost
+    );
+
+    // Sequential read from page cache: one warm-up pass, then the best of 3.
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut read_bw, mut read_cpu) = (0.0f64, 0.0f64);
+    for pass in 0..4 {
+        let mut f = File::open(&path)?;
+        let mut x = 0u8;
+        let (bw, cpu) = measure(len, || loop {
+            let n = f.read(&mut buf).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            x ^= buf[n - 1];
+        });
+        std::hint::black_box(x);
+        if pass > 0 {
+            read_bw = read_bw.max(bw);
+            read_cpu = read_cpu.max(cpu);
+        }
+    }
+    println!("read       {read_bw:.2} GB/s wall, {read_cpu:.2} GB/s per CPU-second  sequential read(2) of the file from page cache, 1 MiB buffer (best of 3)");
+
+    let ctx = Ctx {
+        catalog: Catalog::builtin(),
+        style: Style { color: false },
+        progress: false,
+    };
+    let p = path.to_string_lossy().to_string();
+    let (mut best, mut best_cpu) = (0.0f64, 0.0f64);
+    let mut records = 0;
+    for _ in 0..3 {
+        let mut result = None;
+        let (bw, cpu) = measure(len, || result = Some(collect_stats(&ctx, &p)));
+        let (_walked, stats) = result.ok_or("no result")??;
+        best = best.max(bw);
+        best_cpu = best_cpu.max(cpu);
+        records = stats.records;
+        assert_eq!(stats.records, summary.records, "stats must see every record");
+        assert_eq!(stats.lost_total(), summary.lost, "stats must see every loss");
+    }
+    println!(
+        "stats      {best:.2} GB/s wall, {best_cpu:.2} GB/s per CPU-second  decode + stats (mmap path, as `hmb-trace-analyze stats`), {:.1} M records/s wall (best of 3)",
+        records as f64 * best * 1e9 / len as f64 / 1e6
+    );
+
+    let t = Instant::now();
+    let mut reader = TraceReader::new(File::open(&path)?)?;
+    let mut n = 0u64;
+    while let Some(item) = reader.next_item()? {
+        n += item.payload.len() as u64 & 1;
+    }
+    std::hint::black_box(n);
+    println!(
+        "stream     {:.2} GB/s  decode only through TraceReader over read(2)",
+        len as f64 / t.elapsed().as_secs_f64() / 1e9
+    );
+
+    let t = Instant::now();
+    let (_, count) = walk_trace(
+        &ctx,
+        &p,
+        |_| 0u64,
+        |c, _| {
+            *c += 1;
+            ControlFlow::Continue(())
+        },
+    )?;
+    std::hint::black_box(count);
+    println!(
+        "walk       {:.2} GB/s  decode + epoch/seq bookkeeping only (mmap)",
+        len as f64 / t.elapsed().as_secs_f64() / 1e9
+    );
+    println!(
+        "ratio      stats / read = {:.2} wall, {:.2} per CPU-second",
+        best / read_bw,
+        best_cpu / read_cpu
+    );
+    if !keep {
+        std::fs::remove_file(&path)?;
+    }
+    Ok(())
+}
