@@ -12,6 +12,7 @@ pub mod ioctl;
 pub mod layout;
 pub mod parse;
 pub mod reference;
+pub mod sync;
 pub mod vectors;
 pub mod wrap;
 

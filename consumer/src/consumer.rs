@@ -317,6 +317,15 @@ impl<P: TailPublisher> Consumer<P> {
                 Err(_) if pos > start => break,
                 Err(e) => return Err(e.into()),
             };
+            // What the walk reads (and, for records, hands out) with plain
+            // loads; skipped bytes are never read.
+            match item {
+                RecordAt::Record { offset, size, .. } => self.view.note_read(offset, size as usize),
+                RecordAt::Pad { .. } => self
+                    .view
+                    .note_read((pos & (self.ring_size - 1)) as usize, HMB_RECORD_HDR_SIZE as usize),
+                RecordAt::Skip { .. } => {}
+            }
             let RecordAt::Record { hdr, offset, size } = item else {
                 close(&mut run, iov);
                 pos += item.advance();

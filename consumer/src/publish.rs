@@ -1,10 +1,10 @@
 //! How a consumer hands its tail back to the ring owner.
 
 use std::io;
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::Arc;
 
+use hmb_trace_abi::sync::{self, AtomicU64};
 use hmb_trace_abi::{offsets, HMB_RING_ALIGN};
 use memmap2::MmapRaw;
 
@@ -57,7 +57,7 @@ impl AtomicTailPublisher {
 
     fn field(&self, off: usize) -> &AtomicU64 {
         // SAFETY: per the constructors' contracts.
-        unsafe { &*(self.hdr.add(off) as *const AtomicU64) }
+        unsafe { sync::atomic_u64(self.hdr.add(off)) }
     }
 }
 

@@ -3,9 +3,9 @@
 use std::fs::File;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering::Acquire;
-use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 
+use hmb_trace_abi::sync::{self, AtomicU64};
 use hmb_trace_abi::{hmb_ring_hdr, offsets, HMB_RING_HDR_SIZE};
 use memmap2::{Mmap, MmapOptions};
 
@@ -73,7 +73,7 @@ impl RingView {
     fn u64_at(&self, off: usize) -> &AtomicU64 {
         // SAFETY: header offsets are in bounds and 8-aligned (base is);
         // atomic loads from read-only memory are fine for lock-free sizes.
-        unsafe { &*(self.base.as_ptr().add(off) as *const AtomicU64) }
+        unsafe { sync::atomic_u64(self.base.as_ptr().add(off)) }
     }
 
     pub fn head(&self) -> u64 {
@@ -96,14 +96,28 @@ impl RingView {
     }
     pub fn flags(&self) -> u32 {
         // SAFETY: as for `u64_at`, 4-aligned.
-        unsafe { &*(self.base.as_ptr().add(offsets::FLAGS) as *const AtomicU32) }.load(Acquire)
+        unsafe { sync::atomic_u32(self.base.as_ptr().add(offsets::FLAGS)) }.load(Acquire)
     }
 
     /// A volatile copy of the header (identity fields are stable while the
     /// ring lives; the cursors in it are only a snapshot).
     pub fn header(&self) -> hmb_ring_hdr {
         // SAFETY: in bounds; alignment 1; any bit pattern is valid.
-        unsafe { core::ptr::read_volatile(self.base.as_ptr() as *const hmb_ring_hdr) }
+        unsafe { sync::read_header(self.base.as_ptr()) }
+    }
+
+    /// Tell the memory-model checker that `len` data-area bytes from
+    /// `offset` are read with plain loads (nothing in normal builds; a
+    /// checked access under `--cfg loom`, docs/memory-model.md).
+    #[inline]
+    pub fn note_read(&self, offset: usize, len: usize) {
+        if offset.saturating_add(len) <= self.len - HMB_RING_HDR_SIZE as usize {
+            // SAFETY: in bounds, checked above.
+            sync::note_read(
+                unsafe { self.base.as_ptr().add(HMB_RING_HDR_SIZE as usize + offset) },
+                len,
+            );
+        }
     }
 
     /// The data area of `ring_size` bytes, if the mapping holds it.

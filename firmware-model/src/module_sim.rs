@@ -19,7 +19,10 @@ pub fn init(ring: &SharedRing, ring_size: u64, epoch: u64) -> Result<(), ModelEr
         return Err(ModelError::SliceTooShort { len: ring.len(), need });
     }
     // SAFETY: the whole slice is ours to write during (re)initialisation.
-    unsafe { core::ptr::write_bytes(ring.base_ptr(), 0, need) };
+    unsafe {
+        hmb_trace_abi::sync::note_write(ring.base_ptr(), need);
+        core::ptr::write_bytes(ring.base_ptr(), 0, need)
+    };
     let hdr = hmb_ring_hdr::initialised(ring_size, epoch);
     ring.write_header(&hmb_ring_hdr { epoch: 0.into(), ..hdr });
     // Epoch last, with release: a producer waiting for a new epoch sees a

@@ -225,7 +225,11 @@ impl Producer {
         // SAFETY: in bounds of the data area (ring_size <= data capacity,
         // checked at attach); this region is owned by the producer until
         // head is published.
-        unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ring.data_ptr(off), bytes.len()) };
+        unsafe {
+            let dst = self.ring.data_ptr(off);
+            hmb_trace_abi::sync::note_write(dst, bytes.len());
+            core::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len())
+        };
     }
 
     /// A controller reset: set FROZEN after the last head store and stop.

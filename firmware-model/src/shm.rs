@@ -9,9 +9,9 @@
 
 use std::fs::File;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 
+use hmb_trace_abi::sync::{self, AtomicU32, AtomicU64};
 use hmb_trace_abi::{hmb_ring_hdr, HMB_RING_HDR_SIZE};
 use memmap2::{MmapOptions, MmapRaw};
 
@@ -108,7 +108,7 @@ impl SharedRing {
         );
         // SAFETY: in bounds (header page is inside the slice), 8-aligned
         // since base is; the memory is shared, hence atomic access.
-        unsafe { &*(self.base.as_ptr().add(off) as *const AtomicU64) }
+        unsafe { sync::atomic_u64(self.base.as_ptr().add(off)) }
     }
 
     /// The header's u32 field at `off` (flags).
@@ -118,7 +118,7 @@ impl SharedRing {
             "header field offset {off}"
         );
         // SAFETY: as for `atomic_u64`.
-        unsafe { &*(self.base.as_ptr().add(off) as *const AtomicU32) }
+        unsafe { sync::atomic_u32(self.base.as_ptr().add(off)) }
     }
 
     /// A copy of the whole header, read with volatile loads (the fields
@@ -127,13 +127,13 @@ impl SharedRing {
     pub fn header_snapshot(&self) -> hmb_ring_hdr {
         // SAFETY: the header page is in bounds; hmb_ring_hdr has alignment 1
         // and every bit pattern is valid.
-        unsafe { core::ptr::read_volatile(self.base.as_ptr() as *const hmb_ring_hdr) }
+        unsafe { sync::read_header(self.base.as_ptr()) }
     }
 
     /// Overwrite the whole header with volatile stores (ring owner only).
     pub fn write_header(&self, hdr: &hmb_ring_hdr) {
         // SAFETY: in bounds, alignment 1.
-        unsafe { core::ptr::write_volatile(self.base.as_ptr() as *mut hmb_ring_hdr, *hdr) }
+        unsafe { sync::write_header(self.base.as_ptr(), hdr) }
     }
 
     /// Pointer to the data area's byte `offset`.
@@ -150,6 +150,8 @@ impl SharedRing {
     pub fn read_data(&self, offset: usize, out: &mut [u8]) {
         let end = offset.checked_add(out.len()).expect("range overflow");
         assert!(end <= self.data_capacity(), "data range out of bounds");
+        // SAFETY: bounds checked above.
+        sync::note_read(unsafe { self.data_ptr(offset) }, out.len());
         for (i, b) in out.iter_mut().enumerate() {
             // SAFETY: bounds checked above.
             *b = unsafe { core::ptr::read_volatile(self.data_ptr(offset + i)) };

@@ -44,6 +44,17 @@ fn run(args: Test) -> Result<()> {
     }
     step("host tests");
     cmd!(sh, "cargo test --workspace --quiet").run()?;
+    // The ring's orderings under the loom model checker (docs/memory-model.md),
+    // in its own target directory: --cfg loom rebuilds every dependency.
+    step("loom: the ring's memory ordering (model checker, 2 preemptions)");
+    let loom_target = target_dir().join("loom");
+    cmd!(
+        sh,
+        "cargo test --release --quiet -p hmb-trace-consumer --test loom_ring --target-dir {loom_target}"
+    )
+    .env("RUSTFLAGS", "--cfg loom")
+    .env("LOOM_MAX_PREEMPTIONS", "2")
+    .run()?;
     // Bounded: catches a regression, not a deep bug (that is the long run
     // of docs/fuzzing.md on an idle machine).
     step("fuzz every target for 10 s (nightly, libFuzzer)");
