@@ -55,6 +55,11 @@ pub enum Fault {
     /// Hostile device: rewrite the module's own header fields, `tail` to 0
     /// and `epoch` one lower. The module must go by its own copies.
     RewindHeader,
+    /// Surprise removal as the host sees the memory: stop producing and
+    /// overwrite the advert, the device block and the ring header with
+    /// all-ones, as a vanished device's BAR reads. The device answers no
+    /// more adverts. The module must treat it as gone, not as FROZEN.
+    Vanish,
 }
 
 /// A control request.

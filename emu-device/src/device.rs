@@ -463,6 +463,18 @@ impl Device {
             Fault::BumpVersion { part } => faults::bump_version(mem, &self.live_slice()?, part)?,
             Fault::UnknownFlag => faults::unknown_flag(mem, &self.live_slice()?)?,
             Fault::RewindHeader => faults::rewind_header(mem, &self.live_slice()?)?,
+            Fault::Vanish => {
+                let slice = self.live_slice()?;
+                self.stop_production("vanished");
+                self.retire_idle();
+                self.stalled_until = None;
+                self.plan = None;
+                // No slice: the all-ones advert reads as withdrawn, and a
+                // device without a slice has nothing to acknowledge.
+                self.slice = None;
+                self.halted = Some("vanished".into());
+                faults::vanish(mem, &slice)?
+            }
             Fault::LateStop { ms } => {
                 self.late_stop = Some(Duration::from_millis(ms));
                 let eff = FaultEffect {

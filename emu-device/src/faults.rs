@@ -141,6 +141,21 @@ pub fn rewind_header(mem: &MemRegion, slice: &Slice) -> Result<FaultEffect, EmuE
     })
 }
 
+/// All-ones over everything from the advert to the end of the ring header
+/// page: what a vanished device's BAR reads. The records stay (nothing
+/// reads them once the header is gone).
+pub fn vanish(mem: &MemRegion, slice: &Slice) -> Result<FaultEffect, EmuError> {
+    let end = slice.offset as usize + HMB_RING_HDR_SIZE as usize;
+    let head = mem.load_u64(hdr_off(slice, offsets::HEAD))?;
+    mem.write(0, &vec![0xff; end])?;
+    Ok(FaultEffect {
+        fault: "vanish".into(),
+        epoch: slice.epoch,
+        before: head,
+        after: u64::MAX,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,6 +175,30 @@ mod tests {
         let mut raw = vec![0u8; 192];
         h.read(s.offset as usize, &mut raw).unwrap();
         RingSnapshot::parse(&raw).unwrap().hdr
+    }
+
+    #[test]
+    fn vanish_makes_advert_device_block_and_header_read_all_ones() {
+        let (h, s) = setup();
+        h.store_u64(s.offset as usize + HMB_RING_HDR_SIZE as usize, 0x1234)
+            .unwrap();
+        let eff = vanish(&h, &s).unwrap();
+        assert_eq!((eff.fault.as_str(), eff.after), ("vanish", u64::MAX));
+        for off in [
+            0,
+            64,
+            s.offset as usize,
+            s.offset as usize + offsets::HEAD,
+            s.offset as usize + 4088,
+        ] {
+            assert_eq!(h.load_u64(off).unwrap(), u64::MAX, "offset {off}");
+        }
+        assert_eq!(
+            h.load_u64(s.offset as usize + HMB_RING_HDR_SIZE as usize).unwrap(),
+            0x1234,
+            "the data area is left alone"
+        );
+        assert!(read_advert(&h, 0).is_err());
     }
 
     #[test]

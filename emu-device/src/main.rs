@@ -199,6 +199,8 @@ enum FaultCmd {
     },
     /// Rewrite the module's header fields: tail to 0, epoch one lower.
     RewindHeader,
+    /// Stop and make the advert, device block and ring header read all-ones.
+    Vanish,
 }
 
 #[derive(Subcommand)]
@@ -349,6 +351,7 @@ fn ctl(control: PathBuf, timeout: u64, cmd: CtlCmd) -> Result<()> {
             FaultCmd::UnknownFlag => Fault::UnknownFlag,
             FaultCmd::LateStop { ms } => Fault::LateStop { ms },
             FaultCmd::RewindHeader => Fault::RewindHeader,
+            FaultCmd::Vanish => Fault::Vanish,
         }),
         CtlCmd::Stats => Request::Stats,
         CtlCmd::GroundTruth => Request::GroundTruth,
