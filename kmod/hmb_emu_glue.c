@@ -27,6 +27,8 @@
 #include <linux/iopoll.h>
 #include <linux/overflow.h>
 #include <linux/slab.h>
+#include <linux/mutex.h>
+#include <linux/pm.h>
 #include <linux/debugfs.h>
 #include <linux/seq_file.h>
 #include <asm/barrier.h>
@@ -76,6 +78,17 @@ struct hmb_emu {
 	char irq_name[48];		/* "nvme-hmb-trace@<pci address>" */
 	struct hmb_trace_dev *td;	/* NULL once unregistered */
 	struct dentry *debugfs;
+	/*
+	 * Serialises the advert's transitions: REINIT (under the core's lock,
+	 * taken before this one) against suspend/resume and PCI error recovery.
+	 */
+	struct mutex lock;
+	u64 epoch;			/* generation advertised last */
+	/*
+	 * Advert withdrawn for a suspend or a PCI error (under lock): REINIT
+	 * must not advertise until resume does.
+	 */
+	bool stopped;
 };
 
 static void hmb_emu_ring_doorbell(struct hmb_emu *emu)
@@ -102,11 +115,14 @@ static u64 hmb_emu_acked(const struct hmb_emu *emu)
 	return le64_to_cpu((__force __le64)smp_load_acquire(&emu->devblk->ack_generation));
 }
 
+static bool hmb_emu_lost(void *priv);
+
 /*
  * Withdraw the advert and wait until the device says it stopped writing
  * the slice: only then may the slice be rewritten or handed back. Returns
  * 0, or -ETIMEDOUT after ack_timeout_ms. No advert magic: nothing was ever
- * advertised here, nothing to wait for.
+ * advertised here, nothing to wait for. A vanished device cannot answer:
+ * then there is no one to wait for either (and its memory reads all-ones).
  */
 static int hmb_emu_quiesce(struct hmb_emu *emu)
 {
@@ -114,6 +130,11 @@ static int hmb_emu_quiesce(struct hmb_emu *emu)
 	u64 gen, acked;
 	int ret;
 
+	if (hmb_emu_lost(emu)) {
+		dev_info(&emu->pdev->dev,
+			 "device gone: not waiting for it to acknowledge the withdrawal\n");
+		return 0;
+	}
 	if (le32_to_cpu((__force __le32)READ_ONCE(ad->magic)) != HMB_ADVERT_MAGIC)
 		return 0;
 	gen = le64_to_cpu((__force __le64)READ_ONCE(ad->generation));
@@ -177,24 +198,34 @@ static int hmb_emu_reinit(void *priv, u64 new_epoch)
 {
 	struct hmb_emu *emu = priv;
 
+	mutex_lock(&emu->lock);
+	if (emu->stopped) {
+		/* Suspended or in error recovery: resume decides what comes next. */
+		mutex_unlock(&emu->lock);
+		return -EBUSY;
+	}
 	hmb_emu_withdraw(emu);
 	hmb_ring_init(emu->slice, emu->ring_size, new_epoch);
 	hmb_emu_advertise(emu, new_epoch);
+	emu->epoch = new_epoch;
+	mutex_unlock(&emu->lock);
 	dev_dbg(&emu->pdev->dev, "trace ring re-initialised, epoch %llu\n",
 		new_epoch);
 	return 0;
 }
 
 /*
- * Surprise removal or an uncorrectable PCI error (pci_channel_offline():
- * frozen or disconnected, set by the PCI core before error_detected), or
- * BAR2 reading as all-ones, as a vanished device's memory does.
+ * The device is gone for good: surprise removal or a permanent PCI error
+ * (pci_dev_is_disconnected()), or BAR2 reading as all-ones, as a vanished
+ * device's memory does (the ring header would look FROZEN with a huge
+ * head). A frozen channel that error recovery may bring back is not lost:
+ * the consumer keeps its file through the recovery.
  */
 static bool hmb_emu_lost(void *priv)
 {
 	struct hmb_emu *emu = priv;
 
-	return pci_channel_offline(emu->pdev) ||
+	return pci_dev_is_disconnected(emu->pdev) ||
 	       READ_ONCE(emu->devblk->magic) == (__force __u32)~0U;
 }
 
@@ -413,6 +444,7 @@ static int hmb_emu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	emu->pdev = pdev;
 	emu->ring_size = ring_size;
 	emu->irq = -1;
+	mutex_init(&emu->lock);
 	pci_set_drvdata(pdev, emu);
 
 	ret = pci_enable_device_mem(pdev);
@@ -436,6 +468,7 @@ static int hmb_emu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		goto err_unmap;
 	hmb_ring_zero_data(emu->slice, emu->ring_size);
 	hmb_ring_init(emu->slice, emu->ring_size, epoch);
+	emu->epoch = epoch;
 
 	slice.kva = emu->slice;
 	slice.phys = pci_resource_start(pdev, IVSHMEM_SHM_BAR) + slice_offset;
@@ -523,20 +556,128 @@ static void hmb_emu_shutdown(struct pci_dev *pdev)
 }
 
 /*
- * No recovery is offered: after an uncorrectable error the ring contents
- * cannot be trusted, so the device is treated as gone (the core reports
- * POLLHUP|POLLERR and -ENODEV through ops->lost) until it is removed.
+ * Stop the device and hand the ring to the consumer as after a controller
+ * reset: withdraw the advert, wait for the acknowledgment, mark the ring
+ * FROZEN. The consumer drains it and REINIT advertises the next generation.
+ * Caller holds emu->lock.
+ */
+static int hmb_emu_freeze_ring(struct hmb_emu *emu)
+{
+	int ret = hmb_emu_quiesce(emu);
+
+	if (!ret)
+		hmb_ring_mark_frozen(emu->slice);
+	return ret;
+}
+
+/*
+ * System sleep (suspend, and hibernation's freeze/poweroff): the device
+ * must not write host memory while the system sleeps, so the advert is
+ * withdrawn and the device's acknowledgment awaited, as on removal, and
+ * the ring is marked FROZEN. Resume does not advertise the same generation
+ * again: the acknowledgment names a generation, so a second withdrawal of
+ * the same one would find it acknowledged already and not wait. The next
+ * generation comes from the consumer's REINIT, as after a controller reset
+ * (a real NVMe controller loses its HMB over a suspend too; docs/abi.md).
+ * If the device does not acknowledge, the advert is restored and the
+ * suspend refused: sleeping with a device still writing is worse.
+ */
+static int hmb_emu_suspend(struct device *dev)
+{
+	struct hmb_emu *emu = dev_get_drvdata(dev);
+	int ret = 0;
+
+	mutex_lock(&emu->lock);
+	if (!emu->td || emu->stopped)
+		goto out;
+	ret = hmb_emu_freeze_ring(emu);
+	if (ret)
+		hmb_emu_advertise(emu, emu->epoch);
+	else
+		emu->stopped = true;
+out:
+	mutex_unlock(&emu->lock);
+	return ret;
+}
+
+/* Allow REINIT again and wake the consumer for the FROZEN ring (POLLPRI). */
+static int hmb_emu_resume(struct device *dev)
+{
+	struct hmb_emu *emu = dev_get_drvdata(dev);
+
+	mutex_lock(&emu->lock);
+	if (emu->td && emu->stopped) {
+		emu->stopped = false;
+		hmb_trace_notify(emu->td);
+	}
+	mutex_unlock(&emu->lock);
+	return 0;
+}
+
+static DEFINE_SIMPLE_DEV_PM_OPS(hmb_emu_pm_ops, hmb_emu_suspend, hmb_emu_resume);
+
+/*
+ * PCI error recovery, treated like an NVMe controller reset: the device is
+ * stopped (withdrawal acknowledged) once it can be reached again, the ring
+ * is marked FROZEN, and the consumer drains it and starts the next epoch
+ * with REINIT. Its contents up to head stay readable meanwhile (the HMB is
+ * host memory); only a permanent failure ends the device (ops->lost).
  */
 static pci_ers_result_t hmb_emu_error_detected(struct pci_dev *pdev,
 					       pci_channel_state_t state)
 {
-	dev_warn(&pdev->dev, "PCI error (channel state %d): trace ring abandoned\n",
+	struct hmb_emu *emu = pci_get_drvdata(pdev);
+
+	if (state == pci_channel_io_perm_failure) {
+		dev_warn(&pdev->dev, "permanent PCI error: trace ring abandoned\n");
+		return PCI_ERS_RESULT_DISCONNECT;
+	}
+	dev_warn(&pdev->dev, "PCI error (channel state %d): trace ring stopped until reset\n",
 		 (__force int)state);
-	return PCI_ERS_RESULT_DISCONNECT;
+	/* No doorbell now: BAR0 may not be reachable until the reset. */
+	mutex_lock(&emu->lock);
+	emu->stopped = true;
+	mutex_unlock(&emu->lock);
+	return PCI_ERS_RESULT_NEED_RESET;
+}
+
+static pci_ers_result_t hmb_emu_slot_reset(struct pci_dev *pdev)
+{
+	struct hmb_emu *emu = pci_get_drvdata(pdev);
+	int ret = 0;
+
+	pci_restore_state(pdev);
+	mutex_lock(&emu->lock);
+	if (emu->td)
+		ret = hmb_emu_freeze_ring(emu);
+	mutex_unlock(&emu->lock);
+	return ret ? PCI_ERS_RESULT_DISCONNECT : PCI_ERS_RESULT_RECOVERED;
+}
+
+static void hmb_emu_error_resume(struct pci_dev *pdev)
+{
+	struct hmb_emu *emu = pci_get_drvdata(pdev);
+
+	mutex_lock(&emu->lock);
+	/*
+	 * slot_reset has normally stopped the device already (then this
+	 * returns at once); a recovery that skipped it must not hand over a
+	 * ring the device still writes.
+	 */
+	if (emu->td && emu->stopped && !hmb_emu_freeze_ring(emu)) {
+		emu->stopped = false;
+		/* POLLPRI for the consumer, as after a device interrupt. */
+		hmb_trace_notify(emu->td);
+		dev_info(&pdev->dev, "recovered from a PCI error: epoch %llu FROZEN\n",
+			 emu->epoch);
+	}
+	mutex_unlock(&emu->lock);
 }
 
 static const struct pci_error_handlers hmb_emu_err_handlers = {
 	.error_detected = hmb_emu_error_detected,
+	.slot_reset = hmb_emu_slot_reset,
+	.resume = hmb_emu_error_resume,
 };
 
 static const struct pci_device_id hmb_emu_ids[] = {
@@ -552,6 +693,7 @@ static struct pci_driver hmb_emu_driver = {
 	.remove = hmb_emu_remove,
 	.shutdown = hmb_emu_shutdown,
 	.err_handler = &hmb_emu_err_handlers,
+	.driver.pm = pm_sleep_ptr(&hmb_emu_pm_ops),
 };
 
 int hmb_emu_glue_init(void)

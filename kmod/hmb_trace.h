@@ -78,6 +78,7 @@ u32 hmb_ring_flags(const struct hmb_ring_hdr *hdr);
 u64 hmb_ring_tail(const struct hmb_ring_hdr *hdr);
 u64 hmb_ring_le64(const __u64 *field);
 void hmb_ring_publish_tail(struct hmb_ring_hdr *hdr, u64 tail);
+void hmb_ring_mark_frozen(struct hmb_ring_hdr *hdr);
 bool hmb_ring_size_valid(u64 ring_size);
 
 /* Module-wide setup of the core and the emulated glue. */

@@ -100,6 +100,23 @@ u64 hmb_ring_le64(const __u64 *field)
 	return le64_to_cpu((__force __le64)READ_ONCE(*field));
 }
 
+/*
+ * Mark the ring FROZEN on the device's behalf, as the NVMe driver does
+ * after a controller reset: the device has acknowledged a withdrawal, so
+ * it no longer writes the header and this store races nobody.
+ */
+void hmb_ring_mark_frozen(struct hmb_ring_hdr *hdr)
+{
+	u32 flags = hmb_ring_flags(hdr) | HMB_RING_FLAG_FROZEN;
+
+	/*
+	 * Release pairs with the acquire load in hmb_ring_flags(): the final
+	 * head the device stored before it stopped is visible to whoever sees
+	 * FROZEN, as with the producer's own FROZEN store.
+	 */
+	smp_store_release(&hdr->flags, (__force __u32)cpu_to_le32(flags));
+}
+
 /* Store a validated consumer tail. */
 void hmb_ring_publish_tail(struct hmb_ring_hdr *hdr, u64 tail)
 {
