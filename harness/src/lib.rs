@@ -10,6 +10,8 @@
 //! - `emu`: emu-device as a child process, driven over its control socket.
 //! - `guest_script`: the shell script the guest runs from the 9p share.
 //! - `session`: emu-device + QEMU + share + script, and their handles.
+//! - `nvme_guest`: a guest whose stock nvme driver probes emu-device's NVMe
+//!   controller over vfio-user (QEMU 11.1), checked from both sides.
 //! - `truth`: does a trace.bin hold exactly what the firmware model produced?
 //! - `phases`, `interrupt`: progress lines; Ctrl-C turned into an error.
 //!
@@ -21,6 +23,7 @@ pub mod guest_script;
 pub mod host;
 pub mod images;
 pub mod interrupt;
+pub mod nvme_guest;
 pub mod phases;
 pub mod qemu;
 pub mod session;

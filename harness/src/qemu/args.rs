@@ -161,6 +161,25 @@ pub fn ivshmem_doorbell(socket: &Path, id: &str, vectors: u16, place: PciPlace) 
     ])
 }
 
+/// emu-device's vfio-user transport (`emu-device serve-nvme`): QEMU 11.1's
+/// `vfio-user-pci` client on `socket`, with id `id` (QMP names it so). The
+/// JSON form of -device because `socket` is a SocketAddress. Guest RAM must
+/// be `MemoryBackend::Memfd`: the server maps guest memory from the fds
+/// QEMU passes in DMA_MAP (the `vfio_user` crate has no socket DMA).
+pub fn vfio_user_pci(socket: &Path, id: &str, place: PciPlace) -> Args {
+    let mut device = serde_json::json!({
+        "driver": "vfio-user-pci",
+        "id": id,
+        "socket": { "type": "unix", "path": socket.display().to_string() },
+    });
+    match place {
+        PciPlace::Any => {}
+        PciPlace::Bus(bus) => device["bus"] = bus.into(),
+        PciPlace::Slot(slot) => device["addr"] = format!("{slot:#x}.0").into(),
+    }
+    args(["-device".into(), device.to_string()])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,6 +197,22 @@ mod tests {
         );
         assert!(text(&ivshmem_doorbell(sock, "hmb0", 2, PciPlace::Slot(4))).ends_with(",id=hmb0,addr=0x4.0"));
         assert!(text(&ivshmem_doorbell(sock, "hmb0", 1, PciPlace::Any)).ends_with("vectors=1,id=hmb0"));
+    }
+
+    #[test]
+    fn vfio_user_pci_is_json_naming_the_socket_and_place() {
+        let a = vfio_user_pci(Path::new("/run/x/vfio-user.sock"), "nvme0", PciPlace::Bus("hmbrp"));
+        assert_eq!(a[0], "-device");
+        let dev: serde_json::Value = serde_json::from_str(&a[1].to_string_lossy()).unwrap();
+        assert_eq!(
+            dev,
+            serde_json::json!({"driver": "vfio-user-pci", "id": "nvme0", "bus": "hmbrp",
+                "socket": {"type": "unix", "path": "/run/x/vfio-user.sock"}})
+        );
+        let slot = vfio_user_pci(Path::new("/s"), "n", PciPlace::Slot(5));
+        let dev: serde_json::Value = serde_json::from_str(&slot[1].to_string_lossy()).unwrap();
+        assert_eq!(dev["addr"], "0x5.0");
+        assert!(dev.get("bus").is_none());
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! and emu-device are stopped on every exit path.
 
 pub mod inject;
+pub mod nvme;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -27,9 +28,15 @@ pub struct Boot {
     /// Guest kernel, a name from images/KERNELS (default: its first line).
     #[arg(long)]
     pub kernel: Option<String>,
-    /// QEMU to run: bookworm's 7.2 or bookworm-backports' 10.0.
-    #[arg(long, value_enum, default_value = "7.2")]
-    pub qemu: QemuVersion,
+    /// The emulated controller: ivshmem (the ring over ivshmem-doorbell,
+    /// the main job) or nvme (the NVMe controller over vfio-user, probed by
+    /// the guest's stock nvme driver; implies --qemu 11.1).
+    #[arg(long, value_enum, default_value = "ivshmem")]
+    pub device: Device,
+    /// QEMU to run: bookworm's 7.2 (default), bookworm-backports' 10.0, or
+    /// trixie-backports' 11.1 (the default with --device nvme).
+    #[arg(long, value_enum)]
+    pub qemu: Option<QemuVersion>,
     /// Accelerator: tcg (default: KVM guests hang on some hosts), kvm, or
     /// auto (probe KVM with a short boot, else TCG, saying why).
     #[arg(long, value_enum, default_value = "tcg")]
@@ -59,6 +66,15 @@ pub struct Boot {
     /// Run folder (default: target/hmb-trace/runs/<timestamp>).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
+    /// --device nvme: 4 KiB O_DIRECT reads timed for the QD1 figure.
+    #[arg(long, default_value_t = 2000)]
+    pub nvme_reads: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Device {
+    Ivshmem,
+    Nvme,
 }
 
 pub fn parse_size(s: &str) -> Result<u64, String> {
@@ -90,6 +106,13 @@ impl Boot {
 
 fn run(args: Boot) -> Result<()> {
     let mut phases = Phases::new();
+    if args.device == Device::Nvme {
+        let run_dir = args.run_dir.clone().unwrap_or_else(default_run_dir);
+        let result = nvme::boot(&args, &run_dir, &mut phases);
+        phases.summary();
+        nvme::print(&result?, &run_dir);
+        return Ok(());
+    }
     let result = boot(&args, &mut phases);
     phases.summary();
     let outcome = result?;
@@ -116,13 +139,14 @@ fn run(args: Boot) -> Result<()> {
 
 /// The whole main job; returns what it produced. Used by `boot` and tests.
 pub fn boot(args: &Boot, phases: &mut Phases) -> Result<RunOutcome> {
+    if args.device != Device::Ivshmem {
+        bail!("the trace main job runs on --device ivshmem; --device nvme is nvme::boot");
+    }
     let sh = Shell::new()?;
     sh.change_dir(workspace_root());
-    let tools = session::prepare(&sh, args.kernel.as_deref(), args.qemu, phases)?;
-    let run_dir = match &args.run_dir {
-        Some(d) => d.clone(),
-        None => target_dir().join("hmb-trace/runs").join(timestamp()),
-    };
+    let qemu = args.qemu.unwrap_or(QemuVersion::V7_2);
+    let tools = session::prepare(&sh, args.kernel.as_deref(), qemu, phases)?;
+    let run_dir = args.run_dir.clone().unwrap_or_else(default_run_dir);
     let follow = args.inject.iter().any(|i| matches!(i, Injection::Reset { .. }));
     let cfg = SessionConfig {
         run_dir: run_dir.clone(),
@@ -231,6 +255,10 @@ fn analyze(sh: &Shell, analyzer: &Path, run_dir: &Path, trace: &Path) -> Result<
         .run()
         .context("hmb-trace-analyze report")?;
     Ok(())
+}
+
+fn default_run_dir() -> PathBuf {
+    target_dir().join("hmb-trace/runs").join(timestamp())
 }
 
 fn timestamp() -> String {

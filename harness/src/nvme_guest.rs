@@ -1,0 +1,735 @@
+//! A real guest on emu-device's NVMe controller (`serve-nvme`, vfio-user):
+//! QEMU 11.1 with guest RAM in a shared memfd and a `vfio-user-pci`
+//! device, a Debian kernel whose STOCK nvme.ko and nvme-core.ko (from the
+//! kernel's own package) probe the controller. The guest script checks
+//! that the driver binds, writes a pattern and reads it back, resets the
+//! controller through sysfs and measures 4 KiB QD1 reads; at three
+//! checkpoints (probed, reset, done) the host reads the controller's
+//! report over the control socket and checks the HMB from the device's
+//! side. docs/nvme-controller.md ("Guest runs") has the decisions.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use hmb_emu_device::control::{call, Request};
+use serde_json::Value;
+use xshell::{cmd, Shell};
+
+use crate::host::{cache_dir, target_dir, workspace_root};
+use crate::images::guest_modules::{self, ModuleIndex};
+use crate::images::{self, initramfs, Image, ImageOptions};
+use crate::phases::Phases;
+use crate::qemu::args::{self, MemoryBackend, PciPlace};
+use crate::qemu::binary::{self, QemuBinary, QemuVersion};
+use crate::qemu::{accel, console, Accel, Vm, VmConfig};
+
+/// QMP id of the NVMe controller.
+pub const DEVICE_ID: &str = "nvme0";
+/// Namespace size: room for the pattern and the read loop, small enough
+/// that the sparse backing file costs nothing.
+pub const NAMESPACE_BYTES: u64 = 64 << 20;
+/// The pattern: 1 MiB at 8 MiB into the namespace (not LBA 0, so a
+/// controller that ignored SLBA would be caught by the host's check of
+/// the backing file).
+pub const PATTERN_OFFSET: u64 = 8 << 20;
+pub const PATTERN_BYTES: u64 = 1 << 20;
+
+/// Files the guest script writes into the share (and the host's answers).
+pub mod files {
+    pub const SCRIPT: &str = "run.sh";
+    pub const RESULTS: &str = "nvme-results.txt";
+    pub const PATTERN: &str = "pattern.bin";
+    pub const DMESG: &str = "dmesg.txt";
+    /// Checkpoints: the guest creates NAME and waits for NAME.ok.
+    pub const PROBED: &str = "probed";
+    pub const RESET: &str = "reset";
+    pub const DONE: &str = "done";
+}
+
+/// Everything built once for NVMe guest runs on one kernel.
+pub struct NvmeTools {
+    pub image: Image,
+    pub qemu: QemuBinary,
+    pub emu_bin: PathBuf,
+    /// The kernel's own modules directory (modules.dep).
+    pub modules_dir: PathBuf,
+    /// nvme and what it needs, dependencies first, relative to `modules_dir`.
+    pub stock_modules: Vec<String>,
+}
+
+/// Image (kernel, our module, static daemon, initramfs), QEMU 11.1 (the
+/// first Debian QEMU with vfio-user-pci) and emu-device; all cached.
+pub fn prepare(sh: &Shell, kernel: Option<&str>, phases: &mut Phases) -> Result<NvmeTools> {
+    let image_args = ImageOptions {
+        kernel: kernel.map(str::to_string),
+        kmod_dir: None,
+        with_daemon: true,
+    };
+    let image = images::prepare(sh, &image_args, phases)?;
+    let qemu = phases.run("qemu 11.1", || binary::ensure(sh, QemuVersion::V11_1))?;
+    let emu_bin = phases.run("emu-device", || {
+        let _dir = sh.push_dir(workspace_root());
+        cmd!(sh, "cargo build --release --quiet -p hmb-emu-device").run()?;
+        Ok(target_dir().join("release/emu-device"))
+    })?;
+    let modules_dir = stock_modules_dir(&image.kernel_name, &image.abi)?;
+    // The stock driver: whatever nvme needs on this kernel (nvme-core, and
+    // on newer kernels nvme-auth, nvme-keyring, ...), from modules.dep.
+    let stock_modules = ModuleIndex::load(&modules_dir)?.load_order(&["nvme".to_string()])?;
+    ensure!(
+        stock_modules
+            .last()
+            .is_some_and(|m| guest_modules::module_name(m) == "nvme"),
+        "kernel {} builds nvme into the image or lacks it ({:?}): the guest run loads the stock module",
+        image.kernel_name,
+        stock_modules
+    );
+    Ok(NvmeTools {
+        image,
+        qemu,
+        emu_bin,
+        modules_dir,
+        stock_modules,
+    })
+}
+
+/// `cache/kernels/<name>/root/{lib,usr/lib}/modules/<abi>`.
+pub fn stock_modules_dir(kernel: &str, abi: &str) -> Result<PathBuf> {
+    let root = cache_dir().join("kernels").join(kernel).join("root");
+    ["lib/modules", "usr/lib/modules"]
+        .iter()
+        .map(|d| root.join(d).join(abi))
+        .find(|p| p.join("modules.dep").exists())
+        .with_context(|| format!("no modules.dep for {abi} under {}", root.display()))
+}
+
+/// emu-device `serve-nvme` as a child process: its vfio-user and control
+/// sockets and its log in the run folder; stopped on drop.
+pub struct NvmeDevice {
+    child: Option<Child>,
+    pub socket: PathBuf,
+    pub control_socket: PathBuf,
+}
+
+impl NvmeDevice {
+    /// The namespace is the sparse file `backing`, so the host can check
+    /// where the guest's data landed.
+    pub fn start(binary: &Path, run_dir: &Path, backing: &Path) -> Result<NvmeDevice> {
+        let socket = run_dir.join("vfio-user.sock");
+        let control_socket = run_dir.join("control.sock");
+        for stale in [&socket, &control_socket] {
+            let _ = std::fs::remove_file(stale);
+        }
+        let log = std::fs::File::create(run_dir.join("emu-device.log"))?;
+        let mut command = Command::new(binary);
+        command
+            .arg("serve-nvme")
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--control")
+            .arg(&control_socket)
+            .arg("--namespace-size")
+            .arg(NAMESPACE_BYTES.to_string())
+            .arg("--backing")
+            .arg(backing)
+            .env("RUST_LOG", "info")
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0);
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(std::io::Error::from)
+            });
+        }
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let mut dev = NvmeDevice {
+            child: Some(child),
+            socket,
+            control_socket,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !(dev.socket.exists() && dev.control_socket.exists()) {
+            dev.check_alive()?;
+            ensure!(
+                Instant::now() < deadline,
+                "emu-device serve-nvme made no sockets within 10 s; see emu-device.log"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(dev)
+    }
+
+    pub fn check_alive(&mut self) -> Result<()> {
+        if let Some(child) = self.child.as_mut() {
+            if let Some(status) = child.try_wait()? {
+                self.child = None;
+                bail!("emu-device serve-nvme exited unexpectedly ({status}); see emu-device.log");
+            }
+        }
+        Ok(())
+    }
+
+    /// `status` over the control socket: transport, controller report, trace.
+    pub fn status(&mut self) -> Result<Value> {
+        self.request(&Request::Status)
+    }
+
+    pub fn request(&mut self, req: &Request) -> Result<Value> {
+        self.check_alive()?;
+        let resp = call(&self.control_socket, req, Duration::from_secs(10))
+            .with_context(|| format!("emu-device control request {req:?}"))?;
+        ensure!(
+            resp.ok,
+            "emu-device refused {req:?}: {}",
+            resp.error.unwrap_or_default()
+        );
+        Ok(resp.result.unwrap_or(Value::Null))
+    }
+
+    /// Ask for a clean shutdown, then make sure the process is gone.
+    pub fn shutdown(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = call(&self.control_socket, &Request::Shutdown, Duration::from_secs(2));
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for NvmeDevice {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// One guest run.
+pub struct NvmeRunConfig {
+    pub run_dir: PathBuf,
+    /// `Auto` is resolved (KVM probe) before QEMU starts.
+    pub accel: Accel,
+    /// 4 KiB O_DIRECT reads for the QD1 figure.
+    pub iops_reads: u32,
+    /// Seconds allowed from HMBT-READY to the end of the guest script.
+    pub timeout: Duration,
+}
+
+/// What a passing run saw. Every field was checked before it is returned.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct NvmeOutcome {
+    pub kernel: String,
+    pub abi: String,
+    pub qemu: String,
+    /// PCI address and driver the controller is bound to in the guest.
+    pub pci: String,
+    pub driver: String,
+    /// Guest uptime from `insmod nvme.ko` to /dev/nvme0n1, in ms (10 ms steps).
+    pub probe_ms: u64,
+    /// The driver's "allocated N MiB host memory buffer" line.
+    pub hmb_line: String,
+    pub hmb_bytes: u64,
+    pub hmb_descriptors: u64,
+    /// Pattern bytes written, read back identical (before and after the
+    /// reset) and found at the right offset of the backing file.
+    pub verified_bytes: u64,
+    /// The controller's HMB after `reset_controller`: enabled again with MR=1.
+    pub hmb_returned_after_reset: bool,
+    pub read_iops_qd1: u64,
+    pub iops_reads: u32,
+    pub iops_centiseconds: u64,
+    /// Time from QEMU start to the end of the guest script.
+    pub guest_seconds: f64,
+}
+
+/// Lines of the guest's kernel log that fail the run: the console's fault
+/// patterns and the nvme driver's timeouts and failures.
+pub fn is_trouble_line(line: &str) -> bool {
+    const NVME_TROUBLE: &[&str] = &[
+        "timeout",
+        "Removing after probe failure",
+        "controller is down",
+        "Device not ready",
+        "I/O error",
+        "I/O Error",
+        "Abort status",
+    ];
+    console::is_fault_line(line) || NVME_TROUBLE.iter().any(|p| line.contains(p))
+}
+
+/// The guest script (run from the share: longer than the kernel command
+/// line allows). `mods` are the stock modules' file names in load order.
+pub fn guest_script(mods: &[String], iops_reads: u32) -> String {
+    let insmods: String = mods
+        .iter()
+        .map(|m| {
+            let name = m.trim_end_matches(".ko");
+            format!("[ -d /sys/module/{name} ] || insmod $share/mods/{m} || fail insmod {m}\n")
+        })
+        .collect();
+    let blocks = PATTERN_BYTES / 4096;
+    let seek = PATTERN_OFFSET / 4096;
+    format!(
+        r#"#!/bin/sh
+# Written by the host (harness/src/nvme_guest.rs); the stock nvme driver on
+# emu-device's controller. Results as KEY=VALUE lines in {results}.
+share=/mnt/host
+fail() {{ echo "HMBT-NVME FAIL $*"; dmesg > $share/{dmesg}; exit 1; }}
+note() {{ echo "$1=$2" >> $share/{results}; echo "HMBT-NVME $1=$2"; }}
+# Guest uptime in centiseconds.
+now_cs() {{ read up _ < /proc/uptime; echo "${{up%.*}}${{up#*.}}"; }}
+# checkpoint NAME: tell the host, wait (60 s at most) for its NAME.ok.
+checkpoint() {{
+    touch $share/$1
+    i=0
+    while [ ! -e $share/$1.ok ]; do
+        i=$((i + 1)); [ $i -lt 600 ] || fail "no answer from the host at checkpoint $1"
+        sleep 0.1
+    done
+}}
+wait_live() {{
+    i=0
+    while [ "$(cat /sys/class/nvme/nvme0/state 2>/dev/null)" != live ]; do
+        i=$((i + 1)); [ $i -lt 600 ] || fail "nvme0 not live after 60 s ($(cat /sys/class/nvme/nvme0/state 2>&1))"
+        sleep 0.1
+    done
+}}
+rm -f $share/{results}
+{insmods}t0=$(now_cs)
+insmod $share/mods/nvme.ko || fail insmod nvme.ko
+i=0
+while [ ! -b /dev/nvme0n1 ]; do
+    i=$((i + 1)); [ $i -lt 1200 ] || fail "no /dev/nvme0n1 after 120 s"
+    sleep 0.05
+done
+t1=$(now_cs)
+note probe_ms $(( (t1 - t0) * 10 ))
+wait_live
+pci=$(basename "$(readlink /sys/class/nvme/nvme0/device)")
+note pci "$pci"
+note driver "$(basename "$(readlink /sys/class/nvme/nvme0/device/driver)")"
+note model "$(cat /sys/class/nvme/nvme0/model)"
+hmb=$(dmesg | grep -o 'allocated .* host memory buffer.*' | tail -n 1)
+[ -n "$hmb" ] || fail "no 'allocated ... host memory buffer' in the kernel log"
+note hmb "$hmb"
+checkpoint {probed}
+
+dd if=/dev/urandom of=/tmp/pattern bs=4096 count={blocks} 2>/dev/null || fail pattern
+dd if=/tmp/pattern of=/dev/nvme0n1 bs=4096 seek={seek} oflag=direct conv=fsync 2>/dev/null || fail write
+dd if=/dev/nvme0n1 of=/tmp/back bs=4096 skip={seek} count={blocks} iflag=direct 2>/dev/null || fail read
+cmp /tmp/pattern /tmp/back || fail "data read back differs"
+cp /tmp/pattern $share/{pattern}
+note verified_bytes $(( {blocks} * 4096 ))
+
+# A host-initiated controller reset: synchronous (nvme_reset_ctrl_sync).
+echo 1 > /sys/class/nvme/nvme0/reset_controller || fail reset_controller
+wait_live
+rm -f /tmp/back
+dd if=/dev/nvme0n1 of=/tmp/back bs=4096 skip={seek} count={blocks} iflag=direct 2>/dev/null || fail read after reset
+cmp /tmp/pattern /tmp/back || fail "data read back after the reset differs"
+note verified_after_reset yes
+checkpoint {reset}
+
+t0=$(now_cs)
+dd if=/dev/nvme0n1 of=/dev/null bs=4096 count={iops_reads} iflag=direct 2>/dev/null || fail read loop
+t1=$(now_cs)
+note iops_centiseconds $((t1 - t0))
+note iops_reads {iops_reads}
+checkpoint {done}
+dmesg > $share/{dmesg}
+"#,
+        results = files::RESULTS,
+        dmesg = files::DMESG,
+        pattern = files::PATTERN,
+        probed = files::PROBED,
+        reset = files::RESET,
+        done = files::DONE,
+    )
+}
+
+/// Copy the stock modules, decompressed, into `share/mods`; their file names.
+fn stage_modules(tools: &NvmeTools, share: &Path) -> Result<Vec<String>> {
+    let mods = share.join("mods");
+    std::fs::create_dir_all(&mods)?;
+    let mut names = Vec::new();
+    for rel in &tools.stock_modules {
+        let name = guest_modules::guest_file_name(rel);
+        initramfs::decompress_module(&tools.modules_dir.join(rel), &mods.join(&name))?;
+        names.push(name);
+    }
+    // nvme itself is loaded (and timed) on its own, after the others.
+    names.pop();
+    Ok(names)
+}
+
+/// KEY=VALUE lines of the guest's results file.
+pub fn parse_results(text: &str) -> std::collections::BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// `allocated 32 MiB host memory buffer.` (6.13+ adds the segment count) -> bytes.
+pub fn hmb_line_bytes(line: &str) -> Option<u64> {
+    let rest = line.split("allocated ").nth(1)?;
+    let mut words = rest.split_whitespace();
+    let n: u64 = words.next()?.parse().ok()?;
+    match words.next()? {
+        "MiB" => Some(n << 20),
+        "KiB" => Some(n << 10),
+        _ => None,
+    }
+}
+
+/// Start emu-device and QEMU and wait for the guest's init; a boot that
+/// hangs (or faults) before init is retried once from scratch, as in
+/// `session` (nothing of ours has run yet).
+fn start(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path) -> Result<(NvmeDevice, Vm)> {
+    for attempt in 1..=2 {
+        let backing = cfg.run_dir.join("namespace.img");
+        let _ = std::fs::remove_file(&backing);
+        let dev = NvmeDevice::start(&tools.emu_bin, &cfg.run_dir, &backing)?;
+        let mut vm_cfg = VmConfig::new(
+            tools.qemu.clone(),
+            tools.image.boot_kernel.clone(),
+            tools.image.initramfs.clone(),
+            cfg.run_dir.clone(),
+        );
+        vm_cfg.accel = accel::resolve(cfg.accel, &vm_cfg)?;
+        vm_cfg.share_dir = Some(share.to_path_buf());
+        vm_cfg.memory_backend = MemoryBackend::Memfd;
+        vm_cfg.extra_args = args::pcie_root_port("hmbrp", 1, 1);
+        vm_cfg
+            .extra_args
+            .extend(args::vfio_user_pci(&dev.socket, DEVICE_ID, PciPlace::Bus("hmbrp")));
+        let mut vm = Vm::start(&vm_cfg)?;
+        match vm.wait_for("HMBT-INIT", Duration::from_secs(120), |l| l.contains("HMBT-INIT")) {
+            Ok(_) => return Ok((dev, vm)),
+            Err(e)
+                if attempt == 1
+                    && (e.to_string().starts_with("timeout") || e.to_string().starts_with("guest kernel fault")) =>
+            {
+                println!(
+                    "    the guest did not reach init ({}); retrying the boot once",
+                    first_line(&e)
+                );
+                vm.kill();
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    unreachable!("the second attempt returns")
+}
+
+fn first_line(e: &anyhow::Error) -> String {
+    e.to_string().lines().next().unwrap_or_default().to_string()
+}
+
+/// Wait for the guest to create `name` in the share, watching QEMU, the
+/// console and emu-device.
+fn wait_checkpoint(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, name: &str, timeout: Duration) -> Result<()> {
+    let path = share.join(name);
+    let deadline = Instant::now() + timeout;
+    while !path.exists() {
+        dev.check_alive()?;
+        match vm.wait_for(name, Duration::from_millis(200), |l| {
+            l.contains("HMBT-NVME FAIL") || l.contains("HMBT-RESULT") || l.contains("HMBT-ERROR")
+        }) {
+            Ok(_) if path.exists() => break,
+            Ok(line) => bail!(
+                "the guest script stopped before checkpoint {name}: {line}\n{}",
+                vm.console.tail(30)
+            ),
+            Err(e) if e.to_string().starts_with("timeout") => {}
+            Err(e) => return Err(e),
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "timeout: the guest reached no checkpoint {name} within {}s; console:\n{}",
+            timeout.as_secs(),
+            vm.console.tail(30)
+        );
+    }
+    Ok(())
+}
+
+/// The controller's report at a checkpoint, saved as `emu-<name>.json`.
+fn snapshot(dev: &mut NvmeDevice, run_dir: &Path, name: &str) -> Result<Value> {
+    let status = dev.status()?;
+    std::fs::write(
+        run_dir.join(format!("emu-{name}.json")),
+        serde_json::to_string_pretty(&status)?,
+    )?;
+    Ok(status)
+}
+
+fn u64_at(v: &Value, path: &str) -> Result<u64> {
+    v.pointer(path)
+        .and_then(Value::as_u64)
+        .with_context(|| format!("emu-device status has no number at {path}"))
+}
+
+fn bool_at(v: &Value, path: &str) -> Result<bool> {
+    v.pointer(path)
+        .and_then(Value::as_bool)
+        .with_context(|| format!("emu-device status has no boolean at {path}"))
+}
+
+/// After the probe: ready, I/O queues, the HMB enabled (fresh, not returned).
+pub fn check_probed(status: &Value) -> Result<()> {
+    ensure!(
+        bool_at(status, "/controller/ready")?,
+        "the controller is not ready after the probe"
+    );
+    ensure!(
+        u64_at(status, "/controller/io_queues_allocated")? >= 1,
+        "the driver allocated no I/O queues"
+    );
+    ensure!(
+        bool_at(status, "/controller/hmb/enabled")?,
+        "the driver did not enable the HMB (last rejection: {})",
+        status.pointer("/controller/hmb/last_rejection").unwrap_or(&Value::Null)
+    );
+    ensure!(
+        u64_at(status, "/controller/hmb/enables")? == 1,
+        "one HMB enable expected after the probe"
+    );
+    Ok(())
+}
+
+/// After `reset_controller`: the same buffer enabled again with MR=1.
+pub fn check_reset(status: &Value, probed: &Value) -> Result<()> {
+    ensure!(
+        bool_at(status, "/controller/ready")?,
+        "the controller is not ready after the reset"
+    );
+    ensure!(
+        u64_at(status, "/controller/counters/resets")? > u64_at(probed, "/controller/counters/resets")?,
+        "the controller saw no reset"
+    );
+    ensure!(
+        bool_at(status, "/controller/hmb/enabled")?,
+        "the HMB is not enabled after the reset"
+    );
+    ensure!(
+        bool_at(status, "/controller/hmb/returned")?,
+        "the HMB came back without MR=1 and the same descriptor list"
+    );
+    ensure!(
+        u64_at(status, "/controller/hmb/enables")? == 2 && u64_at(status, "/controller/hmb/disables")? >= 1,
+        "expected a release and a second enable of the HMB"
+    );
+    ensure!(
+        status.pointer("/controller/hmb/descriptors") == probed.pointer("/controller/hmb/descriptors"),
+        "the descriptor list changed across the reset"
+    );
+    Ok(())
+}
+
+/// Boot the guest, run the script, check everything; `Ok` only if all passed.
+pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Result<NvmeOutcome> {
+    std::fs::create_dir_all(&cfg.run_dir)?;
+    let share = cfg.run_dir.join("share");
+    let _ = std::fs::remove_dir_all(&share);
+    std::fs::create_dir_all(&share)?;
+    let mods = stage_modules(tools, &share)?;
+    std::fs::write(share.join(files::SCRIPT), guest_script(&mods, cfg.iops_reads))?;
+    let started = Instant::now();
+    let (mut dev, mut vm) = phases.run("guest boot", || start(tools, cfg, &share))?;
+    let wait = |vm: &mut Vm, dev: &mut NvmeDevice, name: &str| wait_checkpoint(vm, dev, &share, name, cfg.timeout);
+
+    let probed = phases.run("probe (stock nvme)", || {
+        wait(&mut vm, &mut dev, files::PROBED)?;
+        let s = snapshot(&mut dev, &cfg.run_dir, files::PROBED)?;
+        check_probed(&s)?;
+        std::fs::write(share.join(format!("{}.ok", files::PROBED)), b"")?;
+        Ok(s)
+    })?;
+    let after_reset = phases.run("data + reset_controller", || {
+        wait(&mut vm, &mut dev, files::RESET)?;
+        let s = snapshot(&mut dev, &cfg.run_dir, files::RESET)?;
+        check_reset(&s, &probed)?;
+        std::fs::write(share.join(format!("{}.ok", files::RESET)), b"")?;
+        Ok(s)
+    })?;
+    let done = phases.run("4 KiB QD1 reads", || {
+        wait(&mut vm, &mut dev, files::DONE)?;
+        let s = snapshot(&mut dev, &cfg.run_dir, "stats")?;
+        std::fs::write(share.join(format!("{}.ok", files::DONE)), b"")?;
+        Ok(s)
+    })?;
+    let line = phases.run("guest power-off", || {
+        let line = vm.wait_for("HMBT-RESULT", Duration::from_secs(60), |l| {
+            console::parse_result(l).is_some()
+        })?;
+        vm.wait_exit(Duration::from_secs(60))?;
+        Ok(line)
+    })?;
+    let guest_seconds = started.elapsed().as_secs_f64();
+    dev.shutdown();
+    for name in [files::RESULTS, files::DMESG, files::PATTERN] {
+        let from = share.join(name);
+        if from.exists() {
+            std::fs::rename(&from, cfg.run_dir.join(name))?;
+        }
+    }
+    ensure!(
+        console::parse_result(&line) == Some(0),
+        "the guest script failed: {line}\n{}",
+        vm.console.tail(30)
+    );
+    let dmesg = std::fs::read_to_string(cfg.run_dir.join(files::DMESG)).context("the guest wrote no dmesg")?;
+    let trouble: Vec<&str> = dmesg.lines().filter(|l| is_trouble_line(l)).collect();
+    ensure!(
+        trouble.is_empty(),
+        "the guest's kernel log has faults or nvme errors:\n{}",
+        trouble.join("\n")
+    );
+    let results = parse_results(&std::fs::read_to_string(cfg.run_dir.join(files::RESULTS))?);
+    let get = |k: &str| {
+        results
+            .get(k)
+            .cloned()
+            .with_context(|| format!("the guest reported no {k}"))
+    };
+    let num = |k: &str| -> Result<u64> { get(k)?.parse().with_context(|| format!("{k} is not a number")) };
+
+    // The driver's view and the controller's view of the HMB agree.
+    let hmb_line = get("hmb")?;
+    let hmb_bytes = u64_at(&probed, "/controller/hmb/bytes")?;
+    ensure!(
+        hmb_line_bytes(&hmb_line) == Some(hmb_bytes),
+        "the driver says {hmb_line:?}, the controller holds {hmb_bytes} bytes"
+    );
+    ensure!(
+        get("driver")? == "nvme",
+        "the controller is bound to {:?}, not nvme",
+        get("driver")?
+    );
+
+    // The pattern is where the guest put it, on the controller's side.
+    let pattern = std::fs::read(cfg.run_dir.join(files::PATTERN)).context("the guest left no pattern.bin")?;
+    ensure!(
+        pattern.len() as u64 == PATTERN_BYTES,
+        "pattern.bin has {} bytes",
+        pattern.len()
+    );
+    let backing = std::fs::read(cfg.run_dir.join("namespace.img")).context("reading the namespace's backing file")?;
+    let at = PATTERN_OFFSET as usize;
+    ensure!(
+        backing.get(at..at + pattern.len()) == Some(&pattern[..]),
+        "the namespace's backing file does not hold the pattern at byte {at}"
+    );
+    ensure!(get("verified_after_reset")? == "yes", "no read-back after the reset");
+
+    let reads = num("iops_reads")?;
+    let cs = num("iops_centiseconds")?.max(1);
+    ensure!(
+        u64_at(&done, "/controller/counters/reads")? >= reads,
+        "the controller counted fewer reads than the guest issued"
+    );
+    Ok(NvmeOutcome {
+        kernel: tools.image.kernel_name.clone(),
+        abi: tools.image.abi.clone(),
+        qemu: tools.qemu.version.clone(),
+        pci: get("pci")?,
+        driver: get("driver")?,
+        probe_ms: num("probe_ms")?,
+        hmb_line,
+        hmb_bytes,
+        hmb_descriptors: after_reset
+            .pointer("/controller/hmb/descriptors")
+            .and_then(Value::as_array)
+            .map_or(0, |d| d.len() as u64),
+        verified_bytes: num("verified_bytes")?,
+        hmb_returned_after_reset: bool_at(&after_reset, "/controller/hmb/returned")?,
+        read_iops_qd1: reads * 100 / cs,
+        iops_reads: reads as u32,
+        iops_centiseconds: cs,
+        guest_seconds,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_hmb_line_of_each_kernel_gives_its_size() {
+        assert_eq!(hmb_line_bytes("allocated 32 MiB host memory buffer."), Some(32 << 20));
+        assert_eq!(
+            hmb_line_bytes("allocated 32 MiB host memory buffer (8 segments)."),
+            Some(32 << 20)
+        );
+        assert_eq!(hmb_line_bytes("allocated lots of host memory buffer"), None);
+    }
+
+    #[test]
+    fn nvme_timeouts_and_kernel_faults_are_trouble() {
+        assert!(is_trouble_line(
+            "[   12.3] nvme nvme0: I/O tag 3 (1003) QID 1 timeout, aborting"
+        ));
+        assert!(is_trouble_line(
+            "[    1.0] WARNING: CPU: 0 PID: 1 at drivers/nvme/host/pci.c:1"
+        ));
+        assert!(is_trouble_line(
+            "[    2.0] nvme nvme0: Removing after probe failure status: -19"
+        ));
+        assert!(!is_trouble_line(
+            "[    2.0] nvme nvme0: allocated 32 MiB host memory buffer."
+        ));
+        assert!(!is_trouble_line("[    2.0] nvme nvme0: 2/0/0 default/read/poll queues"));
+    }
+
+    #[test]
+    fn the_script_loads_dependencies_then_times_nvme_and_has_three_checkpoints() {
+        let s = guest_script(&["nvme_core.ko".into()], 100);
+        let core = s.find("insmod $share/mods/nvme_core.ko").unwrap();
+        let nvme = s.find("insmod $share/mods/nvme.ko").unwrap();
+        assert!(core < nvme);
+        for c in [files::PROBED, files::RESET, files::DONE] {
+            assert!(s.contains(&format!("checkpoint {c}\n")), "{c}");
+        }
+        assert!(s.contains("count=100 iflag=direct"));
+    }
+
+    fn status(enabled: bool, returned: bool, enables: u64, resets: u64) -> Value {
+        json!({"controller": {"ready": true, "io_queues_allocated": 2,
+            "counters": {"resets": resets},
+            "hmb": {"enabled": enabled, "returned": returned, "enables": enables, "disables": enables.saturating_sub(1),
+                    "bytes": 32 << 20, "descriptors": [{"addr": 4096, "bytes": 32 << 20}], "last_rejection": null}}})
+    }
+
+    #[test]
+    fn the_device_side_checks_fail_when_the_hmb_is_not_back() {
+        let probed = status(true, false, 1, 0);
+        check_probed(&probed).unwrap();
+        assert!(check_probed(&status(false, false, 0, 0)).is_err());
+        check_reset(&status(true, true, 2, 1), &probed).unwrap();
+        // Enabled again but as a fresh buffer (no MR=1): not what the driver does.
+        assert!(check_reset(&status(true, false, 2, 1), &probed).is_err());
+        // No reset reached the controller.
+        assert!(check_reset(&status(true, true, 2, 0), &probed).is_err());
+    }
+
+    #[test]
+    fn results_are_key_value_lines() {
+        let r = parse_results("probe_ms=230\nhmb=allocated 32 MiB host memory buffer.\n");
+        assert_eq!(r["probe_ms"], "230");
+        assert_eq!(r["hmb"], "allocated 32 MiB host memory buffer.");
+    }
+}
