@@ -17,6 +17,7 @@ pub const OUTPUT: u8 = 7;
 pub const FROZEN: u8 = 8;
 pub const EPOCH: u8 = 9;
 pub const DEVICE_GONE: u8 = 10;
+pub const OUTPUT_FULL: u8 = 11;
 
 pub const HELP: &str = "\
 Exit codes:
@@ -30,7 +31,8 @@ Exit codes:
    7  output file error (create, write, sync), or the path holds a file that is not a trace.bin
    8  ring FROZEN (controller reset): everything before the freeze is in the file with a FROZEN marker (without --follow)
    9  re-initialisation failed, or the ring epoch changed behind the daemon's back (without --follow)
-  10  the device went away (removed)";
+  10  the device went away (removed)
+  11  output full (ENOSPC, EDQUOT, EFBIG): the file ends at the last whole batch, the rest stays in the ring";
 
 pub fn for_error(e: &DaemonError) -> u8 {
     match e {
@@ -40,7 +42,34 @@ pub fn for_error(e: &DaemonError) -> u8 {
         DaemonError::Ring(ConsumerError::EpochChanged { .. }) => EPOCH,
         DaemonError::Ring(ConsumerError::Publish { .. }) | DaemonError::Ring(ConsumerError::Map(_)) => DEVICE,
         DaemonError::Ring(_) => RING_CORRUPT,
+        DaemonError::Output(e) if e.is_full() => OUTPUT_FULL,
         DaemonError::Output(_) => OUTPUT,
         DaemonError::Reinit(_) => EPOCH,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::OutputError;
+
+    fn output_error(errno: nix::errno::Errno) -> DaemonError {
+        DaemonError::Output(OutputError::Io {
+            path: "trace.bin".into(),
+            source: std::io::Error::from_raw_os_error(errno as i32),
+        })
+    }
+
+    /// A full file system, a quota and a file size limit are one condition
+    /// (space can be freed, a restart resumes); other write errors are not.
+    #[test]
+    fn full_output_has_its_own_code() {
+        use nix::errno::Errno;
+        for errno in [Errno::ENOSPC, Errno::EDQUOT, Errno::EFBIG] {
+            assert_eq!(for_error(&output_error(errno)), OUTPUT_FULL, "{errno}");
+        }
+        for errno in [Errno::EIO, Errno::EACCES, Errno::EROFS] {
+            assert_eq!(for_error(&output_error(errno)), OUTPUT, "{errno}");
+        }
     }
 }

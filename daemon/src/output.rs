@@ -37,6 +37,26 @@ pub enum OutputError {
     Foreign { path: PathBuf, source: FileError },
 }
 
+impl OutputError {
+    /// The output file system is full, a quota is reached or the file hit
+    /// its size limit: space can be freed and the daemon restarted (the
+    /// records not written are still in the ring).
+    pub fn is_full(&self) -> bool {
+        let Self::Io { source, .. } = self else { return false };
+        matches!(
+            source.raw_os_error(),
+            Some(libc_errno::ENOSPC | libc_errno::EDQUOT | libc_errno::EFBIG)
+        )
+    }
+}
+
+/// The errno values of a full output (nix's, as plain integers).
+mod libc_errno {
+    pub const ENOSPC: i32 = nix::errno::Errno::ENOSPC as i32;
+    pub const EDQUOT: i32 = nix::errno::Errno::EDQUOT as i32;
+    pub const EFBIG: i32 = nix::errno::Errno::EFBIG as i32;
+}
+
 pub struct Output {
     path: PathBuf,
     file: File,
@@ -168,26 +188,53 @@ impl Output {
     }
 
     pub fn write_marker(&mut self, marker: &[u8; MARKER_SIZE]) -> Result<(), OutputError> {
-        self.file.write_all(marker).map_err(|e| self.io(e))?;
+        let start = self.len;
+        if let Err(e) = self.file.write_all(marker) {
+            return Err(self.roll_back(start, e));
+        }
         self.len += MARKER_SIZE as u64;
         Ok(())
     }
 
     /// A batch: an optional LOST marker, then the ring's bytes by `writev`
     /// (one system call for the whole batch unless the kernel writes short).
+    /// All or nothing: a failed write (file system full, file size limit)
+    /// truncates the file back to where the batch began, so it never ends
+    /// in a torn item or a LOST marker whose records are missing. The tail
+    /// is not published, so the batch is still in the ring for a restart.
     pub fn write_batch(&mut self, lost: Option<&[u8; MARKER_SIZE]>, iov: &[IoSlice<'_>]) -> Result<(), OutputError> {
+        let start = self.len;
         if let Some(m) = lost {
             self.write_marker(m)?;
         }
         let total: usize = iov.iter().map(|s| s.len()).sum();
-        if let (Some(window), true) = (self.crash_window, total > 1) {
-            write_split(&self.file, iov, total / 2, window).map_err(|e| self.io(e))?;
-            self.len += total as u64;
+        let written = if let (Some(window), true) = (self.crash_window, total > 1) {
+            write_split(&self.file, iov, total / 2, window)
         } else if total > 0 {
-            write_all_vectored(&self.file, iov).map_err(|e| self.io(e))?;
-            self.len += total as u64;
+            write_all_vectored(&self.file, iov)
+        } else {
+            Ok(())
+        };
+        if let Err(e) = written {
+            return Err(self.roll_back(start, e));
         }
+        self.len += total as u64;
         Ok(())
+    }
+
+    /// After a failed write: cut the file back to `len` (shrinking needs no
+    /// free space) and return the write's error. If even that fails, the
+    /// next start's recovery truncates the torn item instead.
+    fn roll_back(&mut self, len: u64, source: io::Error) -> OutputError {
+        match self.file.set_len(len) {
+            Ok(()) => self.len = len,
+            Err(e) => log::error!(
+                "{}: cannot truncate back to {len} bytes after a failed write ({e}); \
+                 the next start recovers the file",
+                self.path.display()
+            ),
+        }
+        self.io(source)
     }
 
     /// Make everything written durable if the policy asks for it (before a

@@ -23,6 +23,13 @@ pub fn install() -> nix::Result<()> {
         // SAFETY: the handler only stores to atomics (async-signal-safe).
         unsafe { sigaction(sig, &action) }?;
     }
+    // A file size limit (RLIMIT_FSIZE) would otherwise kill the daemon in
+    // the middle of a write with SIGXFSZ, leaving a torn item; ignored, the
+    // write fails with EFBIG like ENOSPC, and the daemon rolls the file back
+    // to its last whole item and exits with OUTPUT_FULL.
+    let ignore = SigAction::new(SigHandler::SigIgn, SaFlags::empty(), SigSet::empty());
+    // SAFETY: installs no handler code.
+    unsafe { sigaction(Signal::SIGXFSZ, &ignore) }?;
     Ok(())
 }
 

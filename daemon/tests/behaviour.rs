@@ -234,6 +234,7 @@ fn help_lists_every_option_and_exit_code() {
         "--max-batch-kib",
         "Exit codes",
         " 10  ",
+        " 11  ",
     ] {
         assert!(help.contains(needle), "--help lacks {needle}");
     }
