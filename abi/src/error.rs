@@ -3,6 +3,28 @@
 
 use thiserror::Error;
 
+/// Why the ring owner's stand-in (`module_sim`) or a `SharedRing` refused.
+#[derive(Debug, Error)]
+pub enum OwnerError {
+    #[error("trace slice of {len} bytes is too short: the header says it needs {need}")]
+    SliceTooShort { len: usize, need: usize },
+    #[error("trace slice base {0:#x} is not 8-byte aligned")]
+    Misaligned(usize),
+    #[error("ring header rejected: {0}")]
+    Header(#[from] AbiError),
+    #[error("REINIT refused: the ring is not FROZEN")]
+    NotFrozen,
+    #[error("mapping the trace slice failed: {0}")]
+    Map(#[from] std::io::Error),
+    #[error("tail {tail} rejected: {why} (head {head}, old tail {old})")]
+    BadTail {
+        tail: u64,
+        head: u64,
+        old: u64,
+        why: &'static str,
+    },
+}
+
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum AbiError {
     #[error("bad ring magic {found:#010x} (expected {expected:#010x})")]

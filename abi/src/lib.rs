@@ -10,13 +10,16 @@
 pub mod error;
 pub mod ioctl;
 pub mod layout;
+pub mod module_sim;
 pub mod parse;
 pub mod reference;
+pub mod shared;
 pub mod sync;
 pub mod vectors;
 pub mod wrap;
 
-pub use error::AbiError;
+pub use error::{AbiError, OwnerError};
+pub use shared::SharedRing;
 pub use layout::*;
 pub use parse::{check_compat, parse_record_at, RecordAt, RingSnapshot};
 pub use wrap::{align_record, placement, Placement};

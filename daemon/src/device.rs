@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hmb_firmware_model::{module_sim, SharedRing};
+use hmb_trace_abi::{module_sim, SharedRing};
 use hmb_trace_abi::ioctl::*;
 use hmb_trace_abi::*;
 use hmb_trace_consumer::{AtomicTailPublisher, RingView, TailPublisher};

@@ -1,4 +1,4 @@
-use hmb_trace_abi::AbiError;
+use hmb_trace_abi::{AbiError, OwnerError};
 use thiserror::Error;
 
 /// Why the model cannot use a trace slice or a workload description.
@@ -6,23 +6,14 @@ use thiserror::Error;
 pub enum ModelError {
     #[error("trace slice of {len} bytes is too short: the header says it needs {need}")]
     SliceTooShort { len: usize, need: usize },
-    #[error("trace slice base {0:#x} is not 8-byte aligned")]
-    Misaligned(usize),
     #[error("ring header rejected: {0}")]
     Header(#[from] AbiError),
-    #[error("REINIT refused: the ring is not FROZEN")]
-    NotFrozen,
     #[error("ring is FROZEN and has not been re-initialised yet")]
     StillFrozen,
     #[error("mapping the trace slice failed: {0}")]
     Map(#[from] std::io::Error),
     #[error("unknown workload {0:?} (expected ssd, npu, sizes, sizes:fixed=N, sizes:uniform=A-B, sizes:small)")]
     UnknownWorkload(String),
-    #[error("tail {tail} rejected: {why} (head {head}, old tail {old})")]
-    BadTail {
-        tail: u64,
-        head: u64,
-        old: u64,
-        why: &'static str,
-    },
+    #[error(transparent)]
+    Owner(#[from] OwnerError),
 }

@@ -43,10 +43,8 @@
 pub mod catalog;
 pub mod engine;
 pub mod error;
-pub mod module_sim;
 pub mod producer;
 pub mod rng;
-pub mod shm;
 pub mod ssd_sim;
 pub mod workload;
 
@@ -55,5 +53,10 @@ pub use engine::{Engine, EngineControl, EngineStats, Notifier, NotifyPolicy, Not
 pub use error::ModelError;
 pub use hmb_trace_abi::reference::Produced;
 pub use producer::Producer;
-pub use shm::SharedRing;
+// The ring owner's stand-in and the shared slice view live in the ABI
+// crate (the daemon uses them without the firmware model); re-exported
+// for the model's users.
+pub use hmb_trace_abi::module_sim;
+pub use hmb_trace_abi::shared as shm;
+pub use hmb_trace_abi::SharedRing;
 pub use workload::{expected_record, fill_record, ExpectedRecord, SizeDist, Workload};

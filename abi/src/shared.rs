@@ -1,9 +1,10 @@
-//! A trace slice in shared memory the model does not own.
+//! A trace slice in shared memory: the raw view the firmware model's
+//! producer and the host stand-in for the ring's owner (`module_sim`) use.
 //!
 //! Header fields that another party reads or writes concurrently are
 //! accessed only through atomics placed at `hmb_trace_abi::offsets::*`;
 //! record bytes are written with plain copies and published by the release
-//! store of `head`. Header fields are little-endian in memory: the model
+//! store of `head`. Header fields are little-endian in memory: this code
 //! only builds for little-endian hosts, where a native atomic is the
 //! little-endian field.
 
@@ -11,14 +12,13 @@ use std::fs::File;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use hmb_trace_abi::sync::{self, AtomicU32, AtomicU64};
-use hmb_trace_abi::{hmb_ring_hdr, HMB_RING_HDR_SIZE};
+use crate::error::OwnerError;
+use crate::layout::{hmb_ring_hdr, HMB_RING_HDR_SIZE};
+use crate::sync::{self, AtomicU32, AtomicU64};
 use memmap2::{MmapOptions, MmapRaw};
 
-use crate::error::ModelError;
-
 #[cfg(not(target_endian = "little"))]
-compile_error!("the ring ABI is little-endian; this model uses native atomics on its fields");
+compile_error!("the ring ABI is little-endian; this code uses native atomics on its fields");
 
 /// A raw view of a trace slice: header page followed by the data area.
 pub struct SharedRing {
@@ -40,13 +40,13 @@ impl SharedRing {
     /// `base..base+len` must stay mapped, readable and writable for the
     /// lifetime of the returned value (and of clones made with
     /// [`SharedRing::share`]).
-    pub unsafe fn from_raw(base: *mut u8, len: usize) -> Result<Self, ModelError> {
-        let base = NonNull::new(base).ok_or(ModelError::Misaligned(0))?;
+    pub unsafe fn from_raw(base: *mut u8, len: usize) -> Result<Self, OwnerError> {
+        let base = NonNull::new(base).ok_or(OwnerError::Misaligned(0))?;
         if base.as_ptr() as usize & 7 != 0 {
-            return Err(ModelError::Misaligned(base.as_ptr() as usize));
+            return Err(OwnerError::Misaligned(base.as_ptr() as usize));
         }
         if len < HMB_RING_HDR_SIZE as usize {
-            return Err(ModelError::SliceTooShort {
+            return Err(OwnerError::SliceTooShort {
                 len,
                 need: HMB_RING_HDR_SIZE as usize,
             });
@@ -59,7 +59,7 @@ impl SharedRing {
     }
 
     /// A ring over an existing shared mapping; the ring keeps it alive.
-    pub fn from_mmap(map: Arc<MmapRaw>) -> Result<Self, ModelError> {
+    pub fn from_mmap(map: Arc<MmapRaw>) -> Result<Self, OwnerError> {
         // SAFETY: the Arc keeps the mapping alive as long as `Self`.
         let mut ring = unsafe { Self::from_raw(map.as_mut_ptr(), map.len())? };
         ring._owner = Some(map);
@@ -68,7 +68,7 @@ impl SharedRing {
 
     /// Map `len` bytes of `file` (a memfd or a regular file) from `offset`,
     /// shared and writable.
-    pub fn map_file(file: &File, offset: u64, len: usize) -> Result<Self, ModelError> {
+    pub fn map_file(file: &File, offset: u64, len: usize) -> Result<Self, OwnerError> {
         let map = MmapOptions::new().offset(offset).len(len).map_raw(file)?;
         Self::from_mmap(Arc::new(map))
     }
@@ -141,7 +141,7 @@ impl SharedRing {
     /// # Safety
     /// `offset + len` of the intended access must be within
     /// [`SharedRing::data_capacity`].
-    pub(crate) unsafe fn data_ptr(&self, offset: usize) -> *mut u8 {
+    pub unsafe fn data_ptr(&self, offset: usize) -> *mut u8 {
         self.base.as_ptr().add(HMB_RING_HDR_SIZE as usize + offset)
     }
 
