@@ -13,6 +13,7 @@
 //! - `nvme_guest`: a guest whose stock nvme driver probes emu-device's NVMe
 //!   controller over vfio-user (QEMU 11.1), checked from both sides.
 //! - `truth`: does a trace.bin hold exactly what the firmware model produced?
+//! - `journal_truth`: the same for the NVMe controller, against its journal.
 //! - `phases`, `interrupt`: progress lines; Ctrl-C turned into an error.
 //!
 //! Dependencies point one way: host <- images, qemu <- session; emu,
@@ -23,6 +24,7 @@ pub mod guest_script;
 pub mod host;
 pub mod images;
 pub mod interrupt;
+pub mod journal_truth;
 pub mod nvme_guest;
 pub mod phases;
 pub mod qemu;

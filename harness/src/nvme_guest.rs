@@ -20,7 +20,8 @@ use xshell::{cmd, Shell};
 
 use crate::host::{cache_dir, target_dir, workspace_root};
 use crate::images::guest_modules::{self, ModuleIndex};
-use crate::images::{self, initramfs, Image, ImageOptions};
+use crate::images::{self, initramfs, kernels, nvme_series, Image, ImageOptions};
+use crate::journal_truth::{self, Journal, JournalReport};
 use crate::phases::Phases;
 use crate::qemu::args::{self, MemoryBackend, PciPlace};
 use crate::qemu::binary::{self, QemuBinary, QemuVersion};
@@ -43,6 +44,9 @@ pub mod files {
     pub const RESULTS: &str = "nvme-results.txt";
     pub const PATTERN: &str = "pattern.bin";
     pub const DMESG: &str = "dmesg.txt";
+    pub const TRACE: &str = "trace.bin";
+    pub const DAEMON_STDERR: &str = "daemon.stderr";
+    pub const GROUND_TRUTH: &str = "ground-truth.json";
     /// Checkpoints: the guest creates NAME and waits for NAME.ok.
     pub const PROBED: &str = "probed";
     pub const RESET: &str = "reset";
@@ -58,11 +62,25 @@ pub struct NvmeTools {
     pub modules_dir: PathBuf,
     /// nvme and what it needs, dependencies first, relative to `modules_dir`.
     pub stock_modules: Vec<String>,
+    /// With the trace: the patched driver and our module.
+    pub trace: Option<TraceParts>,
+}
+
+/// What a trace run adds to the stock one (issue 14).
+pub struct TraceParts {
+    /// The replacement nvme.ko of `kmod/patches/<kernel>/` (loaded instead
+    /// of the stock one, under the stock nvme-core).
+    pub patched_nvme: PathBuf,
+    /// Guest path of nvme-hmb-trace.ko (with hmb_nvme_glue).
+    pub trace_module: String,
+    /// `linux-source-X.Y=version` the series was applied to.
+    pub series_source: String,
 }
 
 /// Image (kernel, our module, static daemon, initramfs), QEMU 11.1 (the
-/// first Debian QEMU with vfio-user-pci) and emu-device; all cached.
-pub fn prepare(sh: &Shell, kernel: Option<&str>, phases: &mut Phases) -> Result<NvmeTools> {
+/// first Debian QEMU with vfio-user-pci) and emu-device; with `trace`, also
+/// the patch series' nvme.ko. All cached.
+pub fn prepare(sh: &Shell, kernel: Option<&str>, trace: bool, phases: &mut Phases) -> Result<NvmeTools> {
     let image_args = ImageOptions {
         kernel: kernel.map(str::to_string),
         kmod_dir: None,
@@ -87,12 +105,32 @@ pub fn prepare(sh: &Shell, kernel: Option<&str>, phases: &mut Phases) -> Result<
         image.kernel_name,
         stock_modules
     );
+    let trace = match trace {
+        false => None,
+        true => {
+            let specs = kernels::load(&workspace_root().join("images/KERNELS"))?;
+            let spec = kernels::select(&specs, Some(&image.kernel_name))?;
+            let series = phases.run("nvme series", || nvme_series::prepare(sh, &spec, true))?;
+            let trace_module = image
+                .our_modules
+                .iter()
+                .find(|m| m.contains("nvme-hmb-trace") || m.contains("nvme_hmb_trace"))
+                .cloned()
+                .context("the image has no nvme-hmb-trace.ko")?;
+            Some(TraceParts {
+                patched_nvme: series.nvme_ko.context("the series built no nvme.ko")?,
+                trace_module,
+                series_source: series.source,
+            })
+        }
+    };
     Ok(NvmeTools {
         image,
         qemu,
         emu_bin,
         modules_dir,
         stock_modules,
+        trace,
     })
 }
 
@@ -225,6 +263,9 @@ pub struct NvmeRunConfig {
     pub iops_reads: u32,
     /// Seconds allowed from HMBT-READY to the end of the guest script.
     pub timeout: Duration,
+    /// Run the patched driver, nvme-hmb-trace.ko and the daemon (the tools
+    /// must have `trace`), and check trace.bin against the journal.
+    pub trace: bool,
 }
 
 /// What a passing run saw. Every field was checked before it is returned.
@@ -252,6 +293,18 @@ pub struct NvmeOutcome {
     pub iops_centiseconds: u64,
     /// Time from QEMU start to the end of the guest script.
     pub guest_seconds: f64,
+    /// With the trace: trace.bin against the controller's journal.
+    pub trace: Option<TraceOutcome>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TraceOutcome {
+    pub series_source: String,
+    pub hmb_trace_kb: u64,
+    pub records: u64,
+    pub dropped: u64,
+    pub epochs: Vec<u64>,
+    pub summary: String,
 }
 
 /// Lines of the guest's kernel log that fail the run: the console's fault
@@ -270,8 +323,47 @@ pub fn is_trouble_line(line: &str) -> bool {
 }
 
 /// The guest script (run from the share: longer than the kernel command
-/// line allows). `mods` are the stock modules' file names in load order.
-pub fn guest_script(mods: &[String], iops_reads: u32) -> String {
+/// line allows). `mods` are the stock modules' file names in load order
+/// (nvme itself excluded: `$share/mods/nvme.ko`, the stock or the patched
+/// one, is loaded and timed on its own). With `trace_module`, the trace
+/// module and the daemon (`--follow`: the reset starts a second epoch) run
+/// from the probe to the end, and trace.bin comes back.
+pub fn guest_script(mods: &[String], iops_reads: u32, trace_module: Option<&str>) -> String {
+    let (trace_start, trace_stop) = match trace_module {
+        None => (String::new(), String::new()),
+        Some(module) => (
+            format!(
+                r#"kb=$(cat /sys/module/nvme/parameters/hmb_trace_kb 2>/dev/null) || fail "nvme.ko is not the patched one (no hmb_trace_kb)"
+note hmb_trace_kb "$kb"
+slice=$(dmesg | grep -o 'HMB trace slice: .*' | tail -n 1)
+[ -n "$slice" ] || fail "the patched driver reserved no trace slice"
+note slice "$slice"
+insmod {module} || fail "insmod nvme-hmb-trace.ko"
+i=0
+while [ ! -c /dev/nvme-hmb-trace0 ]; do
+    i=$((i + 1)); [ $i -lt 100 ] || fail "no /dev/nvme-hmb-trace0"
+    sleep 0.1
+done
+/bin/hmb-trace-daemon --device /dev/nvme-hmb-trace0 --output /tmp/{trace} --stats --follow 2>>$share/{stderr} &
+daemon=$!
+"#,
+                trace = files::TRACE,
+                stderr = files::DAEMON_STDERR,
+            ),
+            format!(
+                r#"# Nothing reaches the controller now: the module samples the ring
+# every poll_ms (10 ms), give the daemon time to take the last batch.
+sleep 1
+kill -0 $daemon 2>/dev/null || fail "the daemon died (see daemon.stderr)"
+kill -TERM $daemon
+wait $daemon
+note daemon_rc $?
+cp /tmp/{trace} $share/{trace} || fail "no trace.bin"
+"#,
+                trace = files::TRACE,
+            ),
+        ),
+    };
     let insmods: String = mods
         .iter()
         .map(|m| {
@@ -321,7 +413,7 @@ pci=$(basename "$(readlink /sys/class/nvme/nvme0/device)")
 note pci "$pci"
 note driver "$(basename "$(readlink /sys/class/nvme/nvme0/device/driver)")"
 note model "$(cat /sys/class/nvme/nvme0/model)"
-hmb=$(dmesg | grep -o 'allocated .* host memory buffer.*' | tail -n 1)
+{trace_start}hmb=$(dmesg | grep -o 'allocated .* host memory buffer.*' | tail -n 1)
 [ -n "$hmb" ] || fail "no 'allocated ... host memory buffer' in the kernel log"
 note hmb "$hmb"
 checkpoint {probed}
@@ -347,7 +439,7 @@ dd if=/dev/nvme0n1 of=/dev/null bs=4096 count={iops_reads} iflag=direct 2>/dev/n
 t1=$(now_cs)
 note iops_centiseconds $((t1 - t0))
 note iops_reads {iops_reads}
-checkpoint {done}
+{trace_stop}checkpoint {done}
 dmesg > $share/{dmesg}
 "#,
         results = files::RESULTS,
@@ -360,7 +452,7 @@ dmesg > $share/{dmesg}
 }
 
 /// Copy the stock modules, decompressed, into `share/mods`; their file names.
-fn stage_modules(tools: &NvmeTools, share: &Path) -> Result<Vec<String>> {
+fn stage_modules(tools: &NvmeTools, share: &Path, with_trace: bool) -> Result<Vec<String>> {
     let mods = share.join("mods");
     std::fs::create_dir_all(&mods)?;
     let mut names = Vec::new();
@@ -369,8 +461,13 @@ fn stage_modules(tools: &NvmeTools, share: &Path) -> Result<Vec<String>> {
         initramfs::decompress_module(&tools.modules_dir.join(rel), &mods.join(&name))?;
         names.push(name);
     }
-    // nvme itself is loaded (and timed) on its own, after the others.
+    // nvme itself is loaded (and timed) on its own, after the others; with
+    // the trace it is the series' replacement, under the stock nvme-core.
     names.pop();
+    if let (true, Some(trace)) = (with_trace, &tools.trace) {
+        std::fs::copy(&trace.patched_nvme, mods.join("nvme.ko"))
+            .with_context(|| format!("copying {}", trace.patched_nvme.display()))?;
+    }
     Ok(names)
 }
 
@@ -545,13 +642,30 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
     let share = cfg.run_dir.join("share");
     let _ = std::fs::remove_dir_all(&share);
     std::fs::create_dir_all(&share)?;
-    let mods = stage_modules(tools, &share)?;
-    std::fs::write(share.join(files::SCRIPT), guest_script(&mods, cfg.iops_reads))?;
+    let trace_parts = match cfg.trace {
+        true => Some(
+            tools
+                .trace
+                .as_ref()
+                .context("a trace run needs tools prepared with the trace")?,
+        ),
+        false => None,
+    };
+    let mods = stage_modules(tools, &share, cfg.trace)?;
+    std::fs::write(
+        share.join(files::SCRIPT),
+        guest_script(&mods, cfg.iops_reads, trace_parts.map(|t| t.trace_module.as_str())),
+    )?;
     let started = Instant::now();
     let (mut dev, mut vm) = phases.run("guest boot", || start(tools, cfg, &share))?;
     let wait = |vm: &mut Vm, dev: &mut NvmeDevice, name: &str| wait_checkpoint(vm, dev, &share, name, cfg.timeout);
 
-    let probed = phases.run("probe (stock nvme)", || {
+    let probe_phase = if cfg.trace {
+        "probe (patched nvme)"
+    } else {
+        "probe (stock nvme)"
+    };
+    let probed = phases.run(probe_phase, || {
         wait(&mut vm, &mut dev, files::PROBED)?;
         let s = snapshot(&mut dev, &cfg.run_dir, files::PROBED)?;
         check_probed(&s)?;
@@ -565,11 +679,21 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         std::fs::write(share.join(format!("{}.ok", files::RESET)), b"")?;
         Ok(s)
     })?;
-    let done = phases.run("4 KiB QD1 reads", || {
+    let (done, ground_truth) = phases.run("4 KiB QD1 reads", || {
         wait(&mut vm, &mut dev, files::DONE)?;
         let s = snapshot(&mut dev, &cfg.run_dir, "stats")?;
+        // The journal while the controller still runs: power-off ends the
+        // epoch and QEMU's disconnect resets the controller.
+        let truth = match cfg.trace {
+            true => {
+                let t = dev.request(&Request::GroundTruth)?;
+                std::fs::write(cfg.run_dir.join(files::GROUND_TRUTH), serde_json::to_string_pretty(&t)?)?;
+                Some(t)
+            }
+            false => None,
+        };
         std::fs::write(share.join(format!("{}.ok", files::DONE)), b"")?;
-        Ok(s)
+        Ok((s, truth))
     })?;
     let line = phases.run("guest power-off", || {
         let line = vm.wait_for("HMBT-RESULT", Duration::from_secs(60), |l| {
@@ -580,7 +704,13 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
     })?;
     let guest_seconds = started.elapsed().as_secs_f64();
     dev.shutdown();
-    for name in [files::RESULTS, files::DMESG, files::PATTERN] {
+    for name in [
+        files::RESULTS,
+        files::DMESG,
+        files::PATTERN,
+        files::TRACE,
+        files::DAEMON_STDERR,
+    ] {
         let from = share.join(name);
         if from.exists() {
             std::fs::rename(&from, cfg.run_dir.join(name))?;
@@ -607,13 +737,24 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
     };
     let num = |k: &str| -> Result<u64> { get(k)?.parse().with_context(|| format!("{k} is not a number")) };
 
-    // The driver's view and the controller's view of the HMB agree.
+    // The driver's view and the controller's view of the HMB agree. With
+    // the trace, the driver's line counts the cache only; the slice follows it.
     let hmb_line = get("hmb")?;
     let hmb_bytes = u64_at(&probed, "/controller/hmb/bytes")?;
-    ensure!(
-        hmb_line_bytes(&hmb_line) == Some(hmb_bytes),
-        "the driver says {hmb_line:?}, the controller holds {hmb_bytes} bytes"
-    );
+    let cache_bytes = hmb_line_bytes(&hmb_line);
+    match cfg.trace {
+        false => ensure!(
+            cache_bytes == Some(hmb_bytes),
+            "the driver says {hmb_line:?}, the controller holds {hmb_bytes} bytes"
+        ),
+        true => {
+            let ring = num("hmb_trace_kb")? << 10;
+            ensure!(
+                cache_bytes.is_some_and(|c| c + ring < hmb_bytes),
+                "the driver says {hmb_line:?} plus a {ring}-byte ring, the controller holds {hmb_bytes} bytes"
+            );
+        }
+    }
     ensure!(
         get("driver")? == "nvme",
         "the controller is bound to {:?}, not nvme",
@@ -635,6 +776,10 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
     );
     ensure!(get("verified_after_reset")? == "yes", "no read-back after the reset");
 
+    let trace = match (ground_truth, trace_parts) {
+        (Some(answer), Some(parts)) => Some(check_trace(cfg, &answer, parts, &num)?),
+        _ => None,
+    };
     let reads = num("iops_reads")?;
     let cs = num("iops_centiseconds")?.max(1);
     ensure!(
@@ -660,6 +805,41 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         iops_reads: reads as u32,
         iops_centiseconds: cs,
         guest_seconds,
+        trace,
+    })
+}
+
+/// trace.bin against the controller's journal, byte for byte; the daemon
+/// exited 0.
+fn check_trace(
+    cfg: &NvmeRunConfig,
+    answer: &Value,
+    parts: &TraceParts,
+    num: &dyn Fn(&str) -> Result<u64>,
+) -> Result<TraceOutcome> {
+    ensure!(
+        num("daemon_rc")? == 0,
+        "hmb-trace-daemon exited with {}; see daemon.stderr",
+        num("daemon_rc")?
+    );
+    let journal = Journal::from_ground_truth(answer)?;
+    ensure!(
+        !journal.entries.is_empty(),
+        "the controller produced no trace record (was the slice advertised?)"
+    );
+    let report: JournalReport = journal_truth::check(&cfg.run_dir.join(files::TRACE), &journal)?;
+    ensure!(
+        report.passed(),
+        "trace.bin does not match the controller's journal: {}",
+        report.summary()
+    );
+    Ok(TraceOutcome {
+        series_source: parts.series_source.clone(),
+        hmb_trace_kb: num("hmb_trace_kb")?,
+        records: report.matched,
+        dropped: report.journal_dropped,
+        epochs: report.epochs.clone(),
+        summary: report.summary(),
     })
 }
 
@@ -676,6 +856,19 @@ mod tests {
             Some(32 << 20)
         );
         assert_eq!(hmb_line_bytes("allocated lots of host memory buffer"), None);
+    }
+
+    #[test]
+    fn the_trace_script_starts_the_daemon_after_the_probe_and_stops_it_before_done() {
+        let s = guest_script(&["nvme_core.ko".into()], 100, Some("/lib/hmbt/nvme-hmb-trace.ko"));
+        let nvme = s.find("insmod $share/mods/nvme.ko").unwrap();
+        let module = s.find("insmod /lib/hmbt/nvme-hmb-trace.ko").unwrap();
+        let daemon = s.find("/bin/hmb-trace-daemon").unwrap();
+        let reset = s.find("reset_controller").unwrap();
+        let stop = s.find("kill -TERM $daemon").unwrap();
+        let done = s.find("checkpoint done").unwrap();
+        assert!(nvme < module && module < daemon && daemon < reset && reset < stop && stop < done);
+        assert!(s.contains("--follow"));
     }
 
     #[test]
@@ -697,7 +890,8 @@ mod tests {
 
     #[test]
     fn the_script_loads_dependencies_then_times_nvme_and_has_three_checkpoints() {
-        let s = guest_script(&["nvme_core.ko".into()], 100);
+        let s = guest_script(&["nvme_core.ko".into()], 100, None);
+        assert!(!s.contains("hmb-trace-daemon"));
         let core = s.find("insmod $share/mods/nvme_core.ko").unwrap();
         let nvme = s.find("insmod $share/mods/nvme.ko").unwrap();
         assert!(core < nvme);

@@ -69,6 +69,11 @@ pub struct Boot {
     /// --device nvme: 4 KiB O_DIRECT reads timed for the QD1 figure.
     #[arg(long, default_value_t = 2000)]
     pub nvme_reads: u32,
+    /// --device nvme: the patch series' nvme.ko instead of the stock one,
+    /// with nvme-hmb-trace.ko and the daemon; trace.bin is checked against
+    /// the controller's journal byte for byte.
+    #[arg(long)]
+    pub nvme_trace: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -35,12 +35,13 @@ fn refuse_ivshmem_only_options(args: &Boot) -> Result<()> {
 pub fn boot(args: &Boot, run_dir: &Path, phases: &mut Phases) -> Result<NvmeOutcome> {
     refuse_ivshmem_only_options(args)?;
     let sh = Shell::new()?;
-    let tools = nvme_guest::prepare(&sh, args.kernel.as_deref(), phases)?;
+    let tools = nvme_guest::prepare(&sh, args.kernel.as_deref(), args.nvme_trace, phases)?;
     let cfg = NvmeRunConfig {
         run_dir: run_dir.to_path_buf(),
         accel: args.accel,
         iops_reads: args.nvme_reads,
         timeout: Duration::from_secs(300),
+        trace: args.nvme_trace,
     };
     let outcome = nvme_guest::run(&tools, &cfg, phases)?;
     std::fs::write(

@@ -1,0 +1,261 @@
+//! Does a trace.bin hold exactly what the NVMe controller produced? On the
+//! NVMe device the records are born of the guest's real commands, so the
+//! truth is not a function of a seed (as in `truth`) but the trace
+//! producer's journal (emu-device `ground-truth`: every record in
+//! production order, written or dropped). Each record of the file is
+//! compared byte for byte with the record the journal's entry encodes
+//! (header: length, opcode, flags 0, seq, timestamp, source, reserved 0;
+//! then the payload), and every written entry must be in the file.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use hmb_trace_abi::hmb_record_hdr;
+use hmb_trace_file::{Event, TraceReader, Walker};
+use serde::Deserialize;
+use zerocopy::IntoBytes;
+
+/// One journal entry as `ground-truth` serialises it.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct JournalEntry {
+    pub epoch: u64,
+    pub seq: u64,
+    pub opcode: u16,
+    pub source: u32,
+    pub timestamp_ns: u64,
+    pub payload: Vec<u8>,
+    /// False: the ring was full and the record was dropped (counted).
+    pub written: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Journal {
+    pub entries: Vec<JournalEntry>,
+    pub epochs: Vec<u64>,
+    #[serde(default)]
+    pub frozen: Vec<u64>,
+}
+
+impl Journal {
+    /// The journal out of emu-device's `ground-truth` answer.
+    pub fn from_ground_truth(answer: &serde_json::Value) -> Result<Journal> {
+        serde_json::from_value(answer["journal"].clone()).context("emu-device's ground truth has no journal")
+    }
+}
+
+impl JournalEntry {
+    /// The record's bytes as the producer wrote them into the ring.
+    pub fn record_bytes(&self) -> Vec<u8> {
+        let mut hdr = hmb_record_hdr {
+            length: (self.payload.len() as u32).into(),
+            opcode: self.opcode.into(),
+            flags: 0.into(),
+            seq: self.seq.into(),
+            timestamp_ns: self.timestamp_ns.into(),
+            source: self.source.into(),
+            reserved: 0.into(),
+        }
+        .as_bytes()
+        .to_vec();
+        hdr.extend_from_slice(&self.payload);
+        hdr
+    }
+}
+
+/// What the comparison found; `passed()` is the verdict.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct JournalReport {
+    /// Records of the file equal, byte for byte, to their journal entry.
+    pub matched: u64,
+    pub journal_written: u64,
+    pub journal_dropped: u64,
+    /// Records the daemon's LOST markers account for.
+    pub lost_counted: u64,
+    pub epochs: Vec<u64>,
+    pub mismatches: Vec<String>,
+    /// Written journal entries the file does not have: (epoch, seq).
+    pub missing: Vec<(u64, u64)>,
+    /// Records of the file the journal does not have.
+    pub unknown: Vec<String>,
+    pub uncounted_gaps: Vec<(u64, u64, u64)>,
+    pub duplicates: u64,
+    pub truncated: Option<String>,
+}
+
+impl JournalReport {
+    pub fn passed(&self) -> bool {
+        self.mismatches.is_empty()
+            && self.missing.is_empty()
+            && self.unknown.is_empty()
+            && self.uncounted_gaps.is_empty()
+            && self.duplicates == 0
+            && self.truncated.is_none()
+            && self.lost_counted == self.journal_dropped
+            && self.matched == self.journal_written
+    }
+
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "{} records identical to the controller's journal ({} written, {} dropped, {} counted lost), epochs {:?}",
+            self.matched, self.journal_written, self.journal_dropped, self.lost_counted, self.epochs
+        );
+        for (what, n) in [
+            ("mismatches", self.mismatches.len()),
+            ("missing", self.missing.len()),
+            ("unknown", self.unknown.len()),
+            ("uncounted gaps", self.uncounted_gaps.len()),
+        ] {
+            if n > 0 {
+                s.push_str(&format!("; {n} {what}"));
+            }
+        }
+        if let Some(first) = self.mismatches.first().or(self.unknown.first()) {
+            s.push_str(&format!(" (first: {first})"));
+        }
+        if let Some((e, q)) = self.missing.first() {
+            s.push_str(&format!(" (first missing: epoch {e} seq {q})"));
+        }
+        if let Some(t) = &self.truncated {
+            s.push_str(&format!("; file truncated: {t}"));
+        }
+        s
+    }
+}
+
+pub fn check(trace: &Path, journal: &Journal) -> Result<JournalReport> {
+    let file = std::fs::File::open(trace).with_context(|| format!("opening {}", trace.display()))?;
+    let mut reader =
+        TraceReader::new(std::io::BufReader::new(file)).with_context(|| format!("reading {}", trace.display()))?;
+    let mut want: BTreeMap<(u64, u64), &JournalEntry> = BTreeMap::new();
+    let mut report = JournalReport {
+        epochs: journal.epochs.clone(),
+        ..JournalReport::default()
+    };
+    for e in &journal.entries {
+        if e.written {
+            report.journal_written += 1;
+            want.insert((e.epoch, e.seq), e);
+        } else {
+            report.journal_dropped += 1;
+        }
+    }
+    // Every epoch starts at seq 0 and the daemon runs from the ring's
+    // start: records missing at the start of the file are losses too.
+    let mut walker = Walker::from_start(reader.header());
+    loop {
+        let item = match reader.next_item() {
+            Ok(Some(item)) => item,
+            Ok(None) => break,
+            Err(e) => {
+                report.truncated = Some(e.to_string());
+                break;
+            }
+        };
+        item.kind().context("decoding a marker")?;
+        let mut duplicate = false;
+        let mut events = Vec::new();
+        walker.feed(&item, &mut |ev| events.push(ev));
+        for ev in events {
+            match ev {
+                Event::Lost { count, .. } => report.lost_counted += count,
+                Event::Gap {
+                    epoch,
+                    first_seq,
+                    count,
+                    ..
+                } => report.uncounted_gaps.push((epoch, first_seq, count)),
+                Event::SeqBackwards { .. } => duplicate = true,
+                Event::Record { .. } if duplicate => report.duplicates += 1,
+                Event::Record { epoch, item } => match want.remove(&(epoch, item.seq())) {
+                    None => report.unknown.push(format!(
+                        "record epoch {epoch} seq {} at offset {} was never produced",
+                        item.seq(),
+                        item.offset
+                    )),
+                    Some(entry) => {
+                        let mut got = item.hdr.as_bytes().to_vec();
+                        got.extend_from_slice(item.payload);
+                        if got == entry.record_bytes() {
+                            report.matched += 1;
+                        } else {
+                            report.mismatches.push(format!(
+                                "epoch {epoch} seq {} at offset {}: opcode {:#06x}/{:#06x}, timestamp {}/{}, source {}/{}, {}/{} payload bytes (file/journal)",
+                                item.seq(),
+                                item.offset,
+                                item.opcode(),
+                                entry.opcode,
+                                item.timestamp_ns(),
+                                entry.timestamp_ns,
+                                item.source(),
+                                entry.source,
+                                item.payload.len(),
+                                entry.payload.len()
+                            ));
+                        }
+                    }
+                },
+                Event::EpochStart { .. } | Event::Frozen { .. } | Event::UnknownMarker { .. } => {}
+            }
+        }
+    }
+    report.missing = want.into_keys().collect();
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hmb_trace_file::{FileHeader, TraceWriter};
+
+    fn entry(seq: u64, written: bool) -> JournalEntry {
+        JournalEntry {
+            epoch: 1,
+            seq,
+            opcode: 0x0101,
+            source: 3,
+            timestamp_ns: 1000 + seq,
+            payload: vec![seq as u8; 24],
+            written,
+        }
+    }
+
+    /// A trace.bin of epoch 1 holding `records` (journal encodings).
+    fn write_trace(dir: &Path, records: &[Vec<u8>]) -> std::path::PathBuf {
+        use zerocopy::FromBytes;
+        let path = dir.join("trace.bin");
+        let file = std::fs::File::create(&path).unwrap();
+        let mut w = TraceWriter::new(file, &FileHeader::new(1, 0, 1 << 16, 1)).unwrap();
+        for r in records {
+            let (hdr, payload) = hmb_record_hdr::read_from_prefix(r).unwrap();
+            w.write_record(&hdr, payload).unwrap();
+        }
+        path
+    }
+
+    #[test]
+    fn a_file_with_every_journal_record_passes_and_a_changed_byte_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal {
+            entries: (0..4).map(|s| entry(s, true)).collect(),
+            epochs: vec![1],
+            frozen: vec![],
+        };
+        let good: Vec<Vec<u8>> = journal.entries.iter().map(JournalEntry::record_bytes).collect();
+        let r = check(&write_trace(dir.path(), &good), &journal).unwrap();
+        assert!(r.passed(), "{}", r.summary());
+        assert_eq!(r.matched, 4);
+
+        let mut bad = good.clone();
+        let last = bad[2].len() - 1;
+        bad[2][last] ^= 1;
+        let r = check(&write_trace(dir.path(), &bad), &journal).unwrap();
+        assert!(!r.passed());
+        assert_eq!(r.mismatches.len(), 1, "{}", r.summary());
+
+        let short = &good[..3];
+        let r = check(&write_trace(dir.path(), short), &journal).unwrap();
+        assert!(!r.passed());
+        assert_eq!(r.missing, vec![(1, 3)]);
+    }
+}
