@@ -100,8 +100,15 @@ pub fn apply_series(sh: &Shell, pristine: &Path, patches: &[PathBuf], work: &Pat
     let tree = work.join("tree");
     cmd!(sh, "cp -a {pristine} {tree}").quiet().run()?;
     let _dir = sh.push_dir(&tree);
+    // The cache usually sits inside a git work tree (target/ of a clone):
+    // there `git apply` resolves the patch's paths from that repository's
+    // top and silently skips every one outside the current directory, so
+    // nothing would be applied. The ceiling at the work folder keeps git
+    // from finding that repository: the tree is patched as a plain folder.
+    let ceiling = work.canonicalize()?;
     for p in patches {
         cmd!(sh, "git apply --whitespace=error-all {p}")
+            .env("GIT_CEILING_DIRECTORIES", &ceiling)
             .quiet()
             .run()
             .with_context(|| format!("{} does not apply to {}", p.display(), pristine.display()))?;
@@ -298,6 +305,42 @@ pub fn build_nvme_ko(
 mod tests {
     use super::*;
     use crate::images::kernels;
+
+    /// Regression: with the cache inside a git work tree (the default,
+    /// target/hmb-trace/cache of a clone) `git apply` skipped every path
+    /// and "applied" nothing.
+    #[test]
+    fn the_series_applies_inside_a_git_work_tree() {
+        let repo = tempfile::tempdir().unwrap();
+        let sh = Shell::new().unwrap();
+        let root = repo.path();
+        cmd!(sh, "git init -q {root}").run().unwrap();
+        let pristine = root.join("target/cache/source/tree");
+        std::fs::create_dir_all(pristine.join("drivers")).unwrap();
+        std::fs::write(pristine.join("drivers/a.c"), "int a;\n").unwrap();
+        let patch = root.join("0001.patch");
+        std::fs::write(
+            &patch,
+            "--- a/drivers/a.c\n+++ b/drivers/a.c\n@@ -1 +1 @@\n-int a;\n+int a = 1;\n\
+             diff --git a/include/new.h b/include/new.h\nnew file mode 100644\n--- /dev/null\n\
+             +++ b/include/new.h\n@@ -0,0 +1 @@\n+#define NEW 1\n",
+        )
+        .unwrap();
+        let tree = apply_series(&sh, &pristine, &[patch], &root.join("target/cache/series")).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(tree.join("drivers/a.c")).unwrap(),
+            "int a = 1;\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(tree.join("include/new.h")).unwrap(),
+            "#define NEW 1\n"
+        );
+        // The pristine tree is untouched.
+        assert_eq!(
+            std::fs::read_to_string(pristine.join("drivers/a.c")).unwrap(),
+            "int a;\n"
+        );
+    }
 
     #[test]
     fn checkpatch_totals_are_read() {
