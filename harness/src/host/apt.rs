@@ -25,10 +25,10 @@ impl Need {
     }
 }
 
-/// What every guest run needs on the host.
+/// What every guest run needs on the host. QEMU is not among them: it is
+/// unpacked into the cache unless the host has bookworm's 7.2 (`qemu::binary`).
 pub fn base_needs() -> Vec<Need> {
     [
-        ("qemu-system-x86", "QEMU 7.2: runs the guest kernels"),
         ("busybox-static", "static busybox: the guest's whole userland"),
         ("cpio", "packs the guest initramfs"),
         ("gzip", "compresses the guest initramfs"),
@@ -70,50 +70,164 @@ pub fn missing(sh: &Shell, needs: &[Need]) -> Result<Vec<Need>> {
         .collect())
 }
 
+/// Set to 1 to only report missing host packages, never install them.
+pub const NO_INSTALL_ENV: &str = "HMB_TRACE_NO_INSTALL";
+
 /// Install the missing ones, saying what and why for each.
+///
+/// Never removes or downgrades a package the user has: apt's plan is
+/// simulated first and refused if it would, and the real run carries
+/// `--no-remove` as a second guard. apt's own output goes to
+/// `target/hmb-trace/apt.log` (one line per package here; the log's path
+/// on failure). Without root, apt runs through `sudo -n` when that works.
 pub fn ensure(sh: &Shell, needs: &[Need]) -> Result<()> {
     let todo = missing(sh, needs)?;
     if todo.is_empty() {
         return Ok(());
     }
+    let all: Vec<&str> = todo.iter().map(|n| n.package.as_str()).collect();
+    if std::env::var_os(NO_INSTALL_ENV).is_some_and(|v| !v.is_empty() && v != "0") {
+        for n in &todo {
+            println!("    missing {}: {}", n.package, n.why);
+        }
+        bail!(
+            "missing host packages and {NO_INSTALL_ENV} is set: install them yourself (apt-get install {})",
+            all.join(" ")
+        );
+    }
+    let sudo = privilege(&all)?;
     for n in &todo {
         let from = n.release.as_deref().map(|r| format!(" (from {r})")).unwrap_or_default();
         println!("    installing {}{from}: {}", n.package, n.why);
     }
-    if !is_root() {
-        let names: Vec<&str> = todo.iter().map(|n| n.package.as_str()).collect();
-        bail!(
-            "missing host packages; run as root or: sudo apt-get install {}",
-            names.join(" ")
-        );
-    }
-    cmd!(sh, "timeout --foreground 600 apt-get -q update")
-        .quiet()
-        .run()
-        .context("apt-get update")?;
+    let log = AptLog::open()?;
+    log.run(sh, &sudo, &["update"], 600).context("apt-get update")?;
     let mut releases: Vec<Option<String>> = todo.iter().map(|n| n.release.clone()).collect();
     releases.dedup();
     for release in releases {
-        let names: Vec<&str> = todo
-            .iter()
-            .filter(|n| n.release == release)
-            .map(|n| n.package.as_str())
-            .collect();
-        let target: Vec<String> = release.iter().flat_map(|r| ["-t".to_string(), r.clone()]).collect();
-        cmd!(
-            sh,
-            "timeout --foreground 1800 apt-get -q -y --no-install-recommends install {target...} {names...}"
-        )
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .run()
-        .context("apt-get install")?;
+        let mut args: Vec<&str> = vec!["-y", "--no-install-recommends", "install"];
+        if let Some(r) = release.as_deref() {
+            args.extend(["-t", r]);
+        }
+        args.extend(todo.iter().filter(|n| n.release == release).map(|n| n.package.as_str()));
+        let plan = log.run(sh, &sudo, &[&["-s"][..], &args].concat(), 600).context("apt-get -s install")?;
+        let harm = harm_in_plan(sh, &plan);
+        if !harm.is_empty() {
+            bail!(
+                "installing {} would {}.\n\
+                 hmb-trace never removes or downgrades a package you have. Choices: install \
+                 the packages above yourself in a way that suits this machine and run again; \
+                 or run on a machine (or container) where they fit; {NO_INSTALL_ENV}=1 only \
+                 lists what is missing. apt's plan is in {}",
+                args[3..].join(" "),
+                harm.join(", "),
+                log.path.display()
+            );
+        }
+        log.run(sh, &sudo, &[&["--no-remove"][..], &args].concat(), 1800)
+            .with_context(|| format!("apt-get install (log: {})", log.path.display()))?;
     }
     let still = missing(sh, needs)?;
     if !still.is_empty() {
         let names: Vec<&str> = still.iter().map(|n| n.package.as_str()).collect();
-        bail!("still missing after apt-get install: {}", names.join(" "));
+        bail!(
+            "still missing after apt-get install: {} (log: {})",
+            names.join(" "),
+            log.path.display()
+        );
     }
     Ok(())
+}
+
+/// How apt gets root: none needed, or `sudo -n` (never a password prompt
+/// in the middle of a build).
+fn privilege(packages: &[&str]) -> Result<Vec<String>> {
+    if is_root() {
+        return Ok(Vec::new());
+    }
+    let sudo_works = std::process::Command::new("sudo")
+        .args(["-n", "true"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !sudo_works {
+        bail!(
+            "missing host packages; run as root, make `sudo -n` work, or: sudo apt-get install {}",
+            packages.join(" ")
+        );
+    }
+    Ok(vec!["sudo".into(), "-n".into()])
+}
+
+/// apt's output, appended to one file with a header per command.
+struct AptLog {
+    path: std::path::PathBuf,
+}
+
+impl AptLog {
+    fn open() -> Result<AptLog> {
+        let dir = super::target_dir().join("hmb-trace");
+        std::fs::create_dir_all(&dir)?;
+        Ok(AptLog { path: dir.join("apt.log") })
+    }
+
+    /// Run `apt-get -q <args>` (through `sudo` if given), append its output
+    /// to the log, and return its stdout; an error names the log.
+    fn run(&self, sh: &Shell, sudo: &[String], args: &[&str], timeout_s: u32) -> Result<String> {
+        use std::io::Write;
+        let timeout = timeout_s.to_string();
+        let mut argv: Vec<String> = sudo.to_vec();
+        argv.extend(["timeout", "--foreground", &timeout, "apt-get", "-q"].map(String::from));
+        argv.extend(args.iter().map(|a| a.to_string()));
+        let out = sh
+            .cmd(&argv[0])
+            .args(&argv[1..])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .quiet()
+            .ignore_status()
+            .output()?;
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&self.path)?;
+        writeln!(file, "==> apt-get {}", args.join(" "))?;
+        file.write_all(&out.stdout)?;
+        file.write_all(&out.stderr)?;
+        if !out.status.success() {
+            bail!("apt-get {} failed ({}); see {}", args.join(" "), out.status, self.path.display());
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+/// What a simulated apt run (`apt-get -s`) would do to packages already
+/// installed: removals, and downgrades (`Inst p [installed] (new ...)` with
+/// new < installed, by dpkg's own version comparison).
+fn harm_in_plan(sh: &Shell, plan: &str) -> Vec<String> {
+    let mut harm = Vec::new();
+    for line in plan.lines() {
+        if let Some(rest) = line.strip_prefix("Remv ") {
+            harm.push(format!("remove {}", rest.split_whitespace().next().unwrap_or(rest)));
+        } else if let Some((package, old, new)) = parse_upgrade(line) {
+            let lower = cmd!(sh, "dpkg --compare-versions {new} lt {old}")
+                .quiet()
+                .ignore_stderr()
+                .run()
+                .is_ok();
+            if lower {
+                harm.push(format!("downgrade {package} from {old} to {new}"));
+            }
+        }
+    }
+    harm
+}
+
+/// `Inst pkg [old] (new suite [arch])` -> (pkg, old, new); `None` for a
+/// fresh install (no `[old]`) or any other line.
+fn parse_upgrade(line: &str) -> Option<(&str, &str, &str)> {
+    let rest = line.strip_prefix("Inst ")?;
+    let (package, rest) = rest.split_once(' ')?;
+    let old = rest.strip_prefix('[')?.split_once(']')?.0;
+    let new = rest.split_once('(')?.1.split_whitespace().next()?;
+    Some((package, old, new))
 }
 
 pub fn is_root() -> bool {
@@ -172,5 +286,24 @@ mod tests {
         let todo = missing(&sh, &needs).unwrap();
         let names: Vec<&str> = todo.iter().map(|n| n.package.as_str()).collect();
         assert_eq!(names, ["hmbt-no-such-package"]);
+    }
+
+    #[test]
+    fn a_plan_that_removes_or_downgrades_is_harmful() {
+        let sh = Shell::new().unwrap();
+        // The plan seen on a fresh machine with bookworm-backports' qemu-utils.
+        let plan = "Inst qemu-system-common [1:10.0.2+ds-2~bpo12+1] (1:7.2+dfsg-7+deb12u18 Debian:12.12/stable [amd64])\n\
+                    Remv qemu-utils [1:10.0.2+ds-2+deb13u1~bpo12+1]\n\
+                    Inst libfdt1 (1.6.1-4+b1 Debian:12.12/stable [amd64])\n\
+                    Inst zstd [1.5.4+dfsg2-4] (1.5.4+dfsg2-5 Debian:12.12/stable [amd64])\n\
+                    Conf libfdt1 (1.6.1-4+b1 Debian:12.12/stable [amd64])\n";
+        assert_eq!(
+            harm_in_plan(&sh, plan),
+            [
+                "downgrade qemu-system-common from 1:10.0.2+ds-2~bpo12+1 to 1:7.2+dfsg-7+deb12u18",
+                "remove qemu-utils"
+            ]
+        );
+        assert!(harm_in_plan(&sh, "Inst libfdt1 (1.6.1-4+b1 Debian:12.12/stable [amd64])\n").is_empty());
     }
 }

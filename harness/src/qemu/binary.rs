@@ -87,8 +87,11 @@ const UNPACKED: &[&str] = &["qemu-system-x86", "qemu-system-common", "qemu-syste
 
 pub fn ensure(sh: &Shell, which: QemuVersion) -> Result<QemuBinary> {
     let binary = match which {
-        QemuVersion::V7_2 => QemuBinary::at(PathBuf::from("/usr/bin/qemu-system-x86_64")),
-        QemuVersion::V10_0 => ensure_backports_qemu(sh)?,
+        QemuVersion::V7_2 => match installed_7_2() {
+            Some(binary) => binary,
+            None => ensure_unpacked(sh, QemuVersion::V7_2)?,
+        },
+        QemuVersion::V10_0 => ensure_unpacked(sh, QemuVersion::V10_0)?,
         QemuVersion::V11_1 => super::chroot_qemu::ensure(sh)?,
     };
     let path = &binary.path;
@@ -121,13 +124,38 @@ pub fn ensure(sh: &Shell, which: QemuVersion) -> Result<QemuBinary> {
     })
 }
 
-fn ensure_backports_qemu(sh: &Shell) -> Result<QemuBinary> {
+/// The host's own QEMU when it is bookworm's 7.2: what the user installed
+/// is used as it is.
+fn installed_7_2() -> Option<QemuBinary> {
+    let path = PathBuf::from("/usr/bin/qemu-system-x86_64");
+    let out = Command::new(&path).arg("-version").output().ok()?;
+    let first = String::from_utf8_lossy(&out.stdout).lines().next()?.to_string();
+    (out.status.success() && first.contains("version 7.2")).then(|| QemuBinary::at(path))
+}
+
+/// QEMU's packages unpacked into the cache (`dpkg-deb -x`), never
+/// installed: installing bookworm's qemu-system-x86 7.2 on a host that has
+/// bookworm-backports' qemu-utils 10.0 makes apt remove qemu-utils, and a
+/// set-up must not remove what the user has. Only the runtime libraries are
+/// installed (through `apt::ensure`, which refuses removals and downgrades).
+/// 7.2 comes from the host's own suite, 10.0 from bookworm-backports.
+fn ensure_unpacked(sh: &Shell, which: QemuVersion) -> Result<QemuBinary> {
     if host_codename().as_deref() != Some("bookworm") {
-        bail!("--qemu 10.0 is taken from bookworm-backports and needs a bookworm host; use --qemu 7.2");
+        bail!(
+            "QEMU {} is taken from Debian bookworm{} and needs a bookworm host; install QEMU 7.2 as /usr/bin/qemu-system-x86_64 yourself",
+            which.name(),
+            if which == QemuVersion::V10_0 { "-backports" } else { "" }
+        );
     }
-    apt::ensure_backports_source(sh, "bookworm")?;
+    let release = match which {
+        QemuVersion::V10_0 => {
+            apt::ensure_backports_source(sh, "bookworm")?;
+            BACKPORTS
+        }
+        _ => "bookworm",
+    };
     let env = AptEnv::Host;
-    let dir = cache_dir().join("qemu-10.0");
+    let dir = cache_dir().join(format!("qemu-{}", which.name()));
     let root = dir.join("root");
     // Warm path: apt's state is unchanged since the last unpack, so are the candidates.
     let mut state = env.apt_state()?;
@@ -136,7 +164,8 @@ fn ensure_backports_qemu(sh: &Shell) -> Result<QemuBinary> {
     if quick.is_fresh() && root.join("usr/bin/qemu-system-x86_64").exists() {
         return Ok(unpacked_binary(&root));
     }
-    let release = Some(BACKPORTS);
+    let suite = release;
+    let release = Some(release);
     let mut packages = Vec::new();
     let mut libraries = Vec::new();
     for p in UNPACKED {
@@ -145,7 +174,7 @@ fn ensure_backports_qemu(sh: &Shell) -> Result<QemuBinary> {
     for p in &UNPACKED[..2] {
         for dep in env.depends(sh, release, p)? {
             if !UNPACKED.contains(&dep.as_str()) && !dep.starts_with("qemu-") && !dep.starts_with("ipxe") {
-                libraries.push(Need::new(&dep, "runtime library of the cached QEMU 10.0"));
+                libraries.push(Need::new(&dep, &format!("runtime library of the cached QEMU {}", which.name())));
             }
         }
     }
@@ -167,7 +196,12 @@ fn ensure_backports_qemu(sh: &Shell) -> Result<QemuBinary> {
                 std::fs::remove_dir_all(d)?;
             }
         }
-        println!("    apt-get download (host, {BACKPORTS}): {}", UNPACKED.join(" "));
+        println!(
+            "    apt-get download (host, {}): {} (unpacked into {}, not installed)",
+            suite,
+            UNPACKED.join(" "),
+            root.display()
+        );
         env.download(sh, &packages, &debs)?;
         for entry in std::fs::read_dir(&debs)? {
             let deb = entry?.path();
