@@ -1,11 +1,13 @@
 //! `cargo xtask boot --device nvme`: emu-device's NVMe controller over
-//! vfio-user (QEMU 11.1) probed by the guest kernel's stock nvme driver.
-//! Until the patch series carries the trace ring over NVMe (issue 14) this
-//! job shows the controller working for real: the driver binds, the HMB is
-//! negotiated and comes back with MR=1 after `reset_controller`, data
-//! written is read back and found in the namespace; the run folder gets
-//! `nvme-run.json` (what was seen and measured) and the controller's
-//! reports (`emu-probed.json`, `emu-reset.json`, `emu-stats.json`).
+//! vfio-user (QEMU 11.1) probed by the guest kernel's stock nvme driver:
+//! the driver binds, the HMB is negotiated and comes back with MR=1 after
+//! `reset_controller`, data written is read back and found in the
+//! namespace; the run folder gets `nvme-run.json` (what was seen and
+//! measured) and the controller's reports (`emu-probed.json`,
+//! `emu-reset.json`, `emu-stats.json`). With `--nvme-trace` the patch
+//! series' nvme.ko replaces the stock one, nvme-hmb-trace.ko and the daemon
+//! run, and trace.bin must equal the controller's journal
+//! (`ground-truth.json`) byte for byte (issue 14).
 
 use std::path::Path;
 use std::time::Duration;
@@ -72,8 +74,16 @@ pub fn print(outcome: &NvmeOutcome, run_dir: &Path) {
         outcome.iops_reads,
         outcome.iops_centiseconds as f64 / 100.0
     );
+    if let Some(t) = &outcome.trace {
+        println!(
+            "  trace: patched nvme.ko ({}), {} KiB ring; {}",
+            t.series_source, t.hmb_trace_kb, t.summary
+        );
+    }
     for name in [
         "nvme-run.json",
+        "trace.bin",
+        "ground-truth.json",
         "emu-stats.json",
         "dmesg.txt",
         "console.log",
