@@ -489,6 +489,11 @@ static int hmb_emu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 			goto err_unregister;
 	}
 	hmb_emu_debugfs_add(emu);
+	/*
+	 * For slot_reset: the AER core resets the link without saving the
+	 * config space, so BARs, memory decode and MSI-X come back from here.
+	 */
+	pci_save_state(pdev);
 	/* Only now may the device start producing. */
 	hmb_emu_advertise(emu, epoch);
 	if (irq_driven)
@@ -646,7 +651,15 @@ static pci_ers_result_t hmb_emu_slot_reset(struct pci_dev *pdev)
 	struct hmb_emu *emu = pci_get_drvdata(pdev);
 	int ret = 0;
 
+	/* The reset cleared BARs, memory decode and MSI-X: as saved at probe. */
 	pci_restore_state(pdev);
+	pci_save_state(pdev);
+	/* BAR2 must show the device again before anything is written to it. */
+	if (!hmb_emu_device_opted_in(emu)) {
+		dev_err(&pdev->dev, "no device signature in BAR%d after the reset: giving up\n",
+			IVSHMEM_SHM_BAR);
+		return PCI_ERS_RESULT_DISCONNECT;
+	}
 	mutex_lock(&emu->lock);
 	if (emu->td)
 		ret = hmb_emu_freeze_ring(emu);

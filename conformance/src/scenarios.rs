@@ -44,6 +44,7 @@ pub const ALL: &[&str] = &[
     "removal",
     "hostile_firmware",
     "format_rules",
+    "pci_error",
 ];
 
 pub fn run(env: &Env, name: &str) -> Result<Value> {
@@ -76,6 +77,7 @@ pub fn run(env: &Env, name: &str) -> Result<Value> {
         "removal" => removal(env),
         "hostile_firmware" => hostile(env),
         "format_rules" => format_rules(env),
+        "pci_error" => pci_error(env),
         other => bail!("unknown scenario {other:?}; known: {}", ALL.join(", ")),
     }
 }
@@ -702,6 +704,84 @@ fn format_rules(env: &Env) -> Result<Value> {
             "huge_header": code(&[&huge_header], &["pccx", "verify"])?,
             "truncated": code(&[&pccx_truncated], &["pccx", "verify"])?,
         },
+        "kernel_log": kernel_log(&s.run_dir),
+    }))
+}
+
+/// An uncorrectable (fatal) PCIe error injected by QEMU at the controller's
+/// root port while the daemon streams with --follow: the AER driver calls
+/// error_detected (frozen), resets the link, then slot_reset and resume.
+/// The module stops the device (acknowledged withdrawal) and marks the ring
+/// FROZEN, as a controller reset does; the daemon drains it and starts the
+/// next epoch with REINIT; the trace matches the ground truth in two epochs.
+/// Then the device vanishes (`vanish`: its memory reads all-ones): sysfs
+/// says ENODEV rather than an all-ones head, and the unbind does not wait
+/// for an acknowledgement nobody can give.
+fn pci_error(env: &Env) -> Result<Value> {
+    let sysfs = "/sys/class/nvme-hmb-trace/nvme-hmb-trace0";
+    let body = format!(
+        "load_module ring_size={RING}\n\
+         start_daemon --follow\n\
+         wait_file injected\n\
+         i=0; while ! dmesg | grep -q 'recovered from a PCI error' && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done\n\
+         echo \"HMBT-AER detected=$(dmesg | grep -c 'trace ring stopped until reset') recovered=$(dmesg | grep -c 'recovered from a PCI error')\"\n\
+         mark recovered\n\
+         wait_stop\nstop_daemon\ncollect\n\
+         bdf=$(basename $(readlink {sysfs}/device))\n\
+         mark collected\n\
+         wait_file vanished\n\
+         echo \"HMBT-GONE head=$(cat {sysfs}/head 2>&1 | sed 's/.*: //') freeze_count=$(cat {sysfs}/freeze_count 2>&1 | sed 's/.*: //')\"\n\
+         t0=$(date +%s)\n\
+         echo $bdf > /sys/bus/pci/drivers/nvme-hmb-trace/unbind\n\
+         took=$(($(date +%s) - t0))\n\
+         echo \"HMBT-UNBOUND under_3s=$([ $took -lt 3 ] && echo yes || echo no) ack_timeouts=$(dmesg | grep -c 'did not acknowledge') gone=$(dmesg | grep -c 'device gone: not waiting')\"\n\
+         exit 0\n"
+    );
+    let extra = Extra {
+        qemu_args: Vec::new(),
+        cmdline: Vec::new(),
+    };
+    let mut s = env.start_with("pci_error", RING, &body, extra)?;
+    s.wait_share_file(files::STARTED, STARTED)?;
+    s.emu.start_workload("ssd", 47, 2000)?;
+    run_for(&mut s, 1.0)?;
+    // Data link protocol error: uncorrectable, fatal by default severity.
+    let out = s
+        .qmp()?
+        .hmp("pcie_aer_inject_error hmbrp DLP", Duration::from_secs(5))?;
+    anyhow::ensure!(out.starts_with("OK id: hmbrp"), "pcie_aer_inject_error: {out}");
+    s.signal("injected")?;
+    s.wait_share_file("recovered", Duration::from_secs(120))?;
+    run_for(&mut s, 1.0)?;
+    s.emu.stop_workload()?;
+    s.emu.wait_drained(Duration::from_secs(60))?;
+    let gt = s.emu.ground_truth()?;
+    let stats = s.emu.stats()?;
+    s.signal(files::STOP)?;
+    s.wait_share_file("collected", Duration::from_secs(60))?;
+    s.emu.inject(Fault::Vanish)?;
+    s.signal("vanished")?;
+    let rc = s.finish(FINISH)?;
+    let truth = check_truth(&s.run_dir, &gt, &stats)?;
+    let console = std::fs::read_to_string(s.run_dir.join("console.log"))?;
+    let tagged = |tag: &str| {
+        console
+            .lines()
+            .find_map(|l| l.split(tag).nth(1))
+            .map(|l| l.trim().to_string())
+            .unwrap_or_else(|| "none".into())
+    };
+    let aer = tagged("HMBT-AER ");
+    anyhow::ensure!(aer == "detected=1 recovered=1", "error recovery: {aer}");
+    anyhow::ensure!(truth.passed(), "{}", truth.summary());
+    Ok(json!({
+        "guest_rc": rc,
+        "daemon_exit_codes": s.daemon_exit_codes(),
+        "recovery": aer,
+        "epochs_in_trace": truth.epochs,
+        "truth": truth_facts(&truth),
+        "vanished_sysfs": tagged("HMBT-GONE "),
+        "unbind_after_vanish": tagged("HMBT-UNBOUND "),
         "kernel_log": kernel_log(&s.run_dir),
     }))
 }

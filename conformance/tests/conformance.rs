@@ -73,4 +73,5 @@ scenarios!(
     removal,
     hostile_firmware,
     format_rules,
+    pci_error,
 );
