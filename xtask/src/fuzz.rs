@@ -21,6 +21,9 @@ pub const TARGETS: &[(&str, &[&str])] = &[
     ("trace_read", &["fuzz/seeds/trace_read"]),
     ("pccx_read", &["pccx/tests/golden"]),
     ("nvme_controller", &["fuzz/seeds/nvme_controller"]),
+    ("control_request", &["fuzz/seeds/control_request"]),
+    ("catalog_load", &["fuzz/seeds/catalog_load"]),
+    ("vfio_user_backend", &["fuzz/seeds/vfio_user_backend"]),
 ];
 
 const TRIPLE: &str = "x86_64-unknown-linux-gnu";
@@ -73,7 +76,7 @@ fn run(args: Fuzz) -> Result<()> {
     Ok(())
 }
 
-fn ensure_nightly(sh: &Shell) -> Result<()> {
+pub(crate) fn ensure_nightly(sh: &Shell) -> Result<()> {
     if cmd!(sh, "cargo +nightly --version")
         .quiet()
         .ignore_stdout()

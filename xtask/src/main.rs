@@ -10,6 +10,7 @@ mod guest_smoke;
 mod image;
 mod nvme_series;
 mod nvme_smoke;
+mod sanitize;
 mod test;
 mod vectors;
 
@@ -45,6 +46,8 @@ enum Command {
     NvmeSmoke(nvme_smoke::NvmeSmoke),
     /// Fuzz the parsers of untrusted bytes and the NVMe controller (nightly, libFuzzer).
     Fuzz(fuzz::Fuzz),
+    /// The tests of the crates with unsafe mapping code under AddressSanitizer (nightly).
+    Sanitize(sanitize::Sanitize),
 }
 
 fn main() -> Result<()> {
@@ -59,5 +62,6 @@ fn main() -> Result<()> {
         Command::NvmeSeries(c) => c.run(),
         Command::NvmeSmoke(c) => c.run(),
         Command::Fuzz(c) => c.run(),
+        Command::Sanitize(c) => c.run(),
     }
 }

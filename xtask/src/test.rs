@@ -70,6 +70,10 @@ fn run(args: Test) -> Result<()> {
         seed: Some(1),
     }
     .run()?;
+    // The tests of the unsafe mapping code under AddressSanitizer
+    // (docs/fuzzing.md), with the nightly the fuzz step made sure of.
+    step("AddressSanitizer: tests of the crates with unsafe mapping code (nightly)");
+    crate::sanitize::Sanitize { package: None }.run()?;
     if !args.host_only {
         // No guest, but Debian's sources and kernel headers through apt (as
         // root, like the images): so not in --host-only, which a non-Debian

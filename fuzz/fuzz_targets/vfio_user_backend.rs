@@ -1,0 +1,140 @@
+//! emu-device's vfio-user backend (`emu-device/src/vfio_user/backend.rs`)
+//! under a hostile client: the messages the `vfio_user` crate has decoded
+//! (region reads and writes to config space, BAR0, BAR4 and absent
+//! regions; DMA_MAP of a memfd at hostile addresses, offsets and sizes, or
+//! without a file; DMA_UNMAP of any range or all; SET_IRQS of any index and
+//! range; DEVICE_RESET), in any order, against the NVMe controller set up as
+//! `emu-device serve-nvme` does (with the trace producer). The crate's own
+//! decoding of socket bytes is not ours and is not fuzzed here. Never panic;
+//! a read always fills its buffer; reads of absent regions are zero.
+#![no_main]
+
+use std::fs::File;
+use std::sync::Arc;
+
+use hmb_emu_device::vfio_user::{Backend, DmaMap, IrqTable, Shared};
+use hmb_nvme::{Backing, Controller, ControllerConfig, InterruptSink};
+use libfuzzer_sys::fuzz_target;
+use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
+
+/// Guest RAM behind the mappings: small, so every input gets a fresh one.
+const RAM: u64 = 256 << 10;
+
+struct Input<'a>(&'a [u8]);
+
+impl Input<'_> {
+    fn u8(&mut self) -> Option<u8> {
+        let (&b, rest) = self.0.split_first()?;
+        self.0 = rest;
+        Some(b)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        let mut v = [0u8; 8];
+        for b in &mut v {
+            *b = self.u8()?;
+        }
+        Some(u64::from_le_bytes(v))
+    }
+    /// Mostly small values (offsets into BARs, pages of RAM), sometimes
+    /// any 64-bit value.
+    fn offset(&mut self, small: u64) -> Option<u64> {
+        let v = self.u64()?;
+        Some(if v & 1 == 0 { (v >> 1) % small } else { v })
+    }
+    fn bytes(&mut self, max: usize) -> Option<&[u8]> {
+        let n = (self.u8()? as usize % (max + 1)).min(self.0.len());
+        let (b, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(b)
+    }
+}
+
+fn memfd() -> File {
+    let fd =
+        nix::sys::memfd::memfd_create(c"fuzz-guest-ram", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC).expect("memfd");
+    let file = File::from(fd);
+    file.set_len(RAM).expect("ftruncate");
+    file
+}
+
+fn run(mut input: Input<'_>) -> Option<()> {
+    let cfg = ControllerConfig {
+        namespace_bytes: 1 << 20,
+        backing: Backing::Memory,
+        ..ControllerConfig::default()
+    };
+    let vectors = cfg.interrupt_vectors;
+    let dma = DmaMap::new();
+    let irqs = Arc::new(IrqTable::new(vectors));
+    let sink: Arc<dyn InterruptSink> = irqs.clone();
+    let mut controller = Controller::new(cfg, dma.guest_mem(), sink).expect("default controller");
+    let trace = hmb_nvme_trace::NvmeTrace::new(dma.guest_mem());
+    controller.set_observer(trace.observer());
+    controller.set_vendor_features(trace.features());
+    let shared = Shared::new(controller, dma, irqs);
+    let mut backend = Backend::new(
+        shared,
+        &Controller::pci_identity().into(),
+        Controller::BAR0_SIZE,
+        vectors,
+    );
+    let ram = memfd();
+    for _ in 0..64 {
+        match input.u8()? % 8 {
+            0 | 1 => {
+                let region = u32::from(input.u8()? % 10);
+                let offset = input.offset(0x4000)?;
+                let mut data = vec![0xa5u8; input.u8()? as usize % 65];
+                backend
+                    .region_read(region, offset, &mut data)
+                    .expect("reads are answered");
+                if region != 0 && region != 7 {
+                    assert!(data.iter().all(|&b| b == 0), "absent region {region} reads 0");
+                }
+            }
+            2 | 3 => {
+                let region = u32::from(input.u8()? % 10);
+                let offset = input.offset(0x4000)?;
+                let data = input.bytes(64)?.to_vec();
+                backend
+                    .region_write(region, offset, &data)
+                    .expect("writes are answered");
+            }
+            4 => {
+                let flags = DmaMapFlags::from_bits_truncate(input.u8()?.into());
+                let file_offset = input.offset(RAM)? & !0xfff;
+                let address = input.offset(1 << 32)? & !0xfff;
+                let size = input.offset(RAM + 0x2000)?;
+                let fd = if input.u8()? & 3 != 0 {
+                    Some(ram.try_clone().expect("dup"))
+                } else {
+                    None
+                };
+                backend
+                    .dma_map(flags, file_offset, address, size, fd)
+                    .expect("maps are answered");
+            }
+            5 => {
+                let flags = DmaUnmapFlags::from_bits_truncate(input.u8()?.into());
+                let address = input.offset(1 << 32)?;
+                let size = input.offset(RAM)?;
+                backend.dma_unmap(flags, address, size).expect("unmaps are answered");
+            }
+            6 => backend.reset().expect("resets are answered"),
+            _ => {
+                let index = u32::from(input.u8()? % 6);
+                let flags = u32::from(input.u8()?);
+                let start = u32::from(input.u8()?);
+                let count = u32::from(input.u8()?);
+                backend
+                    .set_irqs(index, flags, start, count, Vec::new())
+                    .expect("set_irqs is answered");
+            }
+        }
+    }
+    Some(())
+}
+
+fuzz_target!(|bytes: &[u8]| {
+    let _ = run(Input(bytes));
+});
