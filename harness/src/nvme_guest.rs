@@ -329,8 +329,8 @@ pub fn is_trouble_line(line: &str) -> bool {
 /// module and the daemon (`--follow`: the reset starts a second epoch) run
 /// from the probe to the end, and trace.bin comes back.
 pub fn guest_script(mods: &[String], iops_reads: u32, trace_module: Option<&str>) -> String {
-    let (trace_start, trace_stop) = match trace_module {
-        None => (String::new(), String::new()),
+    let (trace_start, trace_stop, trace_removal) = match trace_module {
+        None => (String::new(), String::new(), String::new()),
         Some(module) => (
             format!(
                 r#"kb=$(cat /sys/module/nvme/parameters/hmb_trace_kb 2>/dev/null) || fail "nvme.ko is not the patched one (no hmb_trace_kb)"
@@ -361,6 +361,29 @@ note daemon_rc $?
 cp /tmp/{trace} $share/{trace} || fail "no trace.bin"
 "#,
                 trace = files::TRACE,
+            ),
+            format!(
+                r#"# Removal with a reader, in either order: both are refused while the
+# daemon has the device open (nvme is held by the trace module, the trace
+# module by the open file) and the daemon keeps running; once it is
+# stopped (exit 0) the trace module goes, then nvme. After the done
+# checkpoint: the journal is already taken.
+/bin/hmb-trace-daemon --device /dev/nvme-hmb-trace0 --output /tmp/removal.bin --follow 2>>$share/{stderr} &
+d2=$!
+sleep 0.5
+kill -0 $d2 2>/dev/null || fail "the second daemon did not start"
+if rmmod nvme 2>/dev/null; then fail "rmmod nvme succeeded while nvme-hmb-trace holds it"; fi
+if rmmod nvme_hmb_trace 2>/dev/null; then fail "rmmod nvme-hmb-trace succeeded under an open device"; fi
+kill -0 $d2 2>/dev/null || fail "the daemon died during the refused rmmods"
+kill -TERM $d2
+wait $d2
+note daemon_removal_rc $?
+rmmod nvme_hmb_trace || fail "rmmod nvme-hmb-trace after the daemon"
+rmmod nvme || fail "rmmod nvme after nvme-hmb-trace"
+[ ! -e /dev/nvme0n1 ] || fail "/dev/nvme0n1 still there after rmmod nvme"
+note removal ok
+"#,
+                stderr = files::DAEMON_STDERR,
             ),
         ),
     };
@@ -440,7 +463,7 @@ t1=$(now_cs)
 note iops_centiseconds $((t1 - t0))
 note iops_reads {iops_reads}
 {trace_stop}checkpoint {done}
-dmesg > $share/{dmesg}
+{trace_removal}dmesg > $share/{dmesg}
 "#,
         results = files::RESULTS,
         dmesg = files::DMESG,
@@ -822,6 +845,12 @@ fn check_trace(
         "hmb-trace-daemon exited with {}; see daemon.stderr",
         num("daemon_rc")?
     );
+    // The daemon that watched both rmmods be refused stops normally.
+    ensure!(
+        num("daemon_removal_rc")? == 0,
+        "the daemon running through the refused rmmods exited {}",
+        num("daemon_removal_rc")?
+    );
     let journal = Journal::from_ground_truth(answer)?;
     ensure!(
         !journal.entries.is_empty(),
@@ -868,6 +897,8 @@ mod tests {
         let stop = s.find("kill -TERM $daemon").unwrap();
         let done = s.find("checkpoint done").unwrap();
         assert!(nvme < module && module < daemon && daemon < reset && reset < stop && stop < done);
+        let removal = s.find("rmmod nvme_hmb_trace").unwrap();
+        assert!(done < removal && removal < s.find("rmmod nvme ||").unwrap());
         assert!(s.contains("--follow"));
     }
 
