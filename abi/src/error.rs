@@ -61,4 +61,8 @@ pub enum AbiError {
     BadRecordFlags { pos: u64, flags: u16 },
     #[error("record at {pos}: sequence {seq} goes backwards (expected at least {expected})")]
     SeqBackwards { pos: u64, seq: u64, expected: u64 },
+    /// A producer never gets there (2^64 records); only a hostile or
+    /// corrupt ring shows it, and nothing could follow it in order.
+    #[error("record at {pos}: sequence {seq} is the last a u64 holds; no record can follow it")]
+    SeqExhausted { pos: u64, seq: u64 },
 }

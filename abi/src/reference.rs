@@ -61,7 +61,9 @@ impl RefRing {
         }
         let ring_size = hdr.ring_size.get();
         let seq = hdr.next_seq.get();
-        hdr.next_seq = (seq + 1).into();
+        // Wrapping: a test may place the producer at u64::MAX to build a
+        // hostile ring (a real producer never gets 2^64 records far).
+        hdr.next_seq = seq.wrapping_add(1).into();
         let size = align_record(payload.len() as u32);
         let head = hdr.head.get();
         let place = placement(head, ring_size, size);
@@ -212,6 +214,9 @@ pub fn decode(image: &[u8]) -> Result<Decoded, AbiError> {
             RecordAt::Pad { bytes } => items.push(DecodedItem::Pad { pos, bytes }),
             RecordAt::Record { hdr: rec, offset, .. } => {
                 let seq = rec.seq.get();
+                if seq == u64::MAX {
+                    return Err(AbiError::SeqExhausted { pos, seq });
+                }
                 let want = expected.unwrap_or(seq);
                 if seq < want {
                     return Err(AbiError::SeqBackwards {

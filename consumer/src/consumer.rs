@@ -332,6 +332,14 @@ impl<P: TailPublisher> Consumer<P> {
                 continue;
             };
             let seq = hdr.seq.get();
+            if seq == u64::MAX {
+                // Hostile: it has no successor (found by the consumer_walk
+                // fuzz target as an overflow of `seq + 1`).
+                if pos > start {
+                    break;
+                }
+                return Err(AbiError::SeqExhausted { pos, seq }.into());
+            }
             if seq < self.skip_below {
                 close(&mut run, iov);
                 duplicates += 1;

@@ -48,3 +48,34 @@ fn lost_records_saturate_instead_of_overflowing() {
     drop(c);
     drop(words);
 }
+
+/// consumer_walk (CI run of 2026-12-02, seed 1): a record claiming sequence
+/// u64::MAX overflowed `seq + 1`. Such a record has no successor: it is a
+/// hostile ring (`SeqExhausted`), reported after the good records before it.
+#[test]
+fn a_record_with_the_last_sequence_number_is_refused() {
+    let mut ring = RefRing::new(8192, 1);
+    ring.produce(1, 0, 10, b"good");
+    let mut hdr = ring.hdr();
+    hdr.next_seq = u64::MAX.into();
+    ring.set_hdr(&hdr);
+    ring.produce(1, 0, 20, b"last");
+    let image = ring.image;
+    let mut words = vec![0u64; image.len() / 8];
+    let base = words.as_mut_ptr() as *mut u8;
+    // SAFETY: as above.
+    unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), base, image.len()) };
+    let view = unsafe { RingView::from_raw(base, image.len()) }.unwrap();
+    let mut c = Consumer::attach(view, NoPublish, ConsumerConfig::default()).unwrap();
+    match c.next_batch() {
+        Ok(Step::Batch(b)) => assert_eq!((b.records, b.first_seq), (1, Some(0))),
+        other => panic!("expected the good record first, got {other:?}"),
+    }
+    c.commit().unwrap();
+    match c.next_batch() {
+        Err(ConsumerError::Abi(hmb_trace_abi::AbiError::SeqExhausted { seq, .. })) => assert_eq!(seq, u64::MAX),
+        other => panic!("expected SeqExhausted, got {other:?}"),
+    }
+    drop(c);
+    drop(words);
+}

@@ -112,7 +112,7 @@ pub fn hostile_record(mem: &MemRegion, slice: &Slice, head: u64, seq: u64) -> Re
     mem.write(data + (pos & (ring_size - 1)) as usize, rec.as_bytes())?;
     let new_head = pos + HMB_RECORD_HDR_SIZE as u64;
     mem.atomic_u64(hdr_off(slice, offsets::NEXT_SEQ))?
-        .store(seq + 1, Ordering::Relaxed);
+        .store(seq.wrapping_add(1), Ordering::Relaxed);
     mem.atomic_u64(hdr_off(slice, offsets::HEAD))?
         .store(new_head, Ordering::Release);
     Ok(FaultEffect {
