@@ -189,12 +189,13 @@ fn wrap_with_skipped_bytes() {
 /// consumer drains concurrently until FROZEN.
 /// Checks: every sequence number is either received whole, in order, or
 /// reported lost, never both; a consumer that sees OVERFLOWED (acquire)
-/// sees the drop counters stored before it; FROZEN is reported only after
-/// every written record.
+/// sees the drop counters stored before it, and one that then sees it
+/// cleared sees the head of the record that cleared it; FROZEN is reported
+/// only after every written record.
 /// Catches: the tail published without release or read without acquire
-/// (the producer overwrites bytes the consumer still reads), OVERFLOWED or
-/// FROZEN set without release (stale counters, or FROZEN reported with
-/// records still unseen).
+/// (the producer overwrites bytes the consumer still reads), OVERFLOWED
+/// set or cleared, or FROZEN set, without release (stale counters or head,
+/// or FROZEN reported with records still unseen).
 #[test]
 fn full_ring_overflow_and_freeze() {
     model("full_ring_overflow_and_freeze", || {
@@ -209,11 +210,17 @@ fn full_ring_overflow_and_freeze() {
             out
         });
         let (mut seen, mut lost) = (Vec::new(), Vec::new());
+        let mut overflowed_seen = false;
         loop {
             let view = rig.consumer.view();
             if view.flags() & HMB_RING_FLAG_OVERFLOWED != 0 {
+                overflowed_seen = true;
                 assert!(view.dropped_records() >= 1, "OVERFLOWED seen before the drop count");
                 assert!(view.overflow_events() >= 1, "OVERFLOWED seen before its event count");
+            } else if overflowed_seen {
+                // Cleared after a drop: only a write clears it, and drops
+                // come after the ring filled, so that record is past 8 KiB.
+                assert!(view.head() >= RING + 32, "OVERFLOWED cleared before its record's head");
             }
             match step(&mut rig.consumer) {
                 Got::Records(s, l) => {
