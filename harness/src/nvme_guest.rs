@@ -279,6 +279,9 @@ pub struct NvmeOutcome {
     pub driver: String,
     /// Guest uptime from `insmod nvme.ko` to /dev/nvme0n1, in ms (10 ms steps).
     pub probe_ms: u64,
+    /// The kernel log's own view: `pci function` to the first `... queues`
+    /// line (printk timestamps, µs resolution), in ms.
+    pub probe_log_ms: Option<f64>,
     /// The driver's "allocated N MiB host memory buffer" line.
     pub hmb_line: String,
     pub hmb_bytes: u64,
@@ -500,6 +503,21 @@ pub fn parse_results(text: &str) -> std::collections::BTreeMap<String, String> {
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
         .collect()
+}
+
+/// Milliseconds from the driver's `nvme nvme0: pci function` line to its
+/// first `default/read/poll queues` line (the I/O queues are up).
+pub fn probe_log_ms(dmesg: &str) -> Option<f64> {
+    let stamp = |l: &str| -> Option<f64> { l.strip_prefix('[')?.split(']').next()?.trim().parse().ok() };
+    let start = dmesg
+        .lines()
+        .find(|l| l.contains("nvme0: pci function"))
+        .and_then(stamp)?;
+    let end = dmesg
+        .lines()
+        .find(|l| l.contains("nvme0:") && l.contains("default/read/poll queues"))
+        .and_then(stamp)?;
+    (end >= start).then_some((end - start) * 1000.0)
 }
 
 /// `allocated 32 MiB host memory buffer.` (6.13+ adds the segment count) -> bytes.
@@ -816,6 +834,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         pci: get("pci")?,
         driver: get("driver")?,
         probe_ms: num("probe_ms")?,
+        probe_log_ms: probe_log_ms(&dmesg),
         hmb_line,
         hmb_bytes,
         hmb_descriptors: after_reset
@@ -900,6 +919,17 @@ mod tests {
         let removal = s.find("rmmod nvme_hmb_trace").unwrap();
         assert!(done < removal && removal < s.find("rmmod nvme ||").unwrap());
         assert!(s.contains("--follow"));
+    }
+
+    #[test]
+    fn the_probe_time_comes_from_the_driver_lines() {
+        let log = "[    4.505923] nvme nvme0: pci function 0000:01:00.0\n\
+                   [    4.631230] nvme nvme0: allocated 32 MiB host memory buffer.\n\
+                   [    4.655292] nvme nvme0: 2/0/0 default/read/poll queues\n\
+                   [    5.894794] nvme nvme0: 2/0/0 default/read/poll queues\n";
+        let ms = probe_log_ms(log).unwrap();
+        assert!((ms - 149.369).abs() < 0.01, "{ms}");
+        assert_eq!(probe_log_ms("[ 1.0] nvme nvme0: pci function 0000:01:00.0\n"), None);
     }
 
     #[test]

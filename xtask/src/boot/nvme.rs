@@ -59,7 +59,11 @@ pub fn print(outcome: &NvmeOutcome, run_dir: &Path) {
         "  kernel {} ({}), {}, controller {} bound to {}",
         outcome.kernel, outcome.abi, outcome.qemu, outcome.pci, outcome.driver
     );
-    println!("  probe (insmod nvme -> /dev/nvme0n1): {} ms", outcome.probe_ms);
+    println!(
+        "  probe: insmod nvme -> /dev/nvme0n1 {} ms; kernel log 'pci function' -> I/O queues {}",
+        outcome.probe_ms,
+        outcome.probe_log_ms.map_or("?".to_string(), |ms| format!("{ms:.0} ms"))
+    );
     println!(
         "  HMB: driver \"{}\", controller {} bytes in {} descriptors, back with MR=1 after reset_controller: {}",
         outcome.hmb_line, outcome.hmb_bytes, outcome.hmb_descriptors, outcome.hmb_returned_after_reset
