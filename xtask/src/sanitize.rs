@@ -6,9 +6,10 @@
 //! The crates: the consumer's read-only ring view and its I/O slices into
 //! the mapping (`hmb-trace-consumer`), the firmware model's shared mapping
 //! (`hmb-firmware-model`), the NVMe trace view over guest memory
-//! (`hmb-nvme-trace`) and emu-device's HMB mapping (`hmb-emu-device`'s unit
-//! tests). `hmb-nvme` has no unsafe code. Miri is not installable here
-//! (docs/fuzzing.md), which is why this is ASan.
+//! (`hmb-nvme-trace`), emu-device's HMB mapping (`hmb-emu-device`'s unit
+//! tests) and the daemon binary's device mapping and ioctls
+//! (`hmb-trace-daemon`). `hmb-nvme` has no unsafe code. Miri is not
+//! installable here (docs/fuzzing.md), which is why this is ASan.
 
 use anyhow::Result;
 use clap::Args;
@@ -16,15 +17,22 @@ use xshell::{cmd, Shell};
 
 const TRIPLE: &str = "x86_64-unknown-linux-gnu";
 
-/// Every test target of these packages.
-const PACKAGES: &[&str] = &["hmb-trace-consumer", "hmb-firmware-model", "hmb-nvme-trace"];
-/// Only the unit tests of these (their integration tests start processes
-/// and guests that ASan adds nothing to).
-const LIB_ONLY: &[&str] = &["hmb-emu-device"];
+/// Each package and which of its tests run: every test target of the first
+/// three; only the unit tests of emu-device (its integration tests start
+/// processes and guests ASan adds nothing to); the daemon's tests that run
+/// the real binary (instrumented too) on a ring file, not the 120-round
+/// kill/restart test.
+const RUNS: &[(&str, &[&str])] = &[
+    ("hmb-trace-consumer", &["--tests"]),
+    ("hmb-firmware-model", &["--tests"]),
+    ("hmb-nvme-trace", &["--tests"]),
+    ("hmb-emu-device", &["--lib"]),
+    ("hmb-trace-daemon", &["--test", "behaviour", "--test", "output_full"]),
+];
 
 #[derive(Args, Debug)]
 pub struct Sanitize {
-    /// One package (default: all of the list above).
+    /// One package (default: every package of the list above).
     #[arg(long, short = 'p')]
     pub package: Option<String>,
 }
@@ -43,38 +51,25 @@ impl Sanitize {
         let _rustdoc = sh.push_env("RUSTDOCFLAGS", "-Zsanitizer=address");
         // A leak in a test is a finding too; every report aborts the test.
         let _asan = sh.push_env("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=1");
-        let wanted = |p: &&str| args_wants(&self.package, p);
-        let full: Vec<&str> = PACKAGES.iter().copied().filter(wanted).collect();
-        let lib: Vec<&str> = LIB_ONLY.iter().copied().filter(wanted).collect();
+        let runs: Vec<_> = RUNS
+            .iter()
+            .filter(|(p, _)| self.package.as_deref().is_none_or(|o| o == *p))
+            .collect();
         anyhow::ensure!(
-            !full.is_empty() || !lib.is_empty(),
-            "unknown package; sanitized: {:?} and the unit tests of {:?}",
-            PACKAGES,
-            LIB_ONLY
+            !runs.is_empty(),
+            "unknown package; sanitized: {:?}",
+            RUNS.iter().map(|r| r.0).collect::<Vec<_>>()
         );
-        if !full.is_empty() {
-            println!("==> AddressSanitizer: every test of {}", full.join(", "));
-            let pk: Vec<String> = full.iter().flat_map(|p| ["-p".to_string(), p.to_string()]).collect();
+        // One cargo call per package: each has its own test selection.
+        for &(package, select) in runs {
+            println!("==> AddressSanitizer: {package} {}", select.join(" "));
             cmd!(
                 sh,
-                "cargo +nightly test --quiet --target {TRIPLE} --target-dir {target_dir} {pk...} --tests"
-            )
-            .run()?;
-        }
-        if !lib.is_empty() {
-            println!("==> AddressSanitizer: the unit tests of {}", lib.join(", "));
-            let pk: Vec<String> = lib.iter().flat_map(|p| ["-p".to_string(), p.to_string()]).collect();
-            cmd!(
-                sh,
-                "cargo +nightly test --quiet --target {TRIPLE} --target-dir {target_dir} {pk...} --lib"
+                "cargo +nightly test --quiet --target {TRIPLE} --target-dir {target_dir} -p {package} {select...}"
             )
             .run()?;
         }
         println!("AddressSanitizer: no report");
         Ok(())
     }
-}
-
-fn args_wants(only: &Option<String>, package: &str) -> bool {
-    only.as_deref().is_none_or(|o| o == package)
 }
