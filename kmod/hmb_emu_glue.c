@@ -80,7 +80,8 @@ struct hmb_emu {
 	struct dentry *debugfs;
 	/*
 	 * Serialises the advert's transitions: REINIT (under the core's lock,
-	 * taken before this one) against suspend/resume and PCI error recovery.
+	 * taken before this one: never call into the core holding it) against
+	 * suspend/resume and PCI error recovery.
 	 */
 	struct mutex lock;
 	u64 epoch;			/* generation advertised last */
@@ -89,6 +90,8 @@ struct hmb_emu {
 	 * must not advertise until resume does.
 	 */
 	bool stopped;
+	/* Error recovery failed: the device is gone for the core (lost). */
+	bool dead;
 };
 
 static void hmb_emu_ring_doorbell(struct hmb_emu *emu)
@@ -225,7 +228,7 @@ static bool hmb_emu_lost(void *priv)
 {
 	struct hmb_emu *emu = priv;
 
-	return pci_dev_is_disconnected(emu->pdev) ||
+	return READ_ONCE(emu->dead) || pci_dev_is_disconnected(emu->pdev) ||
 	       READ_ONCE(emu->devblk->magic) == (__force __u32)~0U;
 }
 
@@ -639,10 +642,18 @@ static pci_ers_result_t hmb_emu_error_detected(struct pci_dev *pdev,
 	}
 	dev_warn(&pdev->dev, "PCI error (channel state %d): trace ring stopped until reset\n",
 		 (__force int)state);
-	/* No doorbell now: BAR0 may not be reachable until the reset. */
+	/*
+	 * No doorbell now: BAR0 may not be reachable until the reset. BAR2
+	 * neither: after the link reset it reads as zeros (QEMU) or all-ones
+	 * until slot_reset restores the config space, so the core stops
+	 * reading it, for user mappings too, until resume.
+	 */
 	mutex_lock(&emu->lock);
 	emu->stopped = true;
 	mutex_unlock(&emu->lock);
+	/* Outside emu->lock: REINIT takes the core's lock, then emu->lock. */
+	if (emu->td)
+		hmb_trace_pause(emu->td);
 	return PCI_ERS_RESULT_NEED_RESET;
 }
 
@@ -654,22 +665,28 @@ static pci_ers_result_t hmb_emu_slot_reset(struct pci_dev *pdev)
 	/* The reset cleared BARs, memory decode and MSI-X: as saved at probe. */
 	pci_restore_state(pdev);
 	pci_save_state(pdev);
+	mutex_lock(&emu->lock);
 	/* BAR2 must show the device again before anything is written to it. */
 	if (!hmb_emu_device_opted_in(emu)) {
 		dev_err(&pdev->dev, "no device signature in BAR%d after the reset: giving up\n",
 			IVSHMEM_SHM_BAR);
-		return PCI_ERS_RESULT_DISCONNECT;
-	}
-	mutex_lock(&emu->lock);
-	if (emu->td)
+		ret = -ENODEV;
+	} else if (emu->td) {
 		ret = hmb_emu_freeze_ring(emu);
+	}
+	if (ret)
+		WRITE_ONCE(emu->dead, true);
 	mutex_unlock(&emu->lock);
+	/* Gone for the core: waiters wake to ENODEV, not to a dead ring. */
+	if (ret && emu->td)
+		hmb_trace_resume(emu->td);
 	return ret ? PCI_ERS_RESULT_DISCONNECT : PCI_ERS_RESULT_RECOVERED;
 }
 
 static void hmb_emu_error_resume(struct pci_dev *pdev)
 {
 	struct hmb_emu *emu = pci_get_drvdata(pdev);
+	bool wake = false;
 
 	mutex_lock(&emu->lock);
 	/*
@@ -677,14 +694,23 @@ static void hmb_emu_error_resume(struct pci_dev *pdev)
 	 * returns at once); a recovery that skipped it must not hand over a
 	 * ring the device still writes.
 	 */
-	if (emu->td && emu->stopped && !hmb_emu_freeze_ring(emu)) {
-		emu->stopped = false;
-		/* POLLPRI for the consumer, as after a device interrupt. */
-		hmb_trace_notify(emu->td);
-		dev_info(&pdev->dev, "recovered from a PCI error: epoch %llu FROZEN\n",
-			 emu->epoch);
+	if (emu->td && emu->stopped && !emu->dead) {
+		wake = true;
+		if (hmb_emu_freeze_ring(emu)) {
+			WRITE_ONCE(emu->dead, true);
+		} else {
+			emu->stopped = false;
+			dev_info(&pdev->dev, "recovered from a PCI error: epoch %llu FROZEN\n",
+				 emu->epoch);
+		}
 	}
 	mutex_unlock(&emu->lock);
+	if (wake) {
+		/* Outside emu->lock: the core's lock comes first (REINIT). */
+		hmb_trace_resume(emu->td);
+		/* POLLPRI (or POLLHUP) for the consumer, as after an interrupt. */
+		hmb_trace_notify(emu->td);
+	}
 }
 
 static const struct pci_error_handlers hmb_emu_err_handlers = {

@@ -70,6 +70,16 @@ void hmb_trace_notify(struct hmb_trace_dev *td);
  */
 void hmb_trace_unregister(struct hmb_trace_dev *td);
 
+/*
+ * Pause: until hmb_trace_resume(), nothing of the core reads or writes the
+ * slice (ioctls, sysfs reads and faults on user mappings wait, killably;
+ * poll reports no event; mapped pages are zapped). For PCI error recovery,
+ * when an emulated HMB behind a BAR reads as anything until the config
+ * space is restored. Process context.
+ */
+void hmb_trace_pause(struct hmb_trace_dev *td);
+void hmb_trace_resume(struct hmb_trace_dev *td);
+
 /* Ring header helpers (hmb_trace_ring.c). */
 void hmb_ring_init(void *slice, u64 ring_size, u64 epoch);
 void hmb_ring_zero_data(void *slice, u64 ring_size);

@@ -59,6 +59,12 @@ struct hmb_trace_dev {
 	struct cdev cdev;		/* holds dev while any file is open */
 	struct mutex lock;
 	bool gone;			/* removed: slice must not be touched */
+	/*
+	 * The glue paused access to the slice (PCI error recovery, where a
+	 * BAR-backed slice reads as zeros or all-ones until the config space
+	 * is restored): ioctls, sysfs and faults wait, poll reports nothing.
+	 */
+	bool paused;
 	unsigned long bits;		/* enum hmb_trace_bits */
 	wait_queue_head_t wq;
 	struct delayed_work sample_work;	/* only when !irq_driven */
@@ -144,6 +150,23 @@ static bool hmb_trace_dead(struct hmb_trace_dev *td)
 	return td->gone || (td->ops->lost && td->ops->lost(td->priv));
 }
 
+/*
+ * Take td->lock once slice access is not paused, or the device is removed.
+ * Returns -EINTR, without the lock, on a fatal signal.
+ */
+static int hmb_trace_lock_live(struct hmb_trace_dev *td)
+{
+	mutex_lock(&td->lock);
+	while (td->paused && !td->gone) {
+		mutex_unlock(&td->lock);
+		if (wait_event_killable(td->wq, !READ_ONCE(td->paused) ||
+					READ_ONCE(td->gone)))
+			return -EINTR;
+		mutex_lock(&td->lock);
+	}
+	return 0;
+}
+
 /* Whether a poller has something to do. Caller holds td->lock. */
 static __poll_t hmb_trace_events_locked(struct hmb_trace_dev *td)
 {
@@ -152,6 +175,8 @@ static __poll_t hmb_trace_events_locked(struct hmb_trace_dev *td)
 
 	if (hmb_trace_dead(td))
 		return EPOLLHUP | EPOLLERR;
+	if (td->paused)
+		return 0;	/* hmb_trace_resume() wakes pollers */
 	flags = hmb_trace_observe(td);
 	if (hmb_ring_head(td->hdr) != td->tail)
 		events |= EPOLLIN | EPOLLRDNORM;
@@ -165,8 +190,11 @@ void hmb_trace_notify(struct hmb_trace_dev *td)
 	u64 n = atomic64_inc_return(&td->irq_count);
 
 	trace_hmb_trace_irq(td->minor, n);
-	/* A vanished device's header reads all-ones: FROZEN plus a huge head. */
-	if (!td->ops->lost || !td->ops->lost(td->priv))
+	/*
+	 * A vanished device's header reads all-ones: FROZEN plus a huge head;
+	 * a paused one may read anything.
+	 */
+	if (!READ_ONCE(td->paused) && (!td->ops->lost || !td->ops->lost(td->priv)))
 		hmb_trace_observe(td);
 	wake_up_interruptible(&td->wq);
 }
@@ -249,7 +277,8 @@ static long hmb_trace_get_info(struct hmb_trace_dev *td, void __user *arg)
 	struct hmb_trace_info info;
 
 	memset(&info, 0, sizeof(info));
-	mutex_lock(&td->lock);
+	if (hmb_trace_lock_live(td))
+		return -EINTR;
 	if (hmb_trace_dead(td)) {
 		mutex_unlock(&td->lock);
 		return -ENODEV;
@@ -278,7 +307,8 @@ static long hmb_trace_publish_tail(struct hmb_trace_dev *td,
 
 	if (get_user(tail, arg))
 		return -EFAULT;
-	mutex_lock(&td->lock);
+	if (hmb_trace_lock_live(td))
+		return -EINTR;
 	if (hmb_trace_dead(td)) {
 		ret = -ENODEV;
 		goto out;
@@ -309,7 +339,8 @@ static long hmb_trace_reinit(struct hmb_trace_dev *td, u64 __user *arg)
 	 */
 	if (get_user(epoch, arg) || put_user(epoch, arg))
 		return -EFAULT;
-	mutex_lock(&td->lock);
+	if (hmb_trace_lock_live(td))
+		return -EINTR;
 	if (hmb_trace_dead(td)) {
 		ret = -ENODEV;
 	} else if (!(hmb_trace_observe(td) & HMB_RING_FLAG_FROZEN)) {
@@ -342,7 +373,8 @@ static long hmb_trace_get_stats(struct hmb_trace_dev *td, void __user *arg)
 	struct hmb_trace_stats st;
 
 	memset(&st, 0, sizeof(st));
-	mutex_lock(&td->lock);
+	if (hmb_trace_lock_live(td))
+		return -EINTR;
 	if (hmb_trace_dead(td)) {
 		mutex_unlock(&td->lock);
 		return -ENODEV;
@@ -392,7 +424,9 @@ static vm_fault_t hmb_trace_fault(struct vm_fault *vmf)
 
 	if (vmf->pgoff >= td->mmap_len >> PAGE_SHIFT)
 		return VM_FAULT_SIGBUS;
-	mutex_lock(&td->lock);
+	/* Paused: wait for the recovery (killable; a dying task gets SIGBUS). */
+	if (hmb_trace_lock_live(td))
+		return VM_FAULT_SIGBUS;
 	if (!hmb_trace_dead(td))
 		ret = vmf_insert_pfn(vmf->vma, vmf->address,
 				     td->pages ? page_to_pfn(td->pages[vmf->pgoff]) :
@@ -459,7 +493,8 @@ static ssize_t hmb_trace_show_u64(struct device *dev, char *buf,
 	struct hmb_trace_dev *td = container_of(dev, struct hmb_trace_dev, dev);
 	u64 val = 0;
 
-	mutex_lock(&td->lock);
+	if (hmb_trace_lock_live(td))
+		return -EINTR;
 	if (hmb_trace_dead(td)) {
 		mutex_unlock(&td->lock);
 		return -ENODEV;
@@ -648,10 +683,33 @@ void hmb_trace_unregister(struct hmb_trace_dev *td)
 	/* Any page faulted in before gone was set goes now; later faults SIGBUS. */
 	unmap_mapping_range(td->inode->i_mapping, 0, 0, 1);
 	cancel_delayed_work_sync(&td->sample_work);
-	wake_up_interruptible_poll(&td->wq, EPOLLHUP | EPOLLERR);
+	/* All waiters: pollers and those waiting out a pause (killable). */
+	wake_up_poll(&td->wq, EPOLLHUP | EPOLLERR);
 	dev_info(&td->dev, "removed%s\n",
 		 test_bit(HMB_TRACE_OPEN, &td->bits) ? " while open" : "");
 	put_device(&td->dev);
+}
+
+void hmb_trace_pause(struct hmb_trace_dev *td)
+{
+	mutex_lock(&td->lock);
+	td->paused = true;
+	mutex_unlock(&td->lock);
+	/*
+	 * Mapped pages go too, as on removal: the next access faults, and the
+	 * fault waits for hmb_trace_resume() (it checks paused under the lock
+	 * set above, so no page is inserted after this zap).
+	 */
+	unmap_mapping_range(td->inode->i_mapping, 0, 0, 1);
+}
+
+void hmb_trace_resume(struct hmb_trace_dev *td)
+{
+	mutex_lock(&td->lock);
+	td->paused = false;
+	mutex_unlock(&td->lock);
+	/* Killable waiters too, not only pollers. */
+	wake_up(&td->wq);
 }
 
 /* ---- module-wide ---- */
