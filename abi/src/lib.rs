@@ -19,7 +19,7 @@ pub mod vectors;
 pub mod wrap;
 
 pub use error::{AbiError, OwnerError};
-pub use shared::SharedRing;
 pub use layout::*;
 pub use parse::{check_compat, parse_record_at, RecordAt, RingSnapshot};
+pub use shared::SharedRing;
 pub use wrap::{align_record, placement, Placement};

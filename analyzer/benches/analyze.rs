@@ -18,8 +18,8 @@ use hmb_firmware_model::Workload;
 use hmb_trace_analyze::catalog::Catalog;
 use hmb_trace_analyze::commands::{collect_stats, walk_trace, Ctx};
 use hmb_trace_analyze::format::Style;
-use synth::{write_trace, Drop, EpochSpec, SynthSpec};
 use hmb_trace_file::TraceReader;
+use synth::{write_trace, Drop, EpochSpec, SynthSpec};
 
 fn main() {
     if let Err(e) = real_main() {

@@ -9,8 +9,8 @@ use hmb_firmware_model::Workload;
 use hmb_trace_analyze::catalog::Catalog;
 use hmb_trace_analyze::commands::{collect_stats, Ctx};
 use hmb_trace_analyze::format::Style;
-use synth::{write_trace, Drop, EpochSpec, SynthSpec};
 use proptest::prelude::*;
+use synth::{write_trace, Drop, EpochSpec, SynthSpec};
 
 fn epoch_strategy() -> impl Strategy<Value = (u64, Vec<(u64, u64, bool)>, bool)> {
     (

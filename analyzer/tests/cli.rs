@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use hmb_firmware_model::Workload;
-use synth::{write_trace, Drop, EpochSpec, SynthSpec};
 use rstest::rstest;
+use synth::{write_trace, Drop, EpochSpec, SynthSpec};
 
 struct Fixtures {
     dir: tempfile::TempDir,

@@ -13,8 +13,8 @@ use std::path::Path;
 use std::process::Command;
 
 use hmb_firmware_model::Workload;
-use synth::{write_trace, SynthSpec};
 use serde::{Deserialize, Serialize};
+use synth::{write_trace, SynthSpec};
 
 // --- pccx-lab crates/core/src/typed.rs: #[serde(transparent)] newtypes ---
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

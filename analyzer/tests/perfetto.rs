@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use hmb_firmware_model::Workload;
-use synth::{write_trace, Drop, EpochSpec, SynthSpec};
 use serde_json::Value;
+use synth::{write_trace, Drop, EpochSpec, SynthSpec};
 
 /// Pinned so the check does not move under us.
 const PY_PACKAGES: &[&str] = &["perfetto==0.59.1", "protobuf==7.36.2"];

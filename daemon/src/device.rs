@@ -17,9 +17,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hmb_trace_abi::{module_sim, SharedRing};
 use hmb_trace_abi::ioctl::*;
 use hmb_trace_abi::*;
+use hmb_trace_abi::{module_sim, SharedRing};
 use hmb_trace_consumer::{AtomicTailPublisher, RingView, TailPublisher};
 use memmap2::MmapOptions;
 use zerocopy::FromZeros;

@@ -110,7 +110,9 @@ pub fn ensure(sh: &Shell, needs: &[Need]) -> Result<()> {
             args.extend(["-t", r]);
         }
         args.extend(todo.iter().filter(|n| n.release == release).map(|n| n.package.as_str()));
-        let plan = log.run(sh, &sudo, &[&["-s"][..], &args].concat(), 600).context("apt-get -s install")?;
+        let plan = log
+            .run(sh, &sudo, &[&["-s"][..], &args].concat(), 600)
+            .context("apt-get -s install")?;
         let harm = harm_in_plan(sh, &plan);
         if !harm.is_empty() {
             bail!(
@@ -169,7 +171,9 @@ impl AptLog {
     fn open() -> Result<AptLog> {
         let dir = super::target_dir().join("hmb-trace");
         std::fs::create_dir_all(&dir)?;
-        Ok(AptLog { path: dir.join("apt.log") })
+        Ok(AptLog {
+            path: dir.join("apt.log"),
+        })
     }
 
     /// Run `apt-get -q <args>` (through `sudo` if given), append its output
@@ -192,7 +196,12 @@ impl AptLog {
         file.write_all(&out.stdout)?;
         file.write_all(&out.stderr)?;
         if !out.status.success() {
-            bail!("apt-get {} failed ({}); see {}", args.join(" "), out.status, self.path.display());
+            bail!(
+                "apt-get {} failed ({}); see {}",
+                args.join(" "),
+                out.status,
+                self.path.display()
+            );
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
@@ -292,7 +301,8 @@ mod tests {
     fn a_plan_that_removes_or_downgrades_is_harmful() {
         let sh = Shell::new().unwrap();
         // The plan seen on a fresh machine with bookworm-backports' qemu-utils.
-        let plan = "Inst qemu-system-common [1:10.0.2+ds-2~bpo12+1] (1:7.2+dfsg-7+deb12u18 Debian:12.12/stable [amd64])\n\
+        let plan =
+            "Inst qemu-system-common [1:10.0.2+ds-2~bpo12+1] (1:7.2+dfsg-7+deb12u18 Debian:12.12/stable [amd64])\n\
                     Remv qemu-utils [1:10.0.2+ds-2+deb13u1~bpo12+1]\n\
                     Inst libfdt1 (1.6.1-4+b1 Debian:12.12/stable [amd64])\n\
                     Inst zstd [1.5.4+dfsg2-4] (1.5.4+dfsg2-5 Debian:12.12/stable [amd64])\n\

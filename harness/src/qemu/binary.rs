@@ -174,7 +174,10 @@ fn ensure_unpacked(sh: &Shell, which: QemuVersion) -> Result<QemuBinary> {
     for p in &UNPACKED[..2] {
         for dep in env.depends(sh, release, p)? {
             if !UNPACKED.contains(&dep.as_str()) && !dep.starts_with("qemu-") && !dep.starts_with("ipxe") {
-                libraries.push(Need::new(&dep, &format!("runtime library of the cached QEMU {}", which.name())));
+                libraries.push(Need::new(
+                    &dep,
+                    &format!("runtime library of the cached QEMU {}", which.name()),
+                ));
             }
         }
     }
