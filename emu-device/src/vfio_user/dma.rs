@@ -33,6 +33,8 @@ pub enum MapRefused {
     BadRange,
     #[error("it overlaps a mapped range")]
     Overlap,
+    #[error("it reaches past the end of its file ({file_len:#x} bytes)")]
+    PastEof { file_len: u64 },
     #[error("mmap failed: {0}")]
     Mmap(String),
 }
@@ -69,6 +71,15 @@ impl DmaMap {
             return Err(MapRefused::BadRange);
         }
         let len = usize::try_from(size).map_err(|_| MapRefused::BadRange)?;
+        // mmap accepts a range past the end of the file, but the first
+        // access there is SIGBUS: one hostile or buggy DMA_MAP would kill
+        // the device at the controller's next queue access (found by the
+        // vfio_user_backend fuzz target). Refused, the range is unreachable
+        // and the controller answers with an NVMe status instead.
+        let file_len = fd.metadata().map_err(|e| MapRefused::Mmap(e.to_string()))?.len();
+        if offset.checked_add(size).is_none_or(|end| end > file_len) {
+            return Err(MapRefused::PastEof { file_len });
+        }
         let region = GuestRegionMmap::from_range(GuestAddress(address), len, Some(FileOffset::new(fd, offset)))
             .map_err(|e| MapRefused::Mmap(e.to_string()))?;
         let guard = self.mem.lock().unwrap_or_else(|p| p.into_inner());
@@ -218,6 +229,27 @@ mod tests {
             dma.map(0x5000, 0x2000, 0, Some(memfd(0x2000))),
             Err(MapRefused::Overlap)
         );
+        assert_eq!(dma.mappings().len(), 1);
+    }
+
+    /// Regression (vfio_user_backend fuzz target,
+    /// fuzz/regressions/vfio_user_backend/map_past_eof): a DMA_MAP reaching
+    /// past the end of its memfd was mapped, and the controller's first
+    /// completion written there killed the process with SIGBUS.
+    #[test]
+    fn a_range_past_the_end_of_its_file_is_refused() {
+        let dma = DmaMap::new();
+        assert_eq!(
+            dma.map(0, 0x4_0000, 0x3_f000, Some(memfd(0x4_0000))),
+            Err(MapRefused::PastEof { file_len: 0x4_0000 })
+        );
+        assert_eq!(
+            dma.map(0, 0x2000, u64::MAX - 0xfff, Some(memfd(0x4_0000))),
+            Err(MapRefused::PastEof { file_len: 0x4_0000 })
+        );
+        assert!(dma.mappings().is_empty());
+        // Up to the last byte is fine.
+        dma.map(0, 0x1000, 0x3_f000, Some(memfd(0x4_0000))).unwrap();
         assert_eq!(dma.mappings().len(), 1);
     }
 
