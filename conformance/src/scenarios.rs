@@ -45,6 +45,7 @@ pub const ALL: &[&str] = &[
     "hostile_firmware",
     "format_rules",
     "pci_error",
+    "suspend",
 ];
 
 pub fn run(env: &Env, name: &str) -> Result<Value> {
@@ -78,6 +79,7 @@ pub fn run(env: &Env, name: &str) -> Result<Value> {
         "hostile_firmware" => hostile(env),
         "format_rules" => format_rules(env),
         "pci_error" => pci_error(env),
+        "suspend" => suspend(env),
         other => bail!("unknown scenario {other:?}; known: {}", ALL.join(", ")),
     }
 }
@@ -784,4 +786,161 @@ fn pci_error(env: &Env) -> Result<Value> {
         "unbind_after_vanish": tagged("HMBT-UNBOUND "),
         "kernel_log": kernel_log(&s.run_dir),
     }))
+}
+
+/// Standard base64 (busybox `base64`'s output, line breaks and all) back to
+/// bytes; None on any other character.
+fn from_base64(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in text.bytes().filter(|c| !c.is_ascii_whitespace() && *c != b'=') {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+/// The console lines between `HMBT-<tag>-BEGIN` and `HMBT-<tag>-END`.
+fn console_block(console: &str, tag: &str) -> Option<String> {
+    let begin = format!("HMBT-{tag}-BEGIN");
+    let end = format!("HMBT-{tag}-END");
+    let from = console.find(&begin)? + begin.len();
+    let to = from + console[from..].find(&end)?;
+    Some(console[from..to].trim_start_matches(['\r', '\n']).to_string())
+}
+
+/// The numbers following `needle` in emu-device's log, in order (e.g. the
+/// epochs of "ring ready: epoch E" lines).
+fn emu_log_numbers(emu_log: &str, needle: &str) -> Vec<u64> {
+    emu_log
+        .lines()
+        .filter_map(|l| l.split(needle).nth(1)?.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+/// System suspend twice while the daemon streams with --follow
+/// (`/sys/power/pm_test` = `devices`, state `freeze`: every device's suspend
+/// and resume callback runs, the machine itself does not sleep). At suspend
+/// the module withdraws the advert, waits for the device's acknowledgment
+/// and marks the ring FROZEN; after resume the daemon drains it and REINIT
+/// advertises the next generation. So each suspend ends an epoch, the
+/// device acknowledges each generation once (the last at poweroff), and the
+/// trace matches the ground truth over three epochs.
+///
+/// The 9p share does not survive a suspend (virtio-pci's resume resets the
+/// device and 9pnet_virtio has no restore callback), so once the guest has
+/// suspended it uses only the console: the whole script is one block that
+/// the shell has read before the first suspend, the daemon writes to /tmp,
+/// the guest waits for the ring to go quiet instead of a stop file, prints
+/// the kernel log and the trace (base64), and powers off itself (init would
+/// unmount the dead share and hang).
+fn suspend(env: &Env) -> Result<Value> {
+    let sysfs = "/sys/class/nvme-hmb-trace/nvme-hmb-trace0";
+    let body = format!(
+        "load_module ring_size={RING}\n\
+         {{\n\
+         /bin/hmb-trace-daemon --device /dev/nvme-hmb-trace0 --output /tmp/trace.bin --stats --follow 2>/tmp/daemon.stderr &\n\
+         daemon=$!\n\
+         mark {started}\n\
+         wait_file suspend\n\
+         if [ -w /sys/module/suspend/parameters/pm_test_delay ]; then echo 1 > /sys/module/suspend/parameters/pm_test_delay; fi\n\
+         echo devices > /sys/power/pm_test\n\
+         for i in 1 2; do\n\
+             echo freeze > /sys/power/state; echo \"HMBT-SUSPEND $i rc=$?\"\n\
+             sleep 1\n\
+         done\n\
+         echo HMBT-RESUMED\n\
+         last=x; quiet=0\n\
+         while [ $quiet -lt 4 ]; do\n\
+             sleep 0.5\n\
+             h=$(cat {sysfs}/head); t=$(cat {sysfs}/tail)\n\
+             if [ \"$h\" = \"$t\" ] && [ \"$h\" = \"$last\" ]; then quiet=$((quiet + 1)); else quiet=0; fi\n\
+             last=$h\n\
+         done\n\
+         kill -TERM $daemon; wait $daemon; echo \"HMBT-DAEMON rc=$?\"\n\
+         tail -n 2 /tmp/daemon.stderr\n\
+         dmesg -n 1\n\
+         echo HMBT-DMESG-BEGIN; dmesg; echo HMBT-DMESG-END\n\
+         echo HMBT-TRACE-BEGIN; base64 /tmp/trace.bin; echo HMBT-TRACE-END\n\
+         echo \"HMBT-RESULT rc=0\"\n\
+         poweroff -f\n\
+         }}\n",
+        started = files::STARTED,
+    );
+    let mut s = env.start("suspend", RING, &body)?;
+    s.wait_share_file(files::STARTED, STARTED)?;
+    s.emu.start_workload("ssd", 43, 500)?;
+    run_for(&mut s, 1.0)?;
+    s.signal("suspend")?;
+    s.vm.wait_for("HMBT-RESUMED", Duration::from_secs(120), |l| l.contains("HMBT-RESUMED"))?;
+    run_for(&mut s, 1.0)?;
+    s.emu.stop_workload()?;
+    s.emu.wait_drained(Duration::from_secs(60))?;
+    let gt = s.emu.ground_truth()?;
+    let stats = s.emu.stats()?;
+    let rc = s.finish(Duration::from_secs(180))?;
+    let console = std::fs::read_to_string(s.run_dir.join("console.log"))?;
+    let trace = console_block(&console, "TRACE")
+        .and_then(|t| from_base64(&t))
+        .context("no trace (base64) on the console")?;
+    std::fs::write(s.run_dir.join(files::TRACE), trace)?;
+    let dmesg = console_block(&console, "DMESG").context("no kernel log on the console")?;
+    std::fs::write(s.run_dir.join(files::DMESG), dmesg)?;
+    let truth = check_truth(&s.run_dir, &gt, &stats)?;
+    anyhow::ensure!(truth.passed(), "{}", truth.summary());
+    let emu_log = std::fs::read_to_string(s.run_dir.join("emu-device.log")).unwrap_or_default();
+    let ready = emu_log_numbers(&emu_log, "ring ready: epoch ");
+    let acked = emu_log_numbers(&emu_log, "acknowledging the withdrawal of generation ");
+    // Without dev_pm_ops the device never hears of the suspends: one epoch.
+    anyhow::ensure!(
+        ready == [1, 2, 3] && acked == [1, 2, 3],
+        "two suspends: rings {ready:?}, withdrawals acknowledged {acked:?}"
+    );
+    Ok(json!({
+        "guest_rc": rc,
+        "daemon": console.lines().find_map(|l| l.split("HMBT-DAEMON ").nth(1)).map(str::trim),
+        "suspends": console
+            .lines()
+            .filter_map(|l| l.split("HMBT-SUSPEND ").nth(1))
+            .map(str::trim)
+            .collect::<Vec<_>>(),
+        "rings_adopted": ready,
+        "withdrawals_acknowledged": acked,
+        "truth": truth_facts(&truth),
+        "kernel_log": kernel_log(&s.run_dir),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_from_the_console_round_trips() {
+        let data: Vec<u8> = (0..=255u8).chain([0, 1]).collect();
+        let text = hmb_harness::qemu::base64(&data);
+        let wrapped: String = text
+            .as_bytes()
+            .chunks(76)
+            .map(|l| format!("{}\r\n", std::str::from_utf8(l).unwrap()))
+            .collect();
+        assert_eq!(from_base64(&wrapped).as_deref(), Some(&data[..]));
+        assert_eq!(from_base64("aGk=").as_deref(), Some(&b"hi"[..]));
+        assert_eq!(from_base64("a[b"), None);
+        let console = "x\nHMBT-T-BEGIN\r\nabc\nHMBT-T-END\n";
+        assert_eq!(console_block(console, "T").as_deref(), Some("abc\n"));
+    }
 }

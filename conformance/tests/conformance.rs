@@ -74,4 +74,5 @@ scenarios!(
     hostile_firmware,
     format_rules,
     pci_error,
+    suspend,
 );
