@@ -103,6 +103,19 @@ impl Controller {
         self.counters.shutdowns += 1;
     }
 
+    /// A device-side failure on request (the control socket's `inject
+    /// reset` on the NVMe device): Controller Fatal Status exactly as an
+    /// internal error sets it (HMB released, observer first; doorbells
+    /// ignored until CC.EN 1 -> 0). Only a running controller can fail;
+    /// returns whether this call set CFS.
+    pub fn inject_fatal(&mut self, why: &str) -> bool {
+        if !self.running() {
+            return false;
+        }
+        self.fatal(format!("injected: {why}"));
+        true
+    }
+
     /// Controller Fatal Status: stop processing until the host resets the controller.
     pub(crate) fn fatal(&mut self, reason: String) {
         if self.csts & CSTS_CFS != 0 {

@@ -192,6 +192,7 @@ fn no_hmb_configured_means_feature_0d_is_invalid() {
 #[case::cc_en_0("disable")]
 #[case::shutdown("shutdown")]
 #[case::transport_reset("reset")]
+#[case::injected_fatal("fatal")]
 fn memory_return_after_release(#[case] how: &str) {
     let (mut h, seen) = host_with_recorder();
     let c = chunks(&mut h, 2, 2 * MB);
@@ -208,6 +209,17 @@ fn memory_return_after_release(#[case] how: &str) {
             h.disable();
         }
         "reset" => h.ctrl.reset(),
+        "fatal" => {
+            assert!(h.ctrl.inject_fatal("test"));
+            let r = h.ctrl.report();
+            assert_eq!(r.csts & 2, 2, "CFS");
+            assert_eq!(r.counters.fatal_errors, 1);
+            assert!(r.fatal_reason.unwrap().contains("injected: test"));
+            // Already failed: a second injection changes nothing.
+            assert!(!h.ctrl.inject_fatal("again"));
+            assert_eq!(h.ctrl.report().counters.fatal_errors, 1);
+            h.disable();
+        }
         _ => unreachable!(),
     }
     assert!(h.ctrl.hmb().is_none(), "released by {how}");
@@ -231,6 +243,18 @@ fn memory_return_after_release(#[case] how: &str) {
         seen.lock().unwrap().log.last().unwrap(),
         &format!("enabled {} returned=true", 4 * MB)
     );
+}
+
+#[test]
+fn only_a_running_controller_can_be_failed_on_request() {
+    let mut h = ready_host(ControllerConfig::default());
+    h.disable();
+    assert!(!h.ctrl.inject_fatal("disabled"));
+    assert_eq!(h.ctrl.report().csts & 2, 0);
+    assert_eq!(h.enable(32), 1);
+    assert_eq!((h.shutdown() >> 2) & 3, 2);
+    assert!(!h.ctrl.inject_fatal("shut down"));
+    assert_eq!(h.ctrl.report().counters.fatal_errors, 0);
 }
 
 #[test]

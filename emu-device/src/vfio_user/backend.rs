@@ -32,6 +32,11 @@ pub trait PciFunction: Send + 'static {
     fn reset(&mut self);
     /// The function's own report for the control socket.
     fn report(&self) -> serde_json::Value;
+    /// Fail as the device itself would (an NVMe controller: CSTS.CFS), on
+    /// the control socket's `inject reset`; false if it cannot now.
+    fn inject_fatal(&mut self, _why: &str) -> bool {
+        false
+    }
 }
 
 /// Counters of the transport, for `status`/`stats`.

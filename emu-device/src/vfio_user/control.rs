@@ -5,8 +5,9 @@
 //! their counters, the HMB state) and the trace producer's (hmb-nvme-trace:
 //! adopted generation, records, epochs). `ground-truth` returns the
 //! producer's journal: every record the controller produced or dropped.
-//! Workload production and fault requests are refused: on this device the
-//! records come from the commands the guest really runs.
+//! `inject reset` sets the controller's fatal status (CSTS.CFS); workload
+//! production and the other faults are refused: on this device the records
+//! come from the commands the guest really runs.
 
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ use serde_json::json;
 use hmb_nvme_trace::NvmeTrace;
 
 use super::backend::{PciFunction, Shared};
-use crate::control::{Handler, Request, Response};
+use crate::control::{Fault, Handler, Request, Response};
 
 type ShutdownFn = Box<dyn Fn(String) -> bool + Send + Sync>;
 
@@ -92,6 +93,13 @@ where
                 Some(t) => Response::ok(json!({ "device": "nvme", "journal": t.journal() })),
                 None => Response::err("this nvme device runs no trace producer"),
             },
+            // A real controller reset from the device's side: Controller
+            // Fatal Status (the producer writes FROZEN as its last HMB write);
+            // the driver notices on its next command timeout and resets.
+            Request::Inject(Fault::Reset) => match self.shared.function().inject_fatal("control request") {
+                true => Response::ok(json!({ "fatal_status": true })),
+                false => Response::err("the controller is not running (disabled, shut down or already failed)"),
+            },
             Request::Shutdown => match (self.shutdown)("control request".into()) {
                 true => Response::ok(json!({ "shutting_down": true })),
                 false => Response::err("the device is already stopping"),
@@ -101,5 +109,40 @@ where
                  the guest runs (no synthetic workload, no injected faults)"
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vfio_user::{DmaMap, IrqTable};
+
+    /// A function that fails once when asked, like a running controller.
+    struct Failing {
+        running: bool,
+    }
+
+    impl PciFunction for Failing {
+        fn bar0_read(&mut self, _offset: u64, _data: &mut [u8]) {}
+        fn bar0_write(&mut self, _offset: u64, _data: &[u8]) {}
+        fn reset(&mut self) {}
+        fn report(&self) -> serde_json::Value {
+            json!({ "running": self.running })
+        }
+        fn inject_fatal(&mut self, _why: &str) -> bool {
+            std::mem::replace(&mut self.running, false)
+        }
+    }
+
+    #[test]
+    fn inject_reset_fails_the_function_once_and_other_faults_are_refused() {
+        let shared = Shared::new(Failing { running: true }, DmaMap::new(), Arc::new(IrqTable::new(1)));
+        let control = NvmeControl::new(shared.clone(), std::path::Path::new("/s"), |_| true);
+        let first = control.handle(Request::Inject(Fault::Reset));
+        assert!(first.ok, "{first:?}");
+        assert_eq!(shared.function().report()["running"], false);
+        let again = control.handle(Request::Inject(Fault::Reset));
+        assert!(!again.ok && again.error.unwrap().contains("not running"));
+        assert!(!control.handle(Request::Inject(Fault::CorruptMagic)).ok);
     }
 }

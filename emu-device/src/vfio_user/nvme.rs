@@ -41,6 +41,9 @@ impl PciFunction for Controller {
         serde_json::to_value(Controller::report(self))
             .unwrap_or_else(|e| serde_json::json!({ "error": format!("report not serialisable: {e}") }))
     }
+    fn inject_fatal(&mut self, why: &str) -> bool {
+        Controller::inject_fatal(self, why)
+    }
 }
 
 impl From<PciIdentity> for Identity {
