@@ -14,7 +14,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use hmb_emu_device::control::{call, Request};
+use hmb_emu_device::control::{call, Fault, Request};
 use serde_json::Value;
 use xshell::{cmd, Shell};
 
@@ -50,6 +50,10 @@ pub mod files {
     /// Checkpoints: the guest creates NAME and waits for NAME.ok.
     pub const PROBED: &str = "probed";
     pub const RESET: &str = "reset";
+    /// With the injected failure: before it (the host sets CFS) and after
+    /// the driver's recovery.
+    pub const FATAL: &str = "fatal";
+    pub const RECOVERED: &str = "recovered";
     pub const DONE: &str = "done";
 }
 
@@ -266,6 +270,10 @@ pub struct NvmeRunConfig {
     /// Run the patched driver, nvme-hmb-trace.ko and the daemon (the tools
     /// must have `trace`), and check trace.bin against the journal.
     pub trace: bool,
+    /// After `reset_controller`, fail the controller from the device's
+    /// side (CSTS.CFS over the control socket) and check the driver's
+    /// recovery: its I/O timeout (3 s here) finds CFS and resets.
+    pub inject_fatal: bool,
 }
 
 /// What a passing run saw. Every field was checked before it is returned.
@@ -298,7 +306,24 @@ pub struct NvmeOutcome {
     pub guest_seconds: f64,
     /// With the trace: trace.bin against the controller's journal.
     pub trace: Option<TraceOutcome>,
+    /// With the injected failure: the driver's line and the guest time
+    /// from the read that found the failed controller to its completion.
+    pub fatal_recovery: Option<FatalRecovery>,
 }
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FatalRecovery {
+    pub driver_line: String,
+    pub recovered_ms: u64,
+}
+
+/// What the Linux driver prints when a command times out on a controller
+/// with CSTS.CFS set (`nvme_warn_reset`).
+pub const FATAL_DRIVER_LINE: &str = "controller is down; will reset";
+
+/// nvme_core's I/O timeout (seconds) when a failure is injected: the
+/// driver looks at CSTS only when a command times out (default 30 s).
+pub const FATAL_IO_TIMEOUT_S: u32 = 3;
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct TraceOutcome {
@@ -331,7 +356,7 @@ pub fn is_trouble_line(line: &str) -> bool {
 /// one, is loaded and timed on its own). With `trace_module`, the trace
 /// module and the daemon (`--follow`: the reset starts a second epoch) run
 /// from the probe to the end, and trace.bin comes back.
-pub fn guest_script(mods: &[String], iops_reads: u32, trace_module: Option<&str>) -> String {
+pub fn guest_script(mods: &[String], iops_reads: u32, trace_module: Option<&str>, inject_fatal: bool) -> String {
     let (trace_start, trace_stop, trace_removal) = match trace_module {
         None => (String::new(), String::new(), String::new()),
         Some(module) => (
@@ -394,9 +419,34 @@ note removal ok
         .iter()
         .map(|m| {
             let name = m.trim_end_matches(".ko");
-            format!("[ -d /sys/module/{name} ] || insmod $share/mods/{m} || fail insmod {m}\n")
+            let params = match (inject_fatal, name) {
+                (true, "nvme_core") => format!(" io_timeout={FATAL_IO_TIMEOUT_S}"),
+                _ => String::new(),
+            };
+            format!("[ -d /sys/module/{name} ] || insmod $share/mods/{m}{params} || fail insmod {m}\n")
         })
         .collect();
+    let fatal = match inject_fatal {
+        false => String::new(),
+        true => format!(
+            r#"# The host fails the controller (CSTS.CFS) before answering: the next
+# command is never fetched; at the I/O timeout the driver finds CFS,
+# resets and retries the read.
+checkpoint {fatal}
+t0=$(now_cs)
+rm -f /tmp/back
+dd if=/dev/nvme0n1 of=/tmp/back bs=4096 skip={seek} count={blocks} iflag=direct 2>/dev/null || fail "read across the controller failure"
+cmp /tmp/pattern /tmp/back || fail "data read back across the controller failure differs"
+wait_live
+note recovered_ms $(( ($(now_cs) - t0) * 10 ))
+checkpoint {recovered}
+"#,
+            fatal = files::FATAL,
+            recovered = files::RECOVERED,
+            seek = PATTERN_OFFSET / 4096,
+            blocks = PATTERN_BYTES / 4096,
+        ),
+    };
     let blocks = PATTERN_BYTES / 4096;
     let seek = PATTERN_OFFSET / 4096;
     format!(
@@ -459,7 +509,7 @@ dd if=/dev/nvme0n1 of=/tmp/back bs=4096 skip={seek} count={blocks} iflag=direct 
 cmp /tmp/pattern /tmp/back || fail "data read back after the reset differs"
 note verified_after_reset yes
 checkpoint {reset}
-
+{fatal}
 t0=$(now_cs)
 dd if=/dev/nvme0n1 of=/dev/null bs=4096 count={iops_reads} iflag=direct 2>/dev/null || fail read loop
 t1=$(now_cs)
@@ -677,6 +727,45 @@ pub fn check_reset(status: &Value, probed: &Value) -> Result<()> {
     Ok(())
 }
 
+/// Right after the injection: CFS set, the HMB let go.
+pub fn check_failed(status: &Value) -> Result<()> {
+    ensure!(
+        u64_at(status, "/controller/csts")? & 2 == 2,
+        "CSTS.CFS is not set after the injection"
+    );
+    ensure!(
+        !bool_at(status, "/controller/hmb/enabled")?,
+        "the failed controller still holds the HMB"
+    );
+    Ok(())
+}
+
+/// After the driver's recovery: running again, one fatal error counted, the
+/// same buffer back with MR=1 a third time.
+pub fn check_recovered(status: &Value, after_reset: &Value) -> Result<()> {
+    ensure!(
+        bool_at(status, "/controller/ready")? && !bool_at(status, "/controller/fatal")?,
+        "the controller is not running again after the driver's recovery"
+    );
+    ensure!(
+        u64_at(status, "/controller/counters/fatal_errors")? == 1,
+        "one fatal error expected"
+    );
+    ensure!(
+        bool_at(status, "/controller/hmb/enabled")? && bool_at(status, "/controller/hmb/returned")?,
+        "the HMB is not back with MR=1 after the recovery"
+    );
+    ensure!(
+        u64_at(status, "/controller/hmb/enables")? == u64_at(after_reset, "/controller/hmb/enables")? + 1,
+        "expected one more HMB enable after the recovery"
+    );
+    ensure!(
+        status.pointer("/controller/hmb/descriptors") == after_reset.pointer("/controller/hmb/descriptors"),
+        "the descriptor list changed across the recovery"
+    );
+    Ok(())
+}
+
 /// Boot the guest, run the script, check everything; `Ok` only if all passed.
 pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Result<NvmeOutcome> {
     std::fs::create_dir_all(&cfg.run_dir)?;
@@ -695,7 +784,12 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
     let mods = stage_modules(tools, &share, cfg.trace)?;
     std::fs::write(
         share.join(files::SCRIPT),
-        guest_script(&mods, cfg.iops_reads, trace_parts.map(|t| t.trace_module.as_str())),
+        guest_script(
+            &mods,
+            cfg.iops_reads,
+            trace_parts.map(|t| t.trace_module.as_str()),
+            cfg.inject_fatal,
+        ),
     )?;
     let started = Instant::now();
     let (mut dev, mut vm) = phases.run("guest boot", || start(tools, cfg, &share))?;
@@ -720,6 +814,20 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         std::fs::write(share.join(format!("{}.ok", files::RESET)), b"")?;
         Ok(s)
     })?;
+    if cfg.inject_fatal {
+        phases.run("controller failure (CFS) + driver recovery", || {
+            wait(&mut vm, &mut dev, files::FATAL)?;
+            dev.request(&Request::Inject(Fault::Reset))?;
+            let failed = snapshot(&mut dev, &cfg.run_dir, files::FATAL)?;
+            check_failed(&failed)?;
+            std::fs::write(share.join(format!("{}.ok", files::FATAL)), b"")?;
+            wait(&mut vm, &mut dev, files::RECOVERED)?;
+            let s = snapshot(&mut dev, &cfg.run_dir, files::RECOVERED)?;
+            check_recovered(&s, &after_reset)?;
+            std::fs::write(share.join(format!("{}.ok", files::RECOVERED)), b"")?;
+            Ok(())
+        })?;
+    }
     let (done, ground_truth) = phases.run("4 KiB QD1 reads", || {
         wait(&mut vm, &mut dev, files::DONE)?;
         let s = snapshot(&mut dev, &cfg.run_dir, "stats")?;
@@ -763,7 +871,21 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         vm.console.tail(30)
     );
     let dmesg = std::fs::read_to_string(cfg.run_dir.join(files::DMESG)).context("the guest wrote no dmesg")?;
-    let trouble: Vec<&str> = dmesg.lines().filter(|l| is_trouble_line(l)).collect();
+    // The injected failure must be seen by the driver, and is the only
+    // trouble allowed.
+    let fatal_line = dmesg
+        .lines()
+        .find(|l| l.contains(FATAL_DRIVER_LINE))
+        .map(|l| l.split_once("] ").map_or(l, |(_, m)| m).to_string());
+    ensure!(
+        fatal_line.is_some() == cfg.inject_fatal,
+        "the driver's '{FATAL_DRIVER_LINE}' line is {} the kernel log",
+        if cfg.inject_fatal { "missing from" } else { "in" }
+    );
+    let trouble: Vec<&str> = dmesg
+        .lines()
+        .filter(|l| is_trouble_line(l) && !(cfg.inject_fatal && l.contains(FATAL_DRIVER_LINE)))
+        .collect();
     ensure!(
         trouble.is_empty(),
         "the guest's kernel log has faults or nvme errors:\n{}",
@@ -818,7 +940,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
     ensure!(get("verified_after_reset")? == "yes", "no read-back after the reset");
 
     let trace = match (ground_truth, trace_parts) {
-        (Some(answer), Some(parts)) => Some(check_trace(cfg, &answer, parts, &num)?),
+        (Some(answer), Some(parts)) => Some(check_trace(cfg, &answer, &done, parts, &num)?),
         _ => None,
     };
     let reads = num("iops_reads")?;
@@ -848,6 +970,13 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         iops_centiseconds: cs,
         guest_seconds,
         trace,
+        fatal_recovery: match fatal_line {
+            Some(driver_line) => Some(FatalRecovery {
+                driver_line,
+                recovered_ms: num("recovered_ms")?,
+            }),
+            None => None,
+        },
     })
 }
 
@@ -856,6 +985,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
 fn check_trace(
     cfg: &NvmeRunConfig,
     answer: &Value,
+    done: &Value,
     parts: &TraceParts,
     num: &dyn Fn(&str) -> Result<u64>,
 ) -> Result<TraceOutcome> {
@@ -874,6 +1004,16 @@ fn check_trace(
     ensure!(
         !journal.entries.is_empty(),
         "the controller produced no trace record (was the slice advertised?)"
+    );
+    // Equal files prove nothing about commands never traced: the controller
+    // must still be producing into the last epoch when the reads are done
+    // (a REINIT the driver never advertised would end the trace silently).
+    let adopted = done.pointer("/trace/adopted_generation").and_then(Value::as_u64);
+    ensure!(
+        adopted.is_some() && adopted == journal.epochs.last().copied(),
+        "the controller is not tracing at the end (adopted generation {adopted:?}, epochs {:?}): \
+         the last re-init was never advertised to it",
+        journal.epochs
     );
     let report: JournalReport = journal_truth::check(&cfg.run_dir.join(files::TRACE), &journal)?;
     ensure!(
@@ -908,7 +1048,12 @@ mod tests {
 
     #[test]
     fn the_trace_script_starts_the_daemon_after_the_probe_and_stops_it_before_done() {
-        let s = guest_script(&["nvme_core.ko".into()], 100, Some("/lib/hmbt/nvme-hmb-trace.ko"));
+        let s = guest_script(
+            &["nvme_core.ko".into()],
+            100,
+            Some("/lib/hmbt/nvme-hmb-trace.ko"),
+            false,
+        );
         let nvme = s.find("insmod $share/mods/nvme.ko").unwrap();
         let module = s.find("insmod /lib/hmbt/nvme-hmb-trace.ko").unwrap();
         let daemon = s.find("/bin/hmb-trace-daemon").unwrap();
@@ -933,6 +1078,17 @@ mod tests {
     }
 
     #[test]
+    fn the_injected_failure_shortens_the_io_timeout_and_sits_between_reset_and_reads() {
+        let s = guest_script(&["nvme_core.ko".into()], 100, None, true);
+        assert!(s.contains("insmod $share/mods/nvme_core.ko io_timeout=3 ||"));
+        let reset = s.find("checkpoint reset").unwrap();
+        let fatal = s.find("checkpoint fatal").unwrap();
+        let recovered = s.find("checkpoint recovered").unwrap();
+        let reads = s.find("count=100 iflag=direct").unwrap();
+        assert!(reset < fatal && fatal < recovered && recovered < reads);
+    }
+
+    #[test]
     fn nvme_timeouts_and_kernel_faults_are_trouble() {
         assert!(is_trouble_line(
             "[   12.3] nvme nvme0: I/O tag 3 (1003) QID 1 timeout, aborting"
@@ -951,7 +1107,8 @@ mod tests {
 
     #[test]
     fn the_script_loads_dependencies_then_times_nvme_and_has_three_checkpoints() {
-        let s = guest_script(&["nvme_core.ko".into()], 100, None);
+        let s = guest_script(&["nvme_core.ko".into()], 100, None, false);
+        assert!(!s.contains("io_timeout") && !s.contains("checkpoint fatal"));
         assert!(!s.contains("hmb-trace-daemon"));
         let core = s.find("insmod $share/mods/nvme_core.ko").unwrap();
         let nvme = s.find("insmod $share/mods/nvme.ko").unwrap();
@@ -979,6 +1136,22 @@ mod tests {
         assert!(check_reset(&status(true, false, 2, 1), &probed).is_err());
         // No reset reached the controller.
         assert!(check_reset(&status(true, true, 2, 0), &probed).is_err());
+    }
+
+    #[test]
+    fn the_failure_checks_need_cfs_then_the_buffer_back_a_third_time() {
+        let after_reset = status(true, true, 2, 1);
+        let mut failed = status(false, false, 2, 1);
+        failed["controller"]["csts"] = json!(3);
+        check_failed(&failed).unwrap();
+        failed["controller"]["csts"] = json!(1);
+        assert!(check_failed(&failed).is_err(), "no CFS");
+        let mut recovered = status(true, true, 3, 2);
+        recovered["controller"]["fatal"] = json!(false);
+        recovered["controller"]["counters"]["fatal_errors"] = json!(1);
+        check_recovered(&recovered, &after_reset).unwrap();
+        recovered["controller"]["hmb"]["returned"] = json!(false);
+        assert!(check_recovered(&recovered, &after_reset).is_err(), "a fresh buffer");
     }
 
     #[test]

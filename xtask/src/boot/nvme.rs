@@ -18,24 +18,30 @@ use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::QemuVersion;
 use xshell::Shell;
 
+use super::inject::Injection;
 use super::Boot;
 
-/// What `--device nvme` does not support yet, refused rather than ignored.
-fn refuse_ivshmem_only_options(args: &Boot) -> Result<()> {
+/// `--inject reset` (no time: it comes at a checkpoint of the guest
+/// script) is the device-side failure; the rest is refused, not ignored.
+fn inject_fatal(args: &Boot) -> Result<bool> {
     if args.qemu.is_some_and(|q| q != QemuVersion::V11_1) {
         bail!("--device nvme needs QEMU 11.1 (vfio-user-pci); drop --qemu or pass --qemu 11.1");
-    }
-    if !args.inject.is_empty() {
-        bail!("--inject is not available with --device nvme yet: the guest script resets the controller itself");
     }
     if args.keep {
         bail!("--keep is not available with --device nvme yet");
     }
-    Ok(())
+    match args.inject.as_slice() {
+        [] => Ok(false),
+        [Injection::Reset { at: None }] => Ok(true),
+        _ => bail!(
+            "--device nvme takes one --inject reset (without @time: the controller fails after \
+             reset_controller, at a checkpoint of the guest script)"
+        ),
+    }
 }
 
 pub fn boot(args: &Boot, run_dir: &Path, phases: &mut Phases) -> Result<NvmeOutcome> {
-    refuse_ivshmem_only_options(args)?;
+    let inject_fatal = inject_fatal(args)?;
     let sh = Shell::new()?;
     let tools = nvme_guest::prepare(&sh, args.kernel.as_deref(), args.nvme_trace, phases)?;
     let cfg = NvmeRunConfig {
@@ -44,6 +50,7 @@ pub fn boot(args: &Boot, run_dir: &Path, phases: &mut Phases) -> Result<NvmeOutc
         iops_reads: args.nvme_reads,
         timeout: Duration::from_secs(300),
         trace: args.nvme_trace,
+        inject_fatal,
     };
     let outcome = nvme_guest::run(&tools, &cfg, phases)?;
     std::fs::write(
@@ -78,6 +85,14 @@ pub fn print(outcome: &NvmeOutcome, run_dir: &Path) {
         outcome.iops_reads,
         outcome.iops_centiseconds as f64 / 100.0
     );
+    if let Some(f) = &outcome.fatal_recovery {
+        println!(
+            "  injected controller failure (CSTS.CFS): driver \"{}\", recovered in {} ms (I/O timeout {} s)",
+            f.driver_line,
+            f.recovered_ms,
+            hmb_harness::nvme_guest::FATAL_IO_TIMEOUT_S
+        );
+    }
     if let Some(t) = &outcome.trace {
         println!(
             "  trace: patched nvme.ko ({}), {} KiB ring; {}",
