@@ -628,8 +628,8 @@ static DEFINE_SIMPLE_DEV_PM_OPS(hmb_emu_pm_ops, hmb_emu_suspend, hmb_emu_resume)
  * PCI error recovery, treated like an NVMe controller reset: the device is
  * stopped (withdrawal acknowledged) once it can be reached again, the ring
  * is marked FROZEN, and the consumer drains it and starts the next epoch
- * with REINIT. Its contents up to head stay readable meanwhile (the HMB is
- * host memory); only a permanent failure ends the device (ops->lost).
+ * with REINIT. It keeps its file; until resume the core does not touch the
+ * slice (hmb_trace_pause()). Only a permanent failure ends the device.
  */
 static pci_ers_result_t hmb_emu_error_detected(struct pci_dev *pdev,
 					       pci_channel_state_t state)
@@ -638,6 +638,10 @@ static pci_ers_result_t hmb_emu_error_detected(struct pci_dev *pdev,
 
 	if (state == pci_channel_io_perm_failure) {
 		dev_warn(&pdev->dev, "permanent PCI error: trace ring abandoned\n");
+		WRITE_ONCE(emu->dead, true);
+		/* Whoever waits out an earlier pause wakes to ENODEV. */
+		if (emu->td)
+			hmb_trace_resume(emu->td);
 		return PCI_ERS_RESULT_DISCONNECT;
 	}
 	dev_warn(&pdev->dev, "PCI error (channel state %d): trace ring stopped until reset\n",
