@@ -181,28 +181,33 @@ fn guest_tests() -> Result<()> {
 
 /// Issues 13 and 14 on every kernel of images/KERNELS: emu-device's NVMe
 /// controller over vfio-user (QEMU 11.1) with the kernel's stock nvme
-/// driver, then with the patch series' nvme.ko, the module and the daemon.
+/// driver, then with the patch series' nvme.ko, the module and the daemon
+/// through `reset_controller` and a device-side failure (`--inject reset`).
 /// `boot::nvme::boot` fails on anything it does not see: the driver bound,
-/// the HMB enabled and back with MR=1 after `reset_controller`, the pattern
-/// read back and in the namespace, a clean kernel log, and with the trace
-/// trace.bin identical to the controller's journal.
+/// the HMB enabled and back with MR=1 after each reset, the pattern read
+/// back and in the namespace, a clean kernel log (but for the failure's
+/// own line), and with the trace trace.bin identical to the controller's
+/// journal with the controller still tracing at the end.
 fn nvme_guest_tests() -> Result<()> {
     let specs = kernels::load(&workspace_root().join("images/KERNELS"))?;
     let runs = target_dir().join("hmb-trace/test-runs");
     for spec in &specs {
         for trace in [false, true] {
             let name = format!("nvme{}-{}", if trace { "-trace" } else { "" }, spec.name);
+            let extra: &[&str] = if trace {
+                &["--nvme-trace", "--inject", "reset"]
+            } else {
+                &[]
+            };
             step(&format!(
-                "guest: cargo xtask boot --device nvme --kernel {}{}",
+                "guest: cargo xtask boot --device nvme --kernel {} {}",
                 spec.name,
-                if trace { " --nvme-trace" } else { "" }
+                extra.join(" ")
             ));
             let run_dir = runs.join(&name);
             let _ = std::fs::remove_dir_all(&run_dir);
             let mut argv = vec!["boot", "--device", "nvme", "--kernel", &spec.name];
-            if trace {
-                argv.push("--nvme-trace");
-            }
+            argv.extend_from_slice(extra);
             let args = <Boot as clap::FromArgMatches>::from_arg_matches(
                 &<Boot as clap::Args>::augment_args(clap::Command::new("boot")).get_matches_from(argv),
             )?;
