@@ -57,7 +57,8 @@ pub struct Boot {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Faults: reset[@SECS] (controller reset), stall@SECS:DUR (QMP stop/cont
-    /// of the guest, a real overflow). Repeatable.
+    /// of the guest, a real overflow). Repeatable. With --device nvme: one
+    /// `reset`, a device-side failure (CSTS.CFS) after reset_controller.
     #[arg(long)]
     pub inject: Vec<Injection>,
     /// Leave the VM running with a shell on the console after the job.
