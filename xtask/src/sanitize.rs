@@ -30,11 +30,21 @@ const RUNS: &[(&str, &[&str])] = &[
     ("hmb-trace-daemon", &["--test", "behaviour", "--test", "output_full"]),
 ];
 
+/// What `--quick` (the test command) runs: the daemon's tests instrument
+/// both sides of the ring at once, the firmware model's shared mapping in
+/// the test process and the consumer core's view, its I/O slices and the
+/// daemon's device code in the binary. The full list costs about twice the
+/// CPU (docs/fuzzing.md).
+const QUICK: &str = "hmb-trace-daemon";
+
 #[derive(Args, Debug)]
 pub struct Sanitize {
     /// One package (default: every package of the list above).
     #[arg(long, short = 'p')]
     pub package: Option<String>,
+    /// Only the daemon's tests (what `cargo xtask test` runs).
+    #[arg(long, conflicts_with = "package")]
+    pub quick: bool,
 }
 
 impl Sanitize {
@@ -53,7 +63,14 @@ impl Sanitize {
         let _asan = sh.push_env("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=1");
         let runs: Vec<_> = RUNS
             .iter()
-            .filter(|(p, _)| self.package.as_deref().is_none_or(|o| o == *p))
+            .filter(|(p, _)| {
+                let only = if self.quick {
+                    Some(QUICK)
+                } else {
+                    self.package.as_deref()
+                };
+                only.is_none_or(|o| o == *p)
+            })
             .collect();
         anyhow::ensure!(
             !runs.is_empty(),
