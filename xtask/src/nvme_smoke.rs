@@ -10,6 +10,9 @@
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
+// Lines of a guest log that fail the run: the one rule of the NVMe guest runs
+// (the console's fault patterns and the nvme driver's timeouts).
+use hmb_harness::nvme_guest::is_trouble_line as is_fault_line;
 use hmb_harness::images::{self, guest_modules::ModuleIndex, kernels, nvme_series, ImageOptions};
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::{self, QemuVersion};
@@ -27,21 +30,6 @@ pub struct NvmeSmoke {
     /// Seconds allowed from QEMU start to the end of the guest job.
     #[arg(long, default_value_t = 300)]
     pub timeout: u64,
-}
-
-/// Lines of a guest log that fail the run.
-pub fn is_fault_line(line: &str) -> bool {
-    [
-        "WARNING:",
-        "BUG:",
-        "Oops",
-        "Call Trace",
-        "I/O timeout",
-        "timeout, aborting",
-        "timeout, reset controller",
-    ]
-    .iter()
-    .any(|p| line.contains(p))
 }
 
 impl NvmeSmoke {
