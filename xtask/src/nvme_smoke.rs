@@ -10,9 +10,9 @@
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
-// Lines of a guest log that fail the run: the one rule of the NVMe guest runs
-// (the console's fault patterns and the nvme driver's timeouts).
 use hmb_harness::images::{self, guest_modules::ModuleIndex, kernels, nvme_series, ImageOptions};
+// The NVMe guest runs' one rule for a failing log line (console fault
+// patterns and the nvme driver's timeouts).
 use hmb_harness::nvme_guest::is_trouble_line as is_fault_line;
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::{self, QemuVersion};
