@@ -2,7 +2,7 @@
 //! (docs/memory-model.md).
 //!
 //! The firmware model's `Producer`, the consumer's `Consumer` (with its
-//! `AtomicTailPublisher`) and `module_sim`'s (re)initialisation run as they
+//! `AtomicTailPublisher`) and the ABI crate's `module_sim` (re)initialisation run as they
 //! do in the product, on a slice whose header fields are loom atomics and
 //! whose record bytes are checked for unordered plain accesses
 //! (`hmb_trace_abi::sync`). loom runs every interleaving (up to
@@ -15,9 +15,11 @@
 
 use std::sync::Arc;
 
-use hmb_firmware_model::{module_sim, Produced, Producer, SharedRing};
+use hmb_firmware_model::{Produced, Producer};
 use hmb_trace_abi::sync::model::LoomSlice;
-use hmb_trace_abi::{align_record, HMB_RECORD_MAX_PAYLOAD, HMB_RING_FLAG_OVERFLOWED, HMB_RING_HDR_SIZE};
+use hmb_trace_abi::{
+    align_record, module_sim, SharedRing, HMB_RECORD_MAX_PAYLOAD, HMB_RING_FLAG_OVERFLOWED, HMB_RING_HDR_SIZE,
+};
 use hmb_trace_consumer::{AtomicTailPublisher, Consumer, ConsumerConfig, Lost, RingView, Step};
 use loom::thread;
 
