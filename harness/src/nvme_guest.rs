@@ -302,6 +302,10 @@ pub struct NvmeOutcome {
     pub read_iops_qd1: u64,
     pub iops_reads: u32,
     pub iops_centiseconds: u64,
+    /// 4 KiB O_DIRECT reads from 32 processes at once (one in flight each).
+    pub read_iops_qd32: u64,
+    pub qd32_reads: u64,
+    pub qd32_centiseconds: u64,
     /// Time from QEMU start to the end of the guest script.
     pub guest_seconds: f64,
     /// With the trace: trace.bin against the controller's journal.
@@ -357,6 +361,7 @@ pub fn is_trouble_line(line: &str) -> bool {
 /// module and the daemon (`--follow`: the reset starts a second epoch) run
 /// from the probe to the end, and trace.bin comes back.
 pub fn guest_script(mods: &[String], iops_reads: u32, trace_module: Option<&str>, inject_fatal: bool) -> String {
+    let qd32_per = qd32_per(iops_reads);
     let (trace_start, trace_stop, trace_removal) = match trace_module {
         None => (String::new(), String::new(), String::new()),
         Some(module) => (
@@ -515,6 +520,20 @@ dd if=/dev/nvme0n1 of=/dev/null bs=4096 count={iops_reads} iflag=direct 2>/dev/n
 t1=$(now_cs)
 note iops_centiseconds $((t1 - t0))
 note iops_reads {iops_reads}
+# QD32: 32 busybox dd processes, one O_DIRECT read in flight each, on
+# disjoint ranges (busybox has no fio).
+rm -f /tmp/qd32-failed
+t0=$(now_cs)
+q=0
+while [ $q -lt 32 ]; do
+    dd if=/dev/nvme0n1 of=/dev/null bs=4096 skip=$((q * {qd32_per})) count={qd32_per} iflag=direct 2>/dev/null || touch /tmp/qd32-failed &
+    q=$((q + 1))
+done
+wait
+t1=$(now_cs)
+[ ! -e /tmp/qd32-failed ] || fail "read loop at QD32"
+note qd32_centiseconds $((t1 - t0))
+note qd32_reads $((32 * {qd32_per}))
 {trace_stop}checkpoint {done}
 {trace_removal}dmesg > $share/{dmesg}
 "#,
@@ -525,6 +544,13 @@ note iops_reads {iops_reads}
         reset = files::RESET,
         done = files::DONE,
     )
+}
+
+/// Reads per process of the QD32 loop: the QD1 count spread over 32
+/// processes, each on its own range inside the namespace.
+fn qd32_per(iops_reads: u32) -> u64 {
+    let blocks = NAMESPACE_BYTES / 4096;
+    u64::from(iops_reads).div_ceil(32).clamp(1, blocks / 32)
 }
 
 /// Copy the stock modules, decompressed, into `share/mods`; their file names.
@@ -945,8 +971,10 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
     };
     let reads = num("iops_reads")?;
     let cs = num("iops_centiseconds")?.max(1);
+    let qd32_reads = num("qd32_reads")?;
+    let qd32_cs = num("qd32_centiseconds")?.max(1);
     ensure!(
-        u64_at(&done, "/controller/counters/reads")? >= reads,
+        u64_at(&done, "/controller/counters/reads")? >= reads + qd32_reads,
         "the controller counted fewer reads than the guest issued"
     );
     Ok(NvmeOutcome {
@@ -968,6 +996,9 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         read_iops_qd1: reads * 100 / cs,
         iops_reads: reads as u32,
         iops_centiseconds: cs,
+        read_iops_qd32: qd32_reads * 100 / qd32_cs,
+        qd32_reads,
+        qd32_centiseconds: qd32_cs,
         guest_seconds,
         trace,
         fatal_recovery: match fatal_line {

@@ -221,10 +221,11 @@ fn nvme_guest_tests() -> Result<()> {
             let mut phases = Phases::new();
             let outcome = boot::nvme::boot(&args, &run_dir, &mut phases)?;
             println!(
-                "    {name}: passed in {:.0} s (probe {} ms, {} IOPS 4 KiB QD1{})",
+                "    {name}: passed in {:.0} s (probe {} ms, 4 KiB reads {} IOPS at QD1, {} at QD32{})",
                 started.elapsed().as_secs_f64(),
                 outcome.probe_ms,
                 outcome.read_iops_qd1,
+                outcome.read_iops_qd32,
                 outcome.trace.map(|t| format!("; {}", t.summary)).unwrap_or_default()
             );
         }

@@ -85,6 +85,12 @@ pub fn print(outcome: &NvmeOutcome, run_dir: &Path) {
         outcome.iops_reads,
         outcome.iops_centiseconds as f64 / 100.0
     );
+    println!(
+        "  4 KiB reads at QD32 (32 processes, O_DIRECT): {} IOPS ({} reads in {:.2} s)",
+        outcome.read_iops_qd32,
+        outcome.qd32_reads,
+        outcome.qd32_centiseconds as f64 / 100.0
+    );
     if let Some(f) = &outcome.fatal_recovery {
         println!(
             "  injected controller failure (CSTS.CFS): driver \"{}\", recovered in {} ms (I/O timeout {} s)",
