@@ -522,14 +522,17 @@ note iops_centiseconds $((t1 - t0))
 note iops_reads {iops_reads}
 # QD32: 32 busybox dd processes, one O_DIRECT read in flight each, on
 # disjoint ranges (busybox has no fio).
+# Wait for these pids only: a plain `wait` would also wait for the daemon.
 rm -f /tmp/qd32-failed
 t0=$(now_cs)
 q=0
+pids=
 while [ $q -lt 32 ]; do
     dd if=/dev/nvme0n1 of=/dev/null bs=4096 skip=$((q * {qd32_per})) count={qd32_per} iflag=direct 2>/dev/null || touch /tmp/qd32-failed &
+    pids="$pids $!"
     q=$((q + 1))
 done
-wait
+wait $pids
 t1=$(now_cs)
 [ ! -e /tmp/qd32-failed ] || fail "read loop at QD32"
 note qd32_centiseconds $((t1 - t0))
