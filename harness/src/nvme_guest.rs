@@ -337,6 +337,9 @@ pub struct TraceOutcome {
     pub dropped: u64,
     pub epochs: Vec<u64>,
     pub summary: String,
+    /// poll(2) wake-up after a 4 KiB read, microseconds, over WAKE_ROUNDS
+    /// rounds: (min, p50, p90, p99, max).
+    pub wake_latency_us: [u64; 5],
 }
 
 /// Lines of the guest's kernel log that fail the run: the console's fault
@@ -401,6 +404,14 @@ cp /tmp/{trace} $share/{trace} || fail "no trace.bin"
 # module by the open file) and the daemon keeps running; once it is
 # stopped (exit 0) the trace module goes, then nvme. After the done
 # checkpoint: the journal is already taken.
+# First, with no daemon: poll(2)'s wake-up latency over this device (the
+# module's timed sampler, docs/abi.md wake-ups), measured by the test
+# program around single 4 KiB reads; the records it causes come after the
+# journal, so the trace check is not affected.
+/bin/hmbtrace-test --wake-latency {WAKE_ROUNDS} --block /dev/nvme0n1 > /tmp/wake.txt 2>&1 || {{ cat /tmp/wake.txt; fail "wake latency"; }}
+for kv in $(grep wake_latency_us /tmp/wake.txt); do
+    case $kv in min=*|p50=*|p90=*|p99=*|max=*) note wake_${{kv%%=*}}_us ${{kv#*=}} ;; esac
+done
 /bin/hmb-trace-daemon --device /dev/nvme-hmb-trace0 --output /tmp/removal.bin --follow 2>>$share/{stderr} &
 d2=$!
 sleep 0.5
@@ -548,6 +559,9 @@ note qd32_reads $((32 * {qd32_per}))
         done = files::DONE,
     )
 }
+
+/// Rounds of the poll wake-up latency measurement in trace runs.
+pub const WAKE_ROUNDS: u32 = 200;
 
 /// Reads per process of the QD32 loop: the QD1 count spread over 32
 /// processes, each on its own range inside the namespace.
@@ -1034,6 +1048,13 @@ fn check_trace(
         "the daemon running through the refused rmmods exited {}",
         num("daemon_removal_rc")?
     );
+    let wake_latency_us = [
+        num("wake_min_us")?,
+        num("wake_p50_us")?,
+        num("wake_p90_us")?,
+        num("wake_p99_us")?,
+        num("wake_max_us")?,
+    ];
     let journal = Journal::from_ground_truth(answer)?;
     ensure!(
         !journal.entries.is_empty(),
@@ -1062,6 +1083,7 @@ fn check_trace(
         dropped: report.journal_dropped,
         epochs: report.epochs.clone(),
         summary: report.summary(),
+        wake_latency_us,
     })
 }
 

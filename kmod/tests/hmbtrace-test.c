@@ -64,6 +64,8 @@ struct opts {
 	long fuzz;		/* --fuzz N: only run the fuzzer, N calls */
 	unsigned int seed;
 	int big_reinit;		/* --big-reinit: only the REINIT lock-hold check */
+	int wake_rounds;	/* --wake-latency N: only the poll wake-up latency */
+	const char *block;	/* --block PATH: the namespace it reads from */
 };
 
 static int n_ok, n_fail, n_skip;
@@ -1149,8 +1151,9 @@ static void usage(const char *argv0)
 		"          [--freeze] [--irq] [--hostile] [--late-stop] [--remove unbind|device-del|none]\n"
 		"       %s --fuzz CALLS [--seed N] [--wait SECONDS]\n"
 		"       %s --big-reinit\n"
+		"       %s --wake-latency ROUNDS --block /dev/nvme0n1\n"
 		"Checks /dev/NAME (default nvme-hmb-trace0) of nvme-hmb-trace.ko.\n", argv0, argv0,
-		argv0);
+		argv0, argv0);
 }
 
 int main(int argc, char **argv)
@@ -1169,6 +1172,8 @@ int main(int argc, char **argv)
 		{ "fuzz", required_argument, NULL, 'z' },
 		{ "seed", required_argument, NULL, 's' },
 		{ "big-reinit", no_argument, NULL, 'B' },
+		{ "wake-latency", required_argument, NULL, 'W' },
+		{ "block", required_argument, NULL, 'b' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1250,6 +1255,16 @@ int main(int argc, char **argv)
 		case 'B':
 			o.big_reinit = 1;
 			break;
+		case 'W':
+			o.wake_rounds = strtol(optarg, &end, 10);
+			if (*end || end == optarg || o.wake_rounds <= 0) {
+				usage(argv[0]);
+				return 2;
+			}
+			break;
+		case 'b':
+			o.block = optarg;
+			break;
 		case 'h':
 			usage(argv[0]);
 			return 0;
@@ -1277,6 +1292,14 @@ int main(int argc, char **argv)
 	}
 	if (o.big_reinit) {
 		run_big_reinit(&o);
+		goto out;
+	}
+	if (o.wake_rounds) {
+		if (!o.block) {
+			usage(argv[0]);
+			return 2;
+		}
+		hmbtrace_wake_latency(node_path, o.block, o.wake_rounds);
 		goto out;
 	}
 	check_node(&o);

@@ -20,4 +20,11 @@ void skip(const char *name, const char *why);
  */
 long hmbtrace_fuzz(const char *node, long calls, unsigned int seed, int seconds);
 
+/*
+ * Poll wake-up latency over the NVMe device: @rounds times, drain the ring,
+ * read 4 KiB O_DIRECT from @block, time the POLLIN on @node. Prints one
+ * "wake_latency_us ..." line; returns 0, or 1 after a FAIL line.
+ */
+int hmbtrace_wake_latency(const char *node, const char *block, int rounds);
+
 #endif

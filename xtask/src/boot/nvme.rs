@@ -104,6 +104,11 @@ pub fn print(outcome: &NvmeOutcome, run_dir: &Path) {
             "  trace: patched nvme.ko ({}), {} KiB ring; {}",
             t.series_source, t.hmb_trace_kb, t.summary
         );
+        let [min, p50, p90, p99, max] = t.wake_latency_us;
+        println!(
+            "  poll(2) wake-up after a 4 KiB read ({} rounds, timed sampler): min {min} us, p50 {p50}, p90 {p90}, p99 {p99}, max {max}",
+            hmb_harness::nvme_guest::WAKE_ROUNDS
+        );
     }
     for name in [
         "nvme-run.json",
