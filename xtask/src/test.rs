@@ -226,7 +226,13 @@ fn nvme_guest_tests() -> Result<()> {
                 outcome.probe_ms,
                 outcome.read_iops_qd1,
                 outcome.read_iops_qd32,
-                outcome.trace.map(|t| format!("; {}", t.summary)).unwrap_or_default()
+                outcome
+                    .trace
+                    .map(|t| format!(
+                        "; {}; poll wake-up p50 {} us, p99 {} us",
+                        t.summary, t.wake_latency_us[1], t.wake_latency_us[3]
+                    ))
+                    .unwrap_or_default()
             );
         }
     }
