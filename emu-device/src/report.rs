@@ -11,6 +11,10 @@ use crate::faults::FaultEffect;
 use crate::hmb::MemRegion;
 use crate::production::Plan;
 
+/// The NVMe device's `ground-truth` answer carries the trace producer's
+/// journal (under `journal`): its types are the producer's own.
+pub use hmb_nvme_trace::{Journal, JournalEntry};
+
 /// Where the device stands, as `status` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -11,56 +11,14 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use hmb_trace_abi::hmb_record_hdr;
 use hmb_trace_file::{Event, TraceReader, Walker};
-use serde::Deserialize;
 use zerocopy::IntoBytes;
 
-/// One journal entry as `ground-truth` serialises it.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-pub struct JournalEntry {
-    pub epoch: u64,
-    pub seq: u64,
-    pub opcode: u16,
-    pub source: u32,
-    pub timestamp_ns: u64,
-    pub payload: Vec<u8>,
-    /// False: the ring was full and the record was dropped (counted).
-    pub written: bool,
-}
+pub use hmb_emu_device::report::{Journal, JournalEntry};
 
-#[derive(Debug, Clone, Deserialize)]
-pub struct Journal {
-    pub entries: Vec<JournalEntry>,
-    pub epochs: Vec<u64>,
-    #[serde(default)]
-    pub frozen: Vec<u64>,
-}
-
-impl Journal {
-    /// The journal out of emu-device's `ground-truth` answer.
-    pub fn from_ground_truth(answer: &serde_json::Value) -> Result<Journal> {
-        serde_json::from_value(answer["journal"].clone()).context("emu-device's ground truth has no journal")
-    }
-}
-
-impl JournalEntry {
-    /// The record's bytes as the producer wrote them into the ring.
-    pub fn record_bytes(&self) -> Vec<u8> {
-        let mut hdr = hmb_record_hdr {
-            length: (self.payload.len() as u32).into(),
-            opcode: self.opcode.into(),
-            flags: 0.into(),
-            seq: self.seq.into(),
-            timestamp_ns: self.timestamp_ns.into(),
-            source: self.source.into(),
-            reserved: 0.into(),
-        }
-        .as_bytes()
-        .to_vec();
-        hdr.extend_from_slice(&self.payload);
-        hdr
-    }
+/// The journal out of emu-device's `ground-truth` answer on the NVMe device.
+pub fn journal_from_ground_truth(answer: &serde_json::Value) -> Result<Journal> {
+    serde_json::from_value(answer["journal"].clone()).context("emu-device's ground truth has no journal")
 }
 
 /// What the comparison found; `passed()` is the verdict.
@@ -206,6 +164,7 @@ pub fn check(trace: &Path, journal: &Journal) -> Result<JournalReport> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hmb_trace_abi::hmb_record_hdr;
     use hmb_trace_file::{FileHeader, TraceWriter};
 
     fn entry(seq: u64, written: bool) -> JournalEntry {

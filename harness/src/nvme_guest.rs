@@ -21,7 +21,7 @@ use xshell::{cmd, Shell};
 use crate::host::{cache_dir, target_dir, workspace_root};
 use crate::images::guest_modules::{self, ModuleIndex};
 use crate::images::{self, initramfs, kernels, nvme_series, Image, ImageOptions};
-use crate::journal_truth::{self, Journal, JournalReport};
+use crate::journal_truth::{self, JournalReport};
 use crate::phases::Phases;
 use crate::qemu::args::{self, MemoryBackend, PciPlace};
 use crate::qemu::binary::{self, QemuBinary, QemuVersion};
@@ -1055,7 +1055,7 @@ fn check_trace(
         num("wake_p99_us")?,
         num("wake_max_us")?,
     ];
-    let journal = Journal::from_ground_truth(answer)?;
+    let journal = journal_truth::journal_from_ground_truth(answer)?;
     ensure!(
         !journal.entries.is_empty(),
         "the controller produced no trace record (was the slice advertised?)"

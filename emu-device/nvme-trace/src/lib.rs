@@ -28,7 +28,7 @@ use hmb_trace_abi::{
     hmb_advert, hmb_ring_hdr, HMB_ADVERT_MAGIC, HMB_ADVERT_STATE_NONE, HMB_ADVERT_STATE_READY, HMB_NVME_FID_TRACE,
     HMB_RING_HDR_SIZE, HMB_RING_MAGIC, HMB_RING_MAX_SIZE, HMB_RING_MIN_SIZE,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 use view::SliceView;
@@ -37,7 +37,9 @@ use view::SliceView;
 pub const ADVERT_LEN: usize = core::mem::size_of::<hmb_advert>();
 
 /// One record the controller produced (or dropped), in production order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// Serialised in the `ground-truth` answer and read back by the harness's
+/// trace check (one definition for both sides).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JournalEntry {
     pub epoch: u64,
     pub seq: u64,
@@ -50,13 +52,34 @@ pub struct JournalEntry {
 }
 
 /// Everything the producer did, for the ground-truth check.
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct Journal {
     pub entries: Vec<JournalEntry>,
     /// Epochs (generations) adopted, in order.
     pub epochs: Vec<u64>,
     /// Epochs that ended with FROZEN written by the controller.
+    #[serde(default)]
     pub frozen: Vec<u64>,
+}
+
+impl JournalEntry {
+    /// The record's bytes as the producer wrote them into the ring: the
+    /// header (flags 0, reserved 0) and the payload, unpadded.
+    pub fn record_bytes(&self) -> Vec<u8> {
+        let mut bytes = hmb_trace_abi::hmb_record_hdr {
+            length: (self.payload.len() as u32).into(),
+            opcode: self.opcode.into(),
+            flags: 0.into(),
+            seq: self.seq.into(),
+            timestamp_ns: self.timestamp_ns.into(),
+            source: self.source.into(),
+            reserved: 0.into(),
+        }
+        .as_bytes()
+        .to_vec();
+        bytes.extend_from_slice(&self.payload);
+        bytes
+    }
 }
 
 struct Adopted {
