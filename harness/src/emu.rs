@@ -25,7 +25,6 @@ impl EmuDevice {
     pub fn start(binary: &Path, run_dir: &Path, hmb_size: &str) -> Result<Self> {
         let ivshmem_socket = run_dir.join("ivshmem.sock");
         let control_socket = run_dir.join("control.sock");
-        let log = std::fs::File::create(run_dir.join("emu-device.log"))?;
         let mut command = Command::new(binary);
         command
             .arg("serve")
@@ -34,20 +33,8 @@ impl EmuDevice {
             .arg("--control")
             .arg(&control_socket)
             .arg("--hmb-size")
-            .arg(hmb_size)
-            .stdin(std::process::Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .process_group(0);
-        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-        unsafe {
-            command.pre_exec(|| {
-                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(std::io::Error::from)
-            });
-        }
-        let child = command
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
+            .arg(hmb_size);
+        let child = spawn_child(command, &run_dir.join("emu-device.log"))?;
         let mut dev = EmuDevice {
             child: Some(child),
             ivshmem_socket,
@@ -177,6 +164,27 @@ impl EmuDevice {
             let _ = child.wait();
         }
     }
+}
+
+/// Start `command` as a child of a run: stdin closed, stdout and stderr
+/// into `log`, its own process group (a terminal Ctrl-C reaches only us, and
+/// we stop it in order), and killed by the kernel if we die outright.
+pub fn spawn_child(mut command: Command, log: &Path) -> Result<Child> {
+    let file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    command
+        .stdin(std::process::Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .process_group(0);
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(std::io::Error::from)
+        });
+    }
+    command
+        .spawn()
+        .with_context(|| format!("starting {}", command.get_program().to_string_lossy()))
 }
 
 impl Drop for EmuDevice {

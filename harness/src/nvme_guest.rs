@@ -8,7 +8,6 @@
 //! report over the control socket and checks the HMB from the device's
 //! side. docs/nvme-controller.md ("Guest runs") has the decisions.
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -165,7 +164,6 @@ impl NvmeDevice {
         for stale in [&socket, &control_socket] {
             let _ = std::fs::remove_file(stale);
         }
-        let log = std::fs::File::create(run_dir.join("emu-device.log"))?;
         let mut command = Command::new(binary);
         command
             .arg("serve-nvme")
@@ -177,20 +175,8 @@ impl NvmeDevice {
             .arg(NAMESPACE_BYTES.to_string())
             .arg("--backing")
             .arg(backing)
-            .env("RUST_LOG", "info")
-            .stdin(std::process::Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .process_group(0);
-        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-        unsafe {
-            command.pre_exec(|| {
-                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).map_err(std::io::Error::from)
-            });
-        }
-        let child = command
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
+            .env("RUST_LOG", "info");
+        let child = crate::emu::spawn_child(command, &run_dir.join("emu-device.log"))?;
         let mut dev = NvmeDevice {
             child: Some(child),
             socket,
