@@ -587,7 +587,7 @@ impl Device {
                 failed: self.counters.failed.load(Ordering::Relaxed),
             },
             doorbells: self.doorbells,
-            engine_totals: engines.into(),
+            engine_totals: engines,
             producing: self.running.is_some(),
         }
     }

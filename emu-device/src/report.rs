@@ -10,6 +10,7 @@ use crate::advert::Slice;
 use crate::faults::FaultEffect;
 use crate::hmb::MemRegion;
 use crate::production::Plan;
+use hmb_firmware_model::EngineStats;
 
 /// The NVMe device's `ground-truth` answer carries the trace producer's
 /// journal (under `journal`): its types are the producer's own.
@@ -143,30 +144,6 @@ pub struct InterruptCounts {
     pub failed: u64,
 }
 
-/// The firmware engines' counters, summed over every engine that has stopped.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EngineTotals {
-    pub attempts: u64,
-    pub written: u64,
-    pub dropped: u64,
-    pub bytes_written: u64,
-    pub notifications: u64,
-    pub freezes: u64,
-}
-
-impl From<hmb_firmware_model::EngineStats> for EngineTotals {
-    fn from(s: hmb_firmware_model::EngineStats) -> Self {
-        EngineTotals {
-            attempts: s.attempts,
-            written: s.written,
-            dropped: s.dropped,
-            bytes_written: s.bytes_written,
-            notifications: s.notifications,
-            freezes: s.freezes,
-        }
-    }
-}
-
 /// `stats`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
@@ -175,8 +152,9 @@ pub struct Stats {
     pub header: Option<HeaderView>,
     pub interrupts: InterruptCounts,
     pub doorbells: u64,
-    /// Engine counters as of the last stop; the header is live.
-    pub engine_totals: EngineTotals,
+    /// The firmware engines' counters summed as of the last stop; the
+    /// header is live.
+    pub engine_totals: EngineStats,
     pub producing: bool,
 }
 

@@ -67,8 +67,9 @@ pub enum Rate {
     PerSecond { records: u64, burst: u32 },
 }
 
-/// Counters of one engine, cumulative across epochs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Counters of one engine, cumulative across epochs (emu-device reports
+/// them as they are in its `stats` answer).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EngineStats {
     pub attempts: u64,
     pub written: u64,
