@@ -11,7 +11,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hmb_emu_device::control::{call, Request};
+use hmb_emu_device::control::{call, Fault, Request};
 use hmb_emu_device::vfio_user::nvme::{NvmeServeOptions, NvmeServing};
 use hmb_nvme::fake_host::Command;
 use hmb_nvme::Status;
@@ -563,10 +563,27 @@ fn trace_slice_in_the_hmb_records_real_commands_and_freezes_on_reset() {
     }
     assert!(found, "the journal's record {seq} is in the ring");
 
+    // A hostile controller's header faults land in guest RAM, written by
+    // the same functions as on the ivshmem device.
+    let inject = |f: Fault| call(&dev.control, &Request::Inject(f), Duration::from_secs(10)).unwrap();
+    assert!(inject(Fault::UnknownFlag).ok);
+    assert_ne!(head(&h).flags.get() & (1 << 9), 0, "flag bit 9 set in guest RAM");
+    assert!(inject(Fault::CorruptMagic).ok);
+    assert_eq!(head(&h).magic.get(), !HMB_RING_MAGIC);
+    assert!(
+        !inject(Fault::Stall { ms: 1 }).ok,
+        "no synthetic production on this device"
+    );
+
     // The driver's reset_controller: CC.EN 1 -> 0. FROZEN is the last write.
     h.w32(0x14, 0);
     assert_ne!(head(&h).flags.get() & HMB_RING_FLAG_FROZEN, 0);
     let trace = &dev.status()["trace"];
     assert_eq!(trace["frozen"], serde_json::json!([1]));
     assert_eq!(trace["adopted_generation"], serde_json::Value::Null);
+    let refused = inject(Fault::CorruptMagic);
+    assert!(
+        !refused.ok && refused.error.unwrap().contains("no trace slice is adopted"),
+        "a fault needs an adopted slice"
+    );
 }

@@ -86,7 +86,7 @@ struct Adopted {
     advert: hmb_advert,
     // Dropped before the view it points into.
     producer: Producer,
-    _view: SliceView,
+    view: SliceView,
 }
 
 struct State {
@@ -139,6 +139,37 @@ impl NvmeTrace {
     pub fn adopted_generation(&self) -> Option<u64> {
         self.lock().adopted.as_ref().map(|a| a.advert.generation.get())
     }
+
+    /// The adopted slice as the controller maps it, for the control
+    /// socket's hostile-firmware faults (emu-device's `faults.rs` writes
+    /// the header the way a buggy controller would). `f` runs under the
+    /// producer's lock, so no record is half-written meanwhile; with
+    /// `then_stop` the controller produces no more into this slice (after
+    /// a hostile record: the consumer must stop at it) until the next
+    /// advert. None when no slice is adopted.
+    pub fn with_adopted_ring<R>(&self, then_stop: bool, f: impl FnOnce(AdoptedRing) -> R) -> Option<R> {
+        let mut st = self.lock();
+        let a = st.adopted.as_ref()?;
+        let ring = AdoptedRing {
+            base: std::ptr::NonNull::new(a.view.as_ptr())?,
+            len: a.view.len(),
+            generation: a.advert.generation.get(),
+        };
+        let out = f(ring);
+        if then_stop {
+            st.adopted = None;
+        }
+        Some(out)
+    }
+}
+
+/// The adopted slice's mapping (ring header at offset 0), valid only inside
+/// [`NvmeTrace::with_adopted_ring`]'s closure.
+#[derive(Debug, Clone, Copy)]
+pub struct AdoptedRing {
+    pub base: std::ptr::NonNull<u8>,
+    pub len: usize,
+    pub generation: u64,
 }
 
 /// Why an advert is refused (answered Invalid Field in Command).
@@ -213,11 +244,7 @@ impl State {
         let ring =
             unsafe { SharedRing::from_raw(view.as_ptr(), view.len()) }.map_err(|e| AdvertError::Map(e.to_string()))?;
         let producer = Producer::attach(ring).map_err(|e| AdvertError::Map(e.to_string()))?;
-        self.adopted = Some(Adopted {
-            advert,
-            producer,
-            _view: view,
-        });
+        self.adopted = Some(Adopted { advert, producer, view });
         self.last_generation = generation;
         self.journal.epochs.push(generation);
         log::info!(

@@ -5,18 +5,28 @@
 //! their counters, the HMB state) and the trace producer's (hmb-nvme-trace:
 //! adopted generation, records, epochs). `ground-truth` returns the
 //! producer's journal: every record the controller produced or dropped.
-//! `inject reset` sets the controller's fatal status (CSTS.CFS); workload
-//! production and the other faults are refused: on this device the records
-//! come from the commands the guest really runs.
+//! `inject reset` sets the controller's fatal status (CSTS.CFS). The ring
+//! faults of a hostile controller (`corrupt-magic`, `bump-version`,
+//! `unknown-flag`, `rewind-header`, `hostile`) are written into the adopted
+//! trace slice by the same functions as on the ivshmem device (faults.rs),
+//! so a conformance scenario means the same on both. Workload production,
+//! `stall`, `late-stop` and `vanish` are refused: on this device the records
+//! come from the commands the guest really runs, and removal is QEMU's
+//! `device_del` or the process's death.
 
 use std::sync::Arc;
 
 use serde_json::json;
 
-use hmb_nvme_trace::NvmeTrace;
+use hmb_nvme_trace::{AdoptedRing, NvmeTrace};
+use hmb_trace_abi::{offsets, HMB_RING_HDR_SIZE};
 
 use super::backend::{PciFunction, Shared};
+use crate::advert::Slice;
 use crate::control::{Fault, Handler, Request, Response};
+use crate::error::EmuError;
+use crate::faults::{self, FaultEffect};
+use crate::hmb::MemRegion;
 
 type ShutdownFn = Box<dyn Fn(String) -> bool + Send + Sync>;
 
@@ -66,6 +76,19 @@ impl<F: PciFunction> NvmeControl<F> {
         }
     }
 
+    /// A hostile controller's write into the adopted slice.
+    fn ring_fault(&self, fault: Fault) -> Response {
+        let Some(trace) = &self.trace else {
+            return Response::err("this nvme device runs no trace producer");
+        };
+        let stop = matches!(fault, Fault::Hostile);
+        match trace.with_adopted_ring(stop, |ring| write_fault(ring, &fault)) {
+            None => Response::err("no trace slice is adopted (the driver has not advertised one)"),
+            Some(Err(e)) => Response::err(format!("{fault:?}: {e}")),
+            Some(Ok(effect)) => Response::ok(json!({ "fault": effect })),
+        }
+    }
+
     fn status(&self) -> serde_json::Value {
         json!({
             "device": "nvme",
@@ -100,15 +123,47 @@ where
                 true => Response::ok(json!({ "fatal_status": true })),
                 false => Response::err("the controller is not running (disabled, shut down or already failed)"),
             },
+            Request::Inject(
+                fault @ (Fault::CorruptMagic
+                | Fault::BumpVersion { .. }
+                | Fault::UnknownFlag
+                | Fault::RewindHeader
+                | Fault::Hostile),
+            ) => self.ring_fault(fault),
             Request::Shutdown => match (self.shutdown)("control request".into()) {
                 true => Response::ok(json!({ "shutting_down": true })),
                 false => Response::err("the device is already stopping"),
             },
             other => Response::err(format!(
                 "{other:?} is not available on the nvme device: its trace records are the commands \
-                 the guest runs (no synthetic workload, no injected faults)"
+                 the guest runs (no synthetic workload), and removal is QEMU's device_del"
             )),
         }
+    }
+}
+
+/// The slice seen as the ivshmem device sees its HMB: a region whose
+/// header is at offset 0.
+fn write_fault(ring: AdoptedRing, fault: &Fault) -> Result<FaultEffect, EmuError> {
+    // SAFETY: `with_adopted_ring` keeps the slice mapped while this runs.
+    let mem = unsafe { MemRegion::from_raw(ring.base, ring.len) };
+    let slice = Slice {
+        offset: 0,
+        len: ring.len as u64,
+        epoch: ring.generation,
+        ring_size: (ring.len as u64).saturating_sub(u64::from(HMB_RING_HDR_SIZE)),
+    };
+    match fault {
+        Fault::CorruptMagic => faults::corrupt_magic(&mem, &slice),
+        Fault::BumpVersion { part } => faults::bump_version(&mem, &slice, *part),
+        Fault::UnknownFlag => faults::unknown_flag(&mem, &slice),
+        Fault::RewindHeader => faults::rewind_header(&mem, &slice),
+        Fault::Hostile => {
+            let head = mem.load_u64(offsets::HEAD)?;
+            let seq = mem.load_u64(offsets::NEXT_SEQ)?;
+            faults::hostile_record(&mem, &slice, head, seq)
+        }
+        other => Err(EmuError::Handshake(format!("{other:?} is not a ring fault"))),
     }
 }
 
