@@ -357,3 +357,13 @@ fn copying_every_item_reproduces_the_file() {
     }
     assert_eq!(w.into_inner(), bytes);
 }
+
+#[test]
+fn recovery_through_a_small_buffer_finds_the_same() {
+    let bytes = sample_file();
+    for cut in [bytes.len(), bytes.len() - 100, 200, 97] {
+        let full = recover_from(Cursor::new(&bytes[..cut])).unwrap();
+        let small = recover::recover_from_with_capacity(Cursor::new(&bytes[..cut]), 4096).unwrap();
+        assert_eq!(full, small, "cut at {cut}");
+    }
+}

@@ -9,6 +9,7 @@
 //! the same for people who have it. docs/fuzzing.md has the targets.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -37,9 +38,13 @@ pub struct Fuzz {
     /// One target (default: all of them, one after the other).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(TARGETS.iter().map(|t| t.0)))]
     pub target: Option<String>,
-    /// Seconds of fuzzing per target.
-    #[arg(long, default_value_t = 10)]
-    pub time: u64,
+    /// Seconds of fuzzing per target (default 10, or no limit with --runs).
+    #[arg(long)]
+    pub time: Option<u64>,
+    /// Executions per target (libFuzzer's -runs=): the long runs of
+    /// docs/fuzzing.md use 10000000. With --time too, whichever ends first.
+    #[arg(long)]
+    pub runs: Option<u64>,
     /// libFuzzer's random seed (default: a new one each run). The test
     /// command fixes it, so that what it explores is the same on every run
     /// and a failure there is a regression, not a new find of the day.
@@ -67,12 +72,14 @@ fn run(args: Fuzz) -> Result<()> {
     )
     .run()?;
     let bin_dir = target_dir.join(TRIPLE).join("release");
+    let mut done = Vec::new();
     for (name, seeds) in TARGETS {
         if args.target.as_deref().is_some_and(|t| t != *name) {
             continue;
         }
-        run_target(&sh, &root, &bin_dir, &target_dir, name, seeds, &args)?;
+        done.push(run_target(&sh, &root, &bin_dir, &target_dir, name, seeds, &args)?);
     }
+    print_table(&done);
     Ok(())
 }
 
@@ -101,8 +108,12 @@ fn run_target(
     name: &str,
     seeds: &[&str],
     args: &Fuzz,
-) -> Result<()> {
-    let secs = args.time;
+) -> Result<Stats> {
+    let secs = match (args.time, args.runs) {
+        (Some(s), _) => Some(s),
+        (None, Some(_)) => None,
+        (None, None) => Some(10),
+    };
     let bin = bin_dir.join(name);
     let regressions = files_in(&root.join("fuzz/regressions").join(name))?;
     if !regressions.is_empty() {
@@ -119,17 +130,24 @@ fn run_target(
     std::fs::create_dir_all(&artifacts)?;
     let seed_dirs: Vec<PathBuf> = seeds.iter().map(|s| root.join(s)).filter(|p| p.is_dir()).collect();
     let prefix = format!("-artifact_prefix={}/", artifacts.display());
-    let time = format!("-max_total_time={secs}");
+    let mut limits: Vec<String> = secs.map(|s| format!("-max_total_time={s}")).into_iter().collect();
+    limits.extend(args.runs.map(|r| format!("-runs={r}")));
     let seed: Vec<String> = args.seed.map(|s| format!("-seed={s}")).into_iter().collect();
-    println!("==> fuzz {name}: {secs} s (corpus {})", corpus.display());
+    println!("==> fuzz {name}: {} (corpus {})", limits.join(" "), corpus.display());
+    let started = Instant::now();
     let out = cmd!(
         sh,
-        "{bin} {time} {seed...} -print_final_stats=1 {prefix} {corpus} {seed_dirs...}"
+        "{bin} {limits...} {seed...} -print_final_stats=1 {prefix} {corpus} {seed_dirs...}"
     )
     .quiet()
     .ignore_status()
     .output()?;
+    let wall = started.elapsed();
     let log = String::from_utf8_lossy(&out.stderr);
+    // Kept: a long run's figures (docs/fuzzing.md) come from these logs.
+    let logs = target_dir.join("logs");
+    std::fs::create_dir_all(&logs)?;
+    std::fs::write(logs.join(format!("{name}.log")), log.as_bytes())?;
     if !out.status.success() {
         let tail: Vec<&str> = log.lines().rev().take(40).collect();
         for l in tail.into_iter().rev() {
@@ -142,32 +160,85 @@ fn run_target(
             artifacts.display()
         );
     }
-    println!("    {}", summary(&log));
-    Ok(())
+    let stats = Stats::parse(name, &log, wall);
+    println!("    {}", stats.line());
+    Ok(stats)
 }
 
-/// Executions, rate and coverage from libFuzzer's final stats.
-fn summary(log: &str) -> String {
-    let stat = |k: &str| {
-        log.lines()
-            .find_map(|l| l.strip_prefix(k).map(|v| v.trim().to_string()))
-            .unwrap_or_else(|| "?".into())
-    };
-    let cov = log
-        .lines()
-        .rev()
-        .find_map(|l| {
-            l.split_once("cov: ")
-                .map(|(_, r)| r.split_whitespace().next().unwrap_or("?").to_string())
-        })
-        .unwrap_or_else(|| "?".into());
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    format!(
-        "{} executions, {} exec/s, coverage {cov} edges (load average {})",
-        stat("stat::number_of_executed_units:"),
-        stat("stat::average_exec_per_sec:"),
-        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
-    )
+/// One run's figures, from libFuzzer's final stats (`-print_final_stats=1`)
+/// and its last status line (`#N DONE cov: E ft: F corp: C/SIZE ...`).
+struct Stats {
+    name: String,
+    executions: String,
+    exec_per_sec: String,
+    edges: String,
+    features: String,
+    corpus: String,
+    wall: Duration,
+    load: String,
+}
+
+impl Stats {
+    fn parse(name: &str, log: &str, wall: Duration) -> Stats {
+        let stat = |k: &str| {
+            log.lines()
+                .find_map(|l| l.strip_prefix(k).map(|v| v.trim().to_string()))
+                .unwrap_or_else(|| "?".into())
+        };
+        let status = log.lines().rev().find(|l| l.contains(" cov: ")).unwrap_or("");
+        let field = |k: &str| {
+            let mut words = status.split_whitespace();
+            words
+                .find(|w| *w == k)
+                .and_then(|_| words.next())
+                .unwrap_or("?")
+                .to_string()
+        };
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        Stats {
+            name: name.to_string(),
+            executions: stat("stat::number_of_executed_units:"),
+            exec_per_sec: stat("stat::average_exec_per_sec:"),
+            edges: field("cov:"),
+            features: field("ft:"),
+            corpus: field("corp:"),
+            wall,
+            load: load.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+        }
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "{} executions in {:.0} s, {} exec/s, {} edges, {} features, corpus {} (load average {})",
+            self.executions,
+            self.wall.as_secs_f64(),
+            self.exec_per_sec,
+            self.edges,
+            self.features,
+            self.corpus,
+            self.load
+        )
+    }
+}
+
+fn print_table(done: &[Stats]) {
+    println!(
+        "\n| target | executions | edges | features | corpus (inputs/bytes) | wall | exec/s | load average at the end |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---|");
+    for s in done {
+        println!(
+            "| {} | {} | {} | {} | {} | {:.0} s | {} | {} |",
+            s.name,
+            s.executions,
+            s.edges,
+            s.features,
+            s.corpus,
+            s.wall.as_secs_f64(),
+            s.exec_per_sec,
+            s.load
+        );
+    }
 }
 
 fn files_in(dir: &Path) -> Result<Vec<PathBuf>> {

@@ -67,7 +67,8 @@ fn run(args: Test) -> Result<()> {
     step("fuzz every target for 10 s (nightly, libFuzzer)");
     crate::fuzz::Fuzz {
         target: None,
-        time: 10,
+        time: Some(10),
+        runs: None,
         seed: Some(1),
     }
     .run()?;
