@@ -1,28 +1,41 @@
-//! What every scenario shares: the prepared tools for one kernel and QEMU,
-//! and a run folder per scenario.
+//! What every scenario shares: the prepared tools for one kernel, device
+//! and QEMU, and a run folder per scenario.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use hmb_harness::guest_script;
+pub use hmb_harness::matrix::Device;
+use hmb_harness::nvme_guest::{self, NvmeTools};
+use hmb_harness::nvme_session::{NvmeGuestOptions, NvmeSession};
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::QemuVersion;
 use hmb_harness::qemu::Accel;
 use hmb_harness::session::{self, Session, SessionConfig, Tools};
 use xshell::Shell;
 
+/// What one device needs prepared.
+pub enum DeviceTools {
+    Ivshmem(Tools),
+    Nvme(NvmeTools),
+}
+
 pub struct Env {
     pub kernel: String,
     pub qemu: QemuVersion,
-    pub tools: Tools,
+    pub device: Device,
+    pub tools: DeviceTools,
     pub inject_reset: bool,
 }
 
 impl Env {
     /// Prepare (cached) the image, QEMU and host tools for this process.
+    /// `HMB_TRACE_DEVICE` (ivshmem, the default, or nvme) picks the device;
+    /// the nvme device always runs on QEMU 11.1.
     pub fn from_environment() -> Result<Env> {
         let kernel = std::env::var("HMB_TRACE_KERNEL").ok().filter(|k| !k.is_empty());
+        let device = Device::parse(std::env::var("HMB_TRACE_DEVICE").as_deref().unwrap_or("ivshmem"))?;
         let qemu = match std::env::var("HMB_TRACE_QEMU").as_deref() {
             Ok("10.0") => QemuVersion::V10_0,
             Ok("11.1") => QemuVersion::V11_1,
@@ -33,13 +46,48 @@ impl Env {
         let sh = Shell::new()?;
         sh.change_dir(hmb_harness::workspace_root());
         let mut phases = Phases::new();
-        let tools = session::prepare(&sh, kernel.as_deref(), qemu, &mut phases).context("preparing the guest")?;
+        let (qemu, tools) = match device {
+            Device::Ivshmem => (
+                qemu,
+                DeviceTools::Ivshmem(
+                    session::prepare(&sh, kernel.as_deref(), qemu, &mut phases).context("preparing the guest")?,
+                ),
+            ),
+            Device::Nvme => (
+                QemuVersion::V11_1,
+                DeviceTools::Nvme(
+                    nvme_guest::prepare(&sh, kernel.as_deref(), true, &mut phases)
+                        .context("preparing the nvme guest (image, QEMU 11.1, the series' nvme.ko)")?,
+                ),
+            ),
+        };
+        let kernel = match &tools {
+            DeviceTools::Ivshmem(t) => t.image.kernel_name.clone(),
+            DeviceTools::Nvme(t) => t.image.kernel_name.clone(),
+        };
         Ok(Env {
-            kernel: tools.image.kernel_name.clone(),
+            kernel,
             qemu,
+            device,
             tools,
             inject_reset,
         })
+    }
+
+    /// The ivshmem device's tools (an error on the nvme device).
+    pub fn tools(&self) -> Result<&Tools> {
+        match &self.tools {
+            DeviceTools::Ivshmem(t) => Ok(t),
+            DeviceTools::Nvme(_) => anyhow::bail!("this scenario needs the ivshmem device"),
+        }
+    }
+
+    /// The nvme device's tools (an error on the ivshmem device).
+    pub fn nvme_tools(&self) -> Result<&NvmeTools> {
+        match &self.tools {
+            DeviceTools::Nvme(t) => Ok(t),
+            DeviceTools::Ivshmem(_) => anyhow::bail!("this scenario needs the nvme device"),
+        }
     }
 
     pub fn run_dir(&self, scenario: &str) -> PathBuf {
@@ -47,6 +95,7 @@ impl Env {
         hmb_harness::target_dir()
             .join("hmb-trace/conformance")
             .join(&self.kernel)
+            .join(self.device.name())
             .join(qemu)
             .join(scenario)
     }
@@ -61,7 +110,8 @@ impl Env {
         let run_dir = self.run_dir(scenario);
         let _ = std::fs::remove_dir_all(&run_dir);
         std::fs::create_dir_all(&run_dir)?;
-        let script = guest_script::prelude(self.tools.module()?) + body;
+        let tools = self.tools()?;
+        let script = guest_script::prelude(tools.module()?) + body;
         let cfg = SessionConfig {
             run_dir,
             accel: Accel::Tcg,
@@ -72,7 +122,13 @@ impl Env {
             extra_cmdline: extra.cmdline,
         };
         let mut phases = Phases::new();
-        Session::start(&self.tools, &cfg, &mut phases)
+        Session::start(tools, &cfg, &mut phases)
+    }
+
+    /// Start the NVMe controller and a guest that loads the series' driver
+    /// and the module, then runs `body` (harness/src/nvme_session.rs).
+    pub fn start_nvme(&self, scenario: &str, body: &str, opts: &NvmeGuestOptions) -> Result<NvmeSession> {
+        NvmeSession::start(self.nvme_tools()?, &self.run_dir(scenario), body, opts)
     }
 }
 

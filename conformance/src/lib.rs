@@ -4,10 +4,12 @@
 //! with reviewed insta snapshots. The same snapshot holds for every kernel.
 //!
 //! Environment: `HMB_TRACE_KERNEL` (a name from images/KERNELS; default its first
-//! line), `HMB_TRACE_QEMU` (7.2 or 10.0), `HMB_TRACE_INJECT=reset` (add a controller
-//! reset to the streaming scenarios).
+//! line), `HMB_TRACE_DEVICE` (ivshmem, the default, or nvme), `HMB_TRACE_QEMU`
+//! (7.2 or 10.0 on ivshmem; nvme always runs 11.1), `HMB_TRACE_INJECT=reset`
+//! (add a controller reset to the streaming scenario).
 
 pub mod env;
+pub mod nvme_scenarios;
 pub mod outcome;
 pub mod scenarios;
 

@@ -11,7 +11,7 @@ use hmb_harness::qemu::console;
 use hmb_harness::session::Session;
 use serde_json::{json, Value};
 
-use crate::env::{Env, Extra, FINISH};
+use crate::env::{Device, Env, Extra, FINISH};
 use crate::outcome::{check_truth, daemon_error, kernel_log, truth_facts};
 
 /// Ring of the streaming scenarios: big enough never to overflow at their rates.
@@ -26,29 +26,11 @@ const BIG_RING: u64 = 512 << 20;
 const LATE_STOP_MS: u64 = 2000;
 const STARTED: Duration = Duration::from_secs(60);
 
-/// Every scenario, by name.
-pub const ALL: &[&str] = &[
-    "streaming",
-    "overflow",
-    "frozen_exit",
-    "frozen_follow",
-    "bad_magic",
-    "too_new_major",
-    "newer_minor",
-    "unknown_flag",
-    "access_rules",
-    "binding",
-    "no_msix",
-    "big_ring",
-    "crash_safety",
-    "removal",
-    "hostile_firmware",
-    "format_rules",
-    "pci_error",
-    "suspend",
-];
-
+/// Run one scenario on the environment's device.
 pub fn run(env: &Env, name: &str) -> Result<Value> {
+    if env.device == Device::Nvme {
+        return crate::nvme_scenarios::run(env, name);
+    }
     match name {
         "streaming" => streaming(env),
         "overflow" => overflow(env),
@@ -80,7 +62,10 @@ pub fn run(env: &Env, name: &str) -> Result<Value> {
         "format_rules" => format_rules(env),
         "pci_error" => pci_error(env),
         "suspend" => suspend(env),
-        other => bail!("unknown scenario {other:?}; known: {}", ALL.join(", ")),
+        other => bail!(
+            "scenario {other:?} has no ivshmem version; known: {}",
+            hmb_harness::matrix::on(Device::Ivshmem).join(", ")
+        ),
     }
 }
 
@@ -379,7 +364,7 @@ fn binding(env: &Env) -> Result<Value> {
     std::fs::create_dir_all(shm.parent().context("run folder has a parent")?)?;
     let pattern = foreign_pattern();
     std::fs::write(&shm, &pattern)?;
-    let module = env.tools.module()?;
+    let module = env.tools()?.module()?;
     let body = format!(
         "for p in 'ring_size={RING} device_peer=65536' 'ring_size={RING} slice_offset=18446744073709547520' 'ring_size=12345'; do\n\
              if insmod {module} $p 2>/dev/null; then r=loaded; else r=refused; fi\n\
@@ -639,7 +624,7 @@ fn format_rules(env: &Env) -> Result<Value> {
     let dir = s.run_dir.clone();
     let trace = dir.join(files::TRACE);
     let bytes = std::fs::read(&trace)?;
-    let analyzer = &env.tools.analyzer_bin;
+    let analyzer = &env.tools()?.analyzer_bin;
     let code = |args: &[&std::path::Path], extra: &[&str]| -> Result<i32> {
         let status = std::process::Command::new(analyzer)
             .args(extra)

@@ -1,11 +1,14 @@
-//! One test per scenario, on the kernel named by HMB_TRACE_KERNEL. They boot
-//! guests, so they are ignored by plain `cargo test`; `cargo xtask
-//! conformance` runs them (through cargo-nextest, one process per scenario).
-//! The snapshot is the same for every kernel: that is the conformance claim.
+//! One test per scenario, on the kernel named by HMB_TRACE_KERNEL and the
+//! device named by HMB_TRACE_DEVICE. They boot guests, so they are ignored
+//! by plain `cargo test`; `cargo xtask conformance` runs those that apply to
+//! the device (hmb_harness::matrix), through cargo-nextest, one process per
+//! scenario. The snapshot is the same for every kernel and, for a scenario
+//! on both devices, for both: that is the conformance claim.
 
 use std::sync::OnceLock;
 
 use conformance::{scenarios, Env};
+use hmb_harness::matrix::{self, Applies};
 
 fn env() -> &'static Env {
     static ENV: OnceLock<Env> = OnceLock::new();
@@ -14,21 +17,34 @@ fn env() -> &'static Env {
 
 fn check(name: &str) {
     let env = env();
+    if let Some(Applies::No(why)) = matrix::find(name).map(|s| s.on(env.device)) {
+        panic!(
+            "scenario {name} does not apply to the {} device ({why}); `cargo xtask conformance` leaves it out",
+            env.device.name()
+        );
+    }
     let outcome = match scenarios::run(env, name) {
         // QEMU itself (not the guest) crashing is retried once: QEMU 7.2 was
         // seen to segfault once in about ten hot-unplugs of ivshmem-doorbell.
         // A guest kernel fault is never retried.
         Err(e) if format!("{e:#}").contains("QEMU exited (signal") => {
-            eprintln!("scenario {name} on {}: QEMU crashed ({e:#}); retrying once", env.kernel);
+            eprintln!(
+                "scenario {name} on {} ({}): QEMU crashed ({e:#}); retrying once",
+                env.kernel,
+                env.device.name()
+            );
             scenarios::run(env, name)
         }
         other => other,
     }
-    .unwrap_or_else(|e| panic!("scenario {name} on {}: {e:#}", env.kernel));
+    .unwrap_or_else(|e| panic!("scenario {name} on {} ({}): {e:#}", env.kernel, env.device.name()));
     assert_eq!(
-        outcome["kernel_log"], "clean",
-        "kernel log of {name} on {}: {}",
-        env.kernel, outcome["kernel_log"]
+        outcome["kernel_log"],
+        "clean",
+        "kernel log of {name} on {} ({}): {}",
+        env.kernel,
+        env.device.name(),
+        outcome["kernel_log"]
     );
     let snapshot = if env.inject_reset && name == "streaming" {
         "streaming_with_reset".to_string()
@@ -51,7 +67,8 @@ macro_rules! scenarios {
         #[test]
         fn every_scenario_has_a_test() {
             let tests = [$(stringify!($name)),*];
-            assert_eq!(tests.as_slice(), scenarios::ALL);
+            let listed: Vec<&str> = matrix::SCENARIOS.iter().map(|s| s.name).collect();
+            assert_eq!(tests.as_slice(), listed.as_slice());
         }
     };
 }
@@ -75,4 +92,10 @@ scenarios!(
     format_rules,
     pci_error,
     suspend,
+    nvme_traced_io,
+    nvme_resets,
+    nvme_hmb_toggle,
+    nvme_surprise_removal,
+    nvme_controller_killed,
+    nvme_hostile_controller,
 );

@@ -161,9 +161,110 @@ pub fn check(trace: &Path, journal: &Journal) -> Result<JournalReport> {
     Ok(report)
 }
 
+/// What the trace says about one command: (qid, cid) and, for completions,
+/// status and latency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Traced {
+    Fetch {
+        qid: u16,
+        cid: u16,
+        opcode: u8,
+    },
+    Complete {
+        qid: u16,
+        cid: u16,
+        status: u16,
+        latency_ns: u32,
+    },
+}
+
+fn decode(opcode: u16, payload: &[u8]) -> Option<Traced> {
+    let u16_at = |o: usize| payload.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+    let u32_at = |o: usize| {
+        payload
+            .get(o..o + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    match opcode {
+        hmb_firmware_model::catalog::OP_CMD_FETCH => Some(Traced::Fetch {
+            qid: u16_at(0)?,
+            cid: u16_at(2)?,
+            opcode: *payload.get(4)?,
+        }),
+        hmb_firmware_model::catalog::OP_CMD_COMPLETE => Some(Traced::Complete {
+            qid: u16_at(0)?,
+            cid: u16_at(2)?,
+            status: u16_at(4)?,
+            latency_ns: u32_at(8)?,
+        }),
+        _ => None,
+    }
+}
+
+/// The I/O commands of a trace, paired by (qid, cid): every fetch on an I/O
+/// queue has exactly one completion after it and before the cid is fetched
+/// again, and every completion a fetch.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Pairing {
+    pub paired: u64,
+    pub unpaired_fetches: u64,
+    pub unpaired_completions: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub latency_ns_total: u64,
+    /// Completions with a status other than success.
+    pub errors: u64,
+}
+
+pub fn pair_io(journal: &Journal) -> Pairing {
+    let records: Vec<(u16, &[u8])> = journal
+        .entries
+        .iter()
+        .filter(|e| e.written)
+        .map(|e| (e.opcode, e.payload.as_slice()))
+        .collect();
+    pair_records(&records)
+}
+
+fn pair_records(records: &[(u16, &[u8])]) -> Pairing {
+    let mut open: std::collections::HashMap<(u16, u16), u8> = std::collections::HashMap::new();
+    let mut p = Pairing::default();
+    for (opcode, payload) in records {
+        match decode(*opcode, payload) {
+            Some(Traced::Fetch { qid, cid, opcode }) if qid != 0 => {
+                if open.insert((qid, cid), opcode).is_some() {
+                    p.unpaired_fetches += 1;
+                }
+                match opcode {
+                    0x02 => p.reads += 1,
+                    0x01 => p.writes += 1,
+                    _ => {}
+                }
+            }
+            Some(Traced::Complete {
+                qid,
+                cid,
+                status,
+                latency_ns,
+            }) if qid != 0 => match open.remove(&(qid, cid)) {
+                Some(_) => {
+                    p.paired += 1;
+                    p.latency_ns_total += u64::from(latency_ns);
+                    p.errors += u64::from(status >> 1 != 0);
+                }
+                None => p.unpaired_completions += 1,
+            },
+            _ => {}
+        }
+    }
+    p.unpaired_fetches += open.len() as u64;
+    p
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hmb_firmware_model::catalog::{OP_CMD_COMPLETE, OP_CMD_FETCH};
     use hmb_trace_abi::hmb_record_hdr;
     use hmb_trace_file::{FileHeader, TraceWriter};
 
@@ -216,5 +317,55 @@ mod tests {
         let r = check(&write_trace(dir.path(), short), &journal).unwrap();
         assert!(!r.passed());
         assert_eq!(r.missing, vec![(1, 3)]);
+    }
+
+    fn fetch(qid: u16, cid: u16, opcode: u8) -> (u16, Vec<u8>) {
+        let mut p = vec![0u8; 24];
+        p[0..2].copy_from_slice(&qid.to_le_bytes());
+        p[2..4].copy_from_slice(&cid.to_le_bytes());
+        p[4] = opcode;
+        (OP_CMD_FETCH, p)
+    }
+
+    fn complete(qid: u16, cid: u16, latency: u32) -> (u16, Vec<u8>) {
+        let mut p = vec![0u8; 16];
+        p[0..2].copy_from_slice(&qid.to_le_bytes());
+        p[2..4].copy_from_slice(&cid.to_le_bytes());
+        p[8..12].copy_from_slice(&latency.to_le_bytes());
+        (OP_CMD_COMPLETE, p)
+    }
+
+    #[test]
+    fn io_commands_pair_by_queue_and_command_id() {
+        let good = [
+            fetch(0, 1, 0x0c),
+            fetch(1, 7, 0x02),
+            fetch(2, 7, 0x01),
+            complete(2, 7, 30),
+            complete(1, 7, 50),
+            complete(0, 9, 1),
+        ];
+        let good: Vec<(u16, &[u8])> = good.iter().map(|(o, p)| (*o, p.as_slice())).collect();
+        let p = pair_records(&good);
+        assert_eq!(
+            p,
+            Pairing {
+                paired: 2,
+                reads: 1,
+                writes: 1,
+                latency_ns_total: 80,
+                ..Pairing::default()
+            }
+        );
+        // A fetch never completed, a completion never fetched, a cid fetched twice.
+        let bad = [
+            fetch(1, 1, 0x02),
+            fetch(1, 1, 0x02),
+            complete(1, 2, 5),
+            fetch(1, 3, 0x02),
+        ];
+        let bad: Vec<(u16, &[u8])> = bad.iter().map(|(o, p)| (*o, p.as_slice())).collect();
+        let p = pair_records(&bad);
+        assert_eq!((p.unpaired_fetches, p.unpaired_completions, p.paired), (3, 1, 0));
     }
 }

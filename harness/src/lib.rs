@@ -12,6 +12,9 @@
 //! - `session`: emu-device + QEMU + share + script, and their handles.
 //! - `nvme_guest`: a guest whose stock nvme driver probes emu-device's NVMe
 //!   controller over vfio-user (QEMU 11.1), checked from both sides.
+//! - `nvme_session`: the same controller with the series' driver, the
+//!   module and the daemon, driven step by step (the conformance scenarios).
+//! - `matrix`: the conformance devices and which scenario applies to which.
 //! - `truth`: does a trace.bin hold exactly what the firmware model produced?
 //! - `journal_truth`: the same for the NVMe controller, against its journal.
 //! - `phases`, `interrupt`: progress lines; Ctrl-C turned into an error.
@@ -25,7 +28,9 @@ pub mod host;
 pub mod images;
 pub mod interrupt;
 pub mod journal_truth;
+pub mod matrix;
 pub mod nvme_guest;
+pub mod nvme_session;
 pub mod phases;
 pub mod qemu;
 pub mod session;

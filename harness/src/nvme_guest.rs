@@ -221,6 +221,16 @@ impl NvmeDevice {
         Ok(resp.result.unwrap_or(Value::Null))
     }
 
+    /// SIGKILL, as a crashed controller: no clean shutdown, QEMU loses its
+    /// vfio-user server mid-flight. Later `check_alive` calls pass (the death
+    /// was asked for).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// Ask for a clean shutdown, then make sure the process is gone.
     pub fn shutdown(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -557,7 +567,7 @@ fn qd32_per(iops_reads: u32) -> u64 {
 }
 
 /// Copy the stock modules, decompressed, into `share/mods`; their file names.
-fn stage_modules(tools: &NvmeTools, share: &Path, with_trace: bool) -> Result<Vec<String>> {
+pub(crate) fn stage_modules(tools: &NvmeTools, share: &Path, with_trace: bool) -> Result<Vec<String>> {
     let mods = share.join("mods");
     std::fs::create_dir_all(&mods)?;
     let mut names = Vec::new();
@@ -614,7 +624,7 @@ pub fn hmb_line_bytes(line: &str) -> Option<u64> {
 /// Start emu-device and QEMU and wait for the guest's init; a boot that
 /// hangs (or faults) before init is retried once from scratch, as in
 /// `session` (nothing of ours has run yet).
-fn start(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path) -> Result<(NvmeDevice, Vm)> {
+pub(crate) fn start(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path) -> Result<(NvmeDevice, Vm)> {
     for attempt in 1..=2 {
         let backing = cfg.run_dir.join("namespace.img");
         let _ = std::fs::remove_file(&backing);

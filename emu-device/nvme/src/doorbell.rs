@@ -213,6 +213,11 @@ impl Controller {
             self.counters.errors += 1;
         }
         let t = self.now_ns();
+        if sqid != 0 {
+            self.counters.io_completions += 1;
+            let latency = u32::try_from(t.saturating_sub(t0)).unwrap_or(u32::MAX);
+            self.counters.io_latency_ns_total += u64::from(latency);
+        }
         self.observer.on_complete(&CompletionEvent {
             qid: sqid,
             cid,

@@ -25,6 +25,12 @@ pub struct Counters {
     /// Times CSTS.CFS was set.
     pub fatal_errors: u64,
     pub media_ops: u64,
+    /// Completions posted on I/O queues, and the sum of their latencies
+    /// (fetch to completion, each saturated to u32 ns as the trace's
+    /// CMD_COMPLETE records carry it): a traced run's records must add up
+    /// to the same figures.
+    pub io_completions: u64,
+    pub io_latency_ns_total: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -1,0 +1,560 @@
+//! The scenarios on the nvme device: emu-device's NVMe controller over
+//! vfio-user, the series' nvme.ko lending it the HMB, the module and the
+//! daemon in the guest, and trace records born of the guest's own NVMe
+//! commands (a write/read loop on /dev/nvme0n1 runs under every stream).
+//! The truth is the controller's journal (harness/src/journal_truth.rs).
+//! A scenario that also runs on ivshmem reduces to the same outcome, so
+//! both devices share its snapshot.
+
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context, Result};
+use hmb_emu_device::control::{Fault, VersionPart};
+use hmb_harness::guest_script::files;
+use hmb_harness::journal_truth::{self, pair_io, Journal, JournalReport};
+use hmb_harness::nvme_guest::{is_trouble_line, DEVICE_ID, FATAL_DRIVER_LINE, FATAL_IO_TIMEOUT_S};
+use hmb_harness::nvme_session::{NvmeGuestOptions, NvmeSession};
+use serde_json::{json, Value};
+
+use crate::env::{Env, FINISH};
+use crate::outcome::{daemon_error, kernel_log_problems};
+
+const STARTED: Duration = Duration::from_secs(90);
+/// The guest's signal that it stopped the daemon and handed over its files;
+/// the host then takes the journal and lets the guest power off.
+const COLLECTED: &str = "collected";
+const JOURNAL_TAKEN: &str = "journal_taken";
+
+pub fn run(env: &Env, name: &str) -> Result<Value> {
+    match name {
+        "streaming" => streaming(env),
+        "frozen_exit" => frozen(env, false),
+        "frozen_follow" => frozen(env, true),
+        "bad_magic" => header_fault(env, name, Fault::CorruptMagic),
+        "too_new_major" => header_fault(
+            env,
+            name,
+            Fault::BumpVersion {
+                part: VersionPart::Major,
+            },
+        ),
+        "newer_minor" => header_fault(
+            env,
+            name,
+            Fault::BumpVersion {
+                part: VersionPart::Minor,
+            },
+        ),
+        "unknown_flag" => unknown_flag(env),
+        "crash_safety" => crash_safety(env),
+        "hostile_firmware" => hostile(env),
+        "nvme_traced_io" => traced_io(env),
+        "nvme_resets" => resets(env),
+        "nvme_hmb_toggle" => hmb_toggle(env),
+        "nvme_surprise_removal" => surprise_removal(env),
+        "nvme_controller_killed" => controller_killed(env),
+        "nvme_hostile_controller" => hostile_controller(env),
+        other => bail!("scenario {other:?} has no nvme version (see hmb_harness::matrix)"),
+    }
+}
+
+/// The end of every body: stop the I/O, let the module's 10 ms sampler and
+/// the daemon take the last records, stop the daemon, hand the files over,
+/// and stay up until the host has the journal (power-off resets the
+/// controller, which ends the epoch).
+const WIND_DOWN: &str = "io_stop\nsleep 1\nstop_daemon\ncollect\nmark collected\nwait_file journal_taken\nexit 0\n";
+
+/// Load, stream under the I/O loop until the host says stop.
+fn stream_body(daemon_args: &str) -> String {
+    format!("load_nvme\nload_module\nio_start\nstart_daemon {daemon_args}\nwait_stop\n{WIND_DOWN}")
+}
+
+/// Stop: the guest winds down; the journal while the controller still
+/// runs; power-off. Returns the journal and the guest's exit code.
+fn wind_down(s: &mut NvmeSession) -> Result<(Journal, i32)> {
+    s.signal(files::STOP)?;
+    s.wait_share_file(COLLECTED, STARTED)?;
+    let journal = s.journal()?;
+    s.signal(JOURNAL_TAKEN)?;
+    let rc = s.finish(FINISH)?;
+    Ok((journal, rc))
+}
+
+fn check_journal(s: &NvmeSession, journal: &Journal) -> Result<JournalReport> {
+    journal_truth::check(&s.run_dir.join(files::TRACE), journal)
+}
+
+/// The journal verdict as the same snapshot facts as `outcome::truth_facts`.
+fn truth_facts(r: &JournalReport) -> Value {
+    json!({
+        "passed": r.passed(),
+        "epochs": r.epochs.len(),
+        "uncounted_gaps": r.uncounted_gaps.len(),
+        "missing_at_end": r.missing.len(),
+        "duplicates": r.duplicates,
+        "mismatches": r.mismatches.len() + r.unknown.len(),
+    })
+}
+
+/// The kernel log by the console's fault rule and the nvme driver's trouble
+/// lines (timeouts, I/O errors), but for lines the scenario causes on purpose.
+fn kernel_log(s: &NvmeSession, expected: &[&str]) -> Value {
+    let mut bad = kernel_log_problems(&s.run_dir);
+    let dmesg = std::fs::read_to_string(s.run_dir.join(files::DMESG)).unwrap_or_default();
+    bad.extend(
+        dmesg
+            .lines()
+            .filter(|l| is_trouble_line(l) && !hmb_harness::qemu::console::is_fault_line(l))
+            .map(|l| format!("dmesg.txt: {l}")),
+    );
+    bad.retain(|l| !expected.iter().any(|e| l.contains(e)));
+    if bad.is_empty() {
+        json!("clean")
+    } else {
+        json!(bad)
+    }
+}
+
+fn note_u64(s: &NvmeSession, key: &str) -> Result<u64> {
+    s.notes()
+        .get(key)
+        .with_context(|| format!("the guest noted no {key}"))?
+        .trim()
+        .parse()
+        .with_context(|| format!("{key} is not a number"))
+}
+
+/// The I/O loop ran and every round read back what it wrote.
+fn check_io(s: &NvmeSession) -> Result<()> {
+    ensure!(note_u64(s, "io_rounds")? > 0, "the I/O loop made no round");
+    ensure!(
+        note_u64(s, "io_failures")? == 0,
+        "the I/O loop failed (see console.log)"
+    );
+    Ok(())
+}
+
+/// Traced I/O for 3 s; with HMB_TRACE_INJECT=reset a device-side failure
+/// (CSTS.CFS) half-way, which the daemon follows into a second epoch.
+fn streaming(env: &Env) -> Result<Value> {
+    let follow = if env.inject_reset { "--follow" } else { "" };
+    let opts = NvmeGuestOptions {
+        io_timeout: env.inject_reset.then_some(FATAL_IO_TIMEOUT_S),
+    };
+    let mut s = env.start_nvme("streaming", &stream_body(follow), &opts)?;
+    s.wait_share_file(files::STARTED, STARTED)?;
+    s.run_for(1.5)?;
+    if env.inject_reset {
+        s.inject(Fault::Reset)?;
+        // The driver sees CFS at its 3 s I/O timeout, then resets.
+        s.run_for(f64::from(FATAL_IO_TIMEOUT_S) + 4.0)?;
+    }
+    s.run_for(1.5)?;
+    let (journal, rc) = wind_down(&mut s)?;
+    let truth = check_journal(&s, &journal)?;
+    ensure!(
+        truth.passed(),
+        "trace.bin differs from the journal: {}",
+        truth.summary()
+    );
+    ensure!(truth.matched > 100, "too few records: {}", truth.summary());
+    ensure!(
+        truth.epochs.len() == if env.inject_reset { 2 } else { 1 },
+        "epochs {:?}",
+        truth.epochs
+    );
+    check_io(&s)?;
+    let expected: &[&str] = if env.inject_reset { &[FATAL_DRIVER_LINE] } else { &[] };
+    Ok(json!({
+        "guest_rc": rc,
+        "daemon_exit_codes": s.daemon_exit_codes(),
+        "truth": truth_facts(&truth),
+        "kernel_log": kernel_log(&s, expected),
+    }))
+}
+
+/// A host reset (`reset_controller`, CC.EN 1 -> 0) mid-stream: the
+/// controller writes FROZEN; the daemon drains and exits with FROZEN's
+/// code, or follows into the next epoch.
+fn frozen(env: &Env, follow: bool) -> Result<Value> {
+    let name = if follow { "frozen_follow" } else { "frozen_exit" };
+    let body = format!(
+        "load_nvme\nload_module\nio_start\nstart_daemon {}\n\
+         wait_file reset\necho 1 > /sys/class/nvme/nvme0/reset_controller || fail reset_controller\nwait_live\nmark reset.done\n\
+         wait_stop\n{WIND_DOWN}",
+        if follow { "--follow" } else { "" }
+    );
+    let mut s = env.start_nvme(name, &body, &NvmeGuestOptions::default())?;
+    s.wait_share_file(files::STARTED, STARTED)?;
+    s.run_for(1.0)?;
+    s.signal("reset")?;
+    s.wait_share_file("reset.done", STARTED)?;
+    if follow {
+        s.run_for(1.5)?;
+    } else {
+        s.wait_share_file(files::DAEMON_RC, Duration::from_secs(30))
+            .context("the daemon did not exit on FROZEN")?;
+    }
+    let (journal, rc) = wind_down(&mut s)?;
+    let truth = check_journal(&s, &journal)?;
+    ensure!(truth.passed(), "{}", truth.summary());
+    check_io(&s)?;
+    Ok(json!({
+        "guest_rc": rc,
+        "daemon_exit_codes": s.daemon_exit_codes(),
+        "epochs_in_trace": truth.epochs.len(),
+        "truth": truth_facts(&truth),
+        "kernel_log": kernel_log(&s, &[]),
+    }))
+}
+
+/// A damaged or newer header (written by the controller) before the daemon starts.
+fn header_fault(env: &Env, name: &str, fault: Fault) -> Result<Value> {
+    let body =
+        format!("load_nvme\nload_module\nio_start\nmark loaded\nwait_file go\nstart_daemon\nwait_stop\n{WIND_DOWN}");
+    let mut s = env.start_nvme(name, &body, &NvmeGuestOptions::default())?;
+    s.wait_share_file("loaded", STARTED)?;
+    s.run_for(0.3)?;
+    s.inject(fault)?;
+    s.signal("go")?;
+    s.wait_share_file(files::STARTED, STARTED)?;
+    s.run_for(1.0)?;
+    let (journal, rc) = wind_down(&mut s)?;
+    let codes = s.daemon_exit_codes();
+    let mut out = json!({
+        "guest_rc": rc,
+        "daemon_exit_codes": codes,
+        "daemon_error": daemon_error(&s.run_dir),
+        "kernel_log": kernel_log(&s, &[]),
+    });
+    if codes == [0] {
+        let truth = check_journal(&s, &journal)?;
+        ensure!(truth.passed(), "{}", truth.summary());
+        out["truth"] = truth_facts(&truth);
+    }
+    check_io(&s)?;
+    Ok(out)
+}
+
+/// A flag bit ABI v1 does not define, set by the controller mid-stream: the
+/// daemon logs it once and loses nothing.
+fn unknown_flag(env: &Env) -> Result<Value> {
+    let mut s = env.start_nvme("unknown_flag", &stream_body(""), &NvmeGuestOptions::default())?;
+    s.wait_share_file(files::STARTED, STARTED)?;
+    s.run_for(0.5)?;
+    s.inject(Fault::UnknownFlag)?;
+    s.run_for(1.0)?;
+    let (journal, rc) = wind_down(&mut s)?;
+    let truth = check_journal(&s, &journal)?;
+    ensure!(truth.passed(), "{}", truth.summary());
+    check_io(&s)?;
+    let stderr = std::fs::read_to_string(s.run_dir.join(files::DAEMON_STDERR)).unwrap_or_default();
+    Ok(json!({
+        "guest_rc": rc,
+        "daemon_exit_codes": s.daemon_exit_codes(),
+        "unknown_flag_logged_once": stderr.matches("unknown bits 0x200").count() == 1,
+        "truth": truth_facts(&truth),
+        "kernel_log": kernel_log(&s, &[]),
+    }))
+}
+
+/// Eight SIGKILLs of the daemon at random points under traced I/O: the
+/// trace is still exactly the journal.
+fn crash_safety(env: &Env) -> Result<Value> {
+    let body = format!(
+        "load_nvme\nload_module\nio_start\n\
+         i=0\n\
+         while [ $i -lt 8 ]; do\n\
+             start_daemon\n\
+             sleep 0.$((RANDOM % 9 + 1))\n\
+             kill -9 $daemon; wait $daemon\n\
+             i=$((i + 1))\n\
+         done\n\
+         mark kills.done\n\
+         start_daemon\nwait_stop\n{WIND_DOWN}"
+    );
+    let mut s = env.start_nvme("crash_safety", &body, &NvmeGuestOptions::default())?;
+    s.wait_share_file(files::STARTED, STARTED)?;
+    s.wait_share_file("kills.done", Duration::from_secs(120))?;
+    s.run_for(0.5)?;
+    let (journal, rc) = wind_down(&mut s)?;
+    let truth = check_journal(&s, &journal)?;
+    ensure!(truth.passed(), "{}", truth.summary());
+    check_io(&s)?;
+    Ok(json!({
+        "guest_rc": rc,
+        "daemon_exit_codes_after_kills": s.daemon_exit_codes(),
+        "truth": truth_facts(&truth),
+        "kernel_log": kernel_log(&s, &[]),
+    }))
+}
+
+/// A record with a lying length, published by the controller: the daemon
+/// stops cleanly, the kernel log stays clean.
+fn hostile(env: &Env) -> Result<Value> {
+    let mut s = env.start_nvme("hostile_firmware", &stream_body(""), &NvmeGuestOptions::default())?;
+    s.wait_share_file(files::STARTED, STARTED)?;
+    s.run_for(0.5)?;
+    s.inject(Fault::Hostile)?;
+    s.wait_share_file(files::DAEMON_RC, Duration::from_secs(30))
+        .context("the daemon did not stop on a hostile record")?;
+    let (_journal, rc) = wind_down(&mut s)?;
+    Ok(json!({
+        "guest_rc": rc,
+        "daemon_exit_codes": s.daemon_exit_codes(),
+        "daemon_error": daemon_error(&s.run_dir),
+        "kernel_log": kernel_log(&s, &[]),
+    }))
+}
+
+/// Known data written and read back under the trace: one CMD_FETCH and one
+/// CMD_COMPLETE per command, paired by (qid, cid), and the controller's own
+/// counters (reads, writes, I/O completions and the sum of their
+/// latencies) equal what the trace adds up to.
+fn traced_io(env: &Env) -> Result<Value> {
+    let body = "load_nvme\nload_module\nstart_daemon\n\
+         dd if=/dev/urandom of=/tmp/pattern bs=4096 count=256 2>/dev/null || fail pattern\n\
+         dd if=/tmp/pattern of=/dev/nvme0n1 bs=4096 seek=2048 oflag=direct 2>/dev/null || fail write\n\
+         dd if=/dev/nvme0n1 of=/tmp/back bs=4096 skip=2048 count=256 iflag=direct 2>/dev/null || fail read\n\
+         cmp /tmp/pattern /tmp/back || fail \"read back differs\"\n\
+         dd if=/dev/nvme0n1 of=/dev/null bs=4096 count=500 iflag=direct 2>/dev/null || fail \"read loop\"\n\
+         note verified yes\n\
+         sleep 1\nstop_daemon\ncollect\nmark collected\nwait_file journal_taken\nexit 0\n";
+    let mut s = env.start_nvme("nvme_traced_io", body, &NvmeGuestOptions::default())?;
+    s.wait_share_file(files::STARTED, STARTED)?;
+    s.wait_share_file(COLLECTED, STARTED)?;
+    let status = s.status()?;
+    let journal = s.journal()?;
+    s.signal(JOURNAL_TAKEN)?;
+    let rc = s.finish(FINISH)?;
+    let truth = check_journal(&s, &journal)?;
+    ensure!(truth.passed(), "{}", truth.summary());
+    // trace.bin is the journal's written entries, byte for byte (checked
+    // above), so the pairing reads the journal.
+    let pairing = pair_io(&journal);
+    let counter = |k: &str| -> Result<u64> {
+        status
+            .pointer(&format!("/controller/counters/{k}"))
+            .and_then(Value::as_u64)
+            .with_context(|| format!("the controller reports no counters.{k}"))
+    };
+    let (reads, writes) = (counter("reads")?, counter("writes")?);
+    let (completions, latency) = (counter("io_completions")?, counter("io_latency_ns_total")?);
+    ensure!(
+        pairing.reads >= 500 + 256 / 32,
+        "only {} reads traced (the guest issued at least 508)",
+        pairing.reads
+    );
+    Ok(json!({
+        "guest_rc": rc,
+        "daemon_exit_codes": s.daemon_exit_codes(),
+        "pattern_read_back": s.notes().get("verified").map(String::as_str) == Some("yes"),
+        "truth": truth_facts(&truth),
+        "io_commands_paired_by_qid_cid": pairing.unpaired_fetches == 0 && pairing.unpaired_completions == 0 && pairing.paired > 0,
+        "io_errors_traced": pairing.errors,
+        "traced_reads_equal_controller_reads": pairing.reads == reads,
+        "traced_writes_equal_controller_writes": pairing.writes == writes,
+        "traced_completions_equal_controller": pairing.paired == completions,
+        "traced_latency_sum_equals_controller": pairing.latency_ns_total == latency,
+        "kernel_log": kernel_log(&s, &[]),
+    }))
+}
+
+fn controller_status_u64(status: &Value, path: &str) -> Result<u64> {
+    status
+        .pointer(path)
+        .and_then(Value::as_u64)
+        .with_context(|| format!("the controller's status has no {path}"))
+}
+
+/// A host reset and then a device-side failure while streaming with
+/// --follow: each ends an epoch with FROZEN, the daemon REINITs, the driver
+/// advertises the next generation; three epochs, nothing lost uncounted,
+/// the I/O loop never sees an error.
+fn resets(env: &Env) -> Result<Value> {
+    let body = format!(
+        "load_nvme\nload_module\nio_start\nstart_daemon --follow\n\
+         wait_file reset\necho 1 > /sys/class/nvme/nvme0/reset_controller || fail reset_controller\nwait_live\nmark reset.done\n\
+         wait_stop\n{WIND_DOWN}"
+    );
+    let opts = NvmeGuestOptions {
+        io_timeout: Some(FATAL_IO_TIMEOUT_S),
+    };
+    let mut s = env.start_nvme("nvme_resets", &body, &opts)?;
+    s.wait_share_file(files::STARTED, STARTED)?;
+    s.run_for(1.0)?;
+    s.signal("reset")?;
+    s.wait_share_file("reset.done", STARTED)?;
+    s.run_for(1.5)?;
+    s.inject(Fault::Reset)?;
+    let failed = s.status()?;
+    ensure!(
+        controller_status_u64(&failed, "/controller/csts")? & 2 == 2,
+        "CSTS.CFS not set by the injection"
+    );
+    // The driver finds CFS at its I/O timeout and resets.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = s.status()?;
+        let generation = st.pointer("/trace/adopted_generation").and_then(Value::as_u64);
+        if generation == Some(3) {
+            break;
+        }
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "the trace did not reach generation 3 within 30 s of the failure (adopted {generation:?})"
+        );
+        s.run_for(0.2)?;
+    }
+    s.run_for(1.0)?;
+    let recovered = s.status()?;
+    let (journal, rc) = wind_down(&mut s)?;
+    let truth = check_journal(&s, &journal)?;
+    ensure!(truth.passed(), "{}", truth.summary());
+    check_io(&s)?;
+    Ok(json!({
+        "guest_rc": rc,
+        "daemon_exit_codes": s.daemon_exit_codes(),
+        "controller_resets_at_least_two": controller_status_u64(&recovered, "/controller/counters/resets")? >= 2,
+        "controller_fatal_errors": controller_status_u64(&recovered, "/controller/counters/fatal_errors")?,
+        "epochs_frozen_by_controller": journal.frozen.len(),
+        "truth": truth_facts(&truth),
+        "kernel_log": kernel_log(&s, &[FATAL_DRIVER_LINE]),
+    }))
+}
+
+/// The HMB disabled and enabled again by the driver (sysfs `hmb`, Set
+/// Features 0Dh EHM=0 then EHM=1) while the daemon streams with --follow.
+fn hmb_toggle(env: &Env) -> Result<Value> {
+    let body = format!(
+        "load_nvme\nload_module\nio_start\nstart_daemon --follow\n\
+         hmbf=\nfor f in /sys/class/nvme/nvme0/hmb /sys/class/nvme/nvme0/device/hmb; do [ -e $f ] && hmbf=$f; done\n\
+         [ -n \"$hmbf\" ] || fail \"no hmb attribute in sysfs\"\n\
+         wait_file toggle\n\
+         echo 0 > $hmbf || fail \"hmb=0\"\nnote hmb_after_off \"$(cat $hmbf)\"\nmark hmb.off\n\
+         wait_file on\n\
+         echo 1 > $hmbf || fail \"hmb=1\"\nnote hmb_after_on \"$(cat $hmbf)\"\n\
+         i=0; while [ ! -e /dev/nvme-hmb-trace0 ]; do i=$((i + 1)); [ $i -lt 100 ] || fail \"no trace node after hmb=1\"; sleep 0.1; done\n\
+         kill -0 $daemon 2>/dev/null && note daemon_survived yes || {{ note daemon_survived no; stop_daemon; start_daemon --follow; }}\n\
+         mark hmb.on\n\
+         wait_stop\n{WIND_DOWN}"
+    );
+    let mut s = env.start_nvme("nvme_hmb_toggle", &body, &NvmeGuestOptions::default())?;
+    s.wait_share_file(files::STARTED, STARTED)?;
+    s.run_for(1.0)?;
+    s.signal("toggle")?;
+    s.wait_share_file("hmb.off", STARTED)?;
+    let off = s.status()?;
+    s.run_for(0.5)?;
+    s.signal("on")?;
+    s.wait_share_file("hmb.on", STARTED)?;
+    s.run_for(1.5)?;
+    let on = s.status()?;
+    let (journal, rc) = wind_down(&mut s)?;
+    let truth = check_journal(&s, &journal)?;
+    ensure!(truth.passed(), "{}", truth.summary());
+    check_io(&s)?;
+    let notes = s.notes();
+    Ok(json!({
+        "guest_rc": rc,
+        "daemon_exit_codes": s.daemon_exit_codes(),
+        "daemon_survived_the_toggle": notes.get("daemon_survived").map(String::as_str) == Some("yes"),
+        "controller_hmb_enabled_after_off": off.pointer("/controller/hmb/enabled"),
+        "controller_hmb_enabled_after_on": on.pointer("/controller/hmb/enabled"),
+        "sysfs_hmb_after_off": notes.get("hmb_after_off"),
+        "sysfs_hmb_after_on": notes.get("hmb_after_on"),
+        "tracing_after_on": on.pointer("/trace/adopted_generation").is_some_and(|g| !g.is_null()),
+        "epochs_frozen_by_controller": journal.frozen.len(),
+        "truth": truth_facts(&truth),
+        "kernel_log": kernel_log(&s, &[]),
+    }))
+}
+
+/// Body of the removal scenarios: stream, stop the I/O at the host's word
+/// (removal under I/O would fail those commands, which is not the point),
+/// then wait for the daemon to notice the device is gone.
+fn removal_body() -> String {
+    "load_nvme\nload_module\nio_start\nstart_daemon\nwait_file io.stop\nio_stop\nmark io.stopped\n\
+     wait_stop\nstop_daemon\ncollect\nmark collected\nwait_file journal_taken\nexit 0\n"
+        .to_string()
+}
+
+/// QMP device_del of the vfio-user function (behind its PCIe root port)
+/// while the daemon has the ring mapped: the driver's remove path lets the
+/// module go first; the daemon exits with its device-gone code; the kernel
+/// log stays clean; QEMU and the controller process survive.
+fn surprise_removal(env: &Env) -> Result<Value> {
+    let mut s = env.start_nvme("nvme_surprise_removal", &removal_body(), &NvmeGuestOptions::default())?;
+    s.wait_share_file(files::STARTED, STARTED)?;
+    s.run_for(1.0)?;
+    s.signal("io.stop")?;
+    s.wait_share_file("io.stopped", STARTED)?;
+    let mut qmp = s.qmp()?;
+    qmp.device_del(DEVICE_ID, Duration::from_secs(5))?;
+    s.wait_share_file(files::DAEMON_RC, Duration::from_secs(60))
+        .context("the daemon did not notice the removal")?;
+    s.dev
+        .check_alive()
+        .context("the controller process died with the removal")?;
+    s.signal(files::STOP)?;
+    s.wait_share_file(COLLECTED, STARTED)?;
+    s.signal(JOURNAL_TAKEN)?;
+    let rc = s.finish(FINISH)?;
+    Ok(json!({
+        "guest_rc": rc,
+        "daemon_exit_codes": s.daemon_exit_codes(),
+        "daemon_error": daemon_error(&s.run_dir),
+        "kernel_log": kernel_log(&s, &[]),
+    }))
+}
+
+/// The controller process killed outright (SIGKILL) while the daemon has
+/// the ring mapped: QEMU loses the vfio-user server.
+fn controller_killed(env: &Env) -> Result<Value> {
+    let mut s = env.start_nvme("nvme_controller_killed", &removal_body(), &NvmeGuestOptions::default())?;
+    s.wait_share_file(files::STARTED, STARTED)?;
+    s.run_for(1.0)?;
+    s.signal("io.stop")?;
+    s.wait_share_file("io.stopped", STARTED)?;
+    s.dev.kill();
+    s.wait_share_file(files::DAEMON_RC, Duration::from_secs(60))
+        .context("the daemon did not notice the controller's death")?;
+    s.signal(files::STOP)?;
+    s.wait_share_file(COLLECTED, STARTED)?;
+    s.signal(JOURNAL_TAKEN)?;
+    let rc = s.finish(FINISH)?;
+    Ok(json!({
+        "guest_rc": rc,
+        "daemon_exit_codes": s.daemon_exit_codes(),
+        "daemon_error": daemon_error(&s.run_dir),
+        "kernel_log": kernel_log(&s, &[]),
+    }))
+}
+
+/// A controller that rewrites the consumer's header fields (tail to 0, the
+/// epoch one lower) mid-stream: the module and the daemon go by their own
+/// copies and lose nothing.
+fn hostile_controller(env: &Env) -> Result<Value> {
+    let mut s = env.start_nvme(
+        "nvme_hostile_controller",
+        &stream_body(""),
+        &NvmeGuestOptions::default(),
+    )?;
+    s.wait_share_file(files::STARTED, STARTED)?;
+    s.run_for(1.0)?;
+    s.inject(Fault::RewindHeader)?;
+    s.run_for(1.0)?;
+    let (journal, rc) = wind_down(&mut s)?;
+    let codes = s.daemon_exit_codes();
+    let mut out = json!({
+        "guest_rc": rc,
+        "daemon_exit_codes": codes,
+        "daemon_error": daemon_error(&s.run_dir),
+        "kernel_log": kernel_log(&s, &[]),
+    });
+    if codes == [0] {
+        let truth = check_journal(&s, &journal)?;
+        out["truth"] = truth_facts(&truth);
+    }
+    Ok(out)
+}
