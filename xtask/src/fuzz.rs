@@ -134,21 +134,26 @@ fn run_target(
     limits.extend(args.runs.map(|r| format!("-runs={r}")));
     let seed: Vec<String> = args.seed.map(|s| format!("-seed={s}")).into_iter().collect();
     println!("==> fuzz {name}: {} (corpus {})", limits.join(" "), corpus.display());
-    let started = Instant::now();
-    let out = cmd!(
-        sh,
-        "{bin} {limits...} {seed...} -print_final_stats=1 {prefix} {corpus} {seed_dirs...}"
-    )
-    .quiet()
-    .ignore_status()
-    .output()?;
-    let wall = started.elapsed();
-    let log = String::from_utf8_lossy(&out.stderr);
-    // Kept: a long run's figures (docs/fuzzing.md) come from these logs.
+    // libFuzzer's output goes straight to a file, so a long run's progress
+    // can be followed (and its figures read) while it runs.
     let logs = target_dir.join("logs");
     std::fs::create_dir_all(&logs)?;
-    std::fs::write(logs.join(format!("{name}.log")), log.as_bytes())?;
-    if !out.status.success() {
+    let log_path = logs.join(format!("{name}.log"));
+    let started = Instant::now();
+    let status = std::process::Command::new(&bin)
+        .args(&limits)
+        .args(&seed)
+        .arg("-print_final_stats=1")
+        .arg(&prefix)
+        .arg(&corpus)
+        .args(&seed_dirs)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log_path)?)
+        .status()
+        .with_context(|| format!("running {}", bin.display()))?;
+    let wall = started.elapsed();
+    let log = String::from_utf8_lossy(&std::fs::read(&log_path)?).into_owned();
+    if !status.success() {
         let tail: Vec<&str> = log.lines().rev().take(40).collect();
         for l in tail.into_iter().rev() {
             eprintln!("    {l}");
@@ -156,7 +161,7 @@ fn run_target(
         bail!(
             "fuzz target {name} failed ({}): the input is in {}; turn it into a regression \
              (fuzz/regressions/{name}/) once fixed",
-            out.status,
+            status,
             artifacts.display()
         );
     }
