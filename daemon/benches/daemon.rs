@@ -67,6 +67,7 @@ fn through_daemon(dir: &Path, payload: usize, records: u64) -> (f64, f64, f64) {
         .arg(&ring_path)
         .arg("-o")
         .arg(&out)
+        .arg("--stats")
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
