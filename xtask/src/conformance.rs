@@ -1,6 +1,8 @@
-//! `cargo xtask conformance`: the conformance scenarios on one kernel or on
-//! the whole matrix, through cargo-nextest (one process per scenario, in
-//! parallel where the machine allows), a kernel-by-scenario table, and JUnit.
+//! `cargo xtask conformance`: the conformance scenarios on one kernel and
+//! device or on the whole matrix (kernels x devices), through cargo-nextest
+//! (one process per scenario, in parallel where the machine allows), a
+//! scenario-by-(kernel, device) table that says "n/a" and why where a
+//! scenario does not apply to a device (hmb_harness::matrix), and JUnit.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -10,6 +12,8 @@ use clap::Args;
 use xshell::{cmd, Shell};
 
 use hmb_harness::images::kernels;
+use hmb_harness::matrix::{self, Applies, Device};
+use hmb_harness::nvme_guest;
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::QemuVersion;
 use hmb_harness::{session, target_dir, workspace_root};
@@ -19,13 +23,19 @@ pub struct Conformance {
     /// A kernel from images/KERNELS, or `all` (default: the first line).
     #[arg(long)]
     pub kernel: Option<String>,
-    /// QEMU: bookworm's 7.2 or bookworm-backports' 10.0.
+    /// The emulated device: ivshmem, nvme, or all (both).
+    #[arg(long, default_value = "all", value_parser = ["ivshmem", "nvme", "all"])]
+    pub device: String,
+    /// QEMU for the ivshmem device: bookworm's 7.2 or bookworm-backports'
+    /// 10.0 (the nvme device always runs trixie-backports' 11.1, the first
+    /// with vfio-user-pci).
     #[arg(long, value_enum, default_value = "7.2")]
     pub qemu: QemuVersion,
     /// Run only this scenario (see conformance/src/scenarios.rs: streaming, overflow, ...).
     #[arg(long)]
     pub scenario: Option<String>,
-    /// `reset`: add a controller reset to the streaming scenario.
+    /// `reset`: add a controller reset to the streaming scenario (on nvme,
+    /// a device-side failure, CSTS.CFS).
     #[arg(long, value_parser = ["reset"])]
     pub inject: Option<String>,
     /// Write a JUnit XML report here.
@@ -47,6 +57,14 @@ impl Conformance {
     }
 }
 
+/// One column of the table: a kernel on a device.
+struct Column {
+    kernel: String,
+    device: Device,
+    cases: Vec<CaseResult>,
+    seconds: f64,
+}
+
 fn run(args: Conformance) -> Result<()> {
     let sh = Shell::new()?;
     let root = workspace_root();
@@ -56,52 +74,94 @@ fn run(args: Conformance) -> Result<()> {
         Some("all") => specs.iter().map(|s| s.name.clone()).collect(),
         other => vec![kernels::select(&specs, other)?.name],
     };
-    let qemu_name = args.qemu.name();
+    let devices: Vec<Device> = match args.device.as_str() {
+        "all" => Device::ALL.to_vec(),
+        one => vec![Device::parse(one)?],
+    };
+    if let Some(name) = &args.scenario {
+        let scenario = matrix::find(name).with_context(|| {
+            let all: Vec<&str> = matrix::SCENARIOS.iter().map(|s| s.name).collect();
+            format!("unknown scenario {name:?}; known: {}", all.join(", "))
+        })?;
+        if devices.iter().all(|d| scenario.on(*d) != Applies::Yes) {
+            bail!("scenario {name} applies to none of the selected devices; see `cargo xtask conformance --help`");
+        }
+    }
     ensure_nextest(&sh)?;
     let out_dir = target_dir().join("hmb-trace/conformance");
     std::fs::create_dir_all(&out_dir)?;
-    let mut table: Vec<(String, Vec<CaseResult>, f64)> = Vec::new();
+    let mut table: Vec<Column> = Vec::new();
     let mut junit_suites = Vec::new();
     for kernel in &selected {
-        println!("==> conformance on kernel {kernel}, QEMU {qemu_name}");
-        let start = Instant::now();
-        // Build the image once here so the parallel scenarios find it cached.
-        let mut phases = Phases::new();
-        session::prepare(&sh, Some(kernel), args.qemu, &mut phases)?;
-        let filter: Vec<String> = match &args.scenario {
-            Some(name) => vec!["-E".into(), format!("test(={name})")],
-            None => Vec::new(),
-        };
-        let status = cmd!(
-            sh,
-            "cargo nextest run -p conformance --profile conformance --run-ignored all --no-tests fail {filter...}"
-        )
-        .env("HMB_TRACE_KERNEL", kernel)
-        .env("HMB_TRACE_QEMU", qemu_name)
-        .env("HMB_TRACE_INJECT", args.inject.clone().unwrap_or_default())
-        .quiet()
-        .run();
-        // .config/nextest.toml puts the store under the workspace root.
-        let junit = root.join("target/nextest/conformance/junit.xml");
-        let xml = std::fs::read_to_string(&junit).with_context(|| format!("reading {}", junit.display()))?;
-        let kept = out_dir.join(format!("junit-{kernel}-qemu-{qemu_name}.xml"));
-        std::fs::write(&kept, &xml)?;
-        let cases = parse_junit(&xml);
-        if status.is_err() && cases.iter().all(|c| c.passed) {
-            bail!("cargo nextest failed before running the scenarios on {kernel}");
+        for &device in &devices {
+            let qemu = match device {
+                Device::Ivshmem => args.qemu,
+                Device::Nvme => QemuVersion::V11_1,
+            };
+            let names: Vec<&str> = matrix::on(device)
+                .into_iter()
+                .filter(|n| args.scenario.as_deref().is_none_or(|want| want == *n))
+                .collect();
+            if names.is_empty() {
+                continue;
+            }
+            let qemu_name = qemu.name();
+            println!(
+                "==> conformance on kernel {kernel}, device {}, QEMU {qemu_name}",
+                device.name()
+            );
+            let start = Instant::now();
+            // Build the image once here so the parallel scenarios find it cached.
+            let mut phases = Phases::new();
+            match device {
+                Device::Ivshmem => drop(session::prepare(&sh, Some(kernel), qemu, &mut phases)?),
+                Device::Nvme => drop(nvme_guest::prepare(&sh, Some(kernel), true, &mut phases)?),
+            }
+            // Only the scenarios that apply to this device (and the suite's
+            // own consistency test); the others are "n/a" in the table.
+            let expr = names
+                .iter()
+                .map(|n| format!("test(={n})"))
+                .chain(std::iter::once("test(=every_scenario_has_a_test)".to_string()))
+                .collect::<Vec<_>>()
+                .join(" | ");
+            let status = cmd!(
+                sh,
+                "cargo nextest run -p conformance --profile conformance --run-ignored all --no-tests fail -E {expr}"
+            )
+            .env("HMB_TRACE_KERNEL", kernel)
+            .env("HMB_TRACE_DEVICE", device.name())
+            .env("HMB_TRACE_QEMU", qemu_name)
+            .env("HMB_TRACE_INJECT", args.inject.clone().unwrap_or_default())
+            .quiet()
+            .run();
+            // .config/nextest.toml puts the store under the workspace root.
+            let junit = root.join("target/nextest/conformance/junit.xml");
+            let xml = std::fs::read_to_string(&junit).with_context(|| format!("reading {}", junit.display()))?;
+            let kept = out_dir.join(format!("junit-{kernel}-{}-qemu-{qemu_name}.xml", device.name()));
+            std::fs::write(&kept, &xml)?;
+            let cases = parse_junit(&xml);
+            if status.is_err() && cases.iter().all(|c| c.passed) {
+                bail!(
+                    "cargo nextest failed before running the scenarios on {kernel} ({})",
+                    device.name()
+                );
+            }
+            junit_suites.push(suites_of(&xml, &format!("{kernel}-{}", device.name()), qemu_name));
+            table.push(Column {
+                kernel: kernel.clone(),
+                device,
+                cases,
+                seconds: start.elapsed().as_secs_f64(),
+            });
         }
-        junit_suites.push(suites_of(&xml, kernel, qemu_name));
-        table.push((kernel.clone(), cases, start.elapsed().as_secs_f64()));
     }
     print_table(&table);
     if let Some(path) = &args.junit {
         write_junit(path, &junit_suites)?;
         println!("JUnit: {}", path.display());
     }
-    let failed: usize = table
-        .iter()
-        .map(|(_, cases, _)| cases.iter().filter(|c| !c.passed).count())
-        .sum();
+    let failed: usize = table.iter().map(|c| c.cases.iter().filter(|c| !c.passed).count()).sum();
     if failed > 0 {
         bail!(
             "{failed} conformance case(s) failed; run folders under {}",
@@ -181,37 +241,56 @@ fn write_junit(path: &Path, suites: &[String]) -> Result<()> {
     std::fs::write(path, body).with_context(|| format!("writing {}", path.display()))
 }
 
-fn print_table(table: &[(String, Vec<CaseResult>, f64)]) {
-    let mut names: Vec<String> = Vec::new();
-    for (_, cases, _) in table {
-        for c in cases {
-            if !names.contains(&c.name) {
-                names.push(c.name.clone());
+/// Scenarios down, (kernel, device) across; "n/a" where a scenario does not
+/// apply to the device, with the reasons listed under the table.
+fn print_table(table: &[Column]) {
+    let width = 15;
+    print!("\n{:<28}", "scenario");
+    for c in table {
+        print!(" {:>width$}", format!("{}/{}", c.kernel, c.device.name()));
+    }
+    println!();
+    let mut reasons: Vec<String> = Vec::new();
+    let mut rows: Vec<&str> = matrix::SCENARIOS.iter().map(|s| s.name).collect();
+    for c in table {
+        for case in &c.cases {
+            if !rows.contains(&case.name.as_str()) {
+                rows.push(&case.name);
             }
         }
     }
-    print!("\n{:<28}", "scenario");
-    for (kernel, _, _) in table {
-        print!(" {:>14}", kernel);
-    }
-    println!();
-    for name in &names {
+    for name in rows {
         print!("{name:<28}");
-        for (_, cases, _) in table {
-            let cell = match cases.iter().find(|c| &c.name == name) {
-                Some(c) if c.passed => format!("pass {:.1}s", c.seconds),
-                Some(c) => format!("FAIL {:.1}s", c.seconds),
-                None => "-".to_string(),
+        for c in table {
+            let cell = match c.cases.iter().find(|case| case.name == name) {
+                Some(case) if case.passed => format!("pass {:.1}s", case.seconds),
+                Some(case) => format!("FAIL {:.1}s", case.seconds),
+                None => match matrix::find(name).map(|s| s.on(c.device)) {
+                    Some(Applies::No(why)) => {
+                        let line = format!("{name} on {}: {why}", c.device.name());
+                        if !reasons.contains(&line) {
+                            reasons.push(line);
+                        }
+                        "n/a".to_string()
+                    }
+                    _ => "-".to_string(),
+                },
             };
-            print!(" {cell:>14}");
+            print!(" {cell:>width$}");
         }
         println!();
     }
     print!("{:<28}", "wall time");
-    for (_, _, secs) in table {
-        print!(" {:>14}", format!("{secs:.0}s"));
+    for c in table {
+        print!(" {:>width$}", format!("{:.0}s", c.seconds));
     }
     println!();
+    if !reasons.is_empty() {
+        println!("\nn/a:");
+        for r in reasons {
+            println!("  {r}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -98,9 +98,10 @@ fn run(args: Test) -> Result<()> {
     if !args.host_only {
         guest_tests()?;
         nvme_guest_tests()?;
-        step("conformance on every guest kernel");
+        step("conformance on every guest kernel and both devices");
         Conformance {
             kernel: Some("all".into()),
+            device: "all".into(),
             qemu: QemuVersion::V7_2,
             scenario: None,
             inject: None,
