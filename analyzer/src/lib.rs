@@ -14,6 +14,7 @@ pub mod progress;
 pub mod spill_sort;
 pub mod stats;
 pub mod svg;
+pub mod textout;
 /// The epoch/sequence walk is tracefile's (one walker for the analyzer,
 /// recovery and the ground-truth check).
 pub use hmb_trace_file::walk;

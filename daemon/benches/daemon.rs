@@ -3,6 +3,13 @@
 //! tmpfs, next to plain 1 MiB write(2) calls of the same bytes to a fresh
 //! file on that file system, measured in the same run.
 //!
+//! Also the firmware's cost per traced event: the model's `Producer`
+//! alone on one thread (64 B payloads), in ns per record, beside the BPF
+//! ring buffer's published single-producer figures (docs/performance.md).
+//!
+//! Every figure is also printed as one `BENCH {json}` line for
+//! `cargo xtask bench`.
+//!
 //! `cargo bench -p hmb-trace-daemon --bench daemon [-- --gib N --dir /dev/shm]`
 
 use std::fs::File;
@@ -67,7 +74,6 @@ fn through_daemon(dir: &Path, payload: usize, records: u64) -> (f64, f64, f64) {
         .arg(&ring_path)
         .arg("-o")
         .arg(&out)
-        .arg("--stats")
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
@@ -116,6 +122,39 @@ fn through_daemon(dir: &Path, payload: usize, records: u64) -> (f64, f64, f64) {
     (t, cpu_p, cpu_d)
 }
 
+/// One figure for `cargo xtask bench` (which parses these lines).
+fn bench_line(figure: &str, value: f64, unit: &str, baseline: f64, baseline_what: &str, ratio: f64) {
+    println!(
+        "BENCH {{\"figure\":\"{figure}\",\"value\":{value:.6},\"unit\":\"{unit}\",\"baseline\":{baseline:.6},\"baseline_what\":\"{baseline_what}\",\"ratio\":{ratio:.6}}}"
+    );
+}
+
+/// ns per record of `Producer::produce` (64 B payload) on one thread: the
+/// ring is emptied by moving the tail to the head (as a consumer's publish
+/// does) whenever it is full, so no record is dropped and none is read.
+fn producer_ns(records: u64) -> f64 {
+    let fd = nix::sys::memfd::memfd_create(c"hmb-bench-p", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC).unwrap();
+    let file = File::from(fd);
+    file.set_len(HMB_RING_HDR_SIZE as u64 + RING).unwrap();
+    let map = Arc::new(MmapOptions::new().populate().map_raw(&file).unwrap());
+    let ring = SharedRing::from_mmap(map).unwrap();
+    module_sim::init(&ring, RING, 1).unwrap();
+    let mut p = Producer::attach(ring.share()).unwrap();
+    let body = [0x5Au8; 64];
+    let tail = ring.atomic_u64(offsets::TAIL);
+    let start = Instant::now();
+    for i in 0..records {
+        if !p.fits(body.len()) {
+            tail.store(p.head(), std::sync::atomic::Ordering::Release);
+        }
+        let r = p.produce(0x0F01, 0, i, &body);
+        debug_assert!(matches!(r, hmb_firmware_model::Produced::Written { .. }));
+    }
+    let t = start.elapsed().as_secs_f64();
+    assert_eq!(p.dropped_records(), 0, "the producer bench drops nothing");
+    t * 1e9 / records as f64
+}
+
 fn main() {
     let mut gib = 1.0f64;
     let mut dir = PathBuf::from("/dev/shm");
@@ -153,5 +192,31 @@ fn main() {
             cores_p,
             cores_d
         );
+        bench_line(
+            &format!("daemon_{payload}"),
+            total as f64 / t_daemon / 1e9,
+            "GB/s",
+            total as f64 / t_write / 1e9,
+            "write(2) of the same bytes, 1 MiB calls",
+            t_write / t_daemon,
+        );
     }
+    // As many records as 64 B cases of the daemon run, at least 1 M.
+    let records = ((gib * (1u64 << 30) as f64) as u64 / 96).max(1 << 20);
+    let ns = producer_ns(records);
+    // Published: 12 to 21.5 M records/s single producer (bench_ringbufs);
+    // the slower end as the baseline, in ns per record.
+    let bpf_ns = 1e9 / 12e6;
+    println!(
+        "producer: {ns:.1} ns per 64 B record ({:.1} M records/s on one thread); BPF ringbuf reserve/commit, published: 46.5-83.3 ns (12-21.5 M/s)",
+        1e3 / ns
+    );
+    bench_line(
+        "producer_64_ns",
+        ns,
+        "ns/record",
+        bpf_ns,
+        "BPF ringbuf reserve+commit, published 12 M/s single producer (83.3 ns; 21.5 M/s = 46.5 ns)",
+        ns / bpf_ns,
+    );
 }

@@ -13,6 +13,7 @@ use crate::commands::{walk_trace, Ctx};
 use crate::exit::{AppError, IO};
 use crate::filter::Filter;
 use crate::format::{fields, hex};
+use crate::textout::{self, ChunkOut, OpCache};
 use crate::walk::Event;
 
 const CSV_HEADER: &str = "kind,offset,epoch,seq,timestamp_ns,opcode,name,source,length,fields";
@@ -101,25 +102,56 @@ pub fn run(ctx: &Ctx, args: &ConvertArgs, stdout: &mut dyn Write) -> Result<(), 
         }
         None => stdout,
     };
+    let mut chunk = ChunkOut::new(out);
     if args.format == ConvertFormat::Csv {
-        writeln!(out, "{CSV_HEADER}{}", if args.payload { ",payload_hex" } else { "" })?;
+        writeln!(
+            chunk.buf,
+            "{CSV_HEADER}{}",
+            if args.payload { ",payload_hex" } else { "" }
+        )?;
     }
+    let mut ops = OpCache::new(&ctx.catalog);
     let mut io_err = None;
     let (mut walked, ()) = walk_trace(
         ctx,
         &args.trace,
         |_| (),
         |_, ev| {
+            // Records: the fast formatters (crate::textout); markers and
+            // rows needing CSV quoting: the general Row path below.
+            if let Event::Record { epoch, item } = *ev {
+                if !filter.keeps(epoch, item) {
+                    return ControlFlow::Continue(());
+                }
+                let op = ops.get(item.opcode());
+                let done = match args.format {
+                    ConvertFormat::Csv => textout::csv_record(&mut chunk.buf, op, epoch, item, args.payload),
+                    ConvertFormat::Jsonl => {
+                        textout::jsonl_record(&mut chunk.buf, op, epoch, item, args.payload);
+                        true
+                    }
+                };
+                if done {
+                    return match chunk.row_done() {
+                        Ok(()) => ControlFlow::Continue(()),
+                        Err(e) => {
+                            io_err = Some(e);
+                            ControlFlow::Break(())
+                        }
+                    };
+                }
+            }
             let Some(row) = to_row(ctx, &filter, args.payload, ev) else {
                 return ControlFlow::Continue(());
             };
+            let out = &mut chunk.buf;
             let r = match args.format {
                 ConvertFormat::Csv => write_csv(out, &row, args.payload),
                 ConvertFormat::Jsonl => serde_json::to_writer(&mut *out, &row)
                     .map_err(std::io::Error::other)
                     .and_then(|()| out.write_all(b"\n")),
             };
-            match r {
+            match r.and_then(|()| chunk.row_done()) {
                 Ok(()) => ControlFlow::Continue(()),
                 Err(e) => {
                     io_err = Some(e);
@@ -131,7 +163,7 @@ pub fn run(ctx: &Ctx, args: &ConvertArgs, stdout: &mut dyn Write) -> Result<(), 
     if let Some(e) = io_err {
         return Err(e.into());
     }
-    out.flush()?;
+    chunk.finish()?;
     walked.status()
 }
 

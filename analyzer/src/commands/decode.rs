@@ -7,7 +7,7 @@ use crate::cli::DecodeArgs;
 use crate::commands::{walk_trace, Ctx};
 use crate::exit::AppError;
 use crate::filter::Filter;
-use crate::format::{fields_text, hex};
+use crate::textout::{self, ChunkOut, OpCache};
 use crate::walk::Event;
 
 pub fn run(ctx: &Ctx, args: &DecodeArgs, out: &mut dyn Write) -> Result<(), AppError> {
@@ -15,6 +15,8 @@ pub fn run(ctx: &Ctx, args: &DecodeArgs, out: &mut dyn Write) -> Result<(), AppE
     let st = ctx.style;
     let mut shown = 0u64;
     let mut io_err: Option<std::io::Error> = None;
+    let mut chunk = ChunkOut::new(out);
+    let mut ops = OpCache::new(&ctx.catalog);
     let (mut walked, ()) = walk_trace(
         ctx,
         &args.trace,
@@ -34,20 +36,23 @@ pub fn run(ctx: &Ctx, args: &DecodeArgs, out: &mut dyn Write) -> Result<(), AppE
                         return ControlFlow::Continue(());
                     }
                     shown += 1;
-                    let mut l = format!(
-                        "{:>10} e{epoch} #{:<8} {:>14} ns {:<14} src={:<5} len={:<4} {}",
-                        item.offset,
-                        item.seq(),
-                        item.timestamp_ns(),
-                        ctx.catalog.name(item.opcode()),
-                        item.source(),
-                        item.payload.len(),
-                        fields_text(&ctx.catalog, item)
-                    );
+                    // Records: straight into the chunk buffer (crate::textout).
+                    let buf = &mut chunk.buf;
+                    textout::decode_record(buf, ops.get(item.opcode()), epoch, item);
                     if args.payload && !item.payload.is_empty() {
-                        l.push_str(&format!("\n{:>10} payload {}", "", hex(item.payload)));
+                        buf.extend_from_slice(b"\n");
+                        buf.extend_from_slice(&[b' '; 10]);
+                        buf.extend_from_slice(b" payload ");
+                        textout::push_hex(buf, item.payload);
                     }
-                    l
+                    buf.push(b'\n');
+                    return match chunk.row_done() {
+                        Ok(()) => ControlFlow::Continue(()),
+                        Err(e) => {
+                            io_err = Some(e);
+                            ControlFlow::Break(())
+                        }
+                    };
                 }
                 Event::Lost {
                     offset,
@@ -94,7 +99,7 @@ pub fn run(ctx: &Ctx, args: &DecodeArgs, out: &mut dyn Write) -> Result<(), AppE
                     "{offset:>10} e{epoch} -- seq {seq} goes backwards (expected >= {expected})"
                 )),
             };
-            match writeln!(out, "{line}") {
+            match writeln!(chunk.buf, "{line}").and_then(|()| chunk.row_done()) {
                 Ok(()) => ControlFlow::Continue(()),
                 Err(e) => {
                     io_err = Some(e);
@@ -106,6 +111,7 @@ pub fn run(ctx: &Ctx, args: &DecodeArgs, out: &mut dyn Write) -> Result<(), AppE
     if let Some(e) = io_err {
         return Err(e.into());
     }
+    chunk.finish()?;
     walked.status()
 }
 
