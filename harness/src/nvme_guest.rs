@@ -113,7 +113,7 @@ pub fn prepare(sh: &Shell, kernel: Option<&str>, trace: bool, phases: &mut Phase
         true => {
             let specs = kernels::load(&workspace_root().join("images/KERNELS"))?;
             let spec = kernels::select(&specs, Some(&image.kernel_name))?;
-            let series = phases.run("nvme series", || nvme_series::prepare(sh, &spec, true))?;
+            let series = phases.run("nvme series", || nvme_series::prepare_cached(sh, &spec))?;
             let trace_module = image
                 .our_modules
                 .iter()

@@ -54,6 +54,50 @@ pub struct SeriesOutcome {
     pub nvme_ko: Option<PathBuf>,
 }
 
+/// `prepare(.., build = true)`, skipped when the series, kmod/ and the
+/// kernel line are what the last passing run was made from: a guest run
+/// needs the series' nvme.ko, not a fresh copy of the kernel tree and a
+/// checkpatch pass in every test process (about 30 s each, serialised by the
+/// cache lock). `cargo xtask nvme-series` always runs everything.
+pub fn prepare_cached(sh: &Shell, spec: &KernelSpec) -> Result<SeriesOutcome> {
+    let cache = cache_dir();
+    let mut fp = Fingerprint::new();
+    fp.add_str(
+        "kernel",
+        &format!("{} {} {}", spec.name, spec.suite, spec.image_package),
+    );
+    for p in series_patches(&spec.name)? {
+        fp.add_file("patch", &p)?;
+    }
+    fp.add_tree("kmod", &workspace_root().join("kmod"), &|name| {
+        super::kmod_build::is_build_product(name)
+    })?;
+    let done = cache.join("nvme-series").join(format!("{}.done", spec.name));
+    let stamp = Stamp::new(done.with_extension("stamp"), &fp);
+    if stamp.is_fresh() {
+        if let Ok(text) = std::fs::read_to_string(&done) {
+            let mut lines = text.lines();
+            if let (Some(source), Some(ko)) = (lines.next(), lines.next()) {
+                let ko = PathBuf::from(ko);
+                if ko.is_file() {
+                    return Ok(SeriesOutcome {
+                        kernel: spec.name.clone(),
+                        source: source.to_string(),
+                        patched_tree: cache.join("nvme-series").join(&spec.name).join("tree"),
+                        nvme_ko: Some(ko),
+                    });
+                }
+            }
+        }
+    }
+    stamp.invalidate()?;
+    let outcome = prepare(sh, spec, true)?;
+    let ko = outcome.nvme_ko.as_ref().context("the series built no nvme.ko")?;
+    std::fs::write(&done, format!("{}\n{}\n", outcome.source, ko.display()))?;
+    stamp.record()?;
+    Ok(outcome)
+}
+
 /// Fetch, check, apply, checkpatch and (when `build`) build for one kernel.
 pub fn prepare(sh: &Shell, spec: &KernelSpec, build: bool) -> Result<SeriesOutcome> {
     let cache = cache_dir();
