@@ -1,6 +1,9 @@
 //! Ring throughput, each figure next to its limit measured in the same run.
 //!
-//! `cargo bench -p hmb-trace-consumer --bench ring [-- --gib N --dir /dev/shm --ring-mib 16 --min-batch-kib 256]`
+//! `cargo bench -p hmb-trace-consumer --bench ring [-- --gib N --dir /dev/shm --ring-mib 16 --min-batch-kib 256 --payloads 0,64,512,4064]`
+//!
+//! The 64 B and 4064 B figures are also printed as `BENCH {json}` lines for
+//! `cargo xtask bench` (docs/performance.md).
 //!
 //! For payloads of 0, 64, 512 and 4064 bytes:
 //! * ring only: producer thread -> ring (memfd) -> consumer thread that
@@ -31,6 +34,7 @@ struct Args {
     dir: PathBuf,
     ring: u64,
     min_batch: u64,
+    payloads: Vec<usize>,
 }
 
 fn args() -> Args {
@@ -39,6 +43,7 @@ fn args() -> Args {
         dir: PathBuf::from("/dev/shm"),
         ring: 16 << 20,
         min_batch: 256 << 10,
+        payloads: vec![0, 64, 512, 4064],
     };
     let mut it = std::env::args().skip(1);
     let num = |v: Option<String>, d: f64| v.and_then(|v| v.parse::<f64>().ok()).unwrap_or(d);
@@ -48,6 +53,14 @@ fn args() -> Args {
             "--dir" => a.dir = PathBuf::from(it.next().unwrap_or_default()),
             "--ring-mib" => a.ring = (num(it.next(), 16.0) as u64) << 20,
             "--min-batch-kib" => a.min_batch = (num(it.next(), 256.0) as u64) << 10,
+            "--payloads" => {
+                a.payloads = it
+                    .next()
+                    .unwrap_or_default()
+                    .split(',')
+                    .filter_map(|v| v.trim().parse().ok())
+                    .collect()
+            }
             _ => {} // cargo bench passes --bench
         }
     }
@@ -221,7 +234,7 @@ fn main() {
         "%",
         "cores"
     );
-    for payload in [0usize, 64, 512, 4064] {
+    for &payload in &a.payloads {
         let size = align_record(payload as u32) as u64;
         let records = (a.bytes / size).min(40_000_000);
         let total = records * size;
@@ -274,5 +287,37 @@ fn main() {
             100.0 * t_write / t_file,
             file_cores,
         );
+        if payload == 64 || payload == 4064 {
+            let mrps = records as f64 / t_ring / 1e6;
+            let memcpy_mrps = records as f64 / t_memcpy / 1e6;
+            let what = if payload == 64 {
+                (mrps, "M rec/s", memcpy_mrps, "memcpy of the same bytes, in records/s")
+            } else {
+                (gb(t_ring), "GB/s", gb(t_memcpy), "memcpy of the same bytes")
+            };
+            bench_line(
+                &format!("ring_{payload}"),
+                what.0,
+                what.1,
+                what.2,
+                what.3,
+                t_memcpy / t_ring,
+            );
+            bench_line(
+                &format!("ring_file_{payload}"),
+                gb(t_file),
+                "GB/s",
+                gb(t_write),
+                "write(2) of the same bytes, 1 MiB calls",
+                t_write / t_file,
+            );
+        }
     }
+}
+
+/// One figure for `cargo xtask bench` (which parses these lines).
+fn bench_line(figure: &str, value: f64, unit: &str, baseline: f64, baseline_what: &str, ratio: f64) {
+    println!(
+        "BENCH {{\"figure\":\"{figure}\",\"value\":{value:.6},\"unit\":\"{unit}\",\"baseline\":{baseline:.6},\"baseline_what\":\"{baseline_what}\",\"ratio\":{ratio:.6}}}"
+    );
 }
