@@ -25,6 +25,7 @@ pub const TARGETS: &[(&str, &[&str])] = &[
     ("control_request", &["fuzz/seeds/control_request"]),
     ("catalog_load", &["fuzz/seeds/catalog_load"]),
     ("vfio_user_backend", &["fuzz/seeds/vfio_user_backend"]),
+    ("vfio_user_server", &["fuzz/seeds/vfio_user_server"]),
 ];
 
 const TRIPLE: &str = "x86_64-unknown-linux-gnu";
