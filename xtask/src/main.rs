@@ -11,6 +11,7 @@ mod image;
 mod nvme_series;
 mod nvme_smoke;
 mod sanitize;
+mod soak;
 mod test;
 mod vectors;
 
@@ -48,6 +49,8 @@ enum Command {
     Fuzz(fuzz::Fuzz),
     /// The tests of the crates with unsafe mapping code under AddressSanitizer (nightly).
     Sanitize(sanitize::Sanitize),
+    /// A bench: stream for minutes with resets every minute, then check the ground truth.
+    Soak(soak::Soak),
 }
 
 fn main() -> Result<()> {
@@ -63,5 +66,6 @@ fn main() -> Result<()> {
         Command::NvmeSmoke(c) => c.run(),
         Command::Fuzz(c) => c.run(),
         Command::Sanitize(c) => c.run(),
+        Command::Soak(c) => c.run(),
     }
 }

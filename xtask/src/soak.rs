@@ -1,0 +1,251 @@
+//! `cargo xtask soak`: a long run, as a bench (docs/soak.md), not a test.
+//!
+//! * `--device ivshmem` (default): the guest (real module and daemon)
+//!   streams for `--minutes` at `--rate` records/s with a controller reset
+//!   injected every `--reset-every` seconds; at the end trace.bin must match
+//!   the firmware model's ground truth, every skipped record covered by a
+//!   LOST marker.
+//! * `--device nvme`: the NVMe controller over vfio-user with the patched
+//!   nvme.ko, nvme-hmb-trace.ko and the daemon, a dd loop on /dev/nvme0n1
+//!   for the whole run and a device-side failure (CSTS.CFS) every
+//!   `--reset-every` seconds; trace.bin must equal the controller's journal
+//!   (harness/src/soak_nvme.rs).
+//!
+//! Figures are printed and written to `soak.json` in the run folder.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use clap::Args;
+use hmb_emu_device::control::Fault;
+use hmb_emu_device::hmb::hmb_size_for;
+use hmb_harness::guest_script::{self, files};
+use hmb_harness::phases::Phases;
+use hmb_harness::qemu::binary::QemuVersion;
+use hmb_harness::qemu::Accel;
+use hmb_harness::session::{self, Session, SessionConfig};
+use hmb_harness::{interrupt, target_dir, truth, workspace_root};
+use serde_json::json;
+use xshell::Shell;
+
+use crate::boot::Device;
+
+#[derive(Args)]
+pub struct Soak {
+    /// Which device soaks: ivshmem (the ring over ivshmem-doorbell) or nvme
+    /// (the NVMe controller over vfio-user, with guest I/O).
+    #[arg(long, value_enum, default_value = "ivshmem")]
+    pub device: Device,
+    /// Minutes of streaming.
+    #[arg(long, default_value_t = 10)]
+    pub minutes: u64,
+    /// Seconds between two injected resets.
+    #[arg(long, default_value_t = 60)]
+    pub reset_every: u64,
+    /// ivshmem: records per second: the highest rate found lossless on the
+    /// kernel (docs/soak.md says how it was found).
+    #[arg(long, default_value_t = 400_000)]
+    pub rate: u64,
+    /// Guest kernel, a name from images/KERNELS (default: its first line).
+    #[arg(long)]
+    pub kernel: Option<String>,
+    /// Run folder (default: target/hmb-trace/runs/soak-<device>-<timestamp>).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+}
+
+impl Soak {
+    pub fn run(self) -> Result<()> {
+        if self.minutes == 0 || self.reset_every == 0 {
+            bail!("--minutes and --reset-every must be at least 1");
+        }
+        let run_dir = self.run_dir.clone().unwrap_or_else(|| {
+            let device = match self.device {
+                Device::Ivshmem => "ivshmem",
+                Device::Nvme => "nvme",
+            };
+            target_dir()
+                .join("hmb-trace/runs")
+                .join(format!("soak-{device}-{}", unix_secs()))
+        });
+        std::fs::create_dir_all(&run_dir)?;
+        let mut phases = Phases::new();
+        let result = match self.device {
+            Device::Ivshmem => soak_ivshmem(&self, &run_dir, &mut phases),
+            Device::Nvme => bail!("--device nvme: not implemented yet"),
+        };
+        phases.summary();
+        let figures = result?;
+        std::fs::write(
+            run_dir.join("soak.json"),
+            serde_json::to_string_pretty(&figures)? + "\n",
+        )?;
+        println!("run folder: {}", run_dir.display());
+        println!("  soak.json      {}", run_dir.join("soak.json").display());
+        if figures["passed"] != json!(true) {
+            bail!(
+                "the soak did not end clean: see {}",
+                run_dir.join("soak.json").display()
+            );
+        }
+        Ok(())
+    }
+
+    pub fn duration(&self) -> Duration {
+        Duration::from_secs(self.minutes * 60)
+    }
+
+    /// Reset times: every `reset_every` seconds, strictly inside the run.
+    pub fn reset_times(&self) -> Vec<Duration> {
+        (1..)
+            .map(|i| Duration::from_secs(i * self.reset_every))
+            .take_while(|t| *t < self.duration())
+            .collect()
+    }
+}
+
+fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The ring size of `cargo xtask boot`'s default.
+const RING: u64 = 16 << 20;
+
+fn soak_ivshmem(args: &Soak, run_dir: &std::path::Path, phases: &mut Phases) -> Result<serde_json::Value> {
+    let sh = Shell::new()?;
+    sh.change_dir(workspace_root());
+    let tools = session::prepare(&sh, args.kernel.as_deref(), QemuVersion::V7_2, phases)?;
+    let cfg = SessionConfig {
+        run_dir: run_dir.to_path_buf(),
+        accel: Accel::Tcg,
+        keep: false,
+        hmb_size: hmb_size_for(RING),
+        // --follow: the daemon follows the ring across resets (new epochs).
+        guest_script: guest_script::streaming(tools.module()?, &format!("ring_size={RING}"), "--follow"),
+        extra_qemu_args: Vec::new(),
+        extra_cmdline: Vec::new(),
+    };
+    let load_start = load_average();
+    let mut s = Session::start(&tools, &cfg, phases)?;
+    phases.run("module + daemon", || {
+        s.wait_share_file(files::STARTED, Duration::from_secs(60))
+    })?;
+    let (streamed, resets) = phases.run("soak", || stream(args, &mut s))?;
+    phases.run("drain", || s.emu.wait_drained(Duration::from_secs(120)))?;
+    let ground_truth = s.emu.ground_truth()?;
+    std::fs::write(
+        run_dir.join("ground-truth.json"),
+        serde_json::to_string_pretty(&ground_truth)?,
+    )?;
+    let stats = s.emu.stats()?;
+    std::fs::write(run_dir.join("emu-stats.json"), serde_json::to_string_pretty(&stats)?)?;
+    s.signal(files::STOP)?;
+    let rc = phases.run("guest stop", || s.finish(Duration::from_secs(180)))?;
+    let daemon_rc = s.daemon_exit_codes();
+    let trace = run_dir.join(files::TRACE);
+    let report = phases.run("ground truth", || {
+        truth::check(&trace, &ground_truth.segments, truth::live_ring(&stats))
+    })?;
+    let produced: u64 = ground_truth
+        .segments
+        .iter()
+        .map(|g| g.end_seq.unwrap_or(g.first_seq) - g.first_seq)
+        .sum();
+    let secs = streamed.as_secs_f64();
+    println!("soak (ivshmem, kernel {}):", tools.image.kernel_name);
+    println!(
+        "  {:.0} s at {} rec/s requested, {} resets injected, load average {} at the start, {} at the end",
+        secs,
+        args.rate,
+        resets,
+        load_start,
+        load_average()
+    );
+    println!(
+        "  produced {produced} records; trace.bin: {} records ({:.0} rec/s), {} epochs, {} lost and counted, \
+         {} device drops after the last record",
+        report.records,
+        report.records as f64 / secs,
+        report.epochs,
+        report.lost_counted,
+        report.trailing_device_drops
+    );
+    println!("  ground truth: {}", report.summary());
+    let passed = report.passed() && rc == 0 && daemon_rc == [0];
+    Ok(json!({
+        "device": "ivshmem",
+        "kernel": tools.image.kernel_name,
+        "minutes": args.minutes,
+        "seconds_streamed": secs,
+        "rate_requested": args.rate,
+        "resets_injected": resets,
+        "records_produced": produced,
+        "records_in_trace": report.records,
+        "payload_bytes": report.bytes,
+        "rate_achieved": report.records as f64 / secs,
+        "epochs": report.epochs,
+        "lost_counted": report.lost_counted,
+        "uncounted_gaps": report.uncounted_gaps,
+        "missing_at_end": report.missing_at_end,
+        "trailing_device_drops": report.trailing_device_drops,
+        "duplicates": report.duplicates,
+        "mismatches": report.mismatches.len(),
+        "engine_totals": stats.engine_totals,
+        "guest_rc": rc,
+        "daemon_rc": daemon_rc,
+        "load_average_start": load_start,
+        "load_average_end": load_average(),
+        "passed": passed,
+    }))
+}
+
+/// Produce for the whole run, a controller reset at every reset time.
+fn stream(args: &Soak, s: &mut Session) -> Result<(Duration, u64)> {
+    let mut pending = args.reset_times();
+    pending.reverse();
+    s.emu.start_workload("ssd", 1, args.rate)?;
+    let start = Instant::now();
+    let mut resets = 0;
+    let mut last_report = Instant::now();
+    while start.elapsed() < args.duration() {
+        if pending.last().is_some_and(|t| start.elapsed() >= *t) {
+            pending.pop();
+            s.emu.inject(Fault::Reset)?;
+            resets += 1;
+            println!(
+                "    {:>4.0} s: controller reset {resets}",
+                start.elapsed().as_secs_f64()
+            );
+        }
+        s.emu.check_alive()?;
+        if interrupt::requested() {
+            bail!("interrupted");
+        }
+        if last_report.elapsed() >= Duration::from_secs(30) {
+            last_report = Instant::now();
+            let st = s.emu.stats()?;
+            println!(
+                "    {:>4.0} s: {} records written, {} dropped (engines, as of the last stop)",
+                start.elapsed().as_secs_f64(),
+                st.engine_totals.written,
+                st.engine_totals.dropped
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    s.emu.stop_workload()?;
+    Ok((start.elapsed(), resets))
+}
