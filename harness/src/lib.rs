@@ -34,6 +34,7 @@ pub mod nvme_session;
 pub mod phases;
 pub mod qemu;
 pub mod session;
+pub mod soak_nvme;
 pub mod truth;
 
 pub use host::{cache_dir, target_dir, workspace_root};

@@ -73,7 +73,7 @@ impl Soak {
         let mut phases = Phases::new();
         let result = match self.device {
             Device::Ivshmem => soak_ivshmem(&self, &run_dir, &mut phases),
-            Device::Nvme => bail!("--device nvme: not implemented yet"),
+            Device::Nvme => soak_nvme(&self, &run_dir, &mut phases),
         };
         phases.summary();
         let figures = result?;
@@ -248,4 +248,50 @@ fn stream(args: &Soak, s: &mut Session) -> Result<(Duration, u64)> {
     }
     s.emu.stop_workload()?;
     Ok((start.elapsed(), resets))
+}
+
+fn soak_nvme(args: &Soak, run_dir: &std::path::Path, phases: &mut Phases) -> Result<serde_json::Value> {
+    let sh = Shell::new()?;
+    sh.change_dir(workspace_root());
+    let tools = hmb_harness::nvme_guest::prepare(&sh, args.kernel.as_deref(), true, phases)?;
+    let load_start = load_average();
+    let soak = hmb_harness::soak_nvme::run(
+        &tools,
+        run_dir,
+        args.duration(),
+        Duration::from_secs(args.reset_every),
+        phases,
+    )?;
+    println!("soak (nvme, kernel {}):", soak.kernel);
+    println!(
+        "  {:.0} s, {} controller failures (CSTS.CFS) injected, {} driver recoveries seen, {} controller resets, \
+         load average {} at the start, {} at the end",
+        soak.seconds,
+        soak.resets_injected,
+        soak.driver_recoveries,
+        soak.controller_resets,
+        load_start,
+        load_average()
+    );
+    println!(
+        "  guest I/O: {} rounds of 256 KiB written and read back ({} MiB), {} failed",
+        soak.io_rounds,
+        soak.io_bytes >> 20,
+        soak.io_failed_rounds
+    );
+    println!(
+        "  trace: {} records ({:.0} rec/s) in epochs {:?}; {} dropped by the controller, {} counted as lost",
+        soak.records,
+        soak.records as f64 / soak.seconds,
+        soak.epochs,
+        soak.journal_dropped,
+        soak.lost_counted
+    );
+    println!("  journal check: {}", soak.summary);
+    let mut v = serde_json::to_value(&soak)?;
+    v["device"] = json!("nvme");
+    v["minutes"] = json!(args.minutes);
+    v["load_average_start"] = json!(load_start);
+    v["load_average_end"] = json!(load_average());
+    Ok(v)
 }

@@ -1,0 +1,329 @@
+//! The NVMe soak (`cargo xtask soak --device nvme`, docs/soak.md): the
+//! patched nvme.ko, nvme-hmb-trace.ko and the daemon on emu-device's
+//! controller over vfio-user, a dd loop writing and reading back
+//! /dev/nvme0n1 for the whole run, and a device-side failure (CSTS.CFS,
+//! `inject reset`) every `reset_every`: the driver finds it at its next
+//! I/O timeout and resets the controller, the trace module follows into a
+//! new epoch. At the end trace.bin must equal the controller's journal.
+//!
+//! It reuses nvme_guest's boot (`start`) and module staging; the guest
+//! script is its own (no probe timing, no QD32, no removal checks: those
+//! are `cargo xtask boot --device nvme --nvme-trace`'s).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use hmb_emu_device::control::{Fault, Request};
+use serde::Serialize;
+
+use crate::interrupt;
+use crate::journal_truth;
+use crate::nvme_guest::{
+    self, files, is_trouble_line, parse_results, stage_modules, NvmeDevice, NvmeRunConfig, NvmeTools,
+    FATAL_DRIVER_LINE, FATAL_IO_TIMEOUT_S,
+};
+use crate::phases::Phases;
+use crate::qemu::{console, Accel, Vm};
+
+/// The host tells the guest to stop its I/O loop and the daemon.
+const STOP: &str = "soak-stop";
+/// The guest is streaming with its I/O loop running.
+const RUNNING: &str = "soak-running";
+/// Bytes of one I/O round: written, read back, compared.
+const ROUND_BYTES: u64 = 256 << 10;
+
+/// What a soak saw, for soak.json.
+#[derive(Debug, Serialize)]
+pub struct NvmeSoak {
+    pub kernel: String,
+    pub seconds: f64,
+    pub resets_injected: u64,
+    /// Controller resets the device counted (the driver's recoveries).
+    pub controller_resets: u64,
+    pub fatal_errors: u64,
+    pub driver_recoveries: u64,
+    pub io_rounds: u64,
+    pub io_failed_rounds: u64,
+    pub io_bytes: u64,
+    pub records: u64,
+    pub journal_dropped: u64,
+    pub lost_counted: u64,
+    pub epochs: Vec<u64>,
+    pub daemon_rc: u64,
+    pub summary: String,
+    pub passed: bool,
+}
+
+fn guest_script(mods: &[String], trace_module: &str) -> String {
+    let insmods: String = mods
+        .iter()
+        .map(|m| {
+            let name = m.trim_end_matches(".ko");
+            // A short I/O timeout: the driver finds CFS at the next timeout.
+            let params = if name == "nvme_core" {
+                format!(" io_timeout={FATAL_IO_TIMEOUT_S}")
+            } else {
+                String::new()
+            };
+            format!("[ -d /sys/module/{name} ] || insmod $share/mods/{m}{params} || fail insmod {m}\n")
+        })
+        .collect();
+    let blocks = ROUND_BYTES / 4096;
+    // Rounds cycle over the namespace's first 32 MiB.
+    let slots = (32 << 20) / ROUND_BYTES;
+    format!(
+        r#"#!/bin/sh
+# Written by the host (harness/src/soak_nvme.rs).
+share=/mnt/host
+fail() {{ echo "HMBT-NVME FAIL $*"; dmesg > $share/{dmesg}; exit 1; }}
+note() {{ echo "$1=$2" >> $share/{results}; echo "HMBT-NVME $1=$2"; }}
+rm -f $share/{results}
+{insmods}insmod $share/mods/nvme.ko || fail insmod nvme.ko
+i=0
+while [ ! -b /dev/nvme0n1 ]; do
+    i=$((i + 1)); [ $i -lt 1200 ] || fail "no /dev/nvme0n1 after 120 s"
+    sleep 0.05
+done
+kb=$(cat /sys/module/nvme/parameters/hmb_trace_kb 2>/dev/null) || fail "nvme.ko is not the patched one"
+note hmb_trace_kb "$kb"
+insmod {trace_module} || fail "insmod nvme-hmb-trace.ko"
+i=0
+while [ ! -c /dev/nvme-hmb-trace0 ]; do
+    i=$((i + 1)); [ $i -lt 100 ] || fail "no /dev/nvme-hmb-trace0"
+    sleep 0.1
+done
+/bin/hmb-trace-daemon --device /dev/nvme-hmb-trace0 --output /tmp/{trace} --stats --follow 2>>$share/{stderr} &
+daemon=$!
+dd if=/dev/urandom of=/tmp/pattern bs=4096 count={blocks} 2>/dev/null || fail pattern
+# The I/O loop: write a round, read it back, compare; failures are counted
+# (a command caught by a controller failure is retried by the driver, so
+# none is expected).
+(
+    n=0; bad=0
+    while [ ! -e /tmp/stop-io ]; do
+        seek=$(( (n % {slots}) * {blocks} ))
+        if dd if=/tmp/pattern of=/dev/nvme0n1 bs=4096 seek=$seek oflag=direct 2>/dev/null \
+            && dd if=/dev/nvme0n1 of=/tmp/back bs=4096 skip=$seek count={blocks} iflag=direct 2>/dev/null \
+            && cmp -s /tmp/pattern /tmp/back; then :; else bad=$((bad + 1)); fi
+        n=$((n + 1))
+        echo "$n $bad" > /tmp/io-count
+    done
+) &
+io=$!
+touch $share/{running}
+while [ ! -e $share/{stop} ]; do sleep 0.5; done
+touch /tmp/stop-io
+wait $io
+read rounds failed < /tmp/io-count
+note io_rounds "$rounds"
+note io_failed "$failed"
+note driver_state "$(cat /sys/class/nvme/nvme0/state)"
+sleep 1
+kill -0 $daemon 2>/dev/null || fail "the daemon died (see daemon.stderr)"
+kill -TERM $daemon
+wait $daemon
+note daemon_rc $?
+cp /tmp/{trace} $share/{trace} || fail "no trace.bin"
+dmesg > $share/{dmesg}
+touch $share/{done}
+while [ ! -e $share/{done}.ok ]; do sleep 0.1; done
+"#,
+        dmesg = files::DMESG,
+        results = files::RESULTS,
+        trace = files::TRACE,
+        stderr = files::DAEMON_STDERR,
+        running = RUNNING,
+        stop = STOP,
+        done = files::DONE,
+    )
+}
+
+/// Wait for the guest to create `name` in the share, watching QEMU, the
+/// console and emu-device.
+fn wait_file(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, name: &str, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    while !share.join(name).exists() {
+        dev.check_alive()?;
+        match vm.wait_for(name, Duration::from_millis(200), |l| {
+            l.contains("HMBT-NVME FAIL") || l.contains("HMBT-RESULT") || l.contains("HMBT-ERROR")
+        }) {
+            Ok(_) if share.join(name).exists() => break,
+            Ok(line) => bail!(
+                "the guest script stopped before {name}: {line}\n{}",
+                vm.console.tail(30)
+            ),
+            Err(e) if e.to_string().starts_with("timeout") => {}
+            Err(e) => return Err(e),
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "timeout: no {name} from the guest within {} s; console:\n{}",
+            timeout.as_secs(),
+            vm.console.tail(30)
+        );
+    }
+    Ok(())
+}
+
+fn counter(status: &serde_json::Value, name: &str) -> u64 {
+    status
+        .pointer(&format!("/controller/counters/{name}"))
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0)
+}
+
+/// Run the soak: `duration` of I/O and tracing, a CFS every `reset_every`.
+pub fn run(
+    tools: &NvmeTools,
+    run_dir: &Path,
+    duration: Duration,
+    reset_every: Duration,
+    phases: &mut Phases,
+) -> Result<NvmeSoak> {
+    let trace = tools
+        .trace
+        .as_ref()
+        .context("the soak needs tools prepared with the trace")?;
+    std::fs::create_dir_all(run_dir)?;
+    let share = run_dir.join("share");
+    let _ = std::fs::remove_dir_all(&share);
+    std::fs::create_dir_all(&share)?;
+    let mods = stage_modules(tools, &share, true)?;
+    std::fs::write(share.join(files::SCRIPT), guest_script(&mods, &trace.trace_module))?;
+    let cfg = NvmeRunConfig {
+        run_dir: run_dir.to_path_buf(),
+        accel: Accel::Tcg,
+        iops_reads: 0,
+        timeout: Duration::from_secs(300),
+        trace: true,
+        inject_fatal: true,
+    };
+    let (mut dev, mut vm) = phases.run("guest boot", || nvme_guest::start(tools, &cfg, &share))?;
+    phases.run("probe + daemon + I/O loop", || {
+        wait_file(&mut vm, &mut dev, &share, RUNNING, Duration::from_secs(300))
+    })?;
+    let start = Instant::now();
+    let resets = phases.run("soak", || {
+        let mut resets = 0u64;
+        let mut next = reset_every;
+        let mut last_report = Instant::now();
+        while start.elapsed() < duration {
+            if start.elapsed() >= next && next < duration {
+                dev.request(&Request::Inject(Fault::Reset))?;
+                resets += 1;
+                next += reset_every;
+                println!(
+                    "    {:>4.0} s: controller failure (CSTS.CFS) {resets}",
+                    start.elapsed().as_secs_f64()
+                );
+            }
+            dev.check_alive()?;
+            match vm.wait_for("guest failure", Duration::from_millis(200), |l| {
+                l.contains("HMBT-NVME FAIL") || l.contains("HMBT-RESULT") || l.contains("HMBT-ERROR")
+            }) {
+                Ok(line) => bail!(
+                    "the guest script stopped during the soak: {line}\n{}",
+                    vm.console.tail(30)
+                ),
+                Err(e) if e.to_string().starts_with("timeout") => {}
+                Err(e) => return Err(e),
+            }
+            if interrupt::requested() {
+                bail!("interrupted");
+            }
+            if last_report.elapsed() >= Duration::from_secs(30) {
+                last_report = Instant::now();
+                let s = dev.status()?;
+                println!(
+                    "    {:>4.0} s: controller resets {}, reads {}, writes {}",
+                    start.elapsed().as_secs_f64(),
+                    counter(&s, "resets"),
+                    counter(&s, "reads"),
+                    counter(&s, "writes")
+                );
+            }
+        }
+        Ok(resets)
+    })?;
+    let seconds = start.elapsed().as_secs_f64();
+    std::fs::write(share.join(STOP), b"")?;
+    let (status, answer) = phases.run("stop + journal", || {
+        wait_file(&mut vm, &mut dev, &share, files::DONE, Duration::from_secs(300))?;
+        // The journal while the controller still runs: QEMU's disconnect
+        // resets it.
+        let status = dev.status()?;
+        let answer = dev.request(&Request::GroundTruth)?;
+        std::fs::write(
+            run_dir.join(files::GROUND_TRUTH),
+            serde_json::to_string_pretty(&answer)?,
+        )?;
+        std::fs::write(run_dir.join("emu-stats.json"), serde_json::to_string_pretty(&status)?)?;
+        std::fs::write(share.join(format!("{}.ok", files::DONE)), b"")?;
+        Ok((status, answer))
+    })?;
+    let line = phases.run("guest power-off", || {
+        let line = vm.wait_for("HMBT-RESULT", Duration::from_secs(60), |l| {
+            console::parse_result(l).is_some()
+        })?;
+        vm.wait_exit(Duration::from_secs(60))?;
+        Ok(line)
+    })?;
+    dev.shutdown();
+    for name in [files::RESULTS, files::DMESG, files::TRACE, files::DAEMON_STDERR] {
+        let from = share.join(name);
+        if from.exists() {
+            std::fs::rename(&from, run_dir.join(name))?;
+        }
+    }
+    ensure!(
+        console::parse_result(&line) == Some(0),
+        "the guest script failed: {line}\n{}",
+        vm.console.tail(30)
+    );
+    let results = parse_results(&std::fs::read_to_string(run_dir.join(files::RESULTS))?);
+    let num = |k: &str| -> Result<u64> {
+        results
+            .get(k)
+            .with_context(|| format!("the guest reported no {k}"))?
+            .parse()
+            .with_context(|| format!("{k} is not a number"))
+    };
+    let dmesg = std::fs::read_to_string(run_dir.join(files::DMESG)).context("the guest wrote no dmesg")?;
+    let driver_recoveries = dmesg.lines().filter(|l| l.contains(FATAL_DRIVER_LINE)).count() as u64;
+    // Timeouts and the driver's own CFS line are what a failure looks like;
+    // anything else in the log (a WARNING, an oops, a removal) is not.
+    let trouble: Vec<&str> = dmesg
+        .lines()
+        .filter(|l| is_trouble_line(l) && !l.contains(FATAL_DRIVER_LINE) && !l.contains("timeout"))
+        .collect();
+    let journal = journal_truth::journal_from_ground_truth(&answer)?;
+    let report = phases.run("journal check", || {
+        journal_truth::check(&run_dir.join(files::TRACE), &journal)
+    })?;
+    let io_rounds = num("io_rounds")?;
+    let io_failed_rounds = num("io_failed")?;
+    let daemon_rc = num("daemon_rc")?;
+    let passed = report.passed() && trouble.is_empty() && daemon_rc == 0 && io_failed_rounds == 0;
+    if !trouble.is_empty() {
+        println!("  kernel log trouble:\n    {}", trouble.join("\n    "));
+    }
+    Ok(NvmeSoak {
+        kernel: tools.image.kernel_name.clone(),
+        seconds,
+        resets_injected: resets,
+        controller_resets: counter(&status, "resets"),
+        fatal_errors: counter(&status, "fatal_errors"),
+        driver_recoveries,
+        io_rounds,
+        io_failed_rounds,
+        io_bytes: io_rounds * ROUND_BYTES * 2,
+        records: report.matched,
+        journal_dropped: report.journal_dropped,
+        lost_counted: report.lost_counted,
+        epochs: report.epochs.clone(),
+        daemon_rc,
+        summary: report.summary(),
+        passed,
+    })
+}
