@@ -10,6 +10,8 @@
 //! - `emu`: emu-device as a child process, driven over its control socket.
 //! - `guest_script`: the shell script the guest runs from the 9p share.
 //! - `session`: emu-device + QEMU + share + script, and their handles.
+//! - `full_guest`: a debootstrapped Debian guest booting systemd, where the
+//!   module, udev rule and unit are installed as a user would (DKMS).
 //! - `nvme_guest`: a guest whose stock nvme driver probes emu-device's NVMe
 //!   controller over vfio-user (QEMU 11.1), checked from both sides.
 //! - `nvme_session`: the same controller with the series' driver, the
@@ -23,6 +25,7 @@
 //! guest_script, truth, phases and interrupt use no sibling but each other's leaves.
 
 pub mod emu;
+pub mod full_guest;
 pub mod guest_script;
 pub mod host;
 pub mod images;

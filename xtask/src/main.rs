@@ -7,6 +7,7 @@ mod conformance;
 mod deps;
 mod fuzz;
 mod guest_smoke;
+mod host_integration;
 mod image;
 mod nvme_series;
 mod nvme_smoke;
@@ -45,6 +46,8 @@ enum Command {
     NvmeSeries(nvme_series::NvmeSeries),
     /// The patched nvme.ko in a guest under the stock nvme-core, on QEMU's own NVMe device.
     NvmeSmoke(nvme_smoke::NvmeSmoke),
+    /// DKMS, udev and the systemd unit as a user installs them, in a full Debian guest.
+    HostIntegration(host_integration::HostIntegration),
     /// Fuzz the parsers of untrusted bytes and the NVMe controller (nightly, libFuzzer).
     Fuzz(fuzz::Fuzz),
     /// The tests of the crates with unsafe mapping code under AddressSanitizer (nightly).
@@ -64,6 +67,7 @@ fn main() -> Result<()> {
         Command::GuestSmoke(c) => c.run(),
         Command::NvmeSeries(c) => c.run(),
         Command::NvmeSmoke(c) => c.run(),
+        Command::HostIntegration(c) => c.run(),
         Command::Fuzz(c) => c.run(),
         Command::Sanitize(c) => c.run(),
         Command::Soak(c) => c.run(),

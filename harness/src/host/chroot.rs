@@ -168,7 +168,7 @@ fn is_mounted(path: &Path) -> Result<bool> {
 }
 
 /// A killed run can leave /proc mounted inside; never `rm -rf` through a mount.
-fn unmount_everything_under(sh: &Shell, root: &Path) -> Result<()> {
+pub fn unmount_everything_under(sh: &Shell, root: &Path) -> Result<()> {
     let mut under: Vec<PathBuf> = mount_points()?.into_iter().filter(|m| m.starts_with(root)).collect();
     under.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
     for m in under {

@@ -167,7 +167,7 @@ fn find_modules(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+pub fn copy_tree(from: &Path, to: &Path) -> Result<()> {
     for entry in std::fs::read_dir(from).with_context(|| format!("listing {}", from.display()))? {
         let entry = entry?;
         let name = entry.file_name();

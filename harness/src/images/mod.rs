@@ -3,6 +3,8 @@
 //! in target/hmb-trace/cache/ and is rebuilt only when an input changes.
 //! See docs/images.md.
 
+pub mod debian_root;
+pub mod dkms_prebuilt;
 pub mod fetch;
 pub mod guest_modules;
 pub mod initramfs;

@@ -1,0 +1,284 @@
+//! The host integration in a full Debian guest (issue 19): systemd and
+//! systemd-udevd boot from a debootstrapped disk image
+//! (`images::debian_root`) on the project's kernel, with emu-device's
+//! ivshmem controller attached; the guest installs the module through DKMS,
+//! loads it with modprobe, gets the node from the shipped udev rule, runs
+//! the daemon under the shipped systemd unit, survives a SIGKILL of it,
+//! and removes everything again (`script`). The host drives the producer
+//! and checks trace.bin against emu-device's ground truth: exactly once
+//! across the restart. See docs/host-integration.md.
+//!
+//! QEMU and emu-device are owned here (`Vm`, `EmuDevice`): both are killed
+//! on every exit path (drop, Ctrl-C, our death through PDEATHSIG).
+
+pub mod script;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use xshell::{cmd, Shell};
+
+use crate::emu::EmuDevice;
+use crate::host::apt::{self, Need};
+use crate::host::{cache_dir, lock_cache, target_dir, workspace_root};
+use crate::images::{self, debian_root, dkms_prebuilt, fetch, kernels, kmod_build, toolchain};
+use crate::phases::Phases;
+use crate::qemu::args::{self, PciPlace};
+use crate::qemu::binary::{self, QemuVersion};
+use crate::qemu::{console, Vm, VmConfig};
+use crate::truth::{self, TruthReport};
+use script::files;
+
+/// The ring size the module uses by default (its `ring_size` parameter is
+/// not given: modprobe loads it as a user would).
+const MODULE_DEFAULT_RING: u64 = 16 << 20;
+/// MSI-X vectors of the ivshmem device (emu-device serves two by default).
+const VECTORS: u16 = 2;
+
+pub struct Options {
+    /// A name from images/KERNELS (default: its first line).
+    pub kernel: Option<String>,
+    pub run_dir: PathBuf,
+    pub workload: String,
+    pub seed: u64,
+    /// Records per second.
+    pub rate: u64,
+    /// How long the device produces before the daemon is killed, and again
+    /// after systemd has restarted it.
+    pub produce: Duration,
+}
+
+pub struct Outcome {
+    pub run_dir: PathBuf,
+    pub truth: TruthReport,
+}
+
+/// Everything prepared before the guest starts.
+struct Prepared {
+    boot_kernel: PathBuf,
+    image: debian_root::DebianRoot,
+    module: dkms_prebuilt::Prebuilt,
+    qemu: binary::QemuBinary,
+    emu_bin: PathBuf,
+    daemon_bin: PathBuf,
+}
+
+pub fn run(sh: &Shell, opts: &Options, phases: &mut Phases) -> Result<Outcome> {
+    let p = prepare(sh, opts.kernel.as_deref(), phases)?;
+    let share = opts.run_dir.join("share");
+    phases.run("share", || fill_share(&p, &share))?;
+    let mut emu = phases.run("emu-device", || {
+        EmuDevice::start(
+            &p.emu_bin,
+            &opts.run_dir,
+            &hmb_emu_device::hmb::hmb_size_for(MODULE_DEFAULT_RING).to_string(),
+        )
+    })?;
+    let mut vm = Vm::start(&vm_config(&p, &opts.run_dir, &share, &emu.ivshmem_socket))?;
+    let mut guest = Guest {
+        vm: &mut vm,
+        emu: &mut emu,
+        share: &share,
+    };
+    phases.run("boot, DKMS install, modprobe, udev, users, unit start", || {
+        guest.wait_file(files::STARTED, Duration::from_secs(600))
+    })?;
+    phases.run("produce, SIGKILL, systemd restart, produce", || {
+        guest.emu.start_workload(&opts.workload, opts.seed, opts.rate)?;
+        guest.produce_for(opts.produce)?;
+        std::fs::write(share.join(files::KILL), b"")?;
+        guest.wait_file(files::RESTARTED, Duration::from_secs(120))?;
+        guest.produce_for(opts.produce)?;
+        guest.emu.stop_workload()?;
+        guest.emu.wait_drained(Duration::from_secs(60))
+    })?;
+    let ground_truth = guest.emu.ground_truth()?;
+    let stats = guest.emu.stats()?;
+    std::fs::write(
+        opts.run_dir.join("ground-truth.json"),
+        serde_json::to_string_pretty(&ground_truth)?,
+    )?;
+    std::fs::write(
+        opts.run_dir.join("emu-stats.json"),
+        serde_json::to_string_pretty(&stats)?,
+    )?;
+    std::fs::write(share.join(files::STOP), b"")?;
+    let rc = phases.run("unit stop, modprobe -r, dkms remove, poweroff", || {
+        let line = guest.vm.wait_for("HMBT-RESULT", Duration::from_secs(300), |l| {
+            console::parse_result(l).is_some()
+        })?;
+        guest.vm.wait_exit(Duration::from_secs(120))?;
+        Ok(console::parse_result(&line).unwrap_or(-1))
+    })?;
+    emu.shutdown();
+    for name in [files::TRACE, files::LOG, files::JOURNAL, files::DMESG] {
+        let from = share.join(name);
+        if from.exists() {
+            std::fs::rename(&from, opts.run_dir.join(name))?;
+        }
+    }
+    if rc != 0 {
+        bail!(
+            "the full-guest check failed (rc={rc}); see {}",
+            opts.run_dir.join(files::LOG).display()
+        );
+    }
+    let trace = opts.run_dir.join(files::TRACE);
+    let report = phases.run("ground truth", || {
+        truth::check(&trace, &ground_truth.segments, truth::live_ring(&stats))
+    })?;
+    if report.records == 0 {
+        bail!("trace.bin holds no record: the device produced nothing the daemon saw");
+    }
+    Ok(Outcome {
+        run_dir: opts.run_dir.clone(),
+        truth: report,
+    })
+}
+
+/// Host packages, the kernel, the full guest's image, DKMS's build of the
+/// module in it, QEMU, emu-device and the daemon. All cached.
+fn prepare(sh: &Shell, kernel: Option<&str>, phases: &mut Phases) -> Result<Prepared> {
+    let root = workspace_root();
+    let cache = cache_dir();
+    let specs = kernels::load(&root.join("images/KERNELS"))?;
+    let spec = kernels::select(&specs, kernel)?;
+    let mut needs = apt::base_needs();
+    needs.push(Need::new("e2fsprogs", "mkfs.ext4 -d: the full guest's disk image"));
+    phases.run("host packages", || apt::ensure(sh, &needs))?;
+    let daemon_bin = phases.run("static daemon", || images::build_static_daemon(sh))?;
+    let qemu = phases.run("qemu", || binary::ensure(sh, QemuVersion::V7_2))?;
+    let emu_bin = phases.run("emu-device", || {
+        let _dir = sh.push_dir(&root);
+        cmd!(sh, "cargo build --release --quiet -p hmb-emu-device").run()?;
+        Ok(target_dir().join("release/emu-device"))
+    })?;
+    let _lock = lock_cache(&cache)?;
+    let (env, resolved) = phases.run(&format!("toolchain ({})", spec.name), || {
+        toolchain::ensure_toolchain(sh, &spec)
+    })?;
+    let kernel = phases.run(&format!("kernel fetch ({})", spec.name), || {
+        fetch::fetch(sh, &env, &spec, &resolved, &cache)
+    })?;
+    let image = phases.run("full guest image (debootstrap, cached)", || {
+        debian_root::ensure(sh, &cache, &spec, &resolved)
+    })?;
+    println!(
+        "    image {} ({})",
+        image.disk.display(),
+        if image.rebuilt { "built" } else { "cached" }
+    );
+    let module = phases.run("dkms build in the image's tree (chroot, cached)", || {
+        dkms_prebuilt::build(sh, &image, &resolved.abi, &root.join("kmod"), &cache)
+    })?;
+    println!(
+        "    module {} ({})",
+        module.package.id(),
+        if module.rebuilt { "built" } else { "cached" }
+    );
+    Ok(Prepared {
+        boot_kernel: kernel.vmlinux.clone().unwrap_or(kernel.vmlinuz.clone()),
+        image,
+        module,
+        qemu,
+        emu_bin,
+        daemon_bin,
+    })
+}
+
+/// What the guest script reads from the share: the script, the module's
+/// source tree and DKMS build, and the shipped daemon, unit and udev rule.
+fn fill_share(p: &Prepared, share: &Path) -> Result<()> {
+    let root = workspace_root();
+    let _ = std::fs::remove_dir_all(share);
+    std::fs::create_dir_all(share.join(files::KMOD)).with_context(|| format!("creating {}", share.display()))?;
+    std::fs::write(share.join(files::SCRIPT), script::check_script(&p.module.package))?;
+    kmod_build::copy_tree(&root.join("kmod"), &share.join(files::KMOD))?;
+    for (from, to) in [
+        (p.module.tar.clone(), files::DKMS_TAR),
+        (p.daemon_bin.clone(), files::DAEMON),
+        (root.join("daemon/dist/hmb-trace-daemon.service"), files::UNIT),
+        (root.join("kmod/udev/60-nvme-hmb-trace.rules"), files::UDEV_RULE),
+    ] {
+        std::fs::copy(&from, share.join(to)).with_context(|| format!("copying {}", from.display()))?;
+    }
+    Ok(())
+}
+
+fn vm_config(p: &Prepared, run_dir: &Path, share: &Path, ivshmem: &Path) -> VmConfig {
+    let mut cfg = VmConfig::new(
+        p.qemu.clone(),
+        p.boot_kernel.clone(),
+        p.image.initrd.clone(),
+        run_dir.to_path_buf(),
+    );
+    // systemd, udev and a DKMS install want more than the busybox guests' 512 MiB.
+    cfg.memory_mb = 1024;
+    cfg.share_dir = Some(share.to_path_buf());
+    // Debian's initramfs mounts the disk and hands over to systemd.
+    cfg.extra_cmdline = ["root=/dev/vda", "rw", "systemd.show_status=error"]
+        .map(String::from)
+        .to_vec();
+    // snapshot=on: the guest's writes go to a temporary file, never to the cached image.
+    cfg.extra_args = vec![
+        "-drive".into(),
+        format!("file={},format=raw,if=virtio,snapshot=on", p.image.disk.display()).into(),
+    ];
+    cfg.extra_args.extend(args::pcie_root_port("hmbrp", 1, 1));
+    cfg.extra_args
+        .extend(args::ivshmem_doorbell(ivshmem, "hmb0", VECTORS, PciPlace::Bus("hmbrp")));
+    cfg
+}
+
+/// The running guest and device, as the host side of the script sees them.
+struct Guest<'a> {
+    vm: &'a mut Vm,
+    emu: &'a mut EmuDevice,
+    share: &'a Path,
+}
+
+impl Guest<'_> {
+    /// Wait until the guest creates `name` in the share, watching the
+    /// console for faults and for the script ending first.
+    fn wait_file(&mut self, name: &str, timeout: Duration) -> Result<()> {
+        let path = self.share.join(name);
+        let deadline = Instant::now() + timeout;
+        while !path.exists() {
+            self.emu.check_alive()?;
+            match self.vm.wait_for(name, Duration::from_millis(250), |l| {
+                l.contains("HMBT-ERROR") || l.contains("HMBT-RESULT")
+            }) {
+                Ok(_) if path.exists() => break,
+                Ok(line) => bail!("the guest check stopped before {name}: {line}"),
+                Err(e) if e.to_string().starts_with("timeout") => {}
+                Err(e) => return Err(e),
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "timeout: the guest made no {name} within {}s; see console.log",
+                    timeout.as_secs()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Let the device produce for `how_long`, watching both processes.
+    fn produce_for(&mut self, how_long: Duration) -> Result<()> {
+        let end = Instant::now() + how_long;
+        while Instant::now() < end {
+            self.emu.check_alive()?;
+            match self
+                .vm
+                .wait_for("the production time", Duration::from_millis(200), |l| {
+                    l.contains("HMBT-ERROR") || l.contains("HMBT-RESULT")
+                }) {
+                Ok(line) => bail!("the guest check stopped while the device produced: {line}"),
+                Err(e) if e.to_string().starts_with("timeout") => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
