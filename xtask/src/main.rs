@@ -2,6 +2,7 @@
 //! The command line is declared here, once; each command is one module that
 //! `run`s itself over the `hmb-harness` library.
 
+mod bench;
 mod boot;
 mod conformance;
 mod deps;
@@ -32,6 +33,8 @@ enum Command {
     Boot(boot::Boot),
     /// Conformance scenarios on real guest kernels (snapshots, table, JUnit).
     Conformance(conformance::Conformance),
+    /// Every throughput figure beside its baseline in one table, bench.json in the run folder.
+    Bench(bench::Bench),
     /// Run everything CI runs: formatting, clippy, host tests, ABI checks.
     Test(test::Test),
     /// Regenerate docs/test-vectors/v1 from the reference producer.
@@ -61,6 +64,7 @@ fn main() -> Result<()> {
         Command::Boot(c) => c.run(),
         Command::Conformance(c) => c.run(),
         Command::Test(c) => c.run(),
+        Command::Bench(c) => c.run(),
         Command::Vectors(c) => c.run(),
         Command::Deps(c) => c.run(),
         Command::Image(c) => c.run(),

@@ -51,6 +51,21 @@ fn run(args: Test) -> Result<()> {
         host_tests = host_tests.env(k, v);
     }
     host_tests.run()?;
+    // The bench command on tiny sizes over the dev build just made: every
+    // figure of docs/performance.md must land in bench.json (a check that
+    // the benches run, not a measurement).
+    step("cargo xtask bench --quick: every figure reported (tiny sizes, dev build)");
+    let bench_dir = target_dir().join("hmb-trace/runs/bench-quick");
+    crate::bench::Bench {
+        quick: true,
+        daemon_gib: 0.0,
+        ring_gib: 0.0,
+        analyzer_mb: 0,
+        guest: false,
+        run_dir: Some(bench_dir.clone()),
+    }
+    .run()?;
+    crate::bench::check_json(&bench_dir.join("bench.json"))?;
     // The ring's orderings under the loom model checker (docs/memory-model.md),
     // in its own target directory: --cfg loom rebuilds every dependency.
     step("loom: the ring's memory ordering (model checker, 2 preemptions)");
