@@ -2,6 +2,14 @@
 //! of at least 1 GB, next to the sequential read bandwidth of the same file
 //! from the page cache, measured in the same run.
 //!
+//! Then the text outputs through the real binary (stdout to /dev/null):
+//! `convert --format csv`, `convert --format jsonl` and `decode`, in
+//! records per second, beside the walk alone (decode + bookkeeping, no
+//! output) as the floor they are measured against.
+//!
+//! Every figure is also printed as one `BENCH {json}` line for
+//! `cargo xtask bench` (docs/performance.md).
+//!
 //! cargo bench -p hmb-trace-analyze --bench analyze -- [--size-mb N] [--path FILE] [--keep] [--workload ssd|ssd:causal]
 //! (default: 1100 MB in /dev/shm, removed afterwards)
 
@@ -172,18 +180,67 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
             ControlFlow::Continue(())
         },
     )?;
+    let walk_s = t.elapsed().as_secs_f64();
     std::hint::black_box(count);
     println!(
         "walk       {:.2} GB/s  decode + epoch/seq bookkeeping only (mmap)",
-        len as f64 / t.elapsed().as_secs_f64() / 1e9
+        len as f64 / walk_s / 1e9
     );
     println!(
         "ratio      stats / read = {:.2} wall, {:.2} per CPU-second",
         best / read_bw,
         best_cpu / read_cpu
     );
+    bench_line(
+        "analyzer_stats",
+        best,
+        "GB/s",
+        read_bw,
+        "read(2) of the file from page cache, 1 MiB buffer",
+        best / read_bw,
+    );
+
+    // The text outputs, as a user runs them: the binary, stdout to /dev/null.
+    let walk_mrps = summary.records as f64 / walk_s / 1e6;
+    for (figure, args) in [
+        ("analyzer_csv", &["convert", "--format", "csv"][..]),
+        ("analyzer_jsonl", &["convert", "--format", "jsonl"][..]),
+        ("analyzer_decode", &["decode"][..]),
+    ] {
+        let t = Instant::now();
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_hmb-trace-analyze"))
+            .args(args)
+            .arg(&path)
+            .stdout(File::create("/dev/null")?)
+            .status()?;
+        let secs = t.elapsed().as_secs_f64();
+        if !status.success() {
+            return Err(format!("hmb-trace-analyze {args:?} failed: {status}").into());
+        }
+        let mrps = summary.records as f64 / secs / 1e6;
+        println!(
+            "{:<10} {mrps:.2} M records/s  `hmb-trace-analyze {}` to /dev/null",
+            figure.trim_start_matches("analyzer_"),
+            args.join(" ")
+        );
+        bench_line(
+            figure,
+            mrps,
+            "M rec/s",
+            walk_mrps,
+            "walk alone (decode + bookkeeping, no output), records/s",
+            mrps / walk_mrps,
+        );
+    }
     if !keep {
         std::fs::remove_file(&path)?;
     }
     Ok(())
+}
+
+/// One figure for `cargo xtask bench` (which parses these lines).
+fn bench_line(figure: &str, value: f64, unit: &str, baseline: f64, baseline_what: &str, ratio: f64) {
+    println!(
+        "BENCH {{\"figure\":\"{figure}\",\"value\":{value:.6},\"unit\":\"{unit}\",\"baseline\":{baseline:.6},\"baseline_what\":\"{baseline_what}\",\"ratio\":{ratio:.6}}}"
+    );
 }
