@@ -36,6 +36,19 @@ pub struct HostIntegration {
 }
 
 impl HostIntegration {
+    /// The command's defaults (default kernel) with its run folder at `run_dir`:
+    /// what `cargo xtask test` runs.
+    pub fn with_run_dir(run_dir: PathBuf) -> HostIntegration {
+        HostIntegration {
+            kernel: None,
+            workload: "ssd".into(),
+            seed: 1,
+            rate: 2000,
+            produce: 3.0,
+            run_dir: Some(run_dir),
+        }
+    }
+
     pub fn run(self) -> Result<()> {
         if !(self.produce > 0.0 && self.produce <= 600.0) {
             bail!("--produce must be in (0, 600] seconds, got {}", self.produce);

@@ -113,6 +113,14 @@ fn run(args: Test) -> Result<()> {
     if !args.host_only {
         guest_tests()?;
         nvme_guest_tests()?;
+        // The shipped DKMS config, udev rule and systemd unit, installed as a
+        // user would in a full Debian guest (systemd, udev) on the default
+        // kernel: ~3 min warm, the image is cached (docs/host-integration.md).
+        step("host integration: DKMS, udev, systemd unit in a full Debian guest (cargo xtask host-integration)");
+        crate::host_integration::HostIntegration::with_run_dir(
+            target_dir().join("hmb-trace/test-runs/host-integration"),
+        )
+        .run()?;
         step("conformance on every guest kernel and both devices");
         Conformance {
             kernel: Some("all".into()),
