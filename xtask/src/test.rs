@@ -183,12 +183,18 @@ fn guest_tests() -> Result<()> {
     let runs = target_dir().join("hmb-trace/test-runs");
     for (name, inject) in [("boot", None), ("boot-reset", Some("reset"))] {
         step(&format!(
-            "guest: cargo xtask boot{}",
+            "guest: cargo xtask boot --device ivshmem{}",
             inject.map(|i| format!(" --inject {i}")).unwrap_or_default()
         ));
         let run_dir = runs.join(name);
         let _ = std::fs::remove_dir_all(&run_dir);
-        let mut argv = vec!["boot".to_string(), "--run-dir".into(), run_dir.display().to_string()];
+        let mut argv = vec![
+            "boot".to_string(),
+            "--device".into(),
+            "ivshmem".into(),
+            "--run-dir".into(),
+            run_dir.display().to_string(),
+        ];
         if let Some(i) = inject {
             argv.extend(["--inject".to_string(), i.to_string()]);
         }
@@ -210,10 +216,12 @@ fn guest_tests() -> Result<()> {
     Ok(())
 }
 
-/// Issues 13 and 14 on every kernel of images/KERNELS: emu-device's NVMe
-/// controller over vfio-user (QEMU 11.1) with the kernel's stock nvme
-/// driver, then with the patch series' nvme.ko, the module and the daemon
-/// through `reset_controller` and a device-side failure (`--inject reset`).
+/// The main job's default device on every kernel of images/KERNELS:
+/// emu-device's NVMe controller over vfio-user (QEMU 11.1) with the
+/// kernel's stock nvme driver (`--stock-driver`), then the main job itself:
+/// the patch series' nvme.ko, the module and the daemon through
+/// `reset_controller` and a device-side failure (`--inject reset`), and the
+/// analyzer's report.
 /// `boot::nvme::boot` fails on anything it does not see: the driver bound,
 /// the HMB enabled and back with MR=1 after each reset, the pattern read
 /// back and in the namespace, a clean kernel log (but for the failure's
@@ -226,18 +234,18 @@ fn nvme_guest_tests() -> Result<()> {
         for trace in [false, true] {
             let name = format!("nvme{}-{}", if trace { "-trace" } else { "" }, spec.name);
             let extra: &[&str] = if trace {
-                &["--nvme-trace", "--inject", "reset"]
+                &["--inject", "reset"]
             } else {
-                &[]
+                &["--stock-driver"]
             };
             step(&format!(
-                "guest: cargo xtask boot --device nvme --kernel {} {}",
+                "guest: cargo xtask boot --kernel {} {}",
                 spec.name,
                 extra.join(" ")
             ));
             let run_dir = runs.join(&name);
             let _ = std::fs::remove_dir_all(&run_dir);
-            let mut argv = vec!["boot", "--device", "nvme", "--kernel", &spec.name];
+            let mut argv = vec!["boot", "--kernel", &spec.name];
             argv.extend_from_slice(extra);
             let args = <Boot as clap::FromArgMatches>::from_arg_matches(
                 &<Boot as clap::Args>::augment_args(clap::Command::new("boot")).get_matches_from(argv),
@@ -245,6 +253,9 @@ fn nvme_guest_tests() -> Result<()> {
             let started = std::time::Instant::now();
             let mut phases = Phases::new();
             let outcome = boot::nvme::boot(&args, &run_dir, &mut phases)?;
+            if trace {
+                anyhow::ensure!(run_dir.join("report.html").is_file(), "{name}: no report.html");
+            }
             println!(
                 "    {name}: passed in {:.0} s (probe {} ms, 4 KiB reads {} IOPS at QD1, {} at QD32{})",
                 started.elapsed().as_secs_f64(),

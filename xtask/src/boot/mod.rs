@@ -28,53 +28,136 @@ pub struct Boot {
     /// Guest kernel, a name from images/KERNELS (default: its first line).
     #[arg(long)]
     pub kernel: Option<String>,
-    /// The emulated controller: ivshmem (the ring over ivshmem-doorbell,
-    /// the main job) or nvme (the NVMe controller over vfio-user, probed by
-    /// the guest's stock nvme driver; implies --qemu 11.1).
-    #[arg(long, value_enum, default_value = "ivshmem")]
-    pub device: Device,
-    /// QEMU to run: bookworm's 7.2 (default), bookworm-backports' 10.0, or
-    /// trixie-backports' 11.1 (the default with --device nvme).
+    /// The emulated SSD: nvme (the default: emu-device's NVMe controller
+    /// over vfio-user, QEMU 11.1; the patch series' nvme.ko lends it the
+    /// HMB, the module and the daemon carry its trace, checked against the
+    /// controller's journal) or ivshmem (the firmware model's synthetic
+    /// workload over ivshmem-doorbell, any QEMU). Without --device, an
+    /// ivshmem-only option (--workload, --rate, --duration, --ring-size,
+    /// --seed, --keep, a timed --inject) selects ivshmem.
+    #[arg(long, value_enum)]
+    pub device: Option<Device>,
+    /// QEMU to run: trixie-backports' 11.1 (nvme, the only one with
+    /// vfio-user-pci), bookworm's 7.2 (ivshmem's default) or 10.0.
     #[arg(long, value_enum)]
     pub qemu: Option<QemuVersion>,
     /// Accelerator: tcg (default: KVM guests hang on some hosts), kvm, or
     /// auto (probe KVM with a short boot, else TCG, saying why).
     #[arg(long, value_enum, default_value = "tcg")]
     pub accel: Accel,
-    /// Firmware workload: ssd, npu, sizes, sizes:fixed=N, sizes:uniform=A-B.
-    #[arg(long, default_value = "ssd")]
-    pub workload: String,
-    /// Records per second (0 = as fast as possible).
-    #[arg(long, default_value_t = 2000)]
-    pub rate: u64,
-    /// Seconds of production.
-    #[arg(long, default_value_t = 3.0)]
-    pub duration: f64,
-    /// Ring data area in bytes (power of two, 8 KiB..1 GiB); K/M suffixes allowed.
-    #[arg(long, default_value = "16M", value_parser = parse_size)]
-    pub ring_size: u64,
-    /// Workload seed: the same seed gives the same records.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    /// ivshmem: firmware workload: ssd (default), npu, sizes,
+    /// sizes:fixed=N, sizes:uniform=A-B.
+    #[arg(long)]
+    pub workload: Option<String>,
+    /// ivshmem: records per second (0 = as fast as possible; default 2000).
+    #[arg(long)]
+    pub rate: Option<u64>,
+    /// ivshmem: seconds of production (default 3).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// ivshmem: ring data area in bytes (power of two, 8 KiB..1 GiB; K/M
+    /// suffixes allowed; default 16M). On nvme the ring is the series'
+    /// `hmb_trace_kb` (16 MiB).
+    #[arg(long, value_parser = parse_size)]
+    pub ring_size: Option<u64>,
+    /// ivshmem: workload seed, the same seed gives the same records (default 1).
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// Faults: reset[@SECS] (controller reset), stall@SECS:DUR (QMP stop/cont
     /// of the guest, a real overflow). Repeatable. With --device nvme: one
     /// `reset`, a device-side failure (CSTS.CFS) after reset_controller.
     #[arg(long)]
     pub inject: Vec<Injection>,
-    /// Leave the VM running with a shell on the console after the job.
+    /// Leave the VM running with a shell on the console after the job (ivshmem).
     #[arg(long)]
     pub keep: bool,
     /// Run folder (default: target/hmb-trace/runs/<timestamp>).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
-    /// --device nvme: 4 KiB O_DIRECT reads timed for the QD1 figure.
-    #[arg(long, default_value_t = 2000)]
-    pub nvme_reads: u32,
-    /// --device nvme: the patch series' nvme.ko instead of the stock one,
-    /// with nvme-hmb-trace.ko and the daemon; trace.bin is checked against
-    /// the controller's journal byte for byte.
+    /// nvme: 4 KiB O_DIRECT reads timed for the QD1 figure (default 2000).
     #[arg(long)]
-    pub nvme_trace: bool,
+    pub nvme_reads: Option<u32>,
+    /// nvme: the kernel's stock nvme.ko and no trace: the controller and
+    /// its HMB alone, as any Linux host sees them.
+    #[arg(long)]
+    pub stock_driver: bool,
+}
+
+impl Boot {
+    pub fn workload(&self) -> &str {
+        self.workload.as_deref().unwrap_or("ssd")
+    }
+    pub fn rate(&self) -> u64 {
+        self.rate.unwrap_or(2000)
+    }
+    pub fn duration(&self) -> f64 {
+        self.duration.unwrap_or(3.0)
+    }
+    pub fn ring_size(&self) -> u64 {
+        self.ring_size.unwrap_or(16 << 20)
+    }
+    pub fn seed(&self) -> u64 {
+        self.seed.unwrap_or(1)
+    }
+
+    fn ivshmem_options(&self) -> Vec<&'static str> {
+        [
+            ("--workload", self.workload.is_some()),
+            ("--rate", self.rate.is_some()),
+            ("--duration", self.duration.is_some()),
+            ("--ring-size", self.ring_size.is_some()),
+            ("--seed", self.seed.is_some()),
+            ("--keep", self.keep),
+            (
+                "--inject with a time or a stall",
+                self.inject.iter().any(|i| *i != Injection::Reset { at: None }),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(name, given)| given.then_some(name))
+        .collect()
+    }
+
+    /// The device asked for; without --device, ivshmem when an option only
+    /// it has was given, else nvme.
+    pub fn device(&self) -> Device {
+        match self.device {
+            Some(d) => d,
+            None if !self.ivshmem_options().is_empty() => Device::Ivshmem,
+            None => Device::Nvme,
+        }
+    }
+
+    /// Options of the other device are refused, not ignored.
+    fn check_device_options(&self) -> Result<()> {
+        let (device, foreign): (&str, Vec<&str>) = match self.device() {
+            Device::Nvme => ("nvme", self.ivshmem_options()),
+            Device::Ivshmem => (
+                "ivshmem",
+                [
+                    ("--nvme-reads", self.nvme_reads.is_some()),
+                    ("--stock-driver", self.stock_driver),
+                ]
+                .into_iter()
+                .filter_map(|(name, given)| given.then_some(name))
+                .collect(),
+            ),
+        };
+        if !foreign.is_empty() {
+            let other = if device == "nvme" { "ivshmem" } else { "nvme" };
+            bail!(
+                "{} {} the {other} device's; on --device {device} the records are {}. Add --device {other}.",
+                foreign.join(", "),
+                if foreign.len() == 1 { "is" } else { "are" },
+                if device == "nvme" {
+                    "the guest's own NVMe commands"
+                } else {
+                    "the firmware model's workload"
+                }
+            );
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -111,8 +194,15 @@ impl Boot {
 }
 
 fn run(args: Boot) -> Result<()> {
+    args.check_device_options()?;
     let mut phases = Phases::new();
-    if args.device == Device::Nvme {
+    if args.device.is_none() && args.device() == Device::Ivshmem {
+        println!(
+            "device: ivshmem ({} given; the default device is nvme)",
+            args.ivshmem_options().join(", ")
+        );
+    }
+    if args.device() == Device::Nvme {
         let run_dir = args.run_dir.clone().unwrap_or_else(default_run_dir);
         let result = nvme::boot(&args, &run_dir, &mut phases);
         phases.summary();
@@ -145,7 +235,7 @@ fn run(args: Boot) -> Result<()> {
 
 /// The whole main job; returns what it produced. Used by `boot` and tests.
 pub fn boot(args: &Boot, phases: &mut Phases) -> Result<RunOutcome> {
-    if args.device != Device::Ivshmem {
+    if args.device() != Device::Ivshmem {
         bail!("the trace main job runs on --device ivshmem; --device nvme is nvme::boot");
     }
     let sh = Shell::new()?;
@@ -158,10 +248,10 @@ pub fn boot(args: &Boot, phases: &mut Phases) -> Result<RunOutcome> {
         run_dir: run_dir.clone(),
         accel: args.accel,
         keep: args.keep,
-        hmb_size: hmb_size_for(args.ring_size),
+        hmb_size: hmb_size_for(args.ring_size()),
         guest_script: guest_script::streaming(
             tools.module()?,
-            &format!("ring_size={}", args.ring_size),
+            &format!("ring_size={}", args.ring_size()),
             if follow { "--follow" } else { "" },
         ),
         extra_qemu_args: Vec::new(),
@@ -208,10 +298,10 @@ pub fn boot(args: &Boot, phases: &mut Phases) -> Result<RunOutcome> {
 }
 
 fn produce(args: &Boot, s: &mut Session) -> Result<()> {
-    let duration = Duration::from_secs_f64(args.duration);
+    let duration = Duration::from_secs_f64(args.duration());
     let mut pending: Vec<Injection> = args.inject.clone();
     pending.sort_by_key(|i| i.at(duration));
-    s.emu.start_workload(&args.workload, args.seed, args.rate)?;
+    s.emu.start_workload(args.workload(), args.seed(), args.rate())?;
     let start = Instant::now();
     while start.elapsed() < duration {
         if let Some(next) = pending.first().copied() {
@@ -250,7 +340,7 @@ fn fire(injection: Injection, s: &mut Session) -> Result<()> {
     }
 }
 
-fn analyze(sh: &Shell, analyzer: &Path, run_dir: &Path, trace: &Path) -> Result<()> {
+pub fn analyze(sh: &Shell, analyzer: &Path, run_dir: &Path, trace: &Path) -> Result<()> {
     let info = cmd!(sh, "{analyzer} info {trace}")
         .read()
         .context("hmb-trace-analyze info")?;
@@ -263,7 +353,7 @@ fn analyze(sh: &Shell, analyzer: &Path, run_dir: &Path, trace: &Path) -> Result<
     Ok(())
 }
 
-fn default_run_dir() -> PathBuf {
+pub fn default_run_dir() -> PathBuf {
     target_dir().join("hmb-trace/runs").join(timestamp())
 }
 

@@ -1,13 +1,14 @@
-//! `cargo xtask boot --device nvme`: emu-device's NVMe controller over
-//! vfio-user (QEMU 11.1) probed by the guest kernel's stock nvme driver:
-//! the driver binds, the HMB is negotiated and comes back with MR=1 after
-//! `reset_controller`, data written is read back and found in the
-//! namespace; the run folder gets `nvme-run.json` (what was seen and
+//! `cargo xtask boot` on its default device, nvme: emu-device's NVMe
+//! controller over vfio-user (QEMU 11.1). The patch series' nvme.ko probes
+//! it and lends it the HMB with the trace slice, nvme-hmb-trace.ko and the
+//! daemon carry the controller's trace, and trace.bin must equal the
+//! controller's journal (`ground-truth.json`) byte for byte; the analyzer
+//! then writes info.txt and report.html. Along the way the HMB comes back
+//! with MR=1 after `reset_controller`, data written is read back and found
+//! in the namespace; the run folder gets `nvme-run.json` (what was seen and
 //! measured) and the controller's reports (`emu-probed.json`,
-//! `emu-reset.json`, `emu-stats.json`). With `--nvme-trace` the patch
-//! series' nvme.ko replaces the stock one, nvme-hmb-trace.ko and the daemon
-//! run, and trace.bin must equal the controller's journal
-//! (`ground-truth.json`) byte for byte (issue 14).
+//! `emu-reset.json`, `emu-stats.json`). `--stock-driver` runs the kernel's
+//! own nvme.ko instead, without the trace.
 
 use std::path::Path;
 use std::time::Duration;
@@ -16,7 +17,8 @@ use anyhow::{bail, Result};
 use hmb_harness::nvme_guest::{self, NvmeOutcome, NvmeRunConfig};
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::QemuVersion;
-use xshell::Shell;
+use hmb_harness::{target_dir, workspace_root};
+use xshell::{cmd, Shell};
 
 use super::inject::Injection;
 use super::Boot;
@@ -43,13 +45,22 @@ fn inject_fatal(args: &Boot) -> Result<bool> {
 pub fn boot(args: &Boot, run_dir: &Path, phases: &mut Phases) -> Result<NvmeOutcome> {
     let inject_fatal = inject_fatal(args)?;
     let sh = Shell::new()?;
-    let tools = nvme_guest::prepare(&sh, args.kernel.as_deref(), args.nvme_trace, phases)?;
+    let trace = !args.stock_driver;
+    let tools = nvme_guest::prepare(&sh, args.kernel.as_deref(), trace, phases)?;
+    let analyzer = match trace {
+        true => Some(phases.run("analyzer", || {
+            let _dir = sh.push_dir(workspace_root());
+            cmd!(sh, "cargo build --release --quiet -p hmb-trace-analyze").run()?;
+            Ok(target_dir().join("release/hmb-trace-analyze"))
+        })?),
+        false => None,
+    };
     let cfg = NvmeRunConfig {
         run_dir: run_dir.to_path_buf(),
         accel: args.accel,
-        iops_reads: args.nvme_reads,
+        iops_reads: args.nvme_reads.unwrap_or(2000),
         timeout: Duration::from_secs(300),
-        trace: args.nvme_trace,
+        trace,
         inject_fatal,
     };
     let outcome = nvme_guest::run(&tools, &cfg, phases)?;
@@ -57,6 +68,10 @@ pub fn boot(args: &Boot, run_dir: &Path, phases: &mut Phases) -> Result<NvmeOutc
         run_dir.join("nvme-run.json"),
         serde_json::to_string_pretty(&outcome)? + "\n",
     )?;
+    if let Some(analyzer) = analyzer {
+        let trace_bin = run_dir.join(nvme_guest::files::TRACE);
+        phases.run("analyze", || super::analyze(&sh, &analyzer, run_dir, &trace_bin))?;
+    }
     Ok(outcome)
 }
 
@@ -113,6 +128,8 @@ pub fn print(outcome: &NvmeOutcome, run_dir: &Path) {
     for name in [
         "nvme-run.json",
         "trace.bin",
+        "info.txt",
+        "report.html",
         "ground-truth.json",
         "emu-stats.json",
         "dmesg.txt",
