@@ -152,8 +152,7 @@ fn soak_ivshmem(args: &Soak, run_dir: &std::path::Path, phases: &mut Phases) -> 
         accel: Accel::Tcg,
         keep: false,
         hmb_size: hmb_size_for(RING),
-        // --follow: the daemon follows the ring across resets (new epochs).
-        guest_script: guest_script::streaming(tools.module()?, &format!("ring_size={RING}"), "--follow"),
+        guest_script: soak_script(tools.module()?),
         extra_qemu_args: Vec::new(),
         extra_cmdline: Vec::new(),
     };
@@ -229,6 +228,26 @@ fn soak_ivshmem(args: &Soak, run_dir: &std::path::Path, phases: &mut Phases) -> 
         "load_average_end": load_average(),
         "passed": passed,
     }))
+}
+
+/// `guest_script::streaming` with the daemon writing into the share: a
+/// 10-minute trace (~12 GB at 400 k rec/s) does not fit the guest's tmpfs
+/// (512 MiB of RAM: the first try ended in ENOSPC, exit 11, after 240 MB).
+/// `--follow`: the daemon follows the ring across resets (new epochs).
+fn soak_script(module: &str) -> String {
+    guest_script::prelude(module)
+        + &format!(
+            "load_module ring_size={RING}\n\
+             step daemon --follow --output $share/{trace}\n\
+             /bin/hmb-trace-daemon --device /dev/nvme-hmb-trace0 --output $share/{trace} --stats --follow \
+             2>>$share/{stderr} &\n\
+             daemon=$!\n\
+             touch $share/{started}\n\
+             wait_stop\nstop_daemon\ncollect\nexit 0\n",
+            trace = files::TRACE,
+            stderr = files::DAEMON_STDERR,
+            started = files::STARTED,
+        )
 }
 
 /// Produce for the whole run, a controller reset at every reset time.
