@@ -74,36 +74,16 @@ pub fn run(sh: &Shell, opts: &Options, phases: &mut Phases) -> Result<Outcome> {
         emu: &mut emu,
         share: &share,
     };
-    phases.run("DKMS install, modprobe, udev, users, unit start", || {
-        guest.wait_file(files::STARTED, Duration::from_secs(600))
-    })?;
-    phases.run("produce, SIGKILL, systemd restart, produce", || {
-        guest.emu.start_workload(&opts.workload, opts.seed, opts.rate)?;
-        guest.produce_for(opts.produce)?;
-        std::fs::write(share.join(files::KILL), b"")?;
-        guest.wait_file(files::RESTARTED, Duration::from_secs(120))?;
-        guest.produce_for(opts.produce)?;
-        guest.emu.stop_workload()?;
-        guest.emu.wait_drained(Duration::from_secs(60))
-    })?;
-    let ground_truth = guest.emu.ground_truth()?;
-    let stats = guest.emu.stats()?;
-    std::fs::write(
-        opts.run_dir.join("ground-truth.json"),
-        serde_json::to_string_pretty(&ground_truth)?,
-    )?;
-    std::fs::write(
-        opts.run_dir.join("emu-stats.json"),
-        serde_json::to_string_pretty(&stats)?,
-    )?;
-    std::fs::write(share.join(files::STOP), b"")?;
-    let rc = phases.run("unit stop, modprobe -r, dkms remove, poweroff", || {
-        let line = guest.vm.wait_for("HMBT-RESULT", Duration::from_secs(300), |l| {
+    let driven = drive(&mut guest, opts, phases);
+    // Stop both on every path (drop would too), then keep what the guest
+    // left in the share beside console.log, also after a failure.
+    if driven.is_err() {
+        // The script's fail() saves the journal and dmesg, then prints its result.
+        let _ = vm.wait_for("HMBT-RESULT", Duration::from_secs(30), |l| {
             console::parse_result(l).is_some()
-        })?;
-        guest.vm.wait_exit(Duration::from_secs(120))?;
-        Ok(console::parse_result(&line).unwrap_or(-1))
-    })?;
+        });
+    }
+    vm.kill();
     emu.shutdown();
     for name in [files::TRACE, files::LOG, files::JOURNAL, files::DMESG] {
         let from = share.join(name);
@@ -111,6 +91,13 @@ pub fn run(sh: &Shell, opts: &Options, phases: &mut Phases) -> Result<Outcome> {
             std::fs::rename(&from, opts.run_dir.join(name))?;
         }
     }
+    let (rc, ground_truth, stats) = driven.with_context(|| {
+        format!(
+            "the full-guest check failed; see {} and {}",
+            opts.run_dir.join(files::LOG).display(),
+            opts.run_dir.join("console.log").display()
+        )
+    })?;
     if rc != 0 {
         bail!(
             "the full-guest check failed (rc={rc}); see {}",
@@ -128,6 +115,47 @@ pub fn run(sh: &Shell, opts: &Options, phases: &mut Phases) -> Result<Outcome> {
         run_dir: opts.run_dir.clone(),
         truth: report,
     })
+}
+
+/// The host's side of the check, from the guest's first line to its
+/// result: returns the script's exit code and the device's ground truth
+/// and statistics, taken once the ring was drained.
+fn drive(
+    guest: &mut Guest,
+    opts: &Options,
+    phases: &mut Phases,
+) -> Result<(i32, hmb_emu_device::report::GroundTruth, hmb_emu_device::report::Stats)> {
+    phases.run("DKMS install, modprobe, udev, users, unit start", || {
+        guest.wait_file(files::STARTED, Duration::from_secs(600))
+    })?;
+    phases.run("produce, SIGKILL, systemd restart, produce", || {
+        guest.emu.start_workload(&opts.workload, opts.seed, opts.rate)?;
+        guest.produce_for(opts.produce)?;
+        std::fs::write(guest.share.join(files::KILL), b"")?;
+        guest.wait_file(files::RESTARTED, Duration::from_secs(120))?;
+        guest.produce_for(opts.produce)?;
+        guest.emu.stop_workload()?;
+        guest.emu.wait_drained(Duration::from_secs(60))
+    })?;
+    let ground_truth = guest.emu.ground_truth()?;
+    let stats = guest.emu.stats()?;
+    std::fs::write(
+        opts.run_dir.join("ground-truth.json"),
+        serde_json::to_string_pretty(&ground_truth)?,
+    )?;
+    std::fs::write(
+        opts.run_dir.join("emu-stats.json"),
+        serde_json::to_string_pretty(&stats)?,
+    )?;
+    std::fs::write(guest.share.join(files::STOP), b"")?;
+    let rc = phases.run("unit stop, modprobe -r, dkms remove, poweroff", || {
+        let line = guest.vm.wait_for("HMBT-RESULT", Duration::from_secs(300), |l| {
+            console::parse_result(l).is_some()
+        })?;
+        guest.vm.wait_exit(Duration::from_secs(120))?;
+        Ok(console::parse_result(&line).unwrap_or(-1))
+    })?;
+    Ok((rc, ground_truth, stats))
 }
 
 /// How long the guest may take to reach its check script (34 s seen at load

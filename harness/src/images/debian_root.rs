@@ -10,7 +10,7 @@ use super::fetch::ResolvedKernel;
 use super::kernels::KernelSpec;
 use crate::host::chroot::{unmount_everything_under, Chroot, MIRROR};
 use crate::host::stamp::{Fingerprint, Stamp};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use xshell::{cmd, Shell};
 
@@ -170,6 +170,12 @@ pub fn ensure(sh: &Shell, cache: &Path, spec: &KernelSpec, kernel: &ResolvedKern
     let stamp = Stamp::new(dir.join("image.stamp"), &fp);
     if stamp.is_fresh() && out.disk.is_file() && out.initrd.is_file() && out.root.join("usr/sbin/dkms").exists() {
         return Ok(out);
+    }
+    if !crate::host::apt::is_root() {
+        bail!(
+            "building the full guest's image needs root (debootstrap, chroot, file owners in mkfs.ext4 -d); \
+             run as root, as `cargo xtask test` and the README do"
+        );
     }
     stamp.invalidate()?;
     std::fs::create_dir_all(&dir)?;
