@@ -64,7 +64,7 @@ pub fn run(env: &Env, name: &str) -> Result<Value> {
         "suspend" => suspend(env),
         other => bail!(
             "scenario {other:?} has no ivshmem version; known: {}",
-            hmb_harness::matrix::on(Device::Ivshmem).join(", ")
+            hmb_harness::matrix::on(Device::Ivshmem, &env.kernel).join(", ")
         ),
     }
 }

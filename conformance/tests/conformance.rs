@@ -17,10 +17,11 @@ fn env() -> &'static Env {
 
 fn check(name: &str) {
     let env = env();
-    if let Some(Applies::No(why)) = matrix::find(name).map(|s| s.on(env.device)) {
+    if let Some(Applies::No(why)) = matrix::find(name).map(|s| s.on_kernel(env.device, &env.kernel)) {
         panic!(
-            "scenario {name} does not apply to the {} device ({why}); `cargo xtask conformance` leaves it out",
-            env.device.name()
+            "scenario {name} does not apply to the {} device on {} ({why}); `cargo xtask conformance` leaves it out",
+            env.device.name(),
+            env.kernel
         );
     }
     let outcome = match scenarios::run(env, name) {

@@ -23,8 +23,9 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 impl EmuDevice {
     /// Start `binary serve` with its sockets and log in `run_dir`.
     pub fn start(binary: &Path, run_dir: &Path, hmb_size: &str) -> Result<Self> {
-        let ivshmem_socket = run_dir.join("ivshmem.sock");
-        let control_socket = run_dir.join("control.sock");
+        let sockets = socket_dir(run_dir)?;
+        let ivshmem_socket = sockets.join("ivshmem.sock");
+        let control_socket = sockets.join("control.sock");
         let mut command = Command::new(binary);
         command
             .arg("serve")
@@ -169,6 +170,30 @@ impl EmuDevice {
 /// Start `command` as a child of a run: stdin closed, stdout and stderr
 /// into `log`, its own process group (a terminal Ctrl-C reaches only us, and
 /// we stop it in order), and killed by the kernel if we die outright.
+/// Where a run's unix sockets go: the run folder itself, unless its path
+/// is too long for a socket address (108 bytes with the NUL, and the
+/// socket is first bound as `.<name>.<pid>.binding`, see emu-device's
+/// sockpath.rs). Then a short folder under /tmp named after a hash of the
+/// run folder (the same run folder gets the same one; stale sockets in it
+/// are replaced), linked from the run folder as `sockets`.
+pub fn socket_dir(run_dir: &Path) -> Result<PathBuf> {
+    // The longest name bound there: ".vfio-user.sock.<u32 pid>.binding" and a slash.
+    const LONGEST: usize = 1 + ".vfio-user.sock.4294967295.binding".len();
+    const SUN_PATH: usize = 107;
+    if run_dir.as_os_str().len() + LONGEST <= SUN_PATH {
+        return Ok(run_dir.to_path_buf());
+    }
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    run_dir.hash(&mut h);
+    let dir = std::env::temp_dir().join(format!("hmbt-{:016x}", h.finish()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let link = run_dir.join("sockets");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&dir, &link).with_context(|| format!("linking {}", link.display()))?;
+    Ok(dir)
+}
+
 pub fn spawn_child(mut command: Command, log: &Path) -> Result<Child> {
     let file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     command

@@ -45,6 +45,8 @@ pub struct Scenario {
     pub name: &'static str,
     pub ivshmem: Applies,
     pub nvme: Applies,
+    /// Kernels (images/KERNELS names) the scenario needs, and why; None: all.
+    pub kernels: Option<(&'static [&'static str], &'static str)>,
 }
 
 impl Scenario {
@@ -54,6 +56,14 @@ impl Scenario {
             Device::Nvme => self.nvme,
         }
     }
+
+    /// On a device and a kernel.
+    pub fn on_kernel(&self, device: Device, kernel: &str) -> Applies {
+        match (self.on(device), self.kernels) {
+            (Applies::Yes, Some((kernels, why))) if !kernels.contains(&kernel) => Applies::No(why),
+            (other, _) => other,
+        }
+    }
 }
 
 const fn both(name: &'static str) -> Scenario {
@@ -61,6 +71,7 @@ const fn both(name: &'static str) -> Scenario {
         name,
         ivshmem: Applies::Yes,
         nvme: Applies::Yes,
+        kernels: None,
     }
 }
 
@@ -69,6 +80,7 @@ const fn ivshmem_only(name: &'static str, why_not_nvme: &'static str) -> Scenari
         name,
         ivshmem: Applies::Yes,
         nvme: Applies::No(why_not_nvme),
+        kernels: None,
     }
 }
 
@@ -77,6 +89,7 @@ const fn nvme_only(name: &'static str, why_not_ivshmem: &'static str) -> Scenari
         name,
         ivshmem: Applies::No(why_not_ivshmem),
         nvme: Applies::Yes,
+        kernels: None,
     }
 }
 
@@ -134,7 +147,14 @@ pub const SCENARIOS: &[Scenario] = &[
     ),
     nvme_only("nvme_traced_io", NO_CONTROLLER),
     nvme_only("nvme_resets", NO_CONTROLLER),
-    nvme_only("nvme_hmb_toggle", NO_CONTROLLER),
+    Scenario {
+        kernels: Some((
+            &["7.x"],
+            "the driver's sysfs `hmb` switch is hidden before 7.x on a controller without a CMB \
+             (its visibility is computed before identify and refreshed only by nvme_map_cmb)",
+        )),
+        ..nvme_only("nvme_hmb_toggle", NO_CONTROLLER)
+    },
     nvme_only("nvme_surprise_removal", NO_CONTROLLER),
     nvme_only("nvme_controller_killed", NO_CONTROLLER),
     nvme_only("nvme_hostile_controller", NO_CONTROLLER),
@@ -144,11 +164,11 @@ pub fn find(name: &str) -> Option<&'static Scenario> {
     SCENARIOS.iter().find(|s| s.name == name)
 }
 
-/// The scenarios that run on `device`, in table order.
-pub fn on(device: Device) -> Vec<&'static str> {
+/// The scenarios that run on `device` and `kernel`, in table order.
+pub fn on(device: Device, kernel: &str) -> Vec<&'static str> {
     SCENARIOS
         .iter()
-        .filter(|s| s.on(device) == Applies::Yes)
+        .filter(|s| s.on_kernel(device, kernel) == Applies::Yes)
         .map(|s| s.name)
         .collect()
 }
@@ -167,7 +187,9 @@ mod tests {
                 s.name
             );
         }
-        assert!(on(Device::Nvme).contains(&"streaming"));
-        assert!(!on(Device::Ivshmem).contains(&"nvme_hmb_toggle"));
+        assert!(on(Device::Nvme, "6.1").contains(&"streaming"));
+        assert!(!on(Device::Ivshmem, "7.x").contains(&"nvme_hmb_toggle"));
+        assert!(on(Device::Nvme, "7.x").contains(&"nvme_hmb_toggle"));
+        assert!(!on(Device::Nvme, "6.12").contains(&"nvme_hmb_toggle"));
     }
 }

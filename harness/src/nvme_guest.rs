@@ -159,8 +159,9 @@ impl NvmeDevice {
     /// The namespace is the sparse file `backing`, so the host can check
     /// where the guest's data landed.
     pub fn start(binary: &Path, run_dir: &Path, backing: &Path) -> Result<NvmeDevice> {
-        let socket = run_dir.join("vfio-user.sock");
-        let control_socket = run_dir.join("control.sock");
+        let sockets = crate::emu::socket_dir(run_dir)?;
+        let socket = sockets.join("vfio-user.sock");
+        let control_socket = sockets.join("control.sock");
         for stale in [&socket, &control_socket] {
             let _ = std::fs::remove_file(stale);
         }

@@ -98,7 +98,7 @@ fn run(args: Conformance) -> Result<()> {
                 Device::Ivshmem => args.qemu,
                 Device::Nvme => QemuVersion::V11_1,
             };
-            let names: Vec<&str> = matrix::on(device)
+            let names: Vec<&str> = matrix::on(device, kernel)
                 .into_iter()
                 .filter(|n| args.scenario.as_deref().is_none_or(|want| want == *n))
                 .collect();
@@ -265,9 +265,15 @@ fn print_table(table: &[Column]) {
             let cell = match c.cases.iter().find(|case| case.name == name) {
                 Some(case) if case.passed => format!("pass {:.1}s", case.seconds),
                 Some(case) => format!("FAIL {:.1}s", case.seconds),
-                None => match matrix::find(name).map(|s| s.on(c.device)) {
+                None => match matrix::find(name).map(|s| s.on_kernel(c.device, &c.kernel)) {
                     Some(Applies::No(why)) => {
                         let line = format!("{name} on {}: {why}", c.device.name());
+                        let line = match matrix::find(name).and_then(|s| s.kernels) {
+                            Some((_, kwhy)) if kwhy == why => {
+                                format!("{name} on {} {}: {why}", c.device.name(), c.kernel)
+                            }
+                            _ => line,
+                        };
                         if !reasons.contains(&line) {
                             reasons.push(line);
                         }
