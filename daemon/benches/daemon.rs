@@ -25,12 +25,13 @@ use memmap2::MmapOptions;
 
 const RING: u64 = 16 << 20;
 
-fn write_limit(dir: &Path, total: u64) -> f64 {
+/// Returns (wall seconds, CPU seconds of this process meanwhile).
+fn write_limit(dir: &Path, total: u64) -> (f64, f64) {
     let path = dir.join("hmb-bench-write.bin");
     let _ = std::fs::remove_file(&path);
     let mut f = File::create(&path).unwrap();
     let buf = vec![1u8; 1 << 20];
-    let start = Instant::now();
+    let (start, cpu0) = (Instant::now(), cpu_secs("self"));
     let mut done = 0;
     while done < total {
         let n = (total - done).min(1 << 20) as usize;
@@ -38,9 +39,10 @@ fn write_limit(dir: &Path, total: u64) -> f64 {
         done += n as u64;
     }
     let t = start.elapsed().as_secs_f64();
+    let cpu = cpu_secs("self") - cpu0;
     drop(f);
     let _ = std::fs::remove_file(&path);
-    t
+    (t, cpu)
 }
 
 /// CPU seconds (user + system) of a process, from /proc/PID/stat.
@@ -122,10 +124,22 @@ fn through_daemon(dir: &Path, payload: usize, records: u64) -> (f64, f64, f64) {
     (t, cpu_p, cpu_d)
 }
 
-/// One figure for `cargo xtask bench` (which parses these lines).
-fn bench_line(figure: &str, value: f64, unit: &str, baseline: f64, baseline_what: &str, ratio: f64) {
+/// One figure for `cargo xtask bench` (which parses these lines); `cpu`:
+/// the same figure and ratio over CPU seconds instead of wall seconds.
+fn bench_line(
+    figure: &str,
+    value: f64,
+    unit: &str,
+    baseline: f64,
+    baseline_what: &str,
+    ratio: f64,
+    cpu: Option<(f64, f64)>,
+) {
+    let cpu = cpu.map_or(String::new(), |(v, r)| {
+        format!(",\"cpu_value\":{v:.6},\"cpu_ratio\":{r:.6}")
+    });
     println!(
-        "BENCH {{\"figure\":\"{figure}\",\"value\":{value:.6},\"unit\":\"{unit}\",\"baseline\":{baseline:.6},\"baseline_what\":\"{baseline_what}\",\"ratio\":{ratio:.6}}}"
+        "BENCH {{\"figure\":\"{figure}\",\"value\":{value:.6},\"unit\":\"{unit}\",\"baseline\":{baseline:.6},\"baseline_what\":\"{baseline_what}\",\"ratio\":{ratio:.6}{cpu}}}"
     );
 }
 
@@ -181,7 +195,8 @@ fn main() {
         let records = ((gib * (1u64 << 30) as f64) as u64 / size).max(1);
         let total = records * size;
         let (t_daemon, cores_p, cores_d) = through_daemon(&dir, payload, records);
-        let t_write = write_limit(&dir, total);
+        let (t_write, cpu_write) = write_limit(&dir, total);
+        let cpu_daemon = (cores_d * t_daemon).max(1e-6);
         println!(
             "{:>7} | {:>10.2} {:>7.2} | {:>7.2} {:>4.0}% | {:>5.2} {:>5.2}",
             payload,
@@ -199,6 +214,7 @@ fn main() {
             total as f64 / t_write / 1e9,
             "write(2) of the same bytes, 1 MiB calls",
             t_write / t_daemon,
+            Some((total as f64 / cpu_daemon / 1e9, cpu_write / cpu_daemon)),
         );
     }
     // As many records as 64 B cases of the daemon run, at least 1 M.
@@ -218,5 +234,6 @@ fn main() {
         bpf_ns,
         "BPF ringbuf reserve+commit, published 12 M/s single producer (83.3 ns; 21.5 M/s = 46.5 ns)",
         ns / bpf_ns,
+        None,
     );
 }

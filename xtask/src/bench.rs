@@ -227,8 +227,8 @@ fn bench_lines(out: &str) -> Result<Vec<Value>> {
 
 fn print_table(figures: &[Value]) {
     println!(
-        "{:<16} {:>12} {:<10} {:>12} {:>8} {:>14} {:>5}",
-        "figure", "value", "unit", "baseline", "ratio", "target", "met"
+        "{:<16} {:>12} {:<10} {:>12} {:>8} {:>14} {:>5} | {:>10} {:>9}",
+        "figure", "value", "unit", "baseline", "ratio", "target", "met", "per CPU-s", "CPU ratio"
     );
     for f in figures {
         let target = if let Some(t) = f["target"]["ratio_at_least"].as_f64() {
@@ -243,15 +243,18 @@ fn print_table(figures: &[Value]) {
             Some(false) => "NO",
             None => "-",
         };
+        let opt = |k: &str| f[k].as_f64().map_or("-".to_string(), |v| format!("{v:.3}"));
         println!(
-            "{:<16} {:>12.3} {:<10} {:>12.3} {:>8.3} {:>14} {:>5}",
+            "{:<16} {:>12.3} {:<10} {:>12.3} {:>8.3} {:>14} {:>5} | {:>10} {:>9}",
             f["figure"].as_str().unwrap_or("?"),
             f["value"].as_f64().unwrap_or(f64::NAN),
             f["unit"].as_str().unwrap_or(""),
             f["baseline"].as_f64().unwrap_or(f64::NAN),
             f["ratio"].as_f64().unwrap_or(f64::NAN),
             target,
-            met
+            met,
+            opt("cpu_value"),
+            opt("cpu_ratio")
         );
     }
 }
