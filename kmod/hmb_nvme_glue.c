@@ -103,11 +103,23 @@ static void hmb_nvme_reset(struct nvme_hmb_trace_slice *s)
 	hmb_trace_notify(hn->td);
 }
 
-/* Before the driver frees the slice: after this nothing of ours touches it. */
+/*
+ * How long the driver's HMB disable or removal waits for an open reader to
+ * drain the frozen ring: the daemon wakes within its poll and drains in
+ * milliseconds; this bounds a reader that never does.
+ */
+#define HMB_NVME_DRAIN_MS 1000
+
+/*
+ * Before the driver frees the slice: after this nothing of ours touches it.
+ * The controller has let the HMB go (EHM=0, shutdown or reset: FROZEN was
+ * its last write), so what it wrote is drained first, not lost.
+ */
 static void hmb_nvme_remove(struct nvme_hmb_trace_slice *s)
 {
 	struct hmb_nvme *hn = s->client_priv;
 
+	hmb_trace_drain(hn->td, HMB_NVME_DRAIN_MS);
 	hmb_trace_unregister(hn->td);
 	s->client_priv = NULL;
 	kfree(hn);

@@ -69,6 +69,11 @@ void hmb_trace_notify(struct hmb_trace_dev *td);
  * and -ENODEV. The glue must have stopped calling hmb_trace_notify().
  */
 void hmb_trace_unregister(struct hmb_trace_dev *td);
+/*
+ * Before unregistering a slice the producer has frozen: let an open reader
+ * drain it (at most @ms). May sleep.
+ */
+void hmb_trace_drain(struct hmb_trace_dev *td, unsigned int ms);
 
 /*
  * Pause: until hmb_trace_resume(), nothing of the core reads or writes the

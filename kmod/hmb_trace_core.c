@@ -67,6 +67,7 @@ struct hmb_trace_dev {
 	bool paused;
 	unsigned long bits;		/* enum hmb_trace_bits */
 	wait_queue_head_t wq;
+	wait_queue_head_t drain_wq;	/* hmb_trace_drain(): tail moved, file closed */
 	struct delayed_work sample_work;	/* only when !irq_driven */
 	bool irq_driven;
 
@@ -256,6 +257,7 @@ static int hmb_trace_release(struct inode *inode, struct file *file)
 	/* Cancel before clearing OPEN, so a new opener's sampling survives. */
 	cancel_delayed_work_sync(&td->sample_work);
 	clear_bit(HMB_TRACE_OPEN, &td->bits);
+	wake_up(&td->drain_wq);
 	put_device(&td->dev);
 	return 0;
 }
@@ -320,8 +322,10 @@ static long hmb_trace_publish_tail(struct hmb_trace_dev *td,
 		goto out;
 	}
 	hmb_ring_publish_tail(td->hdr, tail);
-	td->tail = tail;
+	WRITE_ONCE(td->tail, tail);
 	atomic64_inc(&td->tail_publishes);
+	/* hmb_trace_drain() may be waiting for the reader to catch up. */
+	wake_up(&td->drain_wq);
 	trace_hmb_trace_publish_tail(td->minor, tail, head);
 out:
 	mutex_unlock(&td->lock);
@@ -630,6 +634,7 @@ struct hmb_trace_dev *hmb_trace_register(struct device *parent,
 
 	mutex_init(&td->lock);
 	init_waitqueue_head(&td->wq);
+	init_waitqueue_head(&td->drain_wq);
 	INIT_DELAYED_WORK(&td->sample_work, hmb_trace_sample);
 	td->irq_driven = irq_driven;
 	td->hdr = slice->kva;
@@ -669,6 +674,34 @@ struct hmb_trace_dev *hmb_trace_register(struct device *parent,
 err_put:
 	put_device(&td->dev);
 	return ERR_PTR(ret);
+}
+
+/*
+ * Whether the reader has taken everything the controller published. A
+ * wait_event() condition, so no sleeping lock: a stale read only means one
+ * more wake-up (publish_tail and release wake drain_wq after their update).
+ */
+static bool hmb_trace_caught_up(struct hmb_trace_dev *td)
+{
+	return !test_bit(HMB_TRACE_OPEN, &td->bits) ||
+	       hmb_ring_head(td->hdr) == READ_ONCE(td->tail);
+}
+
+/*
+ * The slice is about to be taken away while the controller has stopped
+ * writing it (FROZEN is its last write): the HMB disabled, the controller
+ * removed. Wake the reader and give it up to @ms to drain, as it would
+ * after a reset, so that the records written before FROZEN are not lost
+ * uncounted. Bounded: a reader that does not drain in time loses the rest.
+ */
+void hmb_trace_drain(struct hmb_trace_dev *td, unsigned int ms)
+{
+	if (!test_bit(HMB_TRACE_OPEN, &td->bits))
+		return;
+	hmb_trace_notify(td);
+	if (!wait_event_timeout(td->drain_wq, hmb_trace_caught_up(td),
+				msecs_to_jiffies(ms)))
+		dev_warn(&td->dev, "reader did not drain within %u ms of removal\n", ms);
 }
 
 void hmb_trace_unregister(struct hmb_trace_dev *td)
