@@ -43,6 +43,11 @@ pub struct NvmeSoak {
     pub controller_resets: u64,
     pub fatal_errors: u64,
     pub driver_recoveries: u64,
+    /// The driver's "trace slice not adopted by the controller" lines
+    /// (each followed by a re-initialised ring in a new epoch).
+    pub slice_not_adopted_lines: u64,
+    /// The controller produced into the journal's last epoch at the end.
+    pub tracing_at_end: bool,
     pub io_rounds: u64,
     pub io_failed_rounds: u64,
     pub io_bytes: u64,
@@ -304,7 +309,20 @@ pub fn run(
     let io_rounds = num("io_rounds")?;
     let io_failed_rounds = num("io_failed")?;
     let daemon_rc = num("daemon_rc")?;
-    let passed = report.passed() && trouble.is_empty() && daemon_rc == 0 && io_failed_rounds == 0;
+    // Equal files prove nothing about commands never traced: the controller
+    // must be producing into the last epoch at the end (as nvme_guest checks).
+    let adopted = status
+        .pointer("/trace/adopted_generation")
+        .and_then(serde_json::Value::as_u64);
+    let tracing_at_end = adopted.is_some() && adopted == journal.epochs.last().copied();
+    if !tracing_at_end {
+        println!(
+            "  the controller is not tracing at the end: adopted generation {adopted:?}, epochs {:?}",
+            journal.epochs
+        );
+    }
+    let not_adopted = dmesg.lines().filter(|l| l.contains("trace slice not adopted")).count() as u64;
+    let passed = report.passed() && trouble.is_empty() && daemon_rc == 0 && io_failed_rounds == 0 && tracing_at_end;
     if !trouble.is_empty() {
         println!("  kernel log trouble:\n    {}", trouble.join("\n    "));
     }
@@ -315,6 +333,8 @@ pub fn run(
         controller_resets: counter(&status, "resets"),
         fatal_errors: counter(&status, "fatal_errors"),
         driver_recoveries,
+        slice_not_adopted_lines: not_adopted,
+        tracing_at_end,
         io_rounds,
         io_failed_rounds,
         io_bytes: io_rounds * ROUND_BYTES * 2,
