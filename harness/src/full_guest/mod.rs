@@ -66,6 +66,19 @@ struct Prepared {
 
 pub fn run(sh: &Shell, opts: &Options, phases: &mut Phases) -> Result<Outcome> {
     let p = prepare(sh, opts.kernel.as_deref(), phases)?;
+    std::fs::create_dir_all(&opts.run_dir).with_context(|| format!("creating {}", opts.run_dir.display()))?;
+    // Only our own files: the run folder may be one the user named.
+    for stale in [
+        files::TRACE,
+        files::LOG,
+        files::JOURNAL,
+        files::DMESG,
+        "ground-truth.json",
+        "emu-stats.json",
+        "console.1.log",
+    ] {
+        let _ = std::fs::remove_file(opts.run_dir.join(stale));
+    }
     let share = opts.run_dir.join("share");
     phases.run("share", || fill_share(sh, &p, &share))?;
     let (mut emu, mut vm) = phases.run("boot to systemd and the check", || boot(&p, &opts.run_dir, &share))?;
