@@ -133,8 +133,10 @@ fn sources(spec: &KernelSpec) -> String {
 
 fn dpkg_excludes() -> String {
     let mut s = String::from("# hmb-trace full guest: module trees a QEMU guest has no hardware for\n");
+    // usr-merged kernel packages (trixie's 7.x) ship /usr/lib/modules.
     for tree in EXCLUDED_MODULE_TREES {
         s += &format!("path-exclude=/lib/modules/*/kernel/{tree}/*\n");
+        s += &format!("path-exclude=/usr/lib/modules/*/kernel/{tree}/*\n");
     }
     s
 }
