@@ -217,3 +217,29 @@ impl Drop for EmuDevice {
         self.shutdown();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sockets_move_to_a_short_folder_only_when_the_run_path_is_too_long() {
+        let short = std::env::temp_dir().join(format!("hmbt-short-{}", std::process::id()));
+        std::fs::create_dir_all(&short).unwrap();
+        assert_eq!(socket_dir(&short).unwrap(), short);
+        let long = short.join("a".repeat(60)).join("nvme_controller_killed");
+        std::fs::create_dir_all(&long).unwrap();
+        let dir = socket_dir(&long).unwrap();
+        assert_ne!(dir, long);
+        let longest = dir.join(".vfio-user.sock.4294967295.binding");
+        assert!(longest.as_os_str().len() < 108, "{}", longest.display());
+        assert_eq!(std::fs::read_link(long.join("sockets")).unwrap(), dir);
+        assert_eq!(
+            socket_dir(&long).unwrap(),
+            dir,
+            "the same run folder, the same socket folder"
+        );
+        std::fs::remove_dir_all(&short).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
