@@ -525,13 +525,23 @@ const DEAD_CONTROLLER_LINES: &[&str] = &[
 /// The controller process killed outright (SIGKILL) while the daemon has
 /// the ring mapped. The ring lives in guest RAM, so the daemon sees only
 /// that nothing new arrives; the driver notices at its next command's
-/// timeout (3 s here), fails to reset the dead controller and removes it,
-/// which takes the module's device away: the daemon exits with its
-/// device-gone code.
+/// timeout (3 s here) and fails to reset the dead controller. 6.1 then
+/// releases the device; 6.12 and 7.x disable it and keep it bound, so the
+/// script unbinds it by hand there. Either way the module's device goes:
+/// the daemon exits with its device-gone code.
 fn controller_killed(env: &Env) -> Result<Value> {
-    let body = "load_nvme\nload_module\nio_start\nstart_daemon\nwait_file io.stop\nio_stop\nmark io.stopped\n\
+    let body = "load_nvme\nload_module\nio_start\nstart_daemon\n\
+                bdf=$(basename \"$(readlink /sys/class/nvme/nvme0/device)\")\n\
+                wait_file io.stop\nio_stop\nmark io.stopped\n\
                 wait_file killed\n\
                 dd if=/dev/nvme0n1 of=/dev/null bs=4096 count=1 iflag=direct 2>/dev/null && fail \"a read succeeded on a dead controller\"\n\
+                sleep 2\n\
+                # 6.1 releases a controller it cannot reset; 6.12 and later disable it and\n\
+                # keep it bound: unbind it then, as an administrator would.\n\
+                if [ -e /sys/bus/pci/drivers/nvme/$bdf ]; then\n\
+                    note unbound_by_hand yes\n\
+                    echo $bdf > /sys/bus/pci/drivers/nvme/unbind || fail \"unbind $bdf\"\n\
+                fi\n\
                 wait_stop\nstop_daemon\ncollect\nmark collected\nwait_file journal_taken\nexit 0\n";
     let opts = NvmeGuestOptions {
         io_timeout: Some(FATAL_IO_TIMEOUT_S),
