@@ -274,7 +274,7 @@ pub fn call(path: &Path, req: &Request, timeout: Duration) -> Result<Response, E
         .map_err(|e| EmuError::io("sending control request", e))?;
     let mut line = String::new();
     BufReader::new(&stream)
-        .take(16 * 1024 * 1024)
+        .take(MAX_RESPONSE as u64)
         .read_line(&mut line)
         .map_err(|e| EmuError::io("reading control response", e))?;
     if line.is_empty() {
@@ -282,13 +282,40 @@ pub fn call(path: &Path, req: &Request, timeout: Duration) -> Result<Response, E
             "emu-device closed the connection without answering".into(),
         ));
     }
-    serde_json::from_str(&line).map_err(|e| EmuError::Control(format!("bad response {line:?}: {e}")))
+    serde_json::from_str(&line).map_err(|e| {
+        // Not the whole line: a cut journal is tens of MB.
+        let head: String = line.chars().take(200).collect();
+        EmuError::Control(format!("bad response ({} bytes) {head:?}...: {e}", line.len()))
+    })
 }
+
+/// The longest response `call` reads. The NVMe controller's journal (its
+/// ground truth) of a 10-minute soak with guest I/O was over 16 MiB, the
+/// earlier bound, and got cut (`cargo xtask soak --device nvme`).
+pub const MAX_RESPONSE: usize = 1 << 30;
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_response_longer_than_16_mib_is_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("control.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let big = "x".repeat(20 << 20);
+        let answer = serde_json::to_string(&Response::ok(json!({ "journal": big }))).unwrap() + "\n";
+        let server = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut req = String::new();
+            BufReader::new(&stream).read_line(&mut req).unwrap();
+            (&stream).write_all(answer.as_bytes()).unwrap();
+        });
+        let r = call(&path, &Request::Status, Duration::from_secs(30)).unwrap();
+        server.join().unwrap();
+        assert_eq!(r.result.unwrap()["journal"].as_str().unwrap().len(), 20 << 20);
+    }
 
     #[test]
     fn requests_have_a_stable_json_shape() {
