@@ -347,3 +347,23 @@ pub fn run(
         passed,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_script_traces_before_the_io_loop_and_hands_over_after_it() {
+        let s = guest_script(&["nvme_core.ko".into()], "/lib/hmbt/nvme-hmb-trace.ko");
+        assert!(s.contains("insmod $share/mods/nvme_core.ko io_timeout=3 ||"));
+        let daemon = s.find("/bin/hmb-trace-daemon").unwrap();
+        let io = s.find("while [ ! -e /tmp/stop-io ]").unwrap();
+        let running = s.find("touch $share/soak-running").unwrap();
+        let stop = s.find("touch /tmp/stop-io").unwrap();
+        let term = s.find("kill -TERM $daemon").unwrap();
+        let copy = s.find("cp /tmp/trace.bin $share/trace.bin").unwrap();
+        let done = s.find("touch $share/done").unwrap();
+        assert!(daemon < io && io < running && running < stop && stop < term && term < copy && copy < done);
+        assert!(s.contains("--follow"));
+    }
+}

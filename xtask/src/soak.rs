@@ -341,3 +341,38 @@ fn soak_nvme(args: &Soak, run_dir: &std::path::Path, phases: &mut Phases) -> Res
     v["load_average_end"] = json!(load_average());
     Ok(v)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn soak(minutes: u64, reset_every: u64) -> Soak {
+        Soak {
+            device: Device::Ivshmem,
+            minutes,
+            reset_every,
+            rate: 1,
+            guest_memory_mb: 512,
+            kernel: None,
+            run_dir: None,
+        }
+    }
+
+    #[test]
+    fn resets_come_every_period_strictly_inside_the_run() {
+        let secs = |s: &Soak| s.reset_times().iter().map(Duration::as_secs).collect::<Vec<_>>();
+        assert_eq!(secs(&soak(10, 60)), (1..=9).map(|i| i * 60).collect::<Vec<_>>());
+        assert_eq!(secs(&soak(1, 20)), vec![20, 40]);
+        assert!(secs(&soak(1, 60)).is_empty());
+    }
+
+    #[test]
+    fn the_guest_copies_trace_bin_out_after_the_daemon_stopped() {
+        let s = soak_script("/lib/hmbt/nvme-hmb-trace.ko");
+        // The body, after the prelude's function definitions.
+        let daemon = s.rfind("start_daemon --follow").unwrap();
+        let stop = s.rfind("stop_daemon\n").unwrap();
+        let copy = s.rfind("dd if=/tmp/trace.bin of=$share/trace.bin bs=1048576").unwrap();
+        assert!(daemon < stop && stop < copy && copy < s.rfind("\ncollect\n").unwrap());
+    }
+}
