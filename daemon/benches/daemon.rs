@@ -71,12 +71,20 @@ fn through_daemon(dir: &Path, payload: usize, records: u64) -> (f64, f64, f64) {
     let ring = SharedRing::from_mmap(map).unwrap();
     module_sim::init(&ring, RING, 1).unwrap();
     let mut p = Producer::attach(ring.share()).unwrap();
-    let mut daemon = Command::new(env!("CARGO_BIN_EXE_hmb-trace-daemon"))
+    let daemon = Command::new(env!("CARGO_BIN_EXE_hmb-trace-daemon"))
         .arg("--ring-file")
         .arg(&ring_path)
         .arg("-o")
         .arg(&out)
+        .arg("--stats")
+        // Extra daemon options for experiments, e.g. "--max-batch-kib 1024".
+        .args(
+            std::env::var("HMB_BENCH_DAEMON_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .stdin(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     // Let it start and create the file before the clock runs.
@@ -112,7 +120,20 @@ fn through_daemon(dir: &Path, payload: usize, records: u64) -> (f64, f64, f64) {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    assert_eq!(daemon.wait().unwrap().code(), Some(0));
+    let finished = daemon.wait_with_output().unwrap();
+    assert_eq!(finished.status.code(), Some(0));
+    // The daemon's --stats line: how many writev batches the bytes took.
+    let stderr = String::from_utf8_lossy(&finished.stderr);
+    let batches = stderr
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("batches="))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    let bytes = records * align_record(payload as u32) as u64;
+    eprintln!(
+        "daemon: {batches} batches, {:.1} KiB per batch",
+        bytes as f64 / batches.max(1) as f64 / 1024.0
+    );
     let size = align_record(payload as u32) as u64;
     assert_eq!(
         std::fs::metadata(&out).unwrap().len(),

@@ -10,7 +10,7 @@
 //! on the dev build the tests already made (the test command uses it to
 //! check that every figure is produced; its numbers mean nothing).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -37,6 +37,10 @@ pub struct Bench {
     /// (needs the guest image; several minutes under TCG).
     #[arg(long)]
     pub guest: bool,
+    /// Runs of the whole sequence; the table quoted is each figure's
+    /// median over them (--quick: always 1).
+    #[arg(long, default_value_t = 3)]
+    pub runs: u32,
     /// Run folder (default: target/hmb-trace/runs/bench-<unix seconds>).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
@@ -117,12 +121,79 @@ impl Bench {
             target_dir().join("hmb-trace/runs").join(format!("bench-{secs}"))
         });
         std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
-        let load_before = loadavg();
+        let runs = if self.quick { 1 } else { self.runs.max(1) };
         let (daemon_gib, ring_gib, analyzer_mb) = if self.quick {
             (0.01, 0.01, 5)
         } else {
             (self.daemon_gib, self.ring_gib, self.analyzer_mb)
         };
+        let mut expected: Vec<(&str, Target, &str)> = FIGURES.to_vec();
+        if self.guest {
+            expected.push(GUEST);
+        }
+        let mut all_runs = Vec::new();
+        for k in 1..=runs {
+            println!("==> bench run {k} of {runs}");
+            let dir = run_dir.join(format!("run-{k}"));
+            std::fs::create_dir_all(&dir)?;
+            let load_before = loadavg();
+            let lines = self.one_run(&sh, &dir, daemon_gib, ring_gib, analyzer_mb)?;
+            let load_after = loadavg();
+            let figures = expected
+                .iter()
+                .map(|(name, target, meaning)| {
+                    let f = lines
+                        .iter()
+                        .find(|l| l["figure"] == *name)
+                        .with_context(|| format!("the benches did not report figure {name}"))?;
+                    self.judged(f.clone(), *target, meaning)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            println!("run {k} of {runs}:");
+            print_table(&figures);
+            println!("load average before: {load_before}, after: {load_after}");
+            all_runs.push(json!({
+                "run": k,
+                "loadavg_before": load_before,
+                "loadavg_after": load_after,
+                "figures": figures,
+            }));
+        }
+        // The figures quoted are the median of the runs, each column's
+        // median taken on its own, with the ratio's range beside it.
+        let medians = expected
+            .iter()
+            .map(|(name, target, meaning)| {
+                let per_run: Vec<&Value> = all_runs
+                    .iter()
+                    .filter_map(|r| r["figures"].as_array()?.iter().find(|f| f["figure"] == *name))
+                    .collect();
+                self.judged(median_figure(name, &per_run)?, *target, meaning)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        println!("median of {runs} run(s) (ratio range: lowest and highest run):");
+        print_table(&medians);
+        let report = json!({
+            "quick": self.quick,
+            "runs": runs,
+            "daemon_gib": daemon_gib,
+            "ring_gib": ring_gib,
+            "analyzer_mb": analyzer_mb,
+            "figures": medians,
+            "each_run": all_runs,
+        });
+        let path = run_dir.join("bench.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+        if self.quick {
+            println!("--quick: tiny sizes on the dev build; these numbers are not figures");
+        }
+        println!("bench.json: {}", path.display());
+        Ok(())
+    }
+
+    /// One run of every bench (and the guest with `--guest`): their
+    /// `BENCH` lines; each bench's whole output is kept in `dir`.
+    fn one_run(&self, sh: &Shell, dir: &Path, daemon_gib: f64, ring_gib: f64, analyzer_mb: u64) -> Result<Vec<Value>> {
         // --quick reuses the dev build of `cargo test`; the real run is
         // the bench profile (release with debug info).
         let profile: &[&str] = if self.quick { &["--profile", "dev"] } else { &[] };
@@ -156,52 +227,65 @@ impl Bench {
         ] {
             let out = out.with_context(|| format!("the {what} bench failed"))?;
             println!("{out}");
-            std::fs::write(run_dir.join(format!("{what}.txt")), &out)?;
+            std::fs::write(dir.join(format!("{what}.txt")), &out)?;
             lines.extend(bench_lines(&out)?);
         }
-        let mut expected: Vec<(&str, Target, &str)> = FIGURES.to_vec();
         if self.guest {
-            lines.push(guest_figure(&sh, &run_dir)?);
-            expected.push(GUEST);
+            lines.push(guest_figure(sh, dir)?);
         }
-        let load_after = loadavg();
-        let mut figures = Vec::new();
-        for (name, target, meaning) in &expected {
-            let Some(f) = lines.iter().find(|l| l["figure"] == *name) else {
-                bail!("the benches did not report figure {name}");
-            };
-            let (value, ratio) = (num(f, "value")?, num(f, "ratio")?);
-            let (target_json, met) = match target {
-                Target::Ratio(t) => (json!({"ratio_at_least": t}), Some(ratio >= *t)),
-                Target::AtLeast(t) => (json!({"value_at_least": t}), Some(value >= *t)),
-                Target::None => (Value::Null, None),
-            };
-            // Tiny sizes on a debug build say nothing about a target.
-            let met = if self.quick { None } else { met };
-            let mut f = f.clone();
-            f["target"] = target_json;
-            f["met"] = met.map_or(Value::Null, Value::Bool);
-            f["meaning"] = json!(meaning);
-            figures.push(f);
+        Ok(lines)
+    }
+
+    /// A figure with its target, whether the target is met, and its meaning.
+    fn judged(&self, mut f: Value, target: Target, meaning: &str) -> Result<Value> {
+        let (value, ratio) = (num(&f, "value")?, num(&f, "ratio")?);
+        let (target_json, met) = match target {
+            Target::Ratio(t) => (json!({"ratio_at_least": t}), Some(ratio >= t)),
+            Target::AtLeast(t) => (json!({"value_at_least": t}), Some(value >= t)),
+            Target::None => (Value::Null, None),
+        };
+        // Tiny sizes on a debug build say nothing about a target.
+        let met = if self.quick { None } else { met };
+        f["target"] = target_json;
+        f["met"] = met.map_or(Value::Null, Value::Bool);
+        f["meaning"] = json!(meaning);
+        Ok(f)
+    }
+}
+
+/// The median of each number over the runs (value, baseline, ratio and the
+/// CPU-time columns where every run has them), with the ratio's range.
+fn median_figure(name: &str, per_run: &[&Value]) -> Result<Value> {
+    let first = per_run
+        .first()
+        .with_context(|| format!("no run reported figure {name}"))?;
+    let mut f = json!({
+        "figure": name,
+        "unit": first["unit"],
+        "baseline_what": first["baseline_what"],
+        "runs": per_run.len(),
+    });
+    for key in ["value", "baseline", "ratio", "cpu_value", "cpu_ratio"] {
+        let mut xs: Vec<f64> = per_run.iter().filter_map(|r| r[key].as_f64()).collect();
+        if xs.len() != per_run.len() {
+            continue;
         }
-        print_table(&figures);
-        let report = json!({
-            "quick": self.quick,
-            "daemon_gib": daemon_gib,
-            "ring_gib": ring_gib,
-            "analyzer_mb": analyzer_mb,
-            "loadavg_before": load_before,
-            "loadavg_after": load_after,
-            "figures": figures,
-        });
-        let path = run_dir.join("bench.json");
-        std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-        println!("load average before: {load_before}, after: {load_after}");
-        if self.quick {
-            println!("--quick: tiny sizes on the dev build; these numbers are not figures");
+        xs.sort_by(f64::total_cmp);
+        f[key] = json!(median(&xs));
+        if key == "ratio" {
+            f["ratio_range"] = json!([xs[0], xs[xs.len() - 1]]);
         }
-        println!("bench.json: {}", path.display());
-        Ok(())
+    }
+    Ok(f)
+}
+
+/// Median of sorted numbers (the mean of the middle two for an even count).
+fn median(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
     }
 }
 
@@ -227,8 +311,8 @@ fn bench_lines(out: &str) -> Result<Vec<Value>> {
 
 fn print_table(figures: &[Value]) {
     println!(
-        "{:<16} {:>12} {:<10} {:>12} {:>8} {:>14} {:>5} | {:>10} {:>9}",
-        "figure", "value", "unit", "baseline", "ratio", "target", "met", "per CPU-s", "CPU ratio"
+        "{:<16} {:>12} {:<10} {:>12} {:>8} {:>13} {:>14} {:>5} | {:>10} {:>9}",
+        "figure", "value", "unit", "baseline", "ratio", "ratio range", "target", "met", "per CPU-s", "CPU ratio"
     );
     for f in figures {
         let target = if let Some(t) = f["target"]["ratio_at_least"].as_f64() {
@@ -244,13 +328,18 @@ fn print_table(figures: &[Value]) {
             None => "-",
         };
         let opt = |k: &str| f[k].as_f64().map_or("-".to_string(), |v| format!("{v:.3}"));
+        let range = match (f["ratio_range"][0].as_f64(), f["ratio_range"][1].as_f64()) {
+            (Some(lo), Some(hi)) => format!("{lo:.3}-{hi:.3}"),
+            _ => "-".to_string(),
+        };
         println!(
-            "{:<16} {:>12.3} {:<10} {:>12.3} {:>8.3} {:>14} {:>5} | {:>10} {:>9}",
+            "{:<16} {:>12.3} {:<10} {:>12.3} {:>8.3} {:>13} {:>14} {:>5} | {:>10} {:>9}",
             f["figure"].as_str().unwrap_or("?"),
             f["value"].as_f64().unwrap_or(f64::NAN),
             f["unit"].as_str().unwrap_or(""),
             f["baseline"].as_f64().unwrap_or(f64::NAN),
             f["ratio"].as_f64().unwrap_or(f64::NAN),
+            range,
             target,
             met,
             opt("cpu_value"),
@@ -311,4 +400,38 @@ pub fn check_json(path: &std::path::Path) -> Result<()> {
     }
     println!("bench.json holds all {} figures", FIGURES.len());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&[1.0, 2.0, 9.0]), 2.0);
+        assert_eq!(median(&[1.0, 2.0, 4.0, 9.0]), 3.0);
+    }
+
+    #[test]
+    fn median_figure_takes_each_column_and_the_ratio_range() {
+        let runs = [
+            json!({"figure": "daemon_64", "unit": "GB/s", "value": 1.0, "baseline": 2.0, "ratio": 0.5, "cpu_value": 1.1, "cpu_ratio": 0.4}),
+            json!({"figure": "daemon_64", "unit": "GB/s", "value": 3.0, "baseline": 2.5, "ratio": 0.9, "cpu_value": 1.0, "cpu_ratio": 0.3}),
+            json!({"figure": "daemon_64", "unit": "GB/s", "value": 2.0, "baseline": 4.0, "ratio": 0.7}),
+        ];
+        let refs: Vec<&Value> = runs.iter().collect();
+        let m = median_figure("daemon_64", &refs).unwrap();
+        assert_eq!(m["value"], 2.0);
+        assert_eq!(m["baseline"], 2.5);
+        assert_eq!(m["ratio"], 0.7);
+        assert_eq!(m["ratio_range"], json!([0.5, 0.9]));
+        // A column one run lacks is left out rather than made up.
+        assert!(m.get("cpu_value").is_none());
+        assert_eq!(m["runs"], 3);
+    }
+
+    #[test]
+    fn a_figure_no_run_reported_is_an_error() {
+        assert!(median_figure("ring_64", &[]).is_err());
+    }
 }

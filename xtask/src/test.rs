@@ -62,6 +62,7 @@ fn run(args: Test) -> Result<()> {
         ring_gib: 0.0,
         analyzer_mb: 0,
         guest: false,
+        runs: 1,
         run_dir: Some(bench_dir.clone()),
     }
     .run()?;
