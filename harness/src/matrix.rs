@@ -156,13 +156,7 @@ pub const SCENARIOS: &[Scenario] = &[
         ..nvme_only("nvme_hmb_toggle", NO_CONTROLLER)
     },
     nvme_only("nvme_surprise_removal", NO_CONTROLLER),
-    Scenario {
-        kernels: Some((
-            &["6.1"],
-            "6.12 and 7.x keep a controller they cannot reset bound; the by-hand unbind there is not yet verified",
-        )),
-        ..nvme_only("nvme_controller_killed", NO_CONTROLLER)
-    },
+    nvme_only("nvme_controller_killed", NO_CONTROLLER),
     nvme_only("nvme_hostile_controller", NO_CONTROLLER),
 ];
 
