@@ -7,7 +7,7 @@ use std::io::Read;
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use hmb_trace_file::{FileError, FileHeader, Item, MappedTrace, TraceReader};
+use hmb_trace_file::{parse_item, FileError, FileHeader, Item, ItemParse, MappedTrace, TraceReader};
 
 use crate::progress::Progress;
 
@@ -66,6 +66,25 @@ impl TraceInput {
         })
     }
 
+    /// Done: the walk's outcome with the input's name and header.
+    pub fn into_walked(self, end: WalkEnd) -> crate::commands::Walked {
+        crate::commands::Walked {
+            name: self.name,
+            header: self.header,
+            file_len: self.file_len,
+            end,
+        }
+    }
+
+    /// The whole file (header included) when it is memory-mapped: the
+    /// parallel walks split it.
+    pub fn mapped_bytes(&self) -> Option<&[u8]> {
+        match &self.source {
+            Source::Mapped(m) => Some(m.bytes()),
+            Source::Stream(_) => None,
+        }
+    }
+
     /// Visit every item in file order until the end, an error, or the
     /// visitor breaks.
     pub fn walk(&mut self, progress: &Progress, mut visit: impl FnMut(&Item<'_>) -> ControlFlow<()>) -> WalkEnd {
@@ -78,27 +97,8 @@ impl TraceInput {
         let mut since_tick = 0u32;
         match &mut self.source {
             Source::Mapped(m) => {
-                for item in m.items() {
-                    match item {
-                        Ok(item) => {
-                            end.items += 1;
-                            end.offset = item.offset + item.size();
-                            if visit(&item).is_break() {
-                                end.stopped = true;
-                                break;
-                            }
-                        }
-                        Err(e) => {
-                            end.error = Some(e);
-                            break;
-                        }
-                    }
-                    since_tick += 1;
-                    if since_tick == 65536 {
-                        since_tick = 0;
-                        progress.set(end.offset);
-                    }
-                }
+                let bytes = m.bytes();
+                return walk_bytes(bytes, end.offset, bytes.len() as u64, progress, visit);
             }
             Source::Stream(r) => loop {
                 match r.next_item() {
@@ -126,4 +126,62 @@ impl TraceInput {
         progress.set(end.offset);
         end
     }
+}
+
+/// Visit the items of a mapped file (`bytes` is the whole file) in file
+/// order from file offset `start`, an item boundary, while the next item
+/// starts below `stop` (the file's length for a whole walk), until an
+/// error or the visitor breaks. The same items, errors and end offset as
+/// the crate's `SliceReader`; the parallel walks call it on a part of the
+/// file. `WalkEnd::offset` starts at `start`.
+#[inline]
+pub fn walk_bytes(
+    bytes: &[u8],
+    start: u64,
+    stop: u64,
+    progress: &Progress,
+    mut visit: impl FnMut(&Item<'_>) -> ControlFlow<()>,
+) -> WalkEnd {
+    let mut end = WalkEnd {
+        offset: start,
+        items: 0,
+        error: None,
+        stopped: false,
+    };
+    let len = bytes.len();
+    let stop = (stop as usize).min(len);
+    let mut pos = (start as usize).min(len);
+    let mut since_tick = 0u32;
+    while pos < stop {
+        match parse_item(&bytes[pos..], pos as u64) {
+            Ok(ItemParse::Item(item)) => {
+                pos += item.size() as usize;
+                end.items += 1;
+                end.offset = pos as u64;
+                if visit(&item).is_break() {
+                    end.stopped = true;
+                    break;
+                }
+            }
+            Ok(ItemParse::NeedMore { need }) => {
+                end.error = Some(FileError::Truncated {
+                    offset: pos as u64,
+                    have: (len - pos) as u64,
+                    need,
+                });
+                break;
+            }
+            Err(e) => {
+                end.error = Some(e);
+                break;
+            }
+        }
+        since_tick += 1;
+        if since_tick == 65536 {
+            since_tick = 0;
+            progress.set(end.offset);
+        }
+    }
+    progress.set(end.offset);
+    end
 }

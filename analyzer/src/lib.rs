@@ -9,6 +9,7 @@ pub mod filter;
 pub mod format;
 pub mod input;
 pub mod latency;
+pub mod parallel;
 pub mod perfetto;
 pub mod progress;
 pub mod spill_sort;

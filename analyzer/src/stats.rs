@@ -94,6 +94,31 @@ pub struct Stats {
     pub unknown_markers: u64,
     pub warnings: Vec<String>,
     last_ts_in_epoch: Option<u64>,
+    /// The accounting of a file's later part (`new_part`): what depends on
+    /// the earlier part waits in `deferred` for `merge`.
+    #[serde(skip)]
+    part: bool,
+    #[serde(skip)]
+    deferred: Vec<Deferred>,
+}
+
+/// What a later part cannot settle alone, in file order: marker epochs
+/// that are not in the part's table, and warnings whose listing depends
+/// on counts in the earlier part.
+#[derive(Debug, Clone)]
+enum Deferred {
+    Lost {
+        offset: u64,
+        epoch: u64,
+        count: u64,
+    },
+    Frozen {
+        epoch: u64,
+    },
+    /// The part's first unknown marker.
+    Unknown(String),
+    /// The part's n-th seq-backwards record (n <= 10).
+    SeqBackwards(u64, String),
 }
 
 impl Stats {
@@ -120,6 +145,18 @@ impl Stats {
             unknown_markers: 0,
             warnings: Vec::new(),
             last_ts_in_epoch: None,
+            part: false,
+            deferred: Vec::new(),
+        }
+    }
+
+    /// The accounting of a file's later part, which starts with a record
+    /// of `epoch` (its ring size `ring_size`); `merge` appends it to the
+    /// accounting of everything before.
+    pub fn new_part(epoch: u64, ring_size: u64) -> Self {
+        Self {
+            part: true,
+            ..Self::new(epoch, ring_size)
         }
     }
 
@@ -230,6 +267,8 @@ impl Stats {
                 self.lost_marked += count;
                 if let Some(e) = self.epochs.iter_mut().rev().find(|e| e.epoch == epoch) {
                     e.lost_marked += count;
+                } else if self.part {
+                    self.deferred.push(Deferred::Lost { offset, epoch, count });
                 } else {
                     self.warnings.push(format!(
                         "LOST marker at offset {offset} names epoch {epoch}, not in the file"
@@ -266,6 +305,8 @@ impl Stats {
                 self.markers += 1;
                 if let Some(e) = self.epochs.iter_mut().rev().find(|e| e.epoch == epoch) {
                     e.frozen = true;
+                } else if self.part {
+                    self.deferred.push(Deferred::Frozen { epoch });
                 }
             }
             Event::EpochStart { epoch, ring_size, .. } => {
@@ -277,9 +318,12 @@ impl Stats {
                 self.markers += 1;
                 self.unknown_markers += 1;
                 if self.unknown_markers == 1 {
-                    self.warnings.push(format!(
-                        "unknown marker opcode {opcode:#06x} at offset {offset} (skipped)"
-                    ));
+                    let w = format!("unknown marker opcode {opcode:#06x} at offset {offset} (skipped)");
+                    if self.part {
+                        self.deferred.push(Deferred::Unknown(w));
+                    } else {
+                        self.warnings.push(w);
+                    }
                 }
             }
             Event::SeqBackwards {
@@ -290,12 +334,133 @@ impl Stats {
             } => {
                 self.seq_backwards += 1;
                 if self.seq_backwards <= 10 {
-                    self.warnings.push(format!(
+                    let w = format!(
                         "record at offset {offset} (epoch {epoch}) has seq {seq}, expected at least {expected}"
-                    ));
+                    );
+                    if self.part {
+                        self.deferred.push(Deferred::SeqBackwards(self.seq_backwards, w));
+                    } else {
+                        self.warnings.push(w);
+                    }
                 }
             }
         }
+    }
+
+    /// Whether `merge(.., next)` is exact: the per-core table's cap must
+    /// not have been reached (else which cores it lists depends on the
+    /// order of arrival across both parts). Call before `finish`.
+    pub fn can_merge(&self, next: &Stats) -> bool {
+        let new_cores = next.cores.keys().filter(|c| !self.cores.contains_key(c)).count();
+        next.part
+            && self.epochs.last().map(|e| (e.epoch, e.ring_size))
+                == Some((next.epochs[0].epoch, next.epochs[0].ring_size))
+            && self.other_cores_records == 0
+            && next.other_cores_records == 0
+            && self.cores.len() + new_cores <= MAX_CORES
+    }
+
+    /// Append the accounting of the part that follows this one in the file
+    /// (`new_part`, before `finish`), as if one `Stats` had seen both.
+    /// `boundary` is the walker's event at the part's first record, which
+    /// only the whole walk sees (a gap or a seq going backwards across the
+    /// boundary); `first_ts` is that record's timestamp. Check `can_merge`
+    /// first.
+    pub fn merge(&mut self, boundary: Option<&Event<'_, '_>>, first_ts: u64, next: Stats) {
+        debug_assert!(self.can_merge(&next));
+        if let Some(ev) = boundary {
+            self.add(ev);
+        }
+        // The inter-arrival time across the boundary (the part's first
+        // record is in the epoch this part ended in).
+        match self.last_ts_in_epoch {
+            Some(prev) if first_ts >= prev => self.inter_arrival[bucket(first_ts - prev)] += 1,
+            Some(_) => self.ts_backwards += 1,
+            None => {}
+        }
+        for d in next.deferred {
+            match d {
+                Deferred::Lost { offset, epoch, count } => {
+                    if let Some(e) = self.epochs.iter_mut().rev().find(|e| e.epoch == epoch) {
+                        e.lost_marked += count;
+                    } else {
+                        self.warnings.push(format!(
+                            "LOST marker at offset {offset} names epoch {epoch}, not in the file"
+                        ));
+                    }
+                }
+                Deferred::Frozen { epoch } => {
+                    if let Some(e) = self.epochs.iter_mut().rev().find(|e| e.epoch == epoch) {
+                        e.frozen = true;
+                    }
+                }
+                Deferred::Unknown(w) => {
+                    if self.unknown_markers == 0 {
+                        self.warnings.push(w);
+                    }
+                }
+                Deferred::SeqBackwards(n, w) => {
+                    if self.seq_backwards + n <= 10 {
+                        self.warnings.push(w);
+                    }
+                }
+            }
+        }
+        self.records += next.records;
+        self.markers += next.markers;
+        self.record_bytes += next.record_bytes;
+        for (op, o) in next.opcodes {
+            let mine = self.opcodes.entry(op).or_default();
+            mine.records += o.records;
+            mine.payload_bytes += o.payload_bytes;
+        }
+        for (core, n) in next.cores {
+            *self.cores.entry(core).or_default() += n;
+        }
+        if self.dense_ops.len() == next.dense_ops.len() {
+            for (a, b) in self.dense_ops.iter_mut().zip(&next.dense_ops) {
+                a.records += b.records;
+                a.payload_bytes += b.payload_bytes;
+            }
+        }
+        if self.dense_cores.len() == next.dense_cores.len() {
+            for (a, b) in self.dense_cores.iter_mut().zip(&next.dense_cores) {
+                *a += b;
+            }
+        }
+        let mut epochs = next.epochs.into_iter();
+        if let (Some(mine), Some(e)) = (self.epochs.last_mut(), epochs.next()) {
+            mine.records += e.records;
+            mine.first_seq = mine.first_seq.or(e.first_seq);
+            mine.last_seq = e.last_seq.or(mine.last_seq);
+            mine.first_ns = mine.first_ns.or(e.first_ns);
+            mine.last_ns = e.last_ns.or(mine.last_ns);
+            mine.lost_marked += e.lost_marked;
+            mine.lost_unmarked += e.lost_unmarked;
+            mine.frozen |= e.frozen;
+        }
+        self.epochs.extend(epochs);
+        self.lost_marked += next.lost_marked;
+        self.lost_unmarked += next.lost_unmarked;
+        for loss in next.losses {
+            self.note_loss(loss);
+        }
+        self.losses_not_listed += next.losses_not_listed;
+        self.first_ns = match (self.first_ns, next.first_ns) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.last_ns = match (self.last_ns, next.last_ns) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        for (a, b) in self.inter_arrival.iter_mut().zip(&next.inter_arrival) {
+            *a += b;
+        }
+        self.ts_backwards += next.ts_backwards;
+        self.seq_backwards += next.seq_backwards;
+        self.unknown_markers += next.unknown_markers;
+        self.last_ts_in_epoch = next.last_ts_in_epoch;
     }
 
     /// Warnings worth a line in `info`, in addition to reading errors.

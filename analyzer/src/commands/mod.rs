@@ -19,6 +19,7 @@ use crate::catalog::Catalog;
 use crate::exit::{from_file_error, AppError};
 use crate::format::Style;
 use crate::input::{TraceInput, WalkEnd};
+use crate::parallel::{default_target, stats_split, PARALLEL_MIN_BYTES};
 use crate::progress::Progress;
 use crate::stats::Stats;
 use crate::walk::{Event, Walker};
@@ -60,9 +61,23 @@ pub fn walk_trace<S>(
     ctx: &Ctx,
     path: &str,
     init: impl FnOnce(&FileHeader) -> S,
-    mut f: impl FnMut(&mut S, &Event<'_, '_>) -> ControlFlow<()>,
+    f: impl FnMut(&mut S, &Event<'_, '_>) -> ControlFlow<()>,
 ) -> Result<(Walked, S), AppError> {
-    let mut input = TraceInput::open(path).map_err(|e| from_file_error(path, e))?;
+    let input = open_trace(path)?;
+    Ok(walk_input(ctx, input, init, f))
+}
+
+pub fn open_trace(path: &str) -> Result<TraceInput, AppError> {
+    TraceInput::open(path).map_err(|e| from_file_error(path, e))
+}
+
+/// `walk_trace` over an input already open.
+pub fn walk_input<S>(
+    ctx: &Ctx,
+    mut input: TraceInput,
+    init: impl FnOnce(&FileHeader) -> S,
+    mut f: impl FnMut(&mut S, &Event<'_, '_>) -> ControlFlow<()>,
+) -> (Walked, S) {
     let mut state = init(&input.header);
     let progress = Progress::new(input.file_len, ctx.progress);
     let mut walker = Walker::new(&input.header);
@@ -76,15 +91,7 @@ pub fn walk_trace<S>(
         flow
     });
     progress.finish();
-    Ok((
-        Walked {
-            name: input.name,
-            header: input.header,
-            file_len: input.file_len,
-            end,
-        },
-        state,
-    ))
+    (input.into_walked(end), state)
 }
 
 /// Refuse to write over the trace being read: truncating a file that is
@@ -105,17 +112,35 @@ pub fn ensure_distinct(input: &str, output: &std::path::Path) -> Result<(), AppE
     Ok(())
 }
 
-/// Accounting over the whole trace.
+/// Accounting over the whole trace: on both cores for a mapped file of
+/// some size (`parallel`), else in one walk; the same result either way.
 pub fn collect_stats(ctx: &Ctx, path: &str) -> Result<(Walked, Stats), AppError> {
-    let (walked, mut stats) = walk_trace(
+    let input = open_trace(path)?;
+    if let Some(bytes) = input.mapped_bytes().filter(|b| b.len() >= PARALLEL_MIN_BYTES) {
+        let progress = Progress::new(input.file_len, ctx.progress);
+        let (end, stats) = stats_split(
+            bytes,
+            &input.header,
+            default_target(&input.header, bytes.len()),
+            &progress,
+        );
+        progress.finish();
+        return Ok((input.into_walked(end), stats));
+    }
+    Ok(collect_stats_sequential(ctx, input))
+}
+
+/// `collect_stats` in one walk over an input already open.
+pub fn collect_stats_sequential(ctx: &Ctx, input: TraceInput) -> (Walked, Stats) {
+    let (walked, mut stats) = walk_input(
         ctx,
-        path,
+        input,
         |h| Stats::new(h.first_epoch, h.ring_size),
         |s, ev| {
             s.add(ev);
             ControlFlow::Continue(())
         },
-    )?;
+    );
     stats.finish();
-    Ok((walked, stats))
+    (walked, stats)
 }

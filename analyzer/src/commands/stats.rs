@@ -1,29 +1,22 @@
 //! `stats`: per opcode, per core, and the inter-arrival histogram.
 
 use std::io::Write;
+use std::ops::ControlFlow;
 
 use serde_json::json;
 
-use std::ops::ControlFlow;
-
-use crate::commands::{walk_trace, Ctx};
+use crate::commands::{open_trace, walk_input, Ctx, Walked};
 use crate::exit::AppError;
 use crate::format::{duration_ns, thousands};
+use crate::input::walk_bytes;
 use crate::latency::{Latency, Measure};
+use crate::parallel::{default_target, stats_split, PARALLEL_MIN_BYTES};
+use crate::progress::Progress;
 use crate::stats::{bucket_floor, Stats};
+use crate::walk::Walker;
 
 pub fn run(ctx: &Ctx, path: &str, as_json: bool, out: &mut dyn Write) -> Result<(), AppError> {
-    let (mut walked, (mut s, lat)) = walk_trace(
-        ctx,
-        path,
-        |h| (Stats::new(h.first_epoch, h.ring_size), Latency::new(&ctx.catalog)),
-        |(s, lat), ev| {
-            s.add(ev);
-            lat.add(ev);
-            ControlFlow::Continue(())
-        },
-    )?;
-    s.finish();
+    let (mut walked, s, lat) = compute(ctx, path)?;
     if as_json {
         let mut v = to_json(ctx, &s);
         v["latency"] = serde_json::to_value(lat.percentiles()).unwrap_or_default();
@@ -35,6 +28,55 @@ pub fn run(ctx: &Ctx, path: &str, as_json: bool, out: &mut dyn Write) -> Result<
         write_latency(ctx, &lat, out)?;
     }
     walked.status()
+}
+
+/// What `stats` prints, before printing: the accounting (finished) and the
+/// latencies. For a mapped file of some size the latencies are walked on a
+/// thread of their own over the whole file while the accounting runs in
+/// two parts (`parallel`); the result is the one walk's either way.
+pub fn compute<'c>(ctx: &'c Ctx, path: &str) -> Result<(Walked, Stats, Latency<'c>), AppError> {
+    let input = open_trace(path)?;
+    let header = input.header;
+    if let Some(bytes) = input.mapped_bytes().filter(|b| b.len() >= PARALLEL_MIN_BYTES) {
+        let progress = Progress::new(input.file_len, ctx.progress);
+        let (end, stats, lat) = std::thread::scope(|s| {
+            let lat = s.spawn(|| {
+                let mut lat = Latency::new(&ctx.catalog);
+                let mut walker = Walker::new(&header);
+                let start = header.header_size as u64;
+                walk_bytes(bytes, start, bytes.len() as u64, &progress, |item| {
+                    walker.feed(item, &mut |ev| lat.add(&ev));
+                    ControlFlow::Continue(())
+                });
+                lat
+            });
+            let (end, stats) = stats_split(
+                bytes,
+                &header,
+                default_target(&header, bytes.len()),
+                &Progress::hidden(),
+            );
+            match lat.join() {
+                Ok(lat) => (end, stats, lat),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        });
+        progress.finish();
+        return Ok((input.into_walked(end), stats, lat));
+    }
+    // A small file or a stream: one walk for both.
+    let (walked, (mut s, lat)) = walk_input(
+        ctx,
+        input,
+        |h| (Stats::new(h.first_epoch, h.ring_size), Latency::new(&ctx.catalog)),
+        |(s, lat), ev| {
+            s.add(ev);
+            lat.add(ev);
+            ControlFlow::Continue(())
+        },
+    );
+    s.finish();
+    Ok((walked, s, lat))
 }
 
 fn write_latency(ctx: &Ctx, lat: &Latency<'_>, out: &mut dyn Write) -> Result<(), AppError> {

@@ -1,0 +1,451 @@
+//! Accounting on both cores. A mapped file is cut at an item boundary: the
+//! calling thread walks the earlier part; a second thread hops from the
+//! first item to the boundary by lengths alone (noting the epoch from EPOCH
+//! markers), then walks the later part with its own `Walker` and `Stats`.
+//! The later part is appended with `Stats::merge`, which settles what only
+//! the whole walk knows: the sequence gap or seq-backwards event at the
+//! boundary (from the earlier part's final `Walker` state), the
+//! inter-arrival time across it, the epoch both parts share, marker epochs
+//! and warnings in file order with their caps.
+//!
+//! Whenever the cut is not simple (the hop meets a damaged item, the item
+//! at the boundary is not a record, that record's seq goes back by more
+//! than one, the earlier part stops on an error, the per-core table's cap
+//! comes into play) the calling thread walks on from the boundary itself:
+//! the result is always the sequential walk's, byte for byte.
+
+use std::ops::ControlFlow;
+
+use hmb_trace_abi::{
+    align_record, HMB_RECORD_FLAG_MARKER, HMB_RECORD_FLAG_PAD, HMB_RECORD_HDR_SIZE, HMB_RECORD_MAX_PAYLOAD,
+};
+use hmb_trace_file::{parse_item, FileHeader, ItemKind, ItemParse, Marker};
+
+use crate::input::{walk_bytes, WalkEnd};
+use crate::progress::Progress;
+use crate::stats::Stats;
+use crate::walk::{Event, Walker};
+
+/// Files below this are walked on one core: a thread and a second set of
+/// tables cost more than half of such a walk saves.
+pub const PARALLEL_MIN_BYTES: usize = 4 << 20;
+
+/// Where the later part starts: a record of `epoch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Boundary {
+    pub offset: u64,
+    pub epoch: u64,
+    pub ring_size: u64,
+}
+
+/// The boundary a split aimed at file offset `target` uses: the first item
+/// boundary at or after `target`, found by hopping from the first item by
+/// lengths alone. None when the hop meets an item a reader would reject
+/// (length, PAD flag, a marker that does not decode) or the file's end,
+/// or when the item at the boundary is not a complete record.
+pub fn hop(bytes: &[u8], header: &FileHeader, target: u64) -> Option<Boundary> {
+    let mut pos = header.header_size as usize;
+    let (mut epoch, mut ring_size) = (header.first_epoch, header.ring_size);
+    let target = usize::try_from(target).ok()?;
+    while pos < target {
+        let h = bytes.get(pos..pos + HMB_RECORD_HDR_SIZE as usize)?;
+        let length = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+        let flags = u16::from_le_bytes([h[6], h[7]]);
+        if flags & HMB_RECORD_FLAG_PAD != 0 || length > HMB_RECORD_MAX_PAYLOAD {
+            return None;
+        }
+        if flags & HMB_RECORD_FLAG_MARKER != 0 {
+            let Ok(ItemParse::Item(item)) = parse_item(&bytes[pos..], pos as u64) else {
+                return None;
+            };
+            if let Ok(ItemKind::Marker(Marker::Epoch { epoch: e, ring_size: r })) = item.kind() {
+                (epoch, ring_size) = (e, r);
+            }
+        }
+        pos += align_record(length) as usize;
+    }
+    match parse_item(bytes.get(pos..)?, pos as u64) {
+        Ok(ItemParse::Item(item)) if !item.is_marker() => Some(Boundary {
+            offset: pos as u64,
+            epoch,
+            ring_size,
+        }),
+        _ => None,
+    }
+}
+
+/// Feed the items from `start` while they start below `stop` to `walker`
+/// and `stats`.
+fn account(
+    bytes: &[u8],
+    walker: &mut Walker,
+    stats: &mut Stats,
+    start: u64,
+    stop: u64,
+    progress: &Progress,
+) -> WalkEnd {
+    walk_bytes(bytes, start, stop, progress, |item| {
+        walker.feed(item, &mut |ev| stats.add(&ev));
+        ControlFlow::Continue(())
+    })
+}
+
+/// Where to cut a file of `len` bytes: the thread that walks the later part
+/// also hops over the earlier one, so the earlier part is the larger.
+pub fn default_target(header: &FileHeader, len: usize) -> u64 {
+    let start = header.header_size as u64;
+    start + (len as u64).saturating_sub(start) * 11 / 20
+}
+
+/// The accounting of a whole mapped file (`bytes` includes the header) on
+/// two threads, cut at the first item boundary at or after `target`;
+/// finished. Exactly what one walk from the start gives.
+pub fn stats_split(bytes: &[u8], header: &FileHeader, target: u64, progress: &Progress) -> (WalkEnd, Stats) {
+    let (end, stats, _) = split_at(bytes, header, target, progress);
+    (end, stats)
+}
+
+/// `stats_split`, and whether the parts were merged (else the calling
+/// thread walked on from the boundary).
+fn split_at(bytes: &[u8], header: &FileHeader, target: u64, progress: &Progress) -> (WalkEnd, Stats, bool) {
+    let len = bytes.len() as u64;
+    let start = header.header_size as u64;
+    std::thread::scope(|s| {
+        let later = s.spawn(|| {
+            let b = hop(bytes, header, target)?;
+            let part_header = FileHeader {
+                first_epoch: b.epoch,
+                ring_size: b.ring_size,
+                ..*header
+            };
+            let mut walker = Walker::new(&part_header);
+            let mut stats = Stats::new_part(b.epoch, b.ring_size);
+            let end = account(bytes, &mut walker, &mut stats, b.offset, len, &Progress::hidden());
+            Some((b, end, stats))
+        });
+        let mut walker = Walker::new(header);
+        let mut stats = Stats::new(header.first_epoch, header.ring_size);
+        let mut end = account(bytes, &mut walker, &mut stats, start, target, progress);
+        let later = match later.join() {
+            Ok(later) => later,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        if end.error.is_some() || end.stopped || end.offset >= len {
+            // The whole walk ends in the earlier part too.
+            stats.finish();
+            return (end, stats, false);
+        }
+        if let Some((b, later_end, later_stats)) = later {
+            if b.offset == end.offset {
+                if let Some((boundary, first_ts)) = boundary_event(bytes, header, &walker, &b) {
+                    if stats.can_merge(&later_stats) {
+                        stats.merge(boundary.as_ref(), first_ts, later_stats);
+                        stats.finish();
+                        progress.set(later_end.offset);
+                        let end = WalkEnd {
+                            items: end.items + later_end.items,
+                            ..later_end
+                        };
+                        return (end, stats, true);
+                    }
+                }
+            }
+        }
+        // Not a simple cut: walk on from the boundary on this thread.
+        let rest = account(bytes, &mut walker, &mut stats, end.offset, len, progress);
+        end = WalkEnd {
+            items: end.items + rest.items,
+            ..rest
+        };
+        stats.finish();
+        (end, stats, false)
+    })
+}
+
+/// The event the whole walk's `Walker` emits at the later part's first
+/// record (before its `Record` event), and that record's timestamp; None
+/// when the later part's own walker would not go on as the whole walk's
+/// does (a seq more than one below the expected one, another epoch).
+fn boundary_event(
+    bytes: &[u8],
+    header: &FileHeader,
+    walker: &Walker,
+    b: &Boundary,
+) -> Option<(Option<Event<'static, 'static>>, u64)> {
+    let Ok(ItemParse::Item(item)) = parse_item(bytes.get(b.offset as usize..)?, b.offset) else {
+        return None;
+    };
+    if item.is_marker() || walker.epoch() != b.epoch {
+        return None;
+    }
+    let (seq, ts) = (item.seq(), item.timestamp_ns());
+    let ev = match walker.expected() {
+        // Afterwards the whole walk expects max(want, seq + 1), the part's
+        // walker seq + 1: the same only if seq + 1 >= want.
+        Some(want) if seq.saturating_add(1) < want => return None,
+        Some(want) if seq > want && !header.is_filtered() => Some(Event::Gap {
+            offset: b.offset,
+            epoch: b.epoch,
+            first_seq: want,
+            count: seq - want,
+            timestamp_ns: ts,
+        }),
+        Some(want) if seq < want => Some(Event::SeqBackwards {
+            offset: b.offset,
+            epoch: b.epoch,
+            seq,
+            expected: want,
+        }),
+        _ => None,
+    };
+    Some((ev, ts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hmb_trace_file::{FILE_FLAG_FILTERED, MARKER_LOST};
+    use proptest::prelude::*;
+
+    /// One item of a generated file.
+    #[derive(Debug, Clone)]
+    enum In {
+        /// A record: seq and timestamp steps from the previous record
+        /// (negative: backwards), opcode, source, payload length.
+        Rec {
+            dseq: i64,
+            dts: i64,
+            opcode: u16,
+            source: u32,
+            len: u16,
+        },
+        /// A LOST marker for the n-th epoch seen (or one not in the file).
+        Lost {
+            pick: u8,
+            first: u64,
+            count: u64,
+        },
+        Frozen {
+            pick: u8,
+            next: u64,
+        },
+        /// A new epoch, or (`again`) a number seen before.
+        Epoch {
+            again: bool,
+            seq: u64,
+        },
+        Unknown,
+        /// A LOST marker too short to decode: the walk stops there.
+        BadMarker,
+    }
+
+    fn item(opcode: u16, flags: u16, seq: u64, ts: u64, source: u32, payload: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        v.extend_from_slice(&opcode.to_le_bytes());
+        v.extend_from_slice(&flags.to_le_bytes());
+        v.extend_from_slice(&seq.to_le_bytes());
+        v.extend_from_slice(&ts.to_le_bytes());
+        v.extend_from_slice(&source.to_le_bytes());
+        v.extend_from_slice(&0u32.to_le_bytes());
+        v.extend_from_slice(payload);
+        v.resize(align_record(payload.len() as u32) as usize, 0);
+        v
+    }
+
+    /// The file's bytes and the offset of each item.
+    fn file(items: &[In], filtered: bool, torn: usize) -> (Vec<u8>, Vec<u64>) {
+        let mut header = FileHeader::new(1, 0, 1 << 16, 5);
+        if filtered {
+            header.flags |= FILE_FLAG_FILTERED;
+        }
+        let mut bytes = header.encode().to_vec();
+        let mut starts = Vec::new();
+        let (mut seq, mut ts) = (100i64, 1_000_000i64);
+        let mut epochs = vec![5u64];
+        for i in items {
+            starts.push(bytes.len() as u64);
+            let pick = |p: u8| epochs.get(p as usize % (epochs.len() + 1)).copied().unwrap_or(999);
+            let b = match *i {
+                In::Rec {
+                    dseq,
+                    dts,
+                    opcode,
+                    source,
+                    len,
+                } => {
+                    seq = (seq + dseq).max(0);
+                    ts = (ts + dts).max(0);
+                    let payload: Vec<u8> = (0..len).map(|k| k as u8 ^ seq as u8).collect();
+                    item(opcode, 0, seq as u64, ts as u64, source, &payload)
+                }
+                In::Lost { pick: p, first, count } => Marker::Lost {
+                    first_seq: first,
+                    count,
+                    epoch: pick(p),
+                }
+                .encode()
+                .to_vec(),
+                In::Frozen { pick: p, next } => Marker::Frozen {
+                    epoch: pick(p),
+                    last_seq: None,
+                    next_seq: next,
+                }
+                .encode()
+                .to_vec(),
+                In::Epoch { again, seq: s } => {
+                    let epoch = if again {
+                        epochs[0]
+                    } else {
+                        epochs.iter().max().unwrap() + 1
+                    };
+                    epochs.push(epoch);
+                    seq = s as i64;
+                    Marker::Epoch {
+                        epoch,
+                        ring_size: 1 << (10 + epochs.len()),
+                    }
+                    .encode()
+                    .to_vec()
+                }
+                In::Unknown => Marker::Unknown { opcode: 0xFF7A }.encode().to_vec(),
+                In::BadMarker => item(MARKER_LOST, HMB_RECORD_FLAG_MARKER, 0, 0, 0, &[1, 2, 3]),
+            };
+            bytes.extend_from_slice(&b);
+        }
+        // A torn last item: the first bytes of one more record.
+        let extra = item(0x0101, 0, 7, 7, 0, &[0; 24]);
+        bytes.extend_from_slice(&extra[..torn.min(extra.len() - 1)]);
+        (bytes, starts)
+    }
+
+    /// A finished walk and its accounting, as comparable text.
+    fn text(end: &WalkEnd, stats: &Stats) -> String {
+        format!(
+            "{} {} {:?} {}\n{}\n{:?}",
+            end.offset,
+            end.items,
+            end.error.as_ref().map(|e| e.to_string()),
+            end.stopped,
+            serde_json::to_string(stats).unwrap(),
+            stats.summary_warnings()
+        )
+    }
+
+    fn sequential(bytes: &[u8]) -> String {
+        let header = FileHeader::parse(bytes).unwrap();
+        let mut walker = Walker::new(&header);
+        let mut stats = Stats::new(header.first_epoch, header.ring_size);
+        let end = account(
+            bytes,
+            &mut walker,
+            &mut stats,
+            header.header_size as u64,
+            bytes.len() as u64,
+            &Progress::hidden(),
+        );
+        stats.finish();
+        text(&end, &stats)
+    }
+
+    /// Split at every item start and inside every item; returns how many
+    /// of the splits were merged (not walked on sequentially).
+    fn check_every_split(bytes: &[u8], starts: &[u64]) -> Result<usize, TestCaseError> {
+        let header = FileHeader::parse(bytes).unwrap();
+        let want = sequential(bytes);
+        let mut merged = 0;
+        let mut targets: Vec<u64> = starts.iter().flat_map(|&s| [s, s + 8]).collect();
+        targets.extend([0, bytes.len() as u64, bytes.len() as u64 + 64]);
+        for target in targets {
+            let (end, stats, was_merged) = split_at(bytes, &header, target, &Progress::hidden());
+            merged += was_merged as usize;
+            if !was_merged && std::env::var_os("SPLIT_DEBUG").is_some() {
+                eprintln!("not merged at {target} (items at {starts:?})");
+            }
+            prop_assert_eq!(&text(&end, &stats), &want, "split at {}", target);
+        }
+        Ok(merged)
+    }
+
+    fn any_item() -> impl Strategy<Value = In> {
+        prop_oneof![
+            12 => (-3i64..5, -50i64..2000, prop::sample::select(vec![0x0101u16, 0x0102, 0x0301, 0x0401, 7, 0xFFFF]),
+                prop::sample::select(vec![0u32, 1, 3, 65535, 65536, 70_000, u32::MAX]), 0u16..40)
+                .prop_map(|(dseq, dts, opcode, source, len)| In::Rec { dseq, dts, opcode, source, len }),
+            2 => (any::<u8>(), 0u64..300, 1u64..20).prop_map(|(pick, first, count)| In::Lost { pick, first, count }),
+            1 => (any::<u8>(), 0u64..400).prop_map(|(pick, next)| In::Frozen { pick, next }),
+            1 => (any::<bool>(), 0u64..5).prop_map(|(again, seq)| In::Epoch { again, seq }),
+            1 => Just(In::Unknown),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn split_equals_one_walk(
+            items in prop::collection::vec(any_item(), 0..48),
+            bad in prop::option::weighted(0.1, any::<prop::sample::Index>()),
+            filtered in prop::bool::weighted(0.2),
+            torn in prop::sample::select(vec![0usize, 0, 0, 5, 40]),
+        ) {
+            let mut items = items;
+            if let Some(at) = bad {
+                let at = at.index(items.len() + 1);
+                items.insert(at, In::BadMarker);
+            }
+            let (bytes, starts) = file(&items, filtered, torn);
+            check_every_split(&bytes, &starts)?;
+        }
+    }
+
+    fn rec(dseq: i64, source: u32) -> In {
+        In::Rec {
+            dseq,
+            dts: 100,
+            opcode: 0x0101,
+            source,
+            len: 8,
+        }
+    }
+
+    /// Most splits of an ordinary file merge (the fallback is the rare case).
+    #[test]
+    fn ordinary_files_merge() {
+        let mut items: Vec<In> = (0..40).map(|i| rec(1 + (i % 7 == 0) as i64 * 3, i % 4)).collect();
+        items.insert(
+            10,
+            In::Lost {
+                pick: 0,
+                first: 0,
+                count: 3,
+            },
+        );
+        items.insert(20, In::Epoch { again: false, seq: 0 });
+        items.insert(30, In::Frozen { pick: 0, next: 50 });
+        let (bytes, starts) = file(&items, false, 0);
+        let merged = check_every_split(&bytes, &starts).unwrap();
+        assert!(merged >= 60, "{merged} of {} merged", starts.len() * 2 + 3);
+    }
+
+    /// The caps across a boundary: more losses than are listed, more than
+    /// ten seq-backwards warnings, more high core numbers than the table
+    /// holds (that split walks on sequentially).
+    #[test]
+    fn caps_across_the_boundary() {
+        let many_gaps: Vec<In> = (0..(MAX_LISTED + 500) as u32).map(|i| rec(2, i % 3)).collect();
+        let backwards: Vec<In> = (0..40).map(|i| rec(if i % 2 == 0 { -2 } else { 3 }, 0)).collect();
+        let cores: Vec<In> = (0..5000u32).map(|i| rec(1, 100_000 + i)).collect();
+        for items in [many_gaps, backwards, cores] {
+            let (bytes, starts) = file(&items, false, 0);
+            let header = FileHeader::parse(&bytes).unwrap();
+            let want = sequential(&bytes);
+            for k in 1..8 {
+                let target = starts[starts.len() * k / 8];
+                let (end, stats, _) = split_at(&bytes, &header, target, &Progress::hidden());
+                assert_eq!(text(&end, &stats), want, "split at {target}");
+            }
+        }
+    }
+
+    const MAX_LISTED: usize = crate::stats::MAX_LISTED_LOSSES;
+}
