@@ -244,6 +244,38 @@ impl Session {
     pub fn daemon_exit_codes(&self) -> Vec<i32> {
         read_codes(&self.run_dir.join(files::DAEMON_RC))
     }
+
+    /// Fail if the guest's daemon has already exited (the script records
+    /// its exit code when it does), with the daemon's own last words:
+    /// waiting on for a drain that cannot come would only end in a
+    /// timeout or in "emu-device exited" once the script powers off.
+    pub fn check_daemon_running(&self) -> Result<()> {
+        let codes = read_codes(&self.share_file(files::DAEMON_RC));
+        if let Some(code) = codes.last() {
+            let stderr = std::fs::read_to_string(self.share_file(files::DAEMON_STDERR)).unwrap_or_default();
+            let last = stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("(no output)");
+            bail!("hmb-trace-daemon exited early with code {code}: {last}");
+        }
+        Ok(())
+    }
+
+    /// Wait until the daemon has drained the ring, failing at once if it
+    /// has exited.
+    pub fn wait_drained(&mut self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.check_daemon_running()?;
+            match self.emu.wait_drained(Duration::ZERO) {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() > deadline => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
 }
 
 fn read_codes(path: &Path) -> Vec<i32> {

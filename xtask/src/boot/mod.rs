@@ -254,7 +254,7 @@ pub fn boot(args: &Boot, phases: &mut Phases) -> Result<RunOutcome> {
             &format!("ring_size={}", args.ring_size()),
             if follow { "--follow" } else { "" },
         ),
-        extra_qemu_args: Vec::new(),
+        extra_qemu_args: vec!["-m".into(), guest_memory_mb(args.rate(), args.duration()).to_string()],
         extra_cmdline: Vec::new(),
     };
     let mut s = Session::start(&tools, &cfg, phases)?;
@@ -262,7 +262,7 @@ pub fn boot(args: &Boot, phases: &mut Phases) -> Result<RunOutcome> {
         s.wait_share_file(files::STARTED, Duration::from_secs(60))
     })?;
     phases.run("workload", || produce(args, &mut s))?;
-    phases.run("drain", || s.emu.wait_drained(Duration::from_secs(60)))?;
+    phases.run("drain", || s.wait_drained(Duration::from_secs(60)))?;
     let ground_truth = s.emu.ground_truth()?;
     std::fs::write(
         run_dir.join("ground-truth.json"),
@@ -297,6 +297,22 @@ pub fn boot(args: &Boot, phases: &mut Phases) -> Result<RunOutcome> {
     Ok(RunOutcome { run_dir, truth: report })
 }
 
+/// Guest RAM for a run: trace.bin grows in the guest's /tmp, a tmpfs of
+/// half the RAM, until the host copies it out at the end. Sized for the
+/// records the run can produce at ~64 bytes each, twice over, plus room
+/// for the system; an unthrottled run (`--rate 0`) is sized for 2 M
+/// records/s, the most a TCG guest has been seen to drain. (At 512 MiB a
+/// 5 s unthrottled run on an idle machine filled /tmp after 4.7 M records
+/// and the daemon stopped with exit 11, output full.)
+fn guest_memory_mb(rate: u64, duration_s: f64) -> u64 {
+    const BASE_MB: u64 = 512;
+    const RECORD_BYTES: f64 = 64.0;
+    const UNTHROTTLED_PER_S: f64 = 2e6;
+    let per_s = if rate == 0 { UNTHROTTLED_PER_S } else { rate as f64 };
+    let trace_mb = (per_s * duration_s * RECORD_BYTES / f64::from(1 << 20)).ceil() as u64;
+    (BASE_MB + 2 * trace_mb).clamp(BASE_MB, 8192)
+}
+
 fn produce(args: &Boot, s: &mut Session) -> Result<()> {
     let duration = Duration::from_secs_f64(args.duration());
     let mut pending: Vec<Injection> = args.inject.clone();
@@ -312,6 +328,7 @@ fn produce(args: &Boot, s: &mut Session) -> Result<()> {
             }
         }
         s.emu.check_alive()?;
+        s.check_daemon_running()?;
         if interrupt::requested() {
             bail!("interrupted");
         }
@@ -368,5 +385,20 @@ fn timestamp() -> String {
                 .unwrap_or_default()
                 .as_secs()
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::guest_memory_mb;
+
+    #[test]
+    fn guest_memory_grows_with_what_the_run_can_produce() {
+        // The default run (2000 records/s for 3 s) needs no more than the base.
+        assert_eq!(guest_memory_mb(2000, 3.0), 514);
+        // Unthrottled for 5 s: 2 M/s x 64 B x 5 s = 610 MiB of trace, twice over.
+        assert_eq!(guest_memory_mb(0, 5.0), 512 + 2 * 611);
+        // Never beyond 8 GiB, however long the run.
+        assert_eq!(guest_memory_mb(0, 3600.0), 8192);
     }
 }
