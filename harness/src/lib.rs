@@ -37,6 +37,7 @@ pub mod nvme_session;
 pub mod phases;
 pub mod qemu;
 pub mod session;
+pub mod share_wait;
 pub mod soak_nvme;
 pub mod truth;
 

@@ -669,29 +669,7 @@ fn first_line(e: &anyhow::Error) -> String {
 /// Wait for the guest to create `name` in the share, watching QEMU, the
 /// console and emu-device.
 fn wait_checkpoint(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, name: &str, timeout: Duration) -> Result<()> {
-    let path = share.join(name);
-    let deadline = Instant::now() + timeout;
-    while !path.exists() {
-        dev.check_alive()?;
-        match vm.wait_for(name, Duration::from_millis(200), |l| {
-            l.contains("HMBT-NVME FAIL") || l.contains("HMBT-RESULT") || l.contains("HMBT-ERROR")
-        }) {
-            Ok(_) if path.exists() => break,
-            Ok(line) => bail!(
-                "the guest script stopped before checkpoint {name}: {line}\n{}",
-                vm.console.tail(30)
-            ),
-            Err(e) if e.to_string().starts_with("timeout") => {}
-            Err(e) => return Err(e),
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "timeout: the guest reached no checkpoint {name} within {}s; console:\n{}",
-            timeout.as_secs(),
-            vm.console.tail(30)
-        );
-    }
-    Ok(())
+    crate::share_wait::wait_share_file(vm, share, name, timeout, || dev.check_alive())
 }
 
 /// The controller's report at a checkpoint, saved as `emu-<name>.json`.

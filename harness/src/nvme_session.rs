@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use hmb_emu_device::control::{Fault, Request};
 use hmb_emu_device::report::Journal;
 use serde_json::Value;
@@ -85,30 +85,8 @@ impl NvmeSession {
     /// Wait until the guest creates `name`, watching the controller process
     /// and the console (a fault, or the script ending first, is an error).
     pub fn wait_share_file(&mut self, name: &str, timeout: Duration) -> Result<()> {
-        let path = self.share_file(name);
-        let deadline = Instant::now() + timeout;
-        while !path.exists() {
-            self.dev.check_alive()?;
-            match self.vm.wait_for(name, Duration::from_millis(200), |l| {
-                l.contains("HMBT-ERROR") || l.contains("HMBT-RESULT")
-            }) {
-                Ok(_) if path.exists() => break,
-                Ok(line) => bail!(
-                    "the guest script stopped before {name}: {line}\n{}",
-                    self.vm.console.tail(20)
-                ),
-                Err(e) if e.to_string().starts_with("timeout") => {}
-                Err(e) => return Err(e),
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "timeout: the guest made no {name} within {}s; console:\n{}",
-                    timeout.as_secs(),
-                    self.vm.console.tail(20)
-                );
-            }
-        }
-        Ok(())
+        let dev = &mut self.dev;
+        crate::share_wait::wait_share_file(&mut self.vm, &self.share, name, timeout, || dev.check_alive())
     }
 
     /// Let the guest run for `secs`, keeping an eye on the controller.

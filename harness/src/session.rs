@@ -189,27 +189,8 @@ impl Session {
     /// Wait until the guest creates `name` in the share, watching the
     /// console for faults and for the script ending first.
     pub fn wait_share_file(&mut self, name: &str, timeout: Duration) -> Result<()> {
-        let path = self.share_file(name);
-        let deadline = Instant::now() + timeout;
-        while !path.exists() {
-            self.emu.check_alive()?;
-            match self.vm.wait_for(name, Duration::from_millis(200), |l| {
-                l.contains("HMBT-ERROR") || l.contains("HMBT-RESULT")
-            }) {
-                // The file may have appeared just before the script ended.
-                Ok(_) if path.exists() => break,
-                Ok(line) => bail!("the guest script stopped before {name}: {line}"),
-                Err(e) if e.to_string().starts_with("timeout") => {}
-                Err(e) => return Err(e),
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "timeout: the guest made no {name} within {}s; see console.log",
-                    timeout.as_secs()
-                );
-            }
-        }
-        Ok(())
+        let emu = &mut self.emu;
+        crate::share_wait::wait_share_file(&mut self.vm, &self.share, name, timeout, || emu.check_alive())
     }
 
     pub fn qmp(&self) -> Result<hmb_qmp::Qmp> {

@@ -147,28 +147,7 @@ while [ ! -e $share/{done}.ok ]; do sleep 0.1; done
 /// Wait for the guest to create `name` in the share, watching QEMU, the
 /// console and emu-device.
 fn wait_file(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, name: &str, timeout: Duration) -> Result<()> {
-    let deadline = Instant::now() + timeout;
-    while !share.join(name).exists() {
-        dev.check_alive()?;
-        match vm.wait_for(name, Duration::from_millis(200), |l| {
-            l.contains("HMBT-NVME FAIL") || l.contains("HMBT-RESULT") || l.contains("HMBT-ERROR")
-        }) {
-            Ok(_) if share.join(name).exists() => break,
-            Ok(line) => bail!(
-                "the guest script stopped before {name}: {line}\n{}",
-                vm.console.tail(30)
-            ),
-            Err(e) if e.to_string().starts_with("timeout") => {}
-            Err(e) => return Err(e),
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "timeout: no {name} from the guest within {} s; console:\n{}",
-            timeout.as_secs(),
-            vm.console.tail(30)
-        );
-    }
-    Ok(())
+    crate::share_wait::wait_share_file(vm, share, name, timeout, || dev.check_alive())
 }
 
 fn counter(status: &serde_json::Value, name: &str) -> u64 {
