@@ -256,7 +256,10 @@ impl Output {
 /// I/O, O_DIRECT) cannot pin a device mapping (VM_PFNMAP) and fails with
 /// EFAULT, having written nothing: the batch then goes out through a copy
 /// (measured in a guest: trace.bin on its 9p share failed with exit 7
-/// before). What a short write left goes through the copy as well.
+/// before). What a short write left goes through the copy as well. The
+/// copy reads the ring in user space, as the validation walk did a moment
+/// before: a device removed in between (its mapping zapped) is the same
+/// SIGBUS either way; the module drains before it zaps (docs/kmod.md).
 fn write_all_vectored(file: &File, iov: &[IoSlice<'_>]) -> io::Result<()> {
     let written = loop {
         match nix::sys::uio::writev(file, iov) {
