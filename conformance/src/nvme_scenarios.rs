@@ -115,6 +115,27 @@ fn kernel_log(s: &NvmeSession, expected: &[&str]) -> Value {
     }
 }
 
+/// What every scenario whose daemon may stop on its own reports: how the
+/// guest script and each daemon run ended, the daemon's error line, and
+/// the kernel log (only `expected` lines allowed).
+fn daemon_facts(s: &NvmeSession, rc: i32, expected: &[&str]) -> Value {
+    json!({
+        "guest_rc": rc,
+        "daemon_exit_codes": s.daemon_exit_codes(),
+        "daemon_error": daemon_error(&s.run_dir),
+        "kernel_log": kernel_log(s, expected),
+    })
+}
+
+/// The end of a script whose daemon has already exited (the device went):
+/// stop, let the guest collect, take no journal, power off.
+fn finish_daemon_gone(s: &mut NvmeSession) -> Result<i32> {
+    s.signal(files::STOP)?;
+    s.wait_share_file(COLLECTED, STARTED)?;
+    s.signal(JOURNAL_TAKEN)?;
+    s.finish(FINISH)
+}
+
 fn note_u64(s: &NvmeSession, key: &str) -> Result<u64> {
     s.notes()
         .get(key)
@@ -221,12 +242,7 @@ fn header_fault(env: &Env, name: &str, fault: Fault) -> Result<Value> {
     s.run_for(1.0)?;
     let (journal, rc) = wind_down(&mut s)?;
     let codes = s.daemon_exit_codes();
-    let mut out = json!({
-        "guest_rc": rc,
-        "daemon_exit_codes": codes,
-        "daemon_error": daemon_error(&s.run_dir),
-        "kernel_log": kernel_log(&s, &[]),
-    });
+    let mut out = daemon_facts(&s, rc, &[]);
     if codes == [0] {
         let truth = check_journal(&s, &journal)?;
         ensure!(truth.passed(), "{}", truth.summary());
@@ -299,12 +315,7 @@ fn hostile(env: &Env) -> Result<Value> {
     s.wait_share_file(files::DAEMON_RC, Duration::from_secs(30))
         .context("the daemon did not stop on a hostile record")?;
     let (_journal, rc) = wind_down(&mut s)?;
-    Ok(json!({
-        "guest_rc": rc,
-        "daemon_exit_codes": s.daemon_exit_codes(),
-        "daemon_error": daemon_error(&s.run_dir),
-        "kernel_log": kernel_log(&s, &[]),
-    }))
+    Ok(daemon_facts(&s, rc, &[]))
 }
 
 /// Known data written and read back under the trace: one CMD_FETCH and one
@@ -497,16 +508,8 @@ fn surprise_removal(env: &Env) -> Result<Value> {
     s.dev
         .check_alive()
         .context("the controller process died with the removal")?;
-    s.signal(files::STOP)?;
-    s.wait_share_file(COLLECTED, STARTED)?;
-    s.signal(JOURNAL_TAKEN)?;
-    let rc = s.finish(FINISH)?;
-    Ok(json!({
-        "guest_rc": rc,
-        "daemon_exit_codes": s.daemon_exit_codes(),
-        "daemon_error": daemon_error(&s.run_dir),
-        "kernel_log": kernel_log(&s, &[]),
-    }))
+    let rc = finish_daemon_gone(&mut s)?;
+    Ok(daemon_facts(&s, rc, &[]))
 }
 
 /// Lines the driver prints when its controller is gone: an I/O timeout,
@@ -555,16 +558,8 @@ fn controller_killed(env: &Env) -> Result<Value> {
     s.signal("killed")?;
     s.wait_share_file(files::DAEMON_RC, Duration::from_secs(90))
         .context("the daemon did not notice the controller's death")?;
-    s.signal(files::STOP)?;
-    s.wait_share_file(COLLECTED, STARTED)?;
-    s.signal(JOURNAL_TAKEN)?;
-    let rc = s.finish(FINISH)?;
-    Ok(json!({
-        "guest_rc": rc,
-        "daemon_exit_codes": s.daemon_exit_codes(),
-        "daemon_error": daemon_error(&s.run_dir),
-        "kernel_log": kernel_log(&s, DEAD_CONTROLLER_LINES),
-    }))
+    let rc = finish_daemon_gone(&mut s)?;
+    Ok(daemon_facts(&s, rc, DEAD_CONTROLLER_LINES))
 }
 
 /// A controller that rewrites the consumer's header fields (tail to 0, the
@@ -582,12 +577,7 @@ fn hostile_controller(env: &Env) -> Result<Value> {
     s.run_for(1.0)?;
     let (journal, rc) = wind_down(&mut s)?;
     let codes = s.daemon_exit_codes();
-    let mut out = json!({
-        "guest_rc": rc,
-        "daemon_exit_codes": codes,
-        "daemon_error": daemon_error(&s.run_dir),
-        "kernel_log": kernel_log(&s, &[]),
-    });
+    let mut out = daemon_facts(&s, rc, &[]);
     if codes == [0] {
         let truth = check_journal(&s, &journal)?;
         out["truth"] = truth_facts(&truth);
