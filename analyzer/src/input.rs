@@ -7,7 +7,12 @@ use std::io::Read;
 use std::ops::ControlFlow;
 use std::path::Path;
 
+use hmb_trace_abi::{
+    align_record, hmb_record_hdr, HMB_RECORD_FLAG_MARKER, HMB_RECORD_FLAG_PAD, HMB_RECORD_MAX_PAYLOAD,
+};
 use hmb_trace_file::{parse_item, FileError, FileHeader, Item, ItemParse, MappedTrace, TraceReader};
+
+use zerocopy::FromBytes;
 
 use crate::progress::Progress;
 
@@ -153,6 +158,23 @@ pub fn walk_bytes(
     let mut pos = (start as usize).min(len);
     let mut since_tick = 0u32;
     while pos < stop {
+        // The common case, a complete device record, read here with the
+        // same checks as `parse_item`; anything else goes through it.
+        if let Some(item) = record_at(bytes, pos) {
+            pos += item.size() as usize;
+            end.items += 1;
+            end.offset = pos as u64;
+            if visit(&item).is_break() {
+                end.stopped = true;
+                break;
+            }
+            since_tick += 1;
+            if since_tick == 65536 {
+                since_tick = 0;
+                progress.set(end.offset);
+            }
+            continue;
+        }
         match parse_item(&bytes[pos..], pos as u64) {
             Ok(ItemParse::Item(item)) => {
                 pos += item.size() as usize;
@@ -184,4 +206,25 @@ pub fn walk_bytes(
     }
     progress.set(end.offset);
     end
+}
+
+/// The device record at `pos` when it is complete and valid (not a marker,
+/// not PAD, length in bounds): exactly the item `parse_item` returns for it.
+/// None for anything else, which `parse_item` then judges.
+#[inline(always)]
+fn record_at(bytes: &[u8], pos: usize) -> Option<Item<'_>> {
+    let rest = bytes.get(pos..)?;
+    let (hdr, payload) = hmb_record_hdr::read_from_prefix(rest).ok()?;
+    let length = hdr.length.get();
+    if hdr.flags.get() & (HMB_RECORD_FLAG_PAD | HMB_RECORD_FLAG_MARKER) != 0
+        || length > HMB_RECORD_MAX_PAYLOAD
+        || rest.len() < align_record(length) as usize
+    {
+        return None;
+    }
+    Some(Item {
+        offset: pos as u64,
+        hdr,
+        payload: &payload[..length as usize],
+    })
 }

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use hmb_trace_file::Item;
+
 use crate::walk::Event;
 
 /// Most distinct cores tracked individually; the rest are summed as "other".
@@ -217,46 +219,74 @@ impl Stats {
         }
     }
 
+    /// Account one event of the walk. Records, nearly every event, take
+    /// the inlined path; markers, gaps and warnings the other.
+    #[inline]
     pub fn add(&mut self, ev: &Event<'_, '_>) {
         match *ev {
-            Event::Record { item, .. } => {
-                let ts = item.timestamp_ns();
-                let len = item.payload.len() as u64;
-                self.records += 1;
-                self.record_bytes += item.size();
-                let op = match self.dense_ops.get_mut(item.opcode() as usize) {
-                    Some(op) => op,
-                    None => self.opcodes.entry(item.opcode()).or_default(),
-                };
+            Event::Record { item, .. } => self.add_record(item),
+            _ => self.add_other(ev),
+        }
+    }
+
+    #[inline]
+    fn add_record(&mut self, item: &Item<'_>) {
+        let ts = item.timestamp_ns();
+        let len = item.payload.len() as u64;
+        self.records += 1;
+        self.record_bytes += item.size();
+        // After `finish` the dense tables are empty and the maps take over.
+        match self.dense_ops.get_mut(item.opcode() as usize) {
+            Some(op) => {
                 op.records += 1;
                 op.payload_bytes += len;
-                let core = item.source();
-                // After `finish` the dense tables are empty and the maps take over.
-                if let Some(n) = self.dense_cores.get_mut(core as usize) {
-                    *n += 1;
-                } else if let Some(n) = self.cores.get_mut(&core) {
-                    *n += 1;
-                } else if self.cores.len() < MAX_CORES {
-                    self.cores.insert(core, 1);
-                } else {
-                    self.other_cores_records += 1;
-                }
-                self.first_ns = Some(self.first_ns.map_or(ts, |f| f.min(ts)));
-                self.last_ns = Some(self.last_ns.map_or(ts, |l| l.max(ts)));
-                match self.last_ts_in_epoch {
-                    Some(prev) if ts >= prev => self.inter_arrival[bucket(ts - prev)] += 1,
-                    Some(_) => self.ts_backwards += 1,
-                    None => {}
-                }
-                self.last_ts_in_epoch = Some(ts);
-                let seq = item.seq();
-                let e = self.epoch_mut();
-                e.records += 1;
-                e.first_seq.get_or_insert(seq);
-                e.last_seq = Some(seq);
-                e.first_ns.get_or_insert(ts);
-                e.last_ns = Some(ts);
             }
+            None => self.add_opcode_to_map(item.opcode(), len),
+        }
+        match self.dense_cores.get_mut(item.source() as usize) {
+            Some(n) => *n += 1,
+            None => self.add_core_to_map(item.source()),
+        }
+        self.first_ns = Some(self.first_ns.map_or(ts, |f| f.min(ts)));
+        self.last_ns = Some(self.last_ns.map_or(ts, |l| l.max(ts)));
+        match self.last_ts_in_epoch {
+            Some(prev) if ts >= prev => self.inter_arrival[bucket(ts - prev)] += 1,
+            Some(_) => self.ts_backwards += 1,
+            None => {}
+        }
+        self.last_ts_in_epoch = Some(ts);
+        let seq = item.seq();
+        let e = self.epoch_mut();
+        e.records += 1;
+        e.first_seq.get_or_insert(seq);
+        e.last_seq = Some(seq);
+        e.first_ns.get_or_insert(ts);
+        e.last_ns = Some(ts);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn add_opcode_to_map(&mut self, opcode: u16, len: u64) {
+        let op = self.opcodes.entry(opcode).or_default();
+        op.records += 1;
+        op.payload_bytes += len;
+    }
+
+    #[inline(never)]
+    fn add_core_to_map(&mut self, core: u32) {
+        if let Some(n) = self.cores.get_mut(&core) {
+            *n += 1;
+        } else if self.cores.len() < MAX_CORES {
+            self.cores.insert(core, 1);
+        } else {
+            self.other_cores_records += 1;
+        }
+    }
+
+    #[inline(never)]
+    fn add_other(&mut self, ev: &Event<'_, '_>) {
+        match *ev {
+            Event::Record { item, .. } => self.add_record(item),
             Event::Lost {
                 offset,
                 epoch,

@@ -141,6 +141,7 @@ impl Walker {
         self.epochs.iter_mut().rev().find(|p| p.epoch == epoch)
     }
 
+    #[inline]
     pub fn feed<'a, 'b>(&mut self, item: &'b Item<'a>, out: &mut impl FnMut(Event<'a, 'b>)) {
         let offset = item.offset;
         let kind = match item.kind() {
