@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
-use hmb_emu_device::control::{Fault, VersionPart};
+use hmb_emu_device::control::Fault;
 use hmb_harness::guest_script::files;
 use hmb_harness::journal_truth::{self, pair_io, Journal, JournalReport};
 use hmb_harness::nvme_guest::{is_trouble_line, FATAL_DRIVER_LINE, FATAL_IO_TIMEOUT_S};
@@ -26,25 +26,13 @@ const COLLECTED: &str = "collected";
 const JOURNAL_TAKEN: &str = "journal_taken";
 
 pub fn run(env: &Env, name: &str) -> Result<Value> {
+    if let Some(fault) = crate::scenarios::header_fault_of(name) {
+        return header_fault(env, name, fault);
+    }
     match name {
         "streaming" => streaming(env),
         "frozen_exit" => frozen(env, false),
         "frozen_follow" => frozen(env, true),
-        "bad_magic" => header_fault(env, name, Fault::CorruptMagic),
-        "too_new_major" => header_fault(
-            env,
-            name,
-            Fault::BumpVersion {
-                part: VersionPart::Major,
-            },
-        ),
-        "newer_minor" => header_fault(
-            env,
-            name,
-            Fault::BumpVersion {
-                part: VersionPart::Minor,
-            },
-        ),
         "unknown_flag" => unknown_flag(env),
         "crash_safety" => crash_safety(env),
         "hostile_firmware" => hostile(env),

@@ -27,30 +27,33 @@ const LATE_STOP_MS: u64 = 2000;
 const STARTED: Duration = Duration::from_secs(60);
 
 /// Run one scenario on the environment's device.
+/// The scenarios whose fault is a damaged or newer ring header written
+/// before the daemon starts, on either device.
+pub(crate) fn header_fault_of(name: &str) -> Option<Fault> {
+    match name {
+        "bad_magic" => Some(Fault::CorruptMagic),
+        "too_new_major" => Some(Fault::BumpVersion {
+            part: VersionPart::Major,
+        }),
+        "newer_minor" => Some(Fault::BumpVersion {
+            part: VersionPart::Minor,
+        }),
+        _ => None,
+    }
+}
+
 pub fn run(env: &Env, name: &str) -> Result<Value> {
     if env.device == Device::Nvme {
         return crate::nvme_scenarios::run(env, name);
+    }
+    if let Some(fault) = header_fault_of(name) {
+        return header_fault(env, name, fault);
     }
     match name {
         "streaming" => streaming(env),
         "overflow" => overflow(env),
         "frozen_exit" => frozen(env, false),
         "frozen_follow" => frozen(env, true),
-        "bad_magic" => header_fault(env, name, Fault::CorruptMagic),
-        "too_new_major" => header_fault(
-            env,
-            name,
-            Fault::BumpVersion {
-                part: VersionPart::Major,
-            },
-        ),
-        "newer_minor" => header_fault(
-            env,
-            name,
-            Fault::BumpVersion {
-                part: VersionPart::Minor,
-            },
-        ),
         "unknown_flag" => unknown_flag(env),
         "access_rules" => access_rules(env),
         "binding" => binding(env),
