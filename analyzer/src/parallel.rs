@@ -74,6 +74,31 @@ pub fn hop(bytes: &[u8], header: &FileHeader, target: u64) -> Option<Boundary> {
     }
 }
 
+/// Map the pages of `bytes[from..to]` in one call (MADV_POPULATE_READ,
+/// Linux 5.14 and later) rather than one page fault per few pages as the
+/// walk reaches them. Each thread maps the other's part while the other
+/// hops or walks: the hop, which must read its part anyway, is the slower
+/// thread's first task. A hint: where it fails nothing changes but speed.
+fn populate(bytes: &[u8], from: usize, to: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        let page = if page > 0 { page as usize } else { 4096 };
+        let base = bytes.as_ptr() as usize;
+        let start = (base + from.min(bytes.len())) & !(page - 1);
+        let end = base + to.min(bytes.len());
+        if end > start && start >= base & !(page - 1) {
+            // SAFETY: the range lies within pages of `bytes`, which stays
+            // borrowed (mapped) for the call; MADV_POPULATE_READ only maps
+            // pages in and fails with EFAULT where a read would fault.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_POPULATE_READ);
+            }
+        }
+    }
+}
+
 /// Feed the items from `start` while they start below `stop` to `walker`
 /// and `stats`.
 fn account(
@@ -88,6 +113,17 @@ fn account(
         walker.feed(item, &mut |ev| stats.add(&ev));
         ControlFlow::Continue(())
     })
+}
+
+/// The accounting of a whole mapped file in one walk on this thread;
+/// finished.
+pub fn stats_one_walk(bytes: &[u8], header: &FileHeader, progress: &Progress) -> (WalkEnd, Stats) {
+    let mut walker = Walker::new(header);
+    let mut stats = Stats::new(header.first_epoch, header.ring_size);
+    let start = header.header_size as u64;
+    let end = account(bytes, &mut walker, &mut stats, start, bytes.len() as u64, progress);
+    stats.finish();
+    (end, stats)
 }
 
 /// Where to cut a file of `len` bytes: the thread that walks the later part
@@ -112,6 +148,7 @@ fn split_at(bytes: &[u8], header: &FileHeader, target: u64, progress: &Progress)
     let start = header.header_size as u64;
     std::thread::scope(|s| {
         let later = s.spawn(|| {
+            populate(bytes, 0, target as usize);
             let b = hop(bytes, header, target)?;
             let part_header = FileHeader {
                 first_epoch: b.epoch,
@@ -125,6 +162,7 @@ fn split_at(bytes: &[u8], header: &FileHeader, target: u64, progress: &Progress)
         });
         let mut walker = Walker::new(header);
         let mut stats = Stats::new(header.first_epoch, header.ring_size);
+        populate(bytes, target as usize, bytes.len());
         let mut end = account(bytes, &mut walker, &mut stats, start, target, progress);
         let later = match later.join() {
             Ok(later) => later,

@@ -10,7 +10,7 @@ use crate::exit::AppError;
 use crate::format::{duration_ns, thousands};
 use crate::input::walk_bytes;
 use crate::latency::{Latency, Measure};
-use crate::parallel::{default_target, stats_split, PARALLEL_MIN_BYTES};
+use crate::parallel::{stats_one_walk, PARALLEL_MIN_BYTES};
 use crate::progress::Progress;
 use crate::stats::{bucket_floor, Stats};
 use crate::walk::Walker;
@@ -32,8 +32,11 @@ pub fn run(ctx: &Ctx, path: &str, as_json: bool, out: &mut dyn Write) -> Result<
 
 /// What `stats` prints, before printing: the accounting (finished) and the
 /// latencies. For a mapped file of some size the latencies are walked on a
-/// thread of their own over the whole file while the accounting runs in
-/// two parts (`parallel`); the result is the one walk's either way.
+/// thread of their own over the whole file while this thread does the
+/// accounting; the result is the one walk's either way. The accounting is
+/// not cut in two here as in `collect_stats`: the latencies cost about ten
+/// times as much per record (docs/performance.md), so the latency thread
+/// sets the pace and a third thread would only take CPU from it.
 pub fn compute<'c>(ctx: &'c Ctx, path: &str) -> Result<(Walked, Stats, Latency<'c>), AppError> {
     let input = open_trace(path)?;
     let header = input.header;
@@ -50,12 +53,7 @@ pub fn compute<'c>(ctx: &'c Ctx, path: &str) -> Result<(Walked, Stats, Latency<'
                 });
                 lat
             });
-            let (end, stats) = stats_split(
-                bytes,
-                &header,
-                default_target(&header, bytes.len()),
-                &Progress::hidden(),
-            );
+            let (end, stats) = stats_one_walk(bytes, &header, &Progress::hidden());
             match lat.join() {
                 Ok(lat) => (end, stats, lat),
                 Err(panic) => std::panic::resume_unwind(panic),
