@@ -14,7 +14,9 @@
 //! kept per time bin (at most [`DEPTH_BINS`] bins; the bin width doubles as
 //! the trace grows, as the report's rate bins do).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
 
 use hdrhistogram::Histogram;
 use hmb_trace_file::Item;
@@ -80,10 +82,10 @@ struct Depth {
 pub struct Latency<'c> {
     catalog: &'c Catalog,
     /// Histogram and exact maximum of each series.
-    series: HashMap<Key, (Histogram<u64>, u64)>,
+    series: FxHashMap<Key, (Histogram<u64>, u64)>,
     pub series_dropped: u64,
     /// Open pairs: (begin timestamp, begin source, begin opcode).
-    open: HashMap<(&'c str, [u64; MAX_PAIR_KEY]), (u64, u32, u16)>,
+    open: FxHashMap<(&'c str, [u64; MAX_PAIR_KEY]), (u64, u32, u16)>,
     depth: BTreeMap<(u16, u32), Depth>,
     first_ns: Option<u64>,
     bin_ns: u64,
@@ -93,9 +95,9 @@ impl<'c> Latency<'c> {
     pub fn new(catalog: &'c Catalog) -> Self {
         Self {
             catalog,
-            series: HashMap::new(),
+            series: FxHashMap::default(),
             series_dropped: 0,
-            open: HashMap::new(),
+            open: FxHashMap::default(),
             depth: BTreeMap::new(),
             first_ns: None,
             bin_ns: FIRST_BIN_NS,
@@ -104,19 +106,19 @@ impl<'c> Latency<'c> {
 
     fn record(&mut self, key: Key, v: u64) {
         let v = v.clamp(1, MAX_NS);
-        if !self.series.contains_key(&key) {
-            if self.series.len() >= MAX_SERIES && key.2.is_some() {
-                self.series_dropped += 1;
-                return;
-            }
-            match Histogram::new_with_bounds(1, MAX_NS, 2) {
-                Ok(h) => self.series.insert(key, (h, 0)),
-                Err(_) => return,
-            };
-        }
+        // One lookup for a series that exists (all but the first value).
         if let Some((h, max)) = self.series.get_mut(&key) {
             h.saturating_record(v);
             *max = (*max).max(v);
+            return;
+        }
+        if self.series.len() >= MAX_SERIES && key.2.is_some() {
+            self.series_dropped += 1;
+            return;
+        }
+        if let Ok(mut h) = Histogram::new_with_bounds(1, MAX_NS, 2) {
+            h.saturating_record(v);
+            self.series.insert(key, (h, v));
         }
     }
 
