@@ -244,6 +244,7 @@ pub fn boot(args: &Boot, phases: &mut Phases) -> Result<RunOutcome> {
     let tools = session::prepare(&sh, args.kernel.as_deref(), qemu, phases)?;
     let run_dir = args.run_dir.clone().unwrap_or_else(default_run_dir);
     let follow = args.inject.iter().any(|i| matches!(i, Injection::Reset { .. }));
+    let memory_mb = guest_memory_mb(args.rate(), args.duration());
     let cfg = SessionConfig {
         run_dir: run_dir.clone(),
         accel: args.accel,
@@ -254,7 +255,7 @@ pub fn boot(args: &Boot, phases: &mut Phases) -> Result<RunOutcome> {
             &format!("ring_size={}", args.ring_size()),
             if follow { "--follow" } else { "" },
         ),
-        extra_qemu_args: vec!["-m".into(), guest_memory_mb(args.rate(), args.duration()).to_string()],
+        extra_qemu_args: vec!["-m".into(), memory_mb.to_string()],
         extra_cmdline: Vec::new(),
     };
     let mut s = Session::start(&tools, &cfg, phases)?;
@@ -274,7 +275,10 @@ pub fn boot(args: &Boot, phases: &mut Phases) -> Result<RunOutcome> {
     if args.keep {
         println!("--keep: the guest shell is on this terminal; `poweroff -f` ends the VM");
     }
-    let timeout = Duration::from_secs(if args.keep { 86_400 } else { 60 });
+    // The guest copies trace.bin to the share before it powers off: 2.5 MB/s
+    // through 9p under TCG on a loaded machine, so a bigger run (more guest
+    // RAM, see guest_memory_mb) gets longer.
+    let timeout = Duration::from_secs(if args.keep { 86_400 } else { 60 + (memory_mb - 512) / 2 });
     let result = phases.run("guest stop", || s.finish(timeout))?;
     if result != 0 {
         bail!(
