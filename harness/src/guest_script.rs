@@ -38,6 +38,14 @@ load_module() {{
     done
 }}
 
+# load_on_demand_modules: the image's modules not loaded at boot
+# (images/guest/modules-on-demand), dependencies first.
+load_on_demand_modules() {{
+    while read -r m; do
+        insmod "$m" || fail "insmod $m failed"
+    done < /etc/hmbt/on-demand-modules
+}}
+
 # start_daemon [ARGS...]: run the daemon in the background, appending to trace.bin.
 start_daemon() {{
     step daemon "$@"

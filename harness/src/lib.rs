@@ -17,6 +17,8 @@
 //! - `nvme_session`: the same controller with the series' driver, the
 //!   module and the daemon, driven step by step (the conformance scenarios).
 //! - `matrix`: the conformance devices and which scenario applies to which.
+//! - `output_disk`: a scratch ext4 disk for a trace.bin larger than the
+//!   guest's RAM (the soak), read back with debugfs.
 //! - `truth`: does a trace.bin hold exactly what the firmware model produced?
 //! - `journal_truth`: the same for the NVMe controller, against its journal.
 //! - `phases`, `interrupt`: progress lines; Ctrl-C turned into an error.
@@ -34,6 +36,7 @@ pub mod journal_truth;
 pub mod matrix;
 pub mod nvme_guest;
 pub mod nvme_session;
+pub mod output_disk;
 pub mod phases;
 pub mod qemu;
 pub mod session;

@@ -21,6 +21,7 @@ use clap::Args;
 use hmb_emu_device::control::Fault;
 use hmb_emu_device::hmb::hmb_size_for;
 use hmb_harness::guest_script::{self, files};
+use hmb_harness::output_disk::{self, OutputDisk};
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::QemuVersion;
 use hmb_harness::qemu::Accel;
@@ -43,21 +44,31 @@ pub struct Soak {
     /// Seconds between two injected resets.
     #[arg(long, default_value_t = 60)]
     pub reset_every: u64,
-    /// ivshmem: records per second. 400 k/s is lossless for 5 s on 6.1, but
-    /// ten minutes of it (~10.5 GB of trace.bin) fit nowhere in the guest
-    /// (docs/soak.md): 100 k/s (~2.6 GB) fits the default guest memory.
+    /// ivshmem: records per second (docs/soak.md has the rates tried).
     #[arg(long, default_value_t = 100_000)]
     pub rate: u64,
-    /// ivshmem: guest RAM in MiB; trace.bin grows in the guest's tmpfs (half
-    /// of it) until the end.
-    #[arg(long, default_value_t = 6144)]
-    pub guest_memory_mb: u32,
+    /// ivshmem: where the daemon writes trace.bin. `disk`: a scratch ext4
+    /// disk (virtio-blk) sized for the run, read back with debugfs; `tmpfs`:
+    /// the guest's /tmp, copied out through 9p at the end (half the guest's
+    /// RAM: 100 k rec/s for 10 minutes needs 6 GiB of it).
+    #[arg(long, value_enum, default_value = "disk")]
+    pub output: Output,
+    /// ivshmem: guest RAM in MiB (default 1024 with `--output disk`, 6144
+    /// with `--output tmpfs`).
+    #[arg(long)]
+    pub guest_memory_mb: Option<u32>,
     /// Guest kernel, a name from images/KERNELS (default: its first line).
     #[arg(long)]
     pub kernel: Option<String>,
     /// Run folder (default: target/hmb-trace/runs/soak-<device>-<timestamp>).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub enum Output {
+    Disk,
+    Tmpfs,
 }
 
 impl Soak {
@@ -113,6 +124,18 @@ impl Soak {
         Ok(())
     }
 
+    fn guest_memory_mb(&self) -> u32 {
+        self.guest_memory_mb.unwrap_or(match self.output {
+            Output::Disk => 1024,
+            Output::Tmpfs => 6144,
+        })
+    }
+
+    /// trace.bin's size at ~50 bytes a record (the `ssd` workload's mean).
+    fn expected_output_bytes(&self) -> u64 {
+        self.rate * self.minutes * 60 * 50
+    }
+
     pub fn duration(&self) -> Duration {
         Duration::from_secs(self.minutes * 60)
     }
@@ -152,14 +175,25 @@ fn soak_ivshmem(args: &Soak, run_dir: &std::path::Path, phases: &mut Phases) -> 
     let sh = Shell::new()?;
     sh.change_dir(workspace_root());
     let tools = session::prepare(&sh, args.kernel.as_deref(), QemuVersion::V7_2, phases)?;
+    // A later -m overrides the session's 512 MiB.
+    let mut extra_qemu_args = vec!["-m".to_string(), args.guest_memory_mb().to_string()];
+    let disk = match args.output {
+        Output::Disk => {
+            let disk = phases.run("output disk", || {
+                OutputDisk::create(&sh, &run_dir.join("output.img"), args.expected_output_bytes())
+            })?;
+            extra_qemu_args.extend(disk.qemu_args().iter().map(|a| a.to_string_lossy().into_owned()));
+            Some(disk)
+        }
+        Output::Tmpfs => None,
+    };
     let cfg = SessionConfig {
         run_dir: run_dir.to_path_buf(),
         accel: Accel::Tcg,
         keep: false,
         hmb_size: hmb_size_for(RING),
-        guest_script: soak_script(tools.module()?),
-        // A later -m overrides the session's 512 MiB.
-        extra_qemu_args: vec!["-m".into(), args.guest_memory_mb.to_string()],
+        guest_script: soak_script(tools.module()?, args.output),
+        extra_qemu_args,
         extra_cmdline: Vec::new(),
     };
     let load_start = load_average();
@@ -181,6 +215,13 @@ fn soak_ivshmem(args: &Soak, run_dir: &std::path::Path, phases: &mut Phases) -> 
     let rc = phases.run("guest stop", || s.finish(Duration::from_secs(1800)))?;
     let daemon_rc = s.daemon_exit_codes();
     let trace = run_dir.join(files::TRACE);
+    drop(s);
+    if let Some(disk) = &disk {
+        let bytes = phases.run("copy out of the disk", || disk.extract(&sh, files::TRACE, &trace))?;
+        println!("    trace.bin: {:.2} GB", bytes as f64 / 1e9);
+        // Sparse, but as large as what the guest wrote: not kept twice.
+        std::fs::remove_file(&disk.image)?;
+    }
     let report = phases.run("ground truth", || {
         truth::check(&trace, &ground_truth.segments, truth::live_ring(&stats))
     })?;
@@ -216,7 +257,8 @@ fn soak_ivshmem(args: &Soak, run_dir: &std::path::Path, phases: &mut Phases) -> 
         "minutes": args.minutes,
         "seconds_streamed": secs,
         "rate_requested": args.rate,
-        "guest_memory_mb": args.guest_memory_mb,
+        "output": format!("{:?}", args.output).to_lowercase(),
+        "guest_memory_mb": args.guest_memory_mb(),
         "resets_injected": resets,
         "records_produced": produced,
         "records_in_trace": report.records,
@@ -239,23 +281,40 @@ fn soak_ivshmem(args: &Soak, run_dir: &std::path::Path, phases: &mut Phases) -> 
 }
 
 /// `guest_script::streaming` with `--follow` (the daemon follows the ring
-/// across resets, new epochs) and the free space of the guest's /tmp noted.
-/// trace.bin stays in the guest's tmpfs until the end: the daemon writes
-/// straight from the ring mapping, which a 9p file refuses (EFAULT, exit 7:
-/// tried), and 512 MiB of guest RAM held 240 MB of it (ENOSPC, exit 11).
-/// trace.bin goes to the share with 1 MiB writes: `collect`'s cp moved it
-/// at ~1.5 MB/s over 9p under TCG (176 MB in two minutes).
-fn soak_script(module: &str) -> String {
+/// across resets, new epochs) and the free space of the output noted.
+///
+/// * `disk`: the output disk is mounted over /tmp, where the daemon writes;
+///   unmounted at the end (which flushes it), the host reads it back.
+/// * `tmpfs`: trace.bin grows in the guest's RAM and goes to the share at
+///   the end with 1 MiB writes (`collect`'s cp moved it at ~1.5 MB/s over
+///   9p under TCG: 176 MB in two minutes).
+fn soak_script(module: &str, output: Output) -> String {
+    let (mount, unmount_or_copy) = match output {
+        Output::Disk => (
+            format!(
+                "load_on_demand_modules\nmount -t ext4 {dev} /tmp || fail \"mounting the output disk\"\n",
+                dev = output_disk::GUEST_DEVICE
+            ),
+            "step unmount\numount /tmp || fail \"unmounting the output disk\"\n".to_string(),
+        ),
+        Output::Tmpfs => (
+            String::new(),
+            format!(
+                "step copy\n\
+                 dd if=/tmp/{trace} of=$share/{trace} bs=1048576 2>/dev/null || fail \"copying trace.bin\"\n\
+                 rm -f /tmp/{trace}\n",
+                trace = files::TRACE
+            ),
+        ),
+    };
     guest_script::prelude(module)
+        + &mount
         + &format!(
-            "step tmp \"$(df -k /tmp | tail -n 1)\"\n\
-             load_module ring_size={RING}\nstart_daemon --follow\nwait_stop\nstop_daemon\n\
-             step copy\n\
-             dd if=/tmp/{trace} of=$share/{trace} bs=1048576 2>/dev/null || fail \"copying trace.bin\"\n\
-             rm -f /tmp/{trace}\n\
-             collect\nexit 0\n",
-            trace = files::TRACE
+            "step output \"$(grep ' /tmp ' /proc/mounts | tail -n 1 | cut -d ' ' -f 1-3), $(df -k | grep ' /tmp$' | tail -n 1)\"\n\
+             load_module ring_size={RING}\nstart_daemon --follow\nwait_stop\nstop_daemon\n"
         )
+        + &unmount_or_copy
+        + "collect\nexit 0\n"
 }
 
 /// Produce for the whole run, a controller reset at every reset time.
@@ -352,7 +411,8 @@ mod tests {
             minutes,
             reset_every,
             rate: 1,
-            guest_memory_mb: 512,
+            output: Output::Tmpfs,
+            guest_memory_mb: Some(512),
             kernel: None,
             run_dir: None,
         }
@@ -368,11 +428,22 @@ mod tests {
 
     #[test]
     fn the_guest_copies_trace_bin_out_after_the_daemon_stopped() {
-        let s = soak_script("/lib/hmbt/nvme-hmb-trace.ko");
+        let s = soak_script("/lib/hmbt/nvme-hmb-trace.ko", Output::Tmpfs);
         // The body, after the prelude's function definitions.
         let daemon = s.rfind("start_daemon --follow").unwrap();
         let stop = s.rfind("stop_daemon\n").unwrap();
         let copy = s.rfind("dd if=/tmp/trace.bin of=$share/trace.bin bs=1048576").unwrap();
         assert!(daemon < stop && stop < copy && copy < s.rfind("\ncollect\n").unwrap());
+    }
+
+    #[test]
+    fn on_the_disk_the_daemon_writes_to_the_mounted_disk_and_it_is_unmounted_before_the_end() {
+        let s = soak_script("/lib/hmbt/nvme-hmb-trace.ko", Output::Disk);
+        let mount = s.rfind("mount -t ext4 /dev/vda /tmp").unwrap();
+        let daemon = s.rfind("start_daemon --follow").unwrap();
+        let stop = s.rfind("stop_daemon\n").unwrap();
+        let unmount = s.rfind("umount /tmp").unwrap();
+        assert!(mount < daemon && daemon < stop && stop < unmount && unmount < s.rfind("\ncollect\n").unwrap());
+        assert!(!s.contains("dd if=/tmp/trace.bin"), "no copy through 9p");
     }
 }

@@ -86,6 +86,7 @@ fn run(args: Test) -> Result<()> {
         time: Some(10),
         runs: None,
         seed: Some(1),
+        max_len: None,
     }
     .run()?;
     // The unsafe mapping code under AddressSanitizer (docs/fuzzing.md),

@@ -45,16 +45,24 @@ impl ModuleIndex {
     }
 
     /// Relative paths of `wanted` and everything they need, dependencies
-    /// first. Built-in modules need nothing; unknown ones are an error.
+    /// first. Built-in modules need nothing; unknown ones are an error,
+    /// unless the name ends in `?`: a module some kernels need and others
+    /// do not have (ext4's crc32c driver before 6.15).
     pub fn load_order(&self, wanted: &[String]) -> Result<Vec<String>> {
         let mut order = Vec::new();
         let mut seen = BTreeSet::new();
         for name in wanted {
-            let name = name.replace('-', "_");
+            let (name, optional) = match name.strip_suffix('?') {
+                Some(n) => (n.replace('-', "_"), true),
+                None => (name.replace('-', "_"), false),
+            };
             if self.is_builtin(&name) {
                 continue;
             }
             let Some((path, _)) = self.deps.get(&name) else {
+                if optional {
+                    continue;
+                }
                 bail!("module {name} is neither built in nor in modules.dep of this kernel");
             };
             self.visit(path, &mut seen, &mut order, 0)?;
@@ -107,6 +115,14 @@ kernel/fs/netfs/netfs.ko.xz:\n\
 kernel/net/9p/9pnet.ko.xz:\n\
 kernel/net/9p/9pnet_virtio.ko.xz: kernel/net/9p/9pnet.ko.xz kernel/drivers/virtio/virtio_ring.ko.xz\n\
 kernel/drivers/virtio/virtio_ring.ko.xz:\n";
+
+    #[test]
+    fn an_optional_module_is_loaded_when_the_kernel_has_it() {
+        let idx = ModuleIndex::parse(DEP, "");
+        let order = idx.load_order(&["crc32c_generic?".into(), "netfs?".into()]).unwrap();
+        assert_eq!(order, ["kernel/fs/netfs/netfs.ko.xz"]);
+        assert!(idx.load_order(&["crc32c_generic".into()]).is_err());
+    }
 
     #[test]
     fn dependencies_come_first_and_once() {

@@ -114,6 +114,13 @@ pub fn build(sh: &Shell, inp: &InitramfsInputs) -> Result<Initramfs> {
     }
     let index = ModuleIndex::load(&inp.kernel.modules_dir)?;
     let order = index.load_order(&wanted_all)?;
+    // Modules only some runs load (the soak's output disk): in the image,
+    // not loaded at boot, so every other guest boots as before.
+    let on_demand: Vec<String> = index
+        .load_order(&guest_modules::read_list(&images.join("guest/modules-on-demand"))?)?
+        .into_iter()
+        .filter(|rel| !order.contains(rel))
+        .collect();
 
     let mut present = Vec::new();
     let mut missing_optional = Vec::new();
@@ -130,6 +137,7 @@ pub fn build(sh: &Shell, inp: &InitramfsInputs) -> Result<Initramfs> {
         .add_file("init", &init)?
         .add_file("busybox", Path::new(BUSYBOX))?;
     fp.add_str("modules", &order.join(" "));
+    fp.add_str("on-demand", &on_demand.join(" "));
     for (p, v) in &inp.kernel.resolved.packages {
         fp.add_str(p, v);
     }
@@ -165,6 +173,7 @@ pub fn build(sh: &Shell, inp: &InitramfsInputs) -> Result<Initramfs> {
             "etc/hmbt",
             "lib/hmbt",
             "lib/modules/boot",
+            "lib/modules/on-demand",
             "proc",
             "sys",
             "dev",
@@ -186,6 +195,16 @@ pub fn build(sh: &Shell, inp: &InitramfsInputs) -> Result<Initramfs> {
             load_list.push_str(&format!("/lib/modules/boot/{name}\n"));
         }
         std::fs::write(staging.join("etc/hmbt/boot-modules"), load_list)?;
+        let mut on_demand_list = String::new();
+        for rel in &on_demand {
+            let name = guest_modules::guest_file_name(rel);
+            decompress_module(
+                &inp.kernel.modules_dir.join(rel),
+                &staging.join("lib/modules/on-demand").join(&name),
+            )?;
+            on_demand_list.push_str(&format!("/lib/modules/on-demand/{name}\n"));
+        }
+        std::fs::write(staging.join("etc/hmbt/on-demand-modules"), on_demand_list)?;
         std::fs::write(
             staging.join("etc/hmbt/kernel"),
             format!("{}\n", inp.kernel.resolved.abi),

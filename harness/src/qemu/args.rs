@@ -124,6 +124,19 @@ pub fn share_9p(dir: &Path, tag: &str) -> Args {
     ])
 }
 
+/// A raw disk image as a virtio-blk device (the guest's first one is
+/// /dev/vda). `cache=unsafe`: the guest's flushes are not forwarded to the
+/// host's disk, only its writes: the image is scratch space read back after
+/// QEMU exits, when its data is in the host's page cache either way.
+pub fn virtio_blk_scratch(image: &Path, id: &str) -> Args {
+    args([
+        "-drive".into(),
+        format!("file={},if=none,id={id},format=raw,cache=unsafe", image.display()),
+        "-device".into(),
+        format!("virtio-blk-pci,drive={id}"),
+    ])
+}
+
 /// A PCIe root port: a device behind it can be surprise-removed with QMP
 /// `device_del` (q35's root bus is not hot-pluggable).
 pub fn pcie_root_port(id: &str, chassis: u8, slot: u8) -> Args {
