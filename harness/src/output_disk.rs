@@ -32,6 +32,9 @@ impl OutputDisk {
     /// A fresh ext4 image at `image` holding at least `payload` bytes.
     pub fn create(sh: &Shell, image: &Path, payload: u64) -> Result<OutputDisk> {
         apt::ensure(sh, &[Need::new("e2fsprogs", "mkfs.ext4 and debugfs: the output disk")])?;
+        let dir = image.parent().unwrap_or(Path::new("."));
+        check_room(free_bytes(dir)?, payload)
+            .with_context(|| format!("the output disk would be in {}", dir.display()))?;
         let _ = std::fs::remove_file(image);
         let file = std::fs::File::create(image).with_context(|| format!("creating {}", image.display()))?;
         file.set_len(image_bytes(payload))?;
@@ -78,9 +81,41 @@ impl OutputDisk {
     }
 }
 
+/// Bytes an unprivileged writer may still use in the file system of `dir`.
+fn free_bytes(dir: &Path) -> Result<u64> {
+    let st = nix::sys::statvfs::statvfs(dir).with_context(|| format!("statvfs {}", dir.display()))?;
+    Ok(st.blocks_available() * st.fragment_size())
+}
+
+/// The image fills up as the guest writes, and the copy out of it is as
+/// large: both must fit, or the run would end in ENOSPC on the host after
+/// minutes of streaming.
+fn check_room(free: u64, payload: u64) -> Result<()> {
+    let needed = 2 * payload + (1 << 30);
+    if free < needed {
+        bail!(
+            "{:.1} GB free on the host, {:.1} GB needed for ~{:.1} GB of trace.bin (the disk image and the \
+             copy out of it): use a smaller --rate or --minutes, or --run-dir elsewhere",
+            free as f64 / 1e9,
+            needed as f64 / 1e9,
+            payload as f64 / 1e9
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_that_does_not_fit_on_the_host_is_refused_before_it_starts() {
+        let ten_minutes_at_400k = 600 * 400_000 * 50;
+        assert!(check_room(20 << 30, ten_minutes_at_400k).is_err());
+        assert!(check_room(40 << 30, ten_minutes_at_400k).is_ok());
+        let e = check_room(1 << 30, 1 << 30).unwrap_err().to_string();
+        assert!(e.contains("--rate"), "{e}");
+    }
 
     #[test]
     fn the_image_has_room_for_the_payload_and_a_margin() {
