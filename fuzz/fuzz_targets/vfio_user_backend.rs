@@ -9,11 +9,12 @@
 //! a read always fills its buffer; reads of absent regions are zero.
 #![no_main]
 
-use std::fs::File;
-use std::sync::Arc;
+#[path = "shared/guest_ram.rs"]
+mod guest_ram;
 
-use hmb_emu_device::vfio_user::{Backend, DmaMap, IrqTable, Shared};
-use hmb_nvme::{Backing, Controller, ControllerConfig, InterruptSink};
+use hmb_emu_device::vfio_user::nvme::traced_controller;
+use hmb_emu_device::vfio_user::Backend;
+use hmb_nvme::{Backing, Controller, ControllerConfig};
 use libfuzzer_sys::fuzz_target;
 use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
 
@@ -49,14 +50,6 @@ impl Input<'_> {
     }
 }
 
-fn memfd() -> File {
-    let fd =
-        nix::sys::memfd::memfd_create(c"fuzz-guest-ram", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC).expect("memfd");
-    let file = File::from(fd);
-    file.set_len(RAM).expect("ftruncate");
-    file
-}
-
 fn run(mut input: Input<'_>) -> Option<()> {
     let cfg = ControllerConfig {
         // Allocated and zeroed for every input: at 1 MiB its page faults
@@ -67,21 +60,15 @@ fn run(mut input: Input<'_>) -> Option<()> {
         ..ControllerConfig::default()
     };
     let vectors = cfg.interrupt_vectors;
-    let dma = DmaMap::new();
-    let irqs = Arc::new(IrqTable::new(vectors));
-    let sink: Arc<dyn InterruptSink> = irqs.clone();
-    let mut controller = Controller::new(cfg, dma.guest_mem(), sink).expect("default controller");
-    let trace = hmb_nvme_trace::NvmeTrace::new(dma.guest_mem());
-    controller.set_observer(trace.observer());
-    controller.set_vendor_features(trace.features());
-    let shared = Shared::new(controller, dma, irqs);
+    // As serve-nvme builds it; the trace producer lives as long as the input.
+    let (shared, _trace) = traced_controller(cfg).expect("default controller");
     let mut backend = Backend::new(
         shared,
         &Controller::pci_identity().into(),
         Controller::BAR0_SIZE,
         vectors,
     );
-    let ram = memfd();
+    let ram = guest_ram::memfd(RAM);
     for _ in 0..64 {
         match input.u8()? % 8 {
             0 | 1 => {

@@ -24,16 +24,20 @@
 //! its framing would desynchronise, and with it the bounds above).
 #![no_main]
 
+#[path = "shared/guest_ram.rs"]
+mod guest_ram;
+
 use std::cell::Cell;
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
-use std::sync::{Arc, Once, OnceLock};
+use std::sync::{Once, OnceLock};
 
-use hmb_emu_device::vfio_user::{Backend, DmaMap, IrqTable, Shared};
-use hmb_nvme::{Backing, Controller, ControllerConfig, InterruptSink};
+use hmb_emu_device::vfio_user::nvme::traced_controller;
+use hmb_emu_device::vfio_user::Backend;
+use hmb_nvme::{Backing, Controller, ControllerConfig};
 use libfuzzer_sys::fuzz_target;
 use vfio_user::{DmaMapFlags, DmaUnmapFlags, Server, ServerBackend};
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
@@ -163,14 +167,6 @@ impl<B: ServerBackend> ServerBackend for Marked<'_, B> {
     }
 }
 
-fn memfd() -> File {
-    let fd =
-        nix::sys::memfd::memfd_create(c"fuzz-guest-ram", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC).expect("memfd");
-    let file = File::from(fd);
-    file.set_len(RAM).expect("ftruncate");
-    file
-}
-
 /// The messages of one input, each as the bytes of one `sendmsg` and how
 /// many file descriptors go with it.
 fn messages(mut input: Input<'_>) -> Vec<(Vec<u8>, usize)> {
@@ -272,14 +268,8 @@ fuzz_target!(|data: &[u8]| {
         ..ControllerConfig::default()
     };
     let vectors = cfg.interrupt_vectors;
-    let dma = DmaMap::new();
-    let irqs = Arc::new(IrqTable::new(vectors));
-    let sink: Arc<dyn InterruptSink> = irqs.clone();
-    let mut controller = Controller::new(cfg, dma.guest_mem(), sink).expect("default controller");
-    let trace = hmb_nvme_trace::NvmeTrace::new(dma.guest_mem());
-    controller.set_observer(trace.observer());
-    controller.set_vendor_features(trace.features());
-    let shared = Shared::new(controller, dma, irqs);
+    // As serve-nvme builds it; the trace producer lives as long as the input.
+    let (shared, _trace) = traced_controller(cfg).expect("default controller");
     let mut backend = Backend::new(
         shared,
         &Controller::pci_identity().into(),
@@ -292,7 +282,7 @@ fuzz_target!(|data: &[u8]| {
         backend.irqs(),
         backend.regions(),
     );
-    let ram = memfd();
+    let ram = guest_ram::memfd(RAM);
     let client = UnixStream::connect_addr(addr).expect("connect");
     let msgs = messages(Input(data));
     // The client: every message, then its side closed. Non-blocking, so a

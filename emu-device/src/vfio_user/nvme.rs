@@ -94,6 +94,24 @@ enum Event {
     Shutdown(String),
 }
 
+/// The controller as `serve-nvme` serves it, with the firmware's trace
+/// producer (issue 14: the advert by Set Features C0h, records of the
+/// commands the controller really runs), behind fresh DMA and interrupt
+/// tables. The fuzz targets build theirs here too.
+pub fn traced_controller(
+    cfg: ControllerConfig,
+) -> Result<(Arc<Shared<Controller>>, hmb_nvme_trace::NvmeTrace), EmuError> {
+    let dma = DmaMap::new();
+    let irqs = Arc::new(IrqTable::new(cfg.interrupt_vectors));
+    let sink: Arc<dyn InterruptSink> = irqs.clone();
+    let mut controller = Controller::new(cfg, dma.guest_mem(), sink)
+        .map_err(|e| EmuError::Control(format!("the NVMe controller cannot be built: {e}")))?;
+    let trace = hmb_nvme_trace::NvmeTrace::new(dma.guest_mem());
+    controller.set_observer(trace.observer());
+    controller.set_vendor_features(trace.features());
+    Ok((Shared::new(controller, dma, irqs), trace))
+}
+
 /// A running NVMe device; `shutdown_sender` lets signal handlers stop it.
 pub struct NvmeServing {
     server: VfioUserServer,
@@ -112,17 +130,7 @@ impl NvmeServing {
                 "the controller wants {vectors} MSI-X vectors; BAR4 has room for 1..={MAX_MSIX_VECTORS}"
             )));
         }
-        let dma = DmaMap::new();
-        let irqs = Arc::new(IrqTable::new(vectors));
-        let sink: Arc<dyn InterruptSink> = irqs.clone();
-        let mut controller = Controller::new(cfg, dma.guest_mem(), sink)
-            .map_err(|e| EmuError::Control(format!("the NVMe controller cannot be built: {e}")))?;
-        // The firmware's trace producer (issue 14): the advert by Set Features
-        // C0h, records of the commands the controller really runs.
-        let trace = hmb_nvme_trace::NvmeTrace::new(dma.guest_mem());
-        controller.set_observer(trace.observer());
-        controller.set_vendor_features(trace.features());
-        let shared = Shared::new(controller, dma, irqs);
+        let (shared, trace) = traced_controller(cfg)?;
         let (tx, rx) = channel();
         let serve_tx = tx.clone();
         let server = VfioUserServer::start(
