@@ -185,26 +185,14 @@ pub fn build(sh: &Shell, inp: &InitramfsInputs) -> Result<Initramfs> {
         }
         install(&init, &staging.join("init"), 0o755)?;
         install(Path::new(BUSYBOX), &staging.join("bin/busybox"), 0o755)?;
-        let mut load_list = String::new();
-        for rel in &order {
-            let name = guest_modules::guest_file_name(rel);
-            decompress_module(
-                &inp.kernel.modules_dir.join(rel),
-                &staging.join("lib/modules/boot").join(&name),
-            )?;
-            load_list.push_str(&format!("/lib/modules/boot/{name}\n"));
-        }
-        std::fs::write(staging.join("etc/hmbt/boot-modules"), load_list)?;
-        let mut on_demand_list = String::new();
-        for rel in &on_demand {
-            let name = guest_modules::guest_file_name(rel);
-            decompress_module(
-                &inp.kernel.modules_dir.join(rel),
-                &staging.join("lib/modules/on-demand").join(&name),
-            )?;
-            on_demand_list.push_str(&format!("/lib/modules/on-demand/{name}\n"));
-        }
-        std::fs::write(staging.join("etc/hmbt/on-demand-modules"), on_demand_list)?;
+        stage_modules(&inp.kernel.modules_dir, &order, &staging, "boot", "boot-modules")?;
+        stage_modules(
+            &inp.kernel.modules_dir,
+            &on_demand,
+            &staging,
+            "on-demand",
+            "on-demand-modules",
+        )?;
         std::fs::write(
             staging.join("etc/hmbt/kernel"),
             format!("{}\n", inp.kernel.resolved.abi),
@@ -234,6 +222,22 @@ pub fn build(sh: &Shell, inp: &InitramfsInputs) -> Result<Initramfs> {
         missing_optional,
         our_module_paths,
     })
+}
+
+/// Put `order`'s modules (decompressed) in `lib/modules/<dir>` of the
+/// image, and their guest paths, in that order, in `etc/hmbt/<list>`.
+fn stage_modules(modules_dir: &Path, order: &[String], staging: &Path, dir: &str, list: &str) -> Result<()> {
+    let mut paths = String::new();
+    for rel in order {
+        let name = guest_modules::guest_file_name(rel);
+        decompress_module(
+            &modules_dir.join(rel),
+            &staging.join("lib/modules").join(dir).join(&name),
+        )?;
+        paths.push_str(&format!("/lib/modules/{dir}/{name}\n"));
+    }
+    std::fs::write(staging.join("etc/hmbt").join(list), paths)?;
+    Ok(())
 }
 
 fn install(from: &Path, to: &Path, mode: u32) -> Result<()> {
