@@ -133,7 +133,7 @@ pub fn build(sh: &Shell, inp: &InitramfsInputs) -> Result<Initramfs> {
     }
 
     let mut fp = Fingerprint::new();
-    fp.add_str("recipe", "2")
+    fp.add_str("recipe", "3")
         .add_file("init", &init)?
         .add_file("busybox", Path::new(BUSYBOX))?;
     fp.add_str("modules", &order.join(" "));
