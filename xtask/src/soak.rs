@@ -78,6 +78,7 @@ impl Soak {
         if self.minutes == 0 || self.reset_every == 0 {
             bail!("--minutes and --reset-every must be at least 1");
         }
+        self.check_tmpfs_room()?;
         // The ground-truth check of a 10-minute run covers ~2.4e8 records:
         // ~4 us each in a debug build (15 min), so the soak runs in a
         // release build of xtask.
@@ -131,6 +132,22 @@ impl Soak {
             Output::Disk => 1024,
             Output::Tmpfs => 6144,
         })
+    }
+
+    /// With `--output tmpfs`, trace.bin must fit in half the guest's RAM
+    /// (the tmpfs): refused up front rather than ending in ENOSPC (the
+    /// daemon's exit 11) minutes into the run.
+    fn check_tmpfs_room(&self) -> Result<()> {
+        let tmpfs = u64::from(self.guest_memory_mb()) << 19;
+        if self.output == Output::Tmpfs && self.expected_output_bytes() > tmpfs {
+            bail!(
+                "~{:.1} GB of trace.bin does not fit the guest's tmpfs ({:.1} GB, half of --guest-memory-mb): \
+                 use --output disk, a smaller --rate or --minutes, or more --guest-memory-mb",
+                self.expected_output_bytes() as f64 / 1e9,
+                tmpfs as f64 / 1e9
+            );
+        }
+        Ok(())
     }
 
     /// trace.bin's size at ~50 bytes a record (the `ssd` workload's mean).
@@ -436,6 +453,19 @@ mod tests {
         let stop = s.rfind("stop_daemon\n").unwrap();
         let copy = s.rfind("dd if=/tmp/trace.bin of=$share/trace.bin bs=1048576").unwrap();
         assert!(daemon < stop && stop < copy && copy < s.rfind("\ncollect\n").unwrap());
+    }
+
+    #[test]
+    fn a_tmpfs_run_that_cannot_fit_is_refused() {
+        let mut s = soak(10, 60);
+        s.rate = 400_000;
+        s.guest_memory_mb = Some(6144);
+        assert!(s.check_tmpfs_room().is_err(), "12 GB in a 3 GiB tmpfs");
+        s.rate = 100_000;
+        assert!(s.check_tmpfs_room().is_ok(), "3.0 GB in 3.2 GB, the 2 December run");
+        s.output = Output::Disk;
+        s.rate = 400_000;
+        assert!(s.check_tmpfs_room().is_ok());
     }
 
     #[test]
