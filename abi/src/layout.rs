@@ -32,6 +32,12 @@ pub const HMB_ADVERT_STATE_NONE: u32 = 0;
 pub const HMB_ADVERT_STATE_READY: u32 = 1;
 /// NVMe: vendor-specific Set/Get Features identifier whose data is `HmbAdvert`.
 pub const HMB_NVME_FID_TRACE: u8 = 0xc0;
+/// NVMe: where the controller's declaration of the trace contract
+/// (`hmb_nvme_trace_id`) sits in Identify Controller: the start of its
+/// vendor-specific area.
+pub const HMB_NVME_ID_VS_OFFSET: u64 = 3072;
+/// NVMe: `hmb_nvme_trace_id::magic`, "HMBTRACE" in memory order.
+pub const HMB_NVME_ID_MAGIC: u64 = 0x4543_4152_5442_4d48;
 pub const HMB_DEVICE_MAGIC: u32 = 0x4442_4d48; // "HMBD"
 pub const HMB_DEVICE_OFFSET: u64 = 64;
 
@@ -90,6 +96,21 @@ pub struct hmb_advert {
     pub slice_offset: U64,
     pub slice_len: U64,
     pub reserved: [u8; 32],
+}
+
+/// NVMe: the controller's declaration of the trace contract, the first 32
+/// bytes of Identify Controller's vendor-specific area (docs/abi.md decision
+/// 9). Only a controller that carries it gets a trace slice and the advert.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct hmb_nvme_trace_id {
+    pub magic: U64,
+    pub abi_major: U16,
+    pub abi_minor: U16,
+    pub fid: u8,
+    pub reserved0: [u8; 3],
+    pub max_ring_size: U64,
+    pub reserved1: [u8; 8],
 }
 
 /// The emulated device's block, right after the advert, written by the
@@ -177,6 +198,7 @@ const _: () = {
     assert!(core::mem::offset_of!(hmb_ring_hdr, tail) == 2 * CACHE_LINE);
     assert!(core::mem::size_of::<hmb_record_hdr>() == HMB_RECORD_HDR_SIZE as usize);
     assert!(core::mem::size_of::<hmb_advert>() == 64);
+    assert!(core::mem::size_of::<hmb_nvme_trace_id>() == 32);
     assert!(core::mem::size_of::<hmb_device_block>() == CACHE_LINE);
     assert!(HMB_DEVICE_OFFSET as usize == HMB_ADVERT_OFFSET as usize + core::mem::size_of::<hmb_advert>());
 };
@@ -196,6 +218,7 @@ zeroed_default!(
     hmb_ring_hdr,
     hmb_record_hdr,
     hmb_advert,
+    hmb_nvme_trace_id,
     hmb_device_block,
     hmb_trace_info,
     hmb_trace_stats

@@ -37,6 +37,7 @@ fn rust_fields() -> Vec<(&'static str, &'static str, usize, usize)> {
                        tail, reserved3 }
         hmb_record_hdr { length, opcode, flags, seq, timestamp_ns, source, reserved }
         hmb_advert { magic, state, generation, slice_offset, slice_len, reserved }
+        hmb_nvme_trace_id { magic, abi_major, abi_minor, fid, reserved0, max_ring_size, reserved1 }
         hmb_device_block { magic, reserved0, ack_generation, reserved }
         hmb_trace_info { abi_major, abi_minor, hdr_size, ring_size, mmap_len, epoch, flags, reserved }
         hmb_trace_stats { head, tail, dropped_records, overflow_events, freeze_count, irq_count, tail_publishes, epoch }
@@ -48,6 +49,7 @@ fn rust_sizes() -> BTreeMap<&'static str, usize> {
         ("hmb_ring_hdr", std::mem::size_of::<hmb_ring_hdr>()),
         ("hmb_record_hdr", std::mem::size_of::<hmb_record_hdr>()),
         ("hmb_advert", std::mem::size_of::<hmb_advert>()),
+        ("hmb_nvme_trace_id", std::mem::size_of::<hmb_nvme_trace_id>()),
         ("hmb_device_block", std::mem::size_of::<hmb_device_block>()),
         ("hmb_trace_info", std::mem::size_of::<hmb_trace_info>()),
         ("hmb_trace_stats", std::mem::size_of::<hmb_trace_stats>()),
@@ -77,6 +79,8 @@ fn rust_constants() -> BTreeMap<&'static str, u64> {
         ("HMB_ADVERT_STATE_NONE", HMB_ADVERT_STATE_NONE as u64),
         ("HMB_ADVERT_STATE_READY", HMB_ADVERT_STATE_READY as u64),
         ("HMB_NVME_FID_TRACE", HMB_NVME_FID_TRACE as u64),
+        ("HMB_NVME_ID_VS_OFFSET", HMB_NVME_ID_VS_OFFSET),
+        ("HMB_NVME_ID_MAGIC", HMB_NVME_ID_MAGIC),
         ("HMB_DEVICE_MAGIC", HMB_DEVICE_MAGIC as u64),
         ("HMB_DEVICE_OFFSET", HMB_DEVICE_OFFSET),
         ("HMB_TRACE_IOC_MAGIC", HMB_TRACE_IOC_MAGIC as u64),

@@ -13,6 +13,8 @@ use crate::boot::{self, Boot};
 use crate::conformance::Conformance;
 use crate::nvme_series::NvmeSeries;
 
+mod times;
+
 #[derive(Args)]
 pub struct Test {
     /// Only the host checks (format, lint, unit and integration tests).
@@ -26,7 +28,18 @@ impl Test {
     }
 }
 
+/// The steps, then their time table (also when one fails: the table says
+/// which, and how long everything before it took).
 fn run(args: Test) -> Result<()> {
+    let result = steps(args);
+    times::report(result.is_err(), &target_dir().join("hmb-trace/test-times.json"))?;
+    if result.is_ok() {
+        println!("xtask test: all passed");
+    }
+    result
+}
+
+fn steps(args: Test) -> Result<()> {
     let sh = Shell::new()?;
     sh.change_dir(workspace_root());
     step("cargo fmt --check");
@@ -134,7 +147,6 @@ fn run(args: Test) -> Result<()> {
         }
         .run()?;
     }
-    println!("xtask test: all passed");
     Ok(())
 }
 
@@ -277,6 +289,8 @@ fn nvme_guest_tests() -> Result<()> {
     Ok(())
 }
 
+/// Starts a step: its name in the log and its time in the table.
 fn step(name: &str) {
+    times::start(name);
     println!("==> {name}");
 }

@@ -25,8 +25,9 @@ use hmb_firmware_model::catalog::{OP_CMD_COMPLETE, OP_CMD_FETCH};
 use hmb_firmware_model::{Produced, Producer, SharedRing};
 use hmb_nvme::{CommandObserver, CompletionEvent, FetchEvent, GuestMem, HostMemoryBuffer, Status, VendorFeatures};
 use hmb_trace_abi::{
-    hmb_advert, hmb_ring_hdr, HMB_ADVERT_MAGIC, HMB_ADVERT_STATE_NONE, HMB_ADVERT_STATE_READY, HMB_NVME_FID_TRACE,
-    HMB_RING_HDR_SIZE, HMB_RING_MAGIC, HMB_RING_MAX_SIZE, HMB_RING_MIN_SIZE,
+    hmb_advert, hmb_nvme_trace_id, hmb_ring_hdr, HMB_ADVERT_MAGIC, HMB_ADVERT_STATE_NONE, HMB_ADVERT_STATE_READY,
+    HMB_NVME_FID_TRACE, HMB_NVME_ID_MAGIC, HMB_NVME_ID_VS_OFFSET, HMB_RING_HDR_SIZE, HMB_RING_MAGIC, HMB_RING_MAX_SIZE,
+    HMB_RING_MIN_SIZE, HMB_RING_VERSION_MAJOR, HMB_RING_VERSION_MINOR,
 };
 use serde::{Deserialize, Serialize};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
@@ -35,6 +36,18 @@ use view::SliceView;
 
 /// Size of the Set Features C0h data: one `struct hmb_advert`.
 pub const ADVERT_LEN: usize = core::mem::size_of::<hmb_advert>();
+
+/// The controller's declaration of the trace contract (docs/abi.md decision
+/// 9): what it puts at Identify Controller byte `HMB_NVME_ID_VS_OFFSET`.
+pub fn trace_declaration() -> hmb_nvme_trace_id {
+    let mut id = hmb_nvme_trace_id::new_zeroed();
+    id.magic = HMB_NVME_ID_MAGIC.into();
+    id.abi_major = HMB_RING_VERSION_MAJOR.into();
+    id.abi_minor = HMB_RING_VERSION_MINOR.into();
+    id.fid = HMB_NVME_FID_TRACE;
+    id.max_ring_size = HMB_RING_MAX_SIZE.into();
+    id
+}
 
 /// One record the controller produced (or dropped), in production order.
 /// Serialised in the `ground-truth` answer and read back by the harness's
@@ -289,6 +302,14 @@ pub struct TraceFeatures {
 }
 
 impl VendorFeatures for TraceFeatures {
+    fn identify_vendor_specific(&self, area: &mut [u8; 1024]) {
+        // The vendor-specific area starts at Identify byte 3072, which is
+        // where decision 9 puts the declaration: offset 0 of `area`.
+        const AT: usize = HMB_NVME_ID_VS_OFFSET as usize - 3072;
+        let id = trace_declaration();
+        area[AT..AT + id.as_bytes().len()].copy_from_slice(id.as_bytes());
+    }
+
     fn set_data_len(&self, fid: u8, _cdw11: u32) -> usize {
         if fid == HMB_NVME_FID_TRACE {
             ADVERT_LEN

@@ -275,3 +275,29 @@ fn bad_adverts_get_an_nvme_status_and_change_nothing() {
     assert_eq!(r.send_advert(&none).0, Status::SUCCESS);
     assert_eq!(r.trace.adopted_generation(), None);
 }
+
+/// docs/abi.md decision 9: the tracing controller declares the contract at
+/// Identify Controller byte 3072, and the declaration names the FID that
+/// takes the advert and the ABI the producer writes.
+#[test]
+fn identify_controller_declares_the_trace_contract() {
+    let mut h = file_backed_host(ControllerConfig::default());
+    let trace = NvmeTrace::new(h.mem.clone());
+    h.ctrl.set_vendor_features(trace.features());
+    assert_eq!(h.enable(32) & 0b11, 1);
+    let buf = h.alloc(4096);
+    assert!(h.admin(Command::identify(1, 0, buf)).ok());
+    let id = h.guest_read(buf, 4096);
+    let at = HMB_NVME_ID_VS_OFFSET as usize;
+    let decl = hmb_nvme_trace_id::read_from_bytes(&id[at..at + core::mem::size_of::<hmb_nvme_trace_id>()]).unwrap();
+    assert_eq!(decl.magic.get(), HMB_NVME_ID_MAGIC);
+    assert_eq!(&id[at..at + 8], b"HMBTRACE", "magic in memory order");
+    assert_eq!(decl.abi_major.get(), HMB_RING_VERSION_MAJOR);
+    assert_eq!(decl.abi_minor.get(), HMB_RING_VERSION_MINOR);
+    assert_eq!(decl.fid, HMB_NVME_FID_TRACE);
+    assert_eq!(decl.max_ring_size.get(), HMB_RING_MAX_SIZE);
+    assert_eq!((decl.reserved0, decl.reserved1), ([0; 3], [0; 8]));
+    assert_eq!(decl, hmb_nvme_trace::trace_declaration());
+    // The rest of the vendor-specific area stays zero.
+    assert!(id[at + 32..].iter().all(|&b| b == 0));
+}

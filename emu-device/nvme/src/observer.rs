@@ -79,6 +79,10 @@ pub trait VendorFeatures: Send {
     fn set_data_len(&self, _fid: u8, _cdw11: u32) -> usize {
         0
     }
+    /// Identify Controller's vendor-specific area (bytes 3072..4096): what the vendor
+    /// features declare there (the trace contract, docs/abi.md decision 9). Default:
+    /// nothing, the area stays zero.
+    fn identify_vendor_specific(&self, _area: &mut [u8; 1024]) {}
 }
 
 /// No vendor features: every C0h..FFh feature is Invalid Field in Command.

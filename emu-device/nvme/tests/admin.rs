@@ -36,6 +36,8 @@ fn identify_controller_reports_hmb_and_limits() {
     assert_eq!((id[512], id[513]), (0x66, 0x44));
     assert_eq!(u32_at(&id, 516), 1, "NN");
     assert!(id[768..].starts_with(b"nqn.2026-01.org.hmb-trace:nvme:HMBTRACE0001"));
+    // No vendor features: nothing declared in the vendor-specific area (a stock SSD).
+    assert!(id[3072..].iter().all(|&b| b == 0), "vendor-specific area not zero");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Reading the guest console log as it grows: complete lines, the markers
 //! printed by images/guest/init, and kernel fault reports.
 
+use super::kernel_checks;
 use anyhow::{Context, Result};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -33,6 +34,8 @@ pub fn is_fault_line(line: &str) -> bool {
         return false;
     }
     FAULT_PATTERNS.iter().any(|p| message.contains(p))
+        || kernel_checks::REPORT_PATTERNS.iter().any(|p| message.contains(p))
+        || kernel_checks::is_slub_report(message)
 }
 
 /// `HMBT-RESULT rc=N` -> Some(N).
@@ -151,6 +154,14 @@ mod tests {
             "[    3.000001] Kernel panic - not syncing: Attempted to kill init!"
         ));
         assert!(!is_fault_line("WARNING: the job printed this"));
+        // The reports of the free checks (qemu::kernel_checks).
+        assert!(is_fault_line(
+            "[   20.100000] BUG kmalloc-64 (Tainted: G           OE     ): Poison overwritten"
+        ));
+        assert!(is_fault_line(
+            "[   20.100000] BUG: KFENCE: use-after-free read in hmb_trace_release+0x1/0x2"
+        ));
+        assert!(is_fault_line("[    3.000000] pagealloc: memory corruption"));
         assert!(!is_fault_line("[ok] BUG: not a kernel line"));
         assert!(!is_fault_line(
             "[    1.000000] virtio_blk virtio0: 1/0/0 default/read/poll queues"

@@ -7,6 +7,7 @@ pub mod args;
 pub mod binary;
 pub mod chroot_qemu;
 pub mod console;
+pub mod kernel_checks;
 
 use anyhow::{bail, Context, Result};
 use args::MemoryBackend;
@@ -99,6 +100,7 @@ impl VmConfig {
         ]
         .map(String::from)
         .to_vec();
+        parts.extend(kernel_checks::cmdline());
         if self.share_dir.is_some() {
             parts.push(format!("hmbt.share={SHARE_TAG}"));
         }

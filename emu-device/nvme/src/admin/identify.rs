@@ -19,6 +19,9 @@ pub(crate) const OAES: u32 = 1 << 8;
 /// ONCS bit 6: Timestamp feature.
 pub(crate) const ONCS: u16 = 1 << 6;
 
+/// Identify Controller: start of the vendor-specific area (bytes 3072..4095).
+pub(crate) const VS_OFFSET: usize = 3072;
+
 struct Buf(Vec<u8>);
 
 impl Buf {
@@ -141,6 +144,8 @@ impl Controller {
         b.bytes(768, subnqn.as_bytes());
         // Power state 0: 9.00 W, operational, no entry/exit latency.
         b.u16(2048, 900);
+        let area: &mut [u8; 1024] = (&mut b.0[VS_OFFSET..]).try_into().expect("1024-byte area");
+        self.vendor.identify_vendor_specific(area);
         b.0
     }
 

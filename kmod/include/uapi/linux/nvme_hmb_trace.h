@@ -108,6 +108,29 @@ struct hmb_advert {
 #define HMB_NVME_FID_TRACE	0xc0u
 
 /*
+ * The controller's declaration of the trace contract (docs/abi.md decision
+ * 9): the first 32 bytes of the vendor-specific area of Identify Controller
+ * (CNS 01h, bytes 3072..3103). The host carves a trace slice out of the HMB,
+ * and sends the advert, only to a controller whose Identify data carries
+ * this magic and the ring ABI major it speaks; every other controller gets
+ * the stock driver's HMB and no vendor command. fid names the vendor
+ * Set/Get Features identifier (C0h..FFh) the controller takes the advert
+ * with, so the host never assumes a vendor's FID.
+ */
+#define HMB_NVME_ID_VS_OFFSET	3072u
+#define HMB_NVME_ID_MAGIC	0x4543415254424d48ull	/* "HMBTRACE" in memory order */
+
+struct hmb_nvme_trace_id {
+	__u64 magic;		/* HMB_NVME_ID_MAGIC */
+	__u16 abi_major;	/* ring ABI major the producer writes */
+	__u16 abi_minor;	/* ring ABI minor the producer writes */
+	__u8  fid;		/* Set/Get Features FID of the advert, C0h..FFh */
+	__u8  reserved0[3];
+	__u64 max_ring_size;	/* largest data area it can produce into; 0: HMB_RING_MAX_SIZE */
+	__u8  reserved1[8];
+};
+
+/*
  * The device's block, right after the advert (own cache line, written by
  * the device only). Its magic is the device's opt-in: the module binds to
  * an emulated HMB only when it finds it, and writes nothing before that.
