@@ -107,6 +107,25 @@ fn module_advertise(q: &mut QTest, epoch: u64) {
 }
 
 struct Qemu(Child);
+impl Qemu {
+    /// Why QEMU is gone, for a failure message: its exit status (if it has
+    /// exited) and the end of its log without qtest's access trace.
+    fn post_mortem(&mut self, log: &Path) -> String {
+        std::thread::sleep(Duration::from_millis(200));
+        let status = match self.0.try_wait() {
+            Ok(Some(s)) => format!("QEMU exited: {s}"),
+            Ok(None) => "QEMU still running".to_string(),
+            Err(e) => format!("QEMU status unknown: {e}"),
+        };
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with("[R +") && !l.starts_with("[S +"))
+            .collect();
+        let tail = lines[lines.len().saturating_sub(30)..].join("\n");
+        format!("{status}; end of qemu.log:\n{tail}")
+    }
+}
 impl Drop for Qemu {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -163,9 +182,10 @@ fn qemu_connects_interrupts_flow_both_ways_and_the_ring_lives_through_a_reset() 
         .spawn()
         .unwrap();
     drop(command); // it holds the log file's fd
-    let _qemu = Qemu(child);
+    let mut _qemu = Qemu(child);
     let mut q = QTest::accept(&listener, T);
-    let (mut qmp, status) = Qmp::wait_ready(&qmp_sock, T).unwrap();
+    let (mut qmp, status) = Qmp::wait_ready(&qmp_sock, T)
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", _qemu.post_mortem(&dir.path().join("qemu.log"))));
     eprintln!("QEMU {} status {:?}", qmp.version, status.status);
 
     // QEMU got its peer id over our socket.
