@@ -15,6 +15,7 @@ pub mod mapped;
 pub mod marker;
 pub mod reader;
 pub mod recover;
+pub mod telemetry;
 pub mod walk;
 pub mod writer;
 
@@ -28,5 +29,6 @@ pub use marker::{
 };
 pub use reader::{SliceReader, TraceReader};
 pub use recover::{last_complete_offset, recover, recover_from, EpochProgress, Recovery, TailState};
+pub use telemetry::{is_telemetry_trace, TelemetryError, TelemetryLog, TelemetryReason};
 pub use walk::{Event, Walker};
 pub use writer::TraceWriter;

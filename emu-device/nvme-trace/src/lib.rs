@@ -17,13 +17,16 @@
 //! Both halves share one [`NvmeTrace`]; the controller calls them from one
 //! thread, the mutex only makes the sharing safe.
 
+pub mod telemetry;
 pub mod view;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use hmb_firmware_model::catalog::{OP_CMD_COMPLETE, OP_CMD_FETCH};
 use hmb_firmware_model::{Produced, Producer, SharedRing};
-use hmb_nvme::{CommandObserver, CompletionEvent, FetchEvent, GuestMem, HostMemoryBuffer, Status, VendorFeatures};
+use hmb_nvme::{
+    CommandObserver, CompletionEvent, FetchEvent, GuestMem, HostMemoryBuffer, Status, TelemetryData, VendorFeatures,
+};
 use hmb_trace_abi::{
     hmb_advert, hmb_nvme_trace_id, hmb_ring_hdr, HMB_ADVERT_MAGIC, HMB_ADVERT_STATE_NONE, HMB_ADVERT_STATE_READY,
     HMB_NVME_FID_TRACE, HMB_NVME_ID_MAGIC, HMB_NVME_ID_VS_OFFSET, HMB_RING_HDR_SIZE, HMB_RING_MAGIC, HMB_RING_MAX_SIZE,
@@ -32,6 +35,8 @@ use hmb_trace_abi::{
 use serde::{Deserialize, Serialize};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
+use hmb_trace_file::TelemetryReason;
+use telemetry::History;
 use view::SliceView;
 
 /// Size of the Set Features C0h data: one `struct hmb_advert`.
@@ -108,6 +113,8 @@ struct State {
     /// Highest generation adopted since the HMB was enabled without Memory Return.
     last_generation: u64,
     journal: Journal,
+    /// The newest records, for Telemetry (telemetry.rs).
+    history: History,
 }
 
 /// The shared producer state; hand [`NvmeTrace::features`] and
@@ -127,6 +134,7 @@ impl NvmeTrace {
                 adopted: None,
                 last_generation: 0,
                 journal: Journal::default(),
+                history: History::new(telemetry::DEFAULT_HISTORY_BYTES),
             })),
         }
     }
@@ -268,14 +276,7 @@ impl State {
     }
 
     fn produce(&mut self, opcode: u16, source: u32, timestamp_ns: u64, payload: &[u8]) {
-        let Some(a) = self.adopted.as_mut() else { return };
-        let epoch = a.advert.generation.get();
-        let (seq, written) = match a.producer.produce(opcode, source, timestamp_ns, payload) {
-            Produced::Written { seq } => (seq, true),
-            Produced::Dropped { seq } => (seq, false),
-            Produced::Frozen => return,
-        };
-        self.journal.entries.push(JournalEntry {
+        let entry = |epoch, seq, written| JournalEntry {
             epoch,
             seq,
             opcode,
@@ -283,13 +284,34 @@ impl State {
             timestamp_ns,
             payload: payload.to_vec(),
             written,
-        });
+        };
+        let Some(a) = self.adopted.as_mut() else {
+            // No ring: the record is kept for Telemetry only.
+            self.history
+                .unadopted(|seq| entry(telemetry::UNADOPTED_EPOCH, seq, true).record_bytes());
+            return;
+        };
+        let epoch = a.advert.generation.get();
+        let (seq, written) = match a.producer.produce(opcode, source, timestamp_ns, payload) {
+            Produced::Written { seq } => (seq, true),
+            Produced::Dropped { seq } => (seq, false),
+            Produced::Frozen => return,
+        };
+        let e = entry(epoch, seq, written);
+        if written {
+            self.history
+                .written(epoch, a.producer.ring_size(), seq, e.record_bytes());
+        } else {
+            self.history.dropped(epoch, seq);
+        }
+        self.journal.entries.push(e);
     }
 
     /// The last HMB write of this epoch, then the advert is forgotten.
     fn freeze(&mut self) {
         if let Some(mut a) = self.adopted.take() {
             a.producer.freeze();
+            self.history.frozen(a.advert.generation.get(), a.producer.next_seq());
             self.journal.frozen.push(a.advert.generation.get());
             log::info!("trace epoch {} frozen", a.advert.generation.get());
         }
@@ -308,6 +330,36 @@ impl VendorFeatures for TraceFeatures {
         const AT: usize = HMB_NVME_ID_VS_OFFSET as usize - 3072;
         let id = trace_declaration();
         area[AT..AT + id.as_bytes().len()].copy_from_slice(id.as_bytes());
+    }
+
+    fn has_telemetry(&self) -> bool {
+        true
+    }
+
+    /// The history as a trace.bin stream; the reason names the ring's state.
+    fn telemetry(&mut self) -> TelemetryData {
+        let st = self.trace.lock();
+        let (data, records) = st.history.snapshot();
+        let mut reason = TelemetryReason {
+            epoch: telemetry::UNADOPTED_EPOCH,
+            records,
+            stream_bytes: data.len() as u64,
+            ..Default::default()
+        };
+        if let Some(a) = &st.adopted {
+            let p = &a.producer;
+            reason.epoch = p.epoch();
+            reason.head = p.head();
+            reason.tail = p
+                .ring()
+                .atomic_u64(hmb_trace_abi::offsets::TAIL)
+                .load(std::sync::atomic::Ordering::Acquire);
+            reason.dropped = p.dropped_records();
+        }
+        TelemetryData {
+            data,
+            reason: reason.encode(),
+        }
     }
 
     fn set_data_len(&self, fid: u8, _cdw11: u32) -> usize {

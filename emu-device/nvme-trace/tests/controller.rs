@@ -301,3 +301,106 @@ fn identify_controller_declares_the_trace_contract() {
     // The rest of the vendor-specific area stays zero.
     assert!(id[at + 32..].iter().all(|&b| b == 0));
 }
+
+/// Telemetry Host-Initiated (07h) as nvme-cli reads it: the header with
+/// create, then the data blocks in 4 KiB reads. Returns (header, data area).
+fn telemetry_log(h: &mut FakeHost) -> (Vec<u8>, Vec<u8>) {
+    let buf = h.alloc(4096);
+    let get = |h: &mut FakeHost, offset: u64, bytes: u32, create: bool| {
+        let numd = bytes / 4 - 1;
+        let c = h.admin(
+            Command::new(0x02)
+                .prp1(buf)
+                .cdw(10, 0x07 | u32::from(create) << 8 | numd << 16)
+                .cdw(12, offset as u32)
+                .cdw(13, (offset >> 32) as u32),
+        );
+        assert_eq!(c.status, Status::SUCCESS, "telemetry at {offset}");
+        h.guest_read(buf, bytes as usize)
+    };
+    let header = get(h, 0, 512, true);
+    let last = u16::from_le_bytes([header[12], header[13]]) as u64;
+    let mut data = Vec::new();
+    let mut offset = 512;
+    while offset < (last + 1) * 512 {
+        let bytes = (4096).min((last + 1) * 512 - offset) as u32;
+        data.extend(get(h, offset, bytes, false));
+        offset += u64::from(bytes);
+    }
+    (header, data)
+}
+
+/// The trace.bin items of a telemetry log: records as (epoch, seq,
+/// opcode) and markers as they come.
+fn telemetry_items(data: &[u8]) -> (u64, Vec<hmb_trace_file::ItemKind>, Vec<(u64, u64, u16)>) {
+    let log = hmb_trace_file::TelemetryLog::parse(data).unwrap();
+    let r = hmb_trace_file::SliceReader::new(log.stream).unwrap();
+    let first_epoch = r.header().first_epoch;
+    let mut epoch = first_epoch;
+    let (mut markers, mut recs) = (Vec::new(), Vec::new());
+    for item in r {
+        let item = item.unwrap();
+        match item.kind().unwrap() {
+            hmb_trace_file::ItemKind::Record => recs.push((epoch, item.seq(), item.opcode())),
+            k => {
+                if let hmb_trace_file::ItemKind::Marker(hmb_trace_file::Marker::Epoch { epoch: e, .. }) = k {
+                    epoch = e;
+                }
+                markers.push(k);
+            }
+        }
+    }
+    (first_epoch, markers, recs)
+}
+
+#[test]
+fn telemetry_serves_the_newest_records_with_and_without_a_slice() {
+    use hmb_trace_file::{ItemKind, Marker};
+    let mut r = rig();
+    // A stock host: no advert. The controller still keeps its records,
+    // under epoch 0, for Telemetry only.
+    let data = vec![0x5au8; 4096];
+    assert!(r.h.write_lbas(1, 8, &data, 9).ok());
+    let (header, area) = telemetry_log(&mut r.h);
+    assert_eq!(header[381], 1, "first generation");
+    assert_eq!(&header[384..388], b"HMBT");
+    let (first_epoch, markers, recs) = telemetry_items(&[header.clone(), area.clone()].concat());
+    assert_eq!(first_epoch, 0);
+    assert!(markers.is_empty(), "{markers:?}");
+    // The write's fetch and completion (and the Get Log Page's own fetch,
+    // produced before the snapshot was taken).
+    assert!(recs.len() >= 2, "{recs:?}");
+    let seqs: Vec<u64> = recs.iter().map(|r| r.1).collect();
+    assert_eq!(seqs, (0..recs.len() as u64).collect::<Vec<_>>());
+    assert!(recs.iter().any(|&(_, _, op)| op == 0x0101));
+    assert!(r.trace.journal().entries.is_empty(), "no ring: nothing in the journal");
+
+    // With a slice: the same records the ring gets, then FROZEN at reset.
+    r.write_header(1);
+    assert_eq!(r.set_hmb(1), Status::SUCCESS);
+    let len = u64::from(HMB_RING_HDR_SIZE) + RING;
+    assert_eq!(r.send_advert(&advert(1, r.slice_offset, len)), (Status::SUCCESS, 1));
+    assert!(r.h.write_lbas(1, 8, &data, 9).ok());
+    r.h.disable();
+    assert_eq!(r.h.enable(32) & 0b11, 1);
+    let (header, area) = telemetry_log(&mut r.h);
+    assert_eq!(header[381], 2, "a second create, a higher generation");
+    let (_, markers, recs) = telemetry_items(&[header.clone(), area].concat());
+    let journal = r.trace.journal();
+    let ring_recs: Vec<(u64, u64, u16)> = recs.iter().copied().filter(|r| r.0 == 1).collect();
+    let want: Vec<(u64, u64, u16)> = journal.entries.iter().map(|e| (e.epoch, e.seq, e.opcode)).collect();
+    assert_eq!(ring_recs, want, "epoch 1 in telemetry is the journal");
+    assert!(markers.contains(&ItemKind::Marker(Marker::Epoch {
+        epoch: 1,
+        ring_size: RING
+    })));
+    let last = journal.entries.last().unwrap().seq;
+    assert!(
+        markers.contains(&ItemKind::Marker(Marker::Frozen {
+            epoch: 1,
+            last_seq: Some(last),
+            next_seq: last + 1
+        })),
+        "{markers:?}"
+    );
+}

@@ -101,6 +101,8 @@ pub struct Controller {
     pub(crate) hmb_report: HmbReport,
     pub(crate) counters: Counters,
     pub(crate) fatal_reason: Option<String>,
+    /// Telemetry Host-Initiated log (07h): kept across resets, replaced only by a create.
+    pub(crate) host_telemetry: crate::admin::HostTelemetry,
     /// Bounce buffer of the data path (reused: no allocation per command).
     pub(crate) scratch: Vec<u8>,
 }
@@ -160,6 +162,7 @@ impl Controller {
             hmb_report,
             counters: Counters::default(),
             fatal_reason: None,
+            host_telemetry: Default::default(),
             scratch: Vec::new(),
             cfg,
         })

@@ -30,6 +30,7 @@ mod regs;
 mod report;
 mod status;
 
+pub use admin::TelemetryData;
 pub use config::{Backing, ControllerConfig, PciIdentity};
 pub use controller::Controller;
 pub use error::Error;

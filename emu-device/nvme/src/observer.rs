@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use crate::media::MediaOp;
-use crate::{HostMemoryBuffer, Status};
+use crate::{HostMemoryBuffer, Status, TelemetryData};
 
 /// Raises MSI-X vector `vector` (the transport signals the eventfd QEMU gave for it, or
 /// does nothing if none is set: masking/MSI-X table emulation is QEMU's job in vfio-user).
@@ -83,6 +83,16 @@ pub trait VendorFeatures: Send {
     /// features declare there (the trace contract, docs/abi.md decision 9). Default:
     /// nothing, the area stays zero.
     fn identify_vendor_specific(&self, _area: &mut [u8; 1024]) {}
+    /// Whether [`telemetry`](Self::telemetry) gives data: Identify LPA bit 3 and the
+    /// Telemetry Host-Initiated log page (07h). Default: no telemetry.
+    fn has_telemetry(&self) -> bool {
+        false
+    }
+    /// A snapshot of device-internal data for a Telemetry Host-Initiated create (the
+    /// firmware trace). Called only when [`has_telemetry`](Self::has_telemetry) is true.
+    fn telemetry(&mut self) -> TelemetryData {
+        TelemetryData::default()
+    }
 }
 
 /// No vendor features: every C0h..FFh feature is Invalid Field in Command.

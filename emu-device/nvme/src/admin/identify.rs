@@ -9,6 +9,8 @@ use crate::{Controller, Status};
 pub(crate) const NSID: u32 = 1;
 /// Warning / critical composite temperature thresholds (kelvin): 70 °C and 100 °C.
 pub(crate) const WCTEMP: u16 = 343;
+/// IEEE OUI (Identify bytes 73..76, the telemetry header's bytes 5..8): none assigned.
+pub(crate) const IEEE_OUI: [u8; 3] = [0; 3];
 pub(crate) const CCTEMP: u16 = 373;
 /// Composite temperature the SMART log reports: 40 °C.
 pub(crate) const TEMPERATURE: u16 = 313;
@@ -124,7 +126,9 @@ impl Controller {
             .u8(258, 3) // ACL: 4 concurrent Abort commands
             .u8(259, (AER_LIMIT - 1) as u8)
             .u8(260, 1 << 1 | 1) // FRMW: one slot, read-only
-            .u8(261, 1 << 2) // LPA: extended data for Get Log Page (NUMDU, offsets)
+            // LPA: extended data for Get Log Page (NUMDU, offsets); bit 3, Telemetry
+            // Host-Initiated, when the vendor has telemetry data.
+            .u8(261, 1 << 2 | u8::from(self.vendor.has_telemetry()) << 3)
             .u8(262, 0) // ELPE: one error log entry
             .u8(263, 0) // NPSS: one power state
             .u16(266, WCTEMP)

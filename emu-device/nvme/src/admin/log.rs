@@ -1,10 +1,12 @@
 //! Get Log Page (02h): 01h error information (one entry, ELPE = 0), 02h SMART / health
 //! information (controller-wide: NSID 0 or FFFFFFFFh, or 1), 03h firmware slot
-//! information. Others: Invalid Log Page. Reading a log with RAE = 0 unmasks the async
+//! information, 07h Telemetry Host-Initiated (when the vendor has telemetry, telemetry.rs).
+//! Others: Invalid Log Page. Reading a log with RAE = 0 unmasks the async
 //! event type that reports it.
 
 use super::done;
-use super::identify::{NSID, TEMPERATURE};
+use super::identify::{IEEE_OUI, NSID, TEMPERATURE};
+use super::telemetry::{BLOCK, LID_TELEMETRY_HOST, LSP_CREATE};
 use crate::controller::{Outcome, Sqe};
 use crate::{Controller, Status};
 
@@ -38,6 +40,17 @@ impl Controller {
                 l[8..16].fill(b' ');
                 l[8..8 + fw.len()].copy_from_slice(fw);
                 (l, None)
+            }
+            LID_TELEMETRY_HOST if self.vendor.has_telemetry() => {
+                // Read in 512-byte units (offset and length), NVMe 2.0 5.16.1.8.
+                if offset % BLOCK as u64 != 0 || (numd * 4) % BLOCK as u64 != 0 {
+                    return Outcome::status(Status::INVALID_FIELD);
+                }
+                if sqe.cdw(10) & LSP_CREATE != 0 {
+                    let snapshot = self.vendor.telemetry();
+                    self.host_telemetry.create(snapshot, IEEE_OUI);
+                }
+                (self.host_telemetry.log(IEEE_OUI), None)
             }
             _ => return Outcome::status(Status::INVALID_LOG_PAGE),
         };

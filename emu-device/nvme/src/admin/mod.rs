@@ -5,6 +5,10 @@ mod features;
 mod identify;
 mod log;
 mod queues;
+mod telemetry;
+
+pub(crate) use telemetry::HostTelemetry;
+pub use telemetry::TelemetryData;
 
 pub(crate) use identify::WCTEMP;
 
