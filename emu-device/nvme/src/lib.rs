@@ -11,6 +11,7 @@
 //! their statuses, HMB rules, media model).
 
 mod admin;
+mod audit;
 mod bar0;
 mod config;
 mod controller;
@@ -30,6 +31,7 @@ mod regs;
 mod report;
 mod status;
 
+pub use audit::{AuditPhase, ChunkSizes, HmbAuditReport, HmbRange, HmbViolation, SetHmbSeen, VendorFeatureSeen};
 pub use config::{Backing, ControllerConfig, PciIdentity};
 pub use controller::Controller;
 pub use error::Error;
