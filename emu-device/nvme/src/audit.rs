@@ -18,8 +18,8 @@
 //! adopt part of the HMB as a slice shared with the host, and the host writes that slice's
 //! header before the advert (Set Features C0h, the command right after 0Dh in the driver's
 //! order at probe). So it waits: the advert adopted, it owns every page outside the slice;
-//! any other command first, it owns the whole HMB (a refused advert keeps it waiting, so the
-//! host may retry). The shared slice stays shared across MR=1 re-enables (the host marks
+//! any command other than a vendor-specific Set/Get Features first, it owns the whole HMB
+//! (a refused advert keeps it waiting, so the host may retry). The shared slice stays shared across MR=1 re-enables (the host marks
 //! it FROZEN and re-initialises it there) until a fresh buffer (MR=0 or another list). An
 //! advert refused later (at re-initialisation) ends the sharing: the controller takes the
 //! slice's pages as they are, and any later host write there is a violation (issue 26:
@@ -249,7 +249,9 @@ impl HmbAudit {
         if !self.pending {
             // Pages the controller owned that the slice now covers: the host wrote the
             // header there before the advert, so check them before letting go.
-            self.check_range(hmb, offset, len, AuditPhase::WhileEnabled);
+            if page_range(offset, len, self.owned.len()).any(|p| self.owned[p].is_some()) {
+                self.check_range(hmb, offset, len, AuditPhase::WhileEnabled);
+            }
             for p in page_range(offset, len, self.owned.len()) {
                 self.owned[p] = None;
             }

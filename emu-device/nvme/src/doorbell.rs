@@ -167,15 +167,15 @@ impl Controller {
         }
     }
 
-    /// Set or Get Features of the trace contract's FID: what a declaring controller waits
-    /// for before it claims a fresh HMB (audit.rs).
+    /// A vendor-specific (C0h..FFh) Set or Get Features: the advert a declaring controller
+    /// waits for before it claims a fresh HMB, or the host probing around it (audit.rs).
     fn is_advert(&self, qid: u16, sqe: &Sqe) -> bool {
         qid == 0
             && matches!(
                 sqe.opcode(),
                 crate::admin::OPC_SET_FEATURES | crate::admin::OPC_GET_FEATURES
             )
-            && self.vendor.advert_fid() == Some(sqe.cdw(10) as u8)
+            && sqe.cdw(10) as u8 >= 0xC0
     }
 
     /// Free CQ slots (0 when the queue does not exist).
