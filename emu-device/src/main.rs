@@ -138,8 +138,9 @@ struct ServeNvmeArgs {
     stay_after_disconnect: bool,
     /// Which controller to be: tracing (declares the trace contract), stock (an HMB, no
     /// contract: C0h Invalid Field), refusing-probe, refusing-reinit, small-hmb (HMPRE =
-    /// HMMIN), few-descriptors (HMMAXD 4), big-chunks (HMMINDS 2 MiB).
-    #[arg(long, default_value = "tracing")]
+    /// HMMIN), few-descriptors (HMMAXD 4), big-chunks (HMMINDS 2 MiB). The environment
+    /// variable lets a harness that starts serve-nvme pick one without new flags.
+    #[arg(long, env = "HMB_EMU_NVME_PERSONALITY", default_value = "tracing")]
     personality: Personality,
 }
 

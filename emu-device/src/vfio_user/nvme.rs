@@ -133,6 +133,7 @@ pub fn controller_as(
 /// A running NVMe device; `shutdown_sender` lets signal handlers stop it.
 pub struct NvmeServing {
     server: VfioUserServer,
+    shared: Arc<Shared<Controller>>,
     control: ControlServer,
     rx: std::sync::mpsc::Receiver<Event>,
     tx: Sender<Event>,
@@ -163,7 +164,7 @@ impl NvmeServing {
             },
         )?;
         let control_tx = tx.clone();
-        let handler = NvmeControl::new(shared, &opts.socket, move |why| {
+        let handler = NvmeControl::new(shared.clone(), &opts.socket, move |why| {
             control_tx.send(Event::Shutdown(why)).is_ok()
         })
         .with_trace(trace);
@@ -178,6 +179,7 @@ impl NvmeServing {
         );
         Ok(NvmeServing {
             server,
+            shared,
             control,
             rx,
             tx,
@@ -198,6 +200,7 @@ impl NvmeServing {
     pub fn run(self) -> Result<String, EmuError> {
         let NvmeServing {
             mut server,
+            shared,
             control,
             rx,
             tx,
@@ -226,6 +229,11 @@ impl NvmeServing {
             }
         };
         drop(control);
+        // The audit's last word, for runs that read only the log.
+        match serde_json::to_string(&shared.function().hmb_audit()) {
+            Ok(audit) => log::info!("hmb-audit at exit: {audit}"),
+            Err(e) => log::warn!("hmb-audit at exit not serialisable: {e}"),
+        }
         server.shutdown();
         result
     }
