@@ -94,6 +94,9 @@ pub enum Request {
     },
     /// Shut the device down cleanly.
     Shutdown,
+    /// The NVMe controller's host-write audit of its HMB: enables, MR=1 re-enables,
+    /// pages checked, violations, every Set Features 0Dh and vendor feature it saw.
+    HmbAudit,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -346,6 +349,7 @@ mod tests {
                 Request::Inject(Fault::Stall { ms: 250 }),
             ),
             (json!({"cmd":"ground-truth"}), Request::GroundTruth),
+            (json!({"cmd":"hmb-audit"}), Request::HmbAudit),
             (json!({"cmd":"interrupt","vector":1}), Request::Interrupt { vector: 1 }),
         ];
         for (j, want) in cases {

@@ -16,6 +16,7 @@ use hmb_emu_device::serve::{ServeOptions, Serving};
 use hmb_emu_device::transport::{Vectors, VECTOR_DATA, VECTOR_STATE};
 use hmb_emu_device::vfio_user::nvme::{NvmeServeOptions, NvmeServing};
 use hmb_firmware_model::NotifyPolicy;
+use hmb_nvme_trace::Personality;
 use nix::sys::signal::{SigSet, Signal};
 
 #[derive(Parser)]
@@ -135,6 +136,12 @@ struct ServeNvmeArgs {
     /// controller and data).
     #[arg(long)]
     stay_after_disconnect: bool,
+    /// Which controller to be: tracing (declares the trace contract), stock (an HMB, no
+    /// contract: C0h Invalid Field), refusing-probe, refusing-reinit, small-hmb (HMPRE =
+    /// HMMIN), few-descriptors (HMMAXD 4), big-chunks (HMMINDS 2 MiB). The environment
+    /// variable lets a harness that starts serve-nvme pick one without new flags.
+    #[arg(long, env = "HMB_EMU_NVME_PERSONALITY", default_value = "tracing")]
+    personality: Personality,
 }
 
 #[derive(Subcommand)]
@@ -170,6 +177,9 @@ enum CtlCmd {
     Interrupt { vector: u16 },
     /// Shut the device down cleanly.
     Shutdown,
+    /// NVMe device: the controller's host-write audit of its HMB (violations, Set
+    /// Features 0Dh seen, vendor features seen).
+    HmbAudit,
 }
 
 #[derive(Subcommand)]
@@ -302,6 +312,7 @@ fn serve_nvme(args: ServeNvmeArgs) -> Result<()> {
         hmb_preferred: args.hmb_preferred.parse()?,
         hmb_minimum: args.hmb_minimum.parse()?,
         keep_serving: args.stay_after_disconnect,
+        personality: args.personality,
     };
     let serving = NvmeServing::start(&opts)?;
     let stop = serving.shutdown_sender();
@@ -357,6 +368,7 @@ fn ctl(control: PathBuf, timeout: u64, cmd: CtlCmd) -> Result<()> {
         CtlCmd::GroundTruth => Request::GroundTruth,
         CtlCmd::Interrupt { vector } => Request::Interrupt { vector },
         CtlCmd::Shutdown => Request::Shutdown,
+        CtlCmd::HmbAudit => Request::HmbAudit,
     };
     let resp = call(&control, &req, Duration::from_secs(timeout))?;
     if resp.ok {

@@ -108,7 +108,7 @@ fn bad_input_is_a_clear_error_and_a_nonzero_exit() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
     let (a, b) = (format!("{d}/a"), format!("{d}/b"));
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (
             &["serve", "--socket", &a, "--control", &b, "--hmb-size", "3M"],
             "power of two",
@@ -123,6 +123,10 @@ fn bad_input_is_a_clear_error_and_a_nonzero_exit() {
         ),
         (&["serve", "--socket", &a, "--control", &b, "--vectors", "0"], "vectors"),
         (&["ctl", "-c", &format!("{d}/nothing.sock"), "status"], "cannot connect"),
+        (
+            &["serve-nvme", "--socket", &a, "--control", &b, "--personality", "fast"],
+            "unknown personality \"fast\"; one of: stock, tracing, refusing-probe",
+        ),
     ];
     for (args, want) in cases {
         let o = run(args);

@@ -15,6 +15,7 @@ use hmb_emu_device::control::{call, Fault, Request};
 use hmb_emu_device::vfio_user::nvme::{NvmeServeOptions, NvmeServing};
 use hmb_nvme::fake_host::Command;
 use hmb_nvme::Status;
+use hmb_nvme_trace::Personality;
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use vfio_bindings::bindings::vfio::{
     VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_PCI_BAR0_REGION_INDEX, VFIO_PCI_CONFIG_REGION_INDEX,
@@ -35,6 +36,10 @@ struct Device {
 
 impl Device {
     fn start() -> Device {
+        Device::start_as(Personality::Tracing)
+    }
+
+    fn start_as(personality: Personality) -> Device {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("vfio-user.sock");
         let control = dir.path().join("control.sock");
@@ -46,6 +51,7 @@ impl Device {
             hmb_preferred: 8 << 20,
             hmb_minimum: 4 << 20,
             keep_serving: true,
+            personality,
         })
         .unwrap();
         let thread = std::thread::spawn(move || serving.run().unwrap());
@@ -585,5 +591,61 @@ fn trace_slice_in_the_hmb_records_real_commands_and_freezes_on_reset() {
     assert!(
         !refused.ok && refused.error.unwrap().contains("no trace slice is adopted"),
         "a fault needs an adopted slice"
+    );
+}
+
+/// The `stock` personality over vfio-user: its HMB holds controller-private data, the
+/// control socket's `hmb-audit` reports a clean MR=1 cycle as clean and a host write into
+/// the released HMB (then MR=1) as a violation at its offset; C0h is Invalid Field and
+/// recorded.
+#[test]
+fn hmb_audit_over_the_control_socket() {
+    let dev = Device::start_as(Personality::Stock);
+    let audit = || {
+        let r = call(&dev.control, &Request::HmbAudit, Duration::from_secs(10)).unwrap();
+        assert!(r.ok, "{r:?}");
+        r.result.unwrap()
+    };
+    let mut h = Host::connect(&dev.socket);
+    h.enable();
+    let (a, b) = (h.alloc(2 << 20), h.alloc(2 << 20));
+    let pages = ((2 << 20) / PAGE) as u32;
+    let list = [(a, pages), (b, pages)];
+    assert!(h.set_hmb(1, &list, 2).status.is_success());
+    assert_ne!(h.get(b, 4096), vec![0u8; 4096], "the controller's data is in the HMB");
+    // A clean reset with Memory Return.
+    h.w32(0x14, 0);
+    h.enable();
+    assert!(h.set_hmb(0b11, &list, 2).status.is_success());
+    let r = audit();
+    assert_eq!((r["enables"].clone(), r["mr_reenables"].clone()), (2.into(), 1.into()));
+    assert_eq!(r["pages_checked"], 2 * 2 * u64::from(pages));
+    assert_eq!(r["violations"], 0);
+    assert_eq!(r["c0h_received"], false);
+    // No trace contract: the advert's FID is Invalid Field (and seen by the audit).
+    assert_eq!(h.admin(Command::set_features(0xC0, 0)).status, Status::INVALID_FIELD);
+    // A host write while the HMB is released, then MR=1: reported.
+    h.w32(0x14, 0);
+    let old = h.get(b + 0x3000 + 5, 1)[0];
+    h.put(b + 0x3000 + 5, &[old ^ 1]);
+    h.enable();
+    assert!(h.set_hmb(0b11, &list, 2).status.is_success());
+    let r = audit();
+    assert_eq!(r["violations"], 1);
+    assert_eq!(
+        r["first_violations"],
+        serde_json::json!([{ "offset": (2u64 << 20) + 0x3000, "phase": "while-released" }])
+    );
+    assert_eq!(r["c0h_received"], true);
+    let seen = r["set_features_0d"].as_array().unwrap();
+    assert_eq!(seen.len(), 3);
+    assert_eq!(
+        seen[0]["chunk_sizes"],
+        serde_json::json!([{ "bytes": 2u64 << 20, "count": 2 }])
+    );
+    assert_eq!(seen[0]["bytes"], 4u64 << 20);
+    assert_eq!(
+        (seen[2]["mr"].clone(), seen[2]["returned"].clone()),
+        (true.into(), true.into())
     );
 }

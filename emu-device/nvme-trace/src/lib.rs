@@ -17,15 +17,19 @@
 //! Both halves share one [`NvmeTrace`]; the controller calls them from one
 //! thread, the mutex only makes the sharing safe.
 
+pub mod personality;
 pub mod telemetry;
 pub mod view;
+
+pub use personality::{Personality, Refusal, UnknownPersonality};
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use hmb_firmware_model::catalog::{OP_CMD_COMPLETE, OP_CMD_FETCH};
 use hmb_firmware_model::{Produced, Producer, SharedRing};
 use hmb_nvme::{
-    CommandObserver, CompletionEvent, FetchEvent, GuestMem, HostMemoryBuffer, Status, TelemetryData, VendorFeatures,
+    CommandObserver, CompletionEvent, Controller, FetchEvent, GuestMem, HostMemoryBuffer, NoVendorFeatures, Status,
+    TelemetryData, VendorFeatures,
 };
 use hmb_trace_abi::{
     hmb_advert, hmb_nvme_trace_id, hmb_ring_hdr, HMB_ADVERT_MAGIC, HMB_ADVERT_STATE_NONE, HMB_ADVERT_STATE_READY,
@@ -145,7 +149,27 @@ impl NvmeTrace {
     }
 
     pub fn features(&self) -> Box<dyn VendorFeatures> {
-        Box::new(TraceFeatures { trace: self.clone() })
+        self.features_refusing(Refusal::Never)
+    }
+
+    /// The advert's Set/Get Features C0h, refusing adverts as `refusal` says.
+    pub fn features_refusing(&self, refusal: Refusal) -> Box<dyn VendorFeatures> {
+        Box::new(TraceFeatures {
+            trace: self.clone(),
+            refusal,
+        })
+    }
+
+    /// Give `ctrl` this producer as `personality` has it: the observer always (without an
+    /// adopted advert it writes nothing), the trace contract only if the personality
+    /// declares it (`stock`: no vendor features, C0h is Invalid Field).
+    pub fn install(&self, ctrl: &mut Controller, personality: Personality) {
+        ctrl.set_observer(self.observer());
+        if personality.declares_contract() {
+            ctrl.set_vendor_features(self.features_refusing(personality.refusal()));
+        } else {
+            ctrl.set_vendor_features(Box::new(NoVendorFeatures));
+        }
     }
 
     pub fn observer(&self) -> Box<dyn CommandObserver> {
@@ -321,6 +345,7 @@ impl State {
 /// Set/Get Features C0h: the trace slice advert.
 pub struct TraceFeatures {
     trace: NvmeTrace,
+    refusal: Refusal,
 }
 
 impl VendorFeatures for TraceFeatures {
@@ -377,10 +402,36 @@ impl VendorFeatures for TraceFeatures {
         let Some(hmb) = hmb else {
             return Err(Status::COMMAND_SEQUENCE_ERROR);
         };
-        self.trace.lock().take_advert(data, hmb).map_err(|e| {
+        let mut st = self.trace.lock();
+        let ready = hmb_advert::read_from_bytes(data).is_ok_and(|a| a.state.get() == HMB_ADVERT_STATE_READY);
+        let refuse = match self.refusal {
+            Refusal::Never => false,
+            Refusal::Always => true,
+            // The last generation is reset only by an HMB enabled without MR.
+            Refusal::AfterFirst => st.last_generation != 0,
+        };
+        if ready && refuse {
+            log::warn!(
+                "trace advert refused: this controller's personality refuses it ({:?})",
+                self.refusal
+            );
+            return Err(Status::INVALID_FIELD);
+        }
+        st.take_advert(data, hmb).map_err(|e| {
             log::warn!("trace advert refused: {e}");
             Status::INVALID_FIELD
         })
+    }
+
+    fn advert_fid(&self) -> Option<u8> {
+        Some(HMB_NVME_FID_TRACE)
+    }
+
+    fn shared_slice(&self) -> Option<(u64, u64)> {
+        let st = self.trace.lock();
+        st.adopted
+            .as_ref()
+            .map(|a| (a.advert.slice_offset.get(), a.advert.slice_len.get()))
     }
 
     fn get(&mut self, fid: u8, _cdw11: u32) -> Result<(u32, Vec<u8>), Status> {

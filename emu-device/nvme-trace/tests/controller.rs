@@ -7,7 +7,8 @@
 use hmb_nvme::fake_host::{Command, FakeHost};
 use hmb_nvme::vm_memory::{FileOffset, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap, GuestRegionMmap};
 use hmb_nvme::{Controller, ControllerConfig, Status};
-use hmb_nvme_trace::{NvmeTrace, ADVERT_LEN};
+use hmb_nvme_trace::personality::{BIG_CHUNK_BYTES, FEW_DESCRIPTORS};
+use hmb_nvme_trace::{NvmeTrace, Personality, ADVERT_LEN};
 use hmb_trace_abi::parse::{parse_record_at, RecordAt};
 use hmb_trace_abi::*;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
@@ -63,10 +64,13 @@ fn advert(generation: u64, offset: u64, len: u64) -> hmb_advert {
 /// Two 4 MiB cache chunks, then the slice: a 4 KiB lead chunk (the header)
 /// and two data chunks placed apart in guest memory, in reverse order.
 fn rig() -> Rig {
-    let mut h = file_backed_host(ControllerConfig::default());
+    rig_as(Personality::Tracing)
+}
+
+fn rig_as(p: Personality) -> Rig {
+    let mut h = file_backed_host(p.apply(ControllerConfig::default()));
     let trace = NvmeTrace::new(h.mem.clone());
-    h.ctrl.set_observer(trace.observer());
-    h.ctrl.set_vendor_features(trace.features());
+    trace.install(&mut h.ctrl, p);
     assert_eq!(h.enable(32) & 0b11, 1);
     h.create_io_queue(1, 64).unwrap();
 
@@ -403,4 +407,160 @@ fn telemetry_serves_the_newest_records_with_and_without_a_slice() {
         })),
         "{markers:?}"
     );
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+/// Identify Controller of each personality: the HMB fields it reports and whether the
+/// trace contract is declared at byte 3072.
+#[test]
+fn each_personality_reports_its_hmb_limits_and_declaration() {
+    let base = ControllerConfig::default();
+    for p in Personality::ALL {
+        let mut h = file_backed_host(p.apply(ControllerConfig::default()));
+        NvmeTrace::new(h.mem.clone()).install(&mut h.ctrl, p);
+        assert_eq!(h.enable(32) & 0b11, 1);
+        let buf = h.alloc(4096);
+        assert!(h.admin(Command::identify(1, 0, buf)).ok());
+        let id = h.guest_read(buf, 4096);
+        let (hmpre, hmmin, hmminds) = (
+            u64::from(u32_at(&id, 272)) * 4096,
+            u64::from(u32_at(&id, 276)) * 4096,
+            u64::from(u32_at(&id, 332)) * 4096,
+        );
+        let hmmaxd = u16::from_le_bytes([id[336], id[337]]);
+        let want = match p {
+            Personality::SmallHmb => (base.hmmin_bytes, base.hmmin_bytes, base.hmminds_bytes, base.hmmaxd),
+            Personality::FewDescriptors => (base.hmpre_bytes, base.hmmin_bytes, base.hmminds_bytes, FEW_DESCRIPTORS),
+            Personality::BigChunks => (base.hmpre_bytes, base.hmmin_bytes, BIG_CHUNK_BYTES, base.hmmaxd),
+            _ => (base.hmpre_bytes, base.hmmin_bytes, base.hmminds_bytes, base.hmmaxd),
+        };
+        assert_eq!((hmpre, hmmin, hmminds, hmmaxd), want, "{p}");
+        let at = HMB_NVME_ID_VS_OFFSET as usize;
+        if p.declares_contract() {
+            assert_eq!(&id[at..at + 8], b"HMBTRACE", "{p}");
+        } else {
+            assert!(id[3072..].iter().all(|&b| b == 0), "{p}: the vendor area stays zero");
+        }
+    }
+}
+
+/// `stock`: no trace contract. Set and Get Features C0h are Invalid Field even with a
+/// valid advert over a valid header, nothing is adopted, the controller owns the whole
+/// HMB from the enable, and a clean reset with MR=1 shows no host write.
+#[test]
+fn stock_answers_c0h_invalid_field_and_owns_its_whole_hmb() {
+    let mut r = rig_as(Personality::Stock);
+    assert_eq!(r.set_hmb(1), Status::SUCCESS);
+    let a = r.h.ctrl.hmb_audit();
+    assert!(!a.claim_pending);
+    assert_eq!(a.private_pages, u64::from(r.hsize_pages), "no slice: every page");
+    r.write_header(1);
+    let len = u64::from(HMB_RING_HDR_SIZE) + RING;
+    assert_eq!(r.send_advert(&advert(1, r.slice_offset, len)).0, Status::INVALID_FIELD);
+    let buf = r.h.alloc(4096);
+    assert_eq!(
+        r.h.admin(Command::get_features(HMB_NVME_FID_TRACE).prp1(buf)).status,
+        Status::INVALID_FIELD
+    );
+    assert_eq!(r.trace.adopted_generation(), None);
+    let a = r.h.ctrl.hmb_audit();
+    assert!(a.c0h_received, "the audit saw the C0h a stock driver must never send");
+    assert_eq!(a.vendor_feature_commands, 2);
+    // The header write above was a host write into an enabled HMB the controller owns.
+    r.h.disable();
+    assert_eq!(r.h.ctrl.hmb_audit().violations, 1);
+    assert_eq!(r.h.ctrl.hmb_audit().first_violations[0].offset, r.slice_offset);
+    assert_eq!(r.h.enable(32) & 0b11, 1);
+    assert_eq!(r.set_hmb(0b11), Status::SUCCESS);
+    let a = r.h.ctrl.hmb_audit();
+    assert_eq!((a.mr_reenables, a.violations), (1, 1), "nothing new while released");
+}
+
+/// `refusing-probe`: the contract is declared, every advert refused. The first other
+/// command makes the whole HMB the controller's, the header page included.
+#[test]
+fn refusing_probe_refuses_every_advert_and_then_owns_the_slice_too() {
+    let mut r = rig_as(Personality::RefusingProbe);
+    r.write_header(1);
+    assert_eq!(r.set_hmb(1), Status::SUCCESS);
+    let len = u64::from(HMB_RING_HDR_SIZE) + RING;
+    assert_eq!(r.send_advert(&advert(1, r.slice_offset, len)).0, Status::INVALID_FIELD);
+    assert_eq!(r.send_advert(&advert(2, r.slice_offset, len)).0, Status::INVALID_FIELD);
+    assert_eq!(r.trace.adopted_generation(), None);
+    assert!(r.h.ctrl.hmb_audit().claim_pending);
+    assert!(r.h.write_lbas(1, 0, &[7u8; 512], 9).ok());
+    let a = r.h.ctrl.hmb_audit();
+    assert_eq!((a.claim_pending, a.private_pages), (false, u64::from(r.hsize_pages)));
+    // A driver that keeps the dead slice and marks it FROZEN after MR=1 is caught.
+    r.h.disable();
+    assert_eq!(r.h.enable(32) & 0b11, 1);
+    assert_eq!(r.set_hmb(0b11), Status::SUCCESS);
+    let flags_at = r.slice_chunks[0].0 + 16;
+    r.h.guest_write(flags_at, &HMB_RING_FLAG_FROZEN.to_le_bytes());
+    r.h.disable();
+    let a = r.h.ctrl.hmb_audit();
+    assert_eq!(a.violations, 1);
+    assert_eq!(a.first_violations[0].offset, r.slice_offset);
+}
+
+/// `refusing-reinit`: the first advert of a fresh HMB is adopted; after a reset (MR=1) the
+/// re-advert is refused, the slice becomes the controller's, and a later host write into
+/// it is reported.
+#[test]
+fn refusing_reinit_adopts_at_probe_and_refuses_the_re_advert() {
+    let mut r = rig_as(Personality::RefusingReinit);
+    let len = u64::from(HMB_RING_HDR_SIZE) + RING;
+    r.write_header(1);
+    assert_eq!(r.set_hmb(1), Status::SUCCESS);
+    assert_eq!(r.send_advert(&advert(1, r.slice_offset, len)), (Status::SUCCESS, 1));
+    let a = r.h.ctrl.hmb_audit();
+    assert_eq!(a.shared_slice.map(|s| (s.offset, s.len)), Some((r.slice_offset, len)));
+    r.h.disable();
+    assert_eq!(r.h.enable(32) & 0b11, 1);
+    assert_eq!(r.set_hmb(0b11), Status::SUCCESS);
+    // The host re-initialises the shared slice (allowed: no advert adopted) and re-adverts.
+    r.write_header(2);
+    assert_eq!(r.send_advert(&advert(2, r.slice_offset, len)).0, Status::INVALID_FIELD);
+    assert_eq!(r.trace.adopted_generation(), None);
+    let a = r.h.ctrl.hmb_audit();
+    assert_eq!((a.violations, a.shared_slice), (0, None));
+    // Written after the refusal: a violation, found when the controller loses the HMB.
+    r.write_header(3);
+    r.h.disable();
+    let a = r.h.ctrl.hmb_audit();
+    assert_eq!(a.violations, 1);
+    assert_eq!(a.first_violations[0].offset, r.slice_offset);
+    // A fresh HMB (MR=0) starts over: the first advert is adopted again.
+    assert_eq!(r.h.enable(32) & 0b11, 1);
+    r.write_header(1);
+    assert_eq!(r.set_hmb(1), Status::SUCCESS);
+    assert_eq!(r.send_advert(&advert(1, r.slice_offset, len)), (Status::SUCCESS, 1));
+}
+
+/// The tracing personality with the driver's order (header, 0Dh, advert, I/O, reset,
+/// MR=1, FROZEN and re-init in the slice, re-advert): the host never touches a
+/// controller-private page, so the audit reports nothing.
+#[test]
+fn the_tracing_protocol_writes_only_the_shared_slice() {
+    let mut r = rig();
+    let len = u64::from(HMB_RING_HDR_SIZE) + RING;
+    r.write_header(1);
+    assert_eq!(r.set_hmb(1), Status::SUCCESS);
+    assert_eq!(r.send_advert(&advert(1, r.slice_offset, len)), (Status::SUCCESS, 1));
+    assert!(r.h.write_lbas(1, 0, &[1u8; 4096], 9).ok());
+    r.h.disable();
+    assert_eq!(r.h.enable(32) & 0b11, 1);
+    assert_eq!(r.set_hmb(0b11), Status::SUCCESS);
+    r.write_header(2);
+    assert_eq!(r.send_advert(&advert(2, r.slice_offset, len)), (Status::SUCCESS, 2));
+    r.h.disable();
+    let a = r.h.ctrl.hmb_audit();
+    let cache_pages = r.slice_offset / 4096;
+    assert_eq!(a.private_pages, cache_pages, "the cache part only");
+    assert_eq!((a.checks, a.pages_checked), (3, 3 * cache_pages));
+    assert_eq!(a.violations, 0, "{:?}", a.first_violations);
+    assert!(a.c0h_received);
 }

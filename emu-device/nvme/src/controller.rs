@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::admin::Features;
+use crate::audit::HmbAudit;
 use crate::config::MAX_QUEUE_PAIRS;
 use crate::hmb::HmbAttributes;
 use crate::media::{MediaModel, MediaOp};
@@ -99,6 +100,8 @@ pub struct Controller {
     /// The descriptor list of the last enabled HMB, for MR=1 (memory return).
     pub(crate) retained_hmb: Option<Vec<HmbDescriptor>>,
     pub(crate) hmb_report: HmbReport,
+    /// The controller's private data in the HMB and the host-write detector.
+    pub(crate) audit: HmbAudit,
     pub(crate) counters: Counters,
     pub(crate) fatal_reason: Option<String>,
     /// Telemetry Host-Initiated log (07h): kept across resets, replaced only by a create.
@@ -160,6 +163,7 @@ impl Controller {
             hmb_attrs: HmbAttributes::default(),
             retained_hmb: None,
             hmb_report,
+            audit: HmbAudit::default(),
             counters: Counters::default(),
             fatal_reason: None,
             host_telemetry: Default::default(),
@@ -192,6 +196,11 @@ impl Controller {
     /// The HMB while it is enabled.
     pub fn hmb(&self) -> Option<&HostMemoryBuffer> {
         self.hmb.as_ref()
+    }
+
+    /// The host-write detector's findings and the HMB commands it saw (audit.rs).
+    pub fn hmb_audit(&self) -> crate::HmbAuditReport {
+        self.audit.report()
     }
 
     /// Nanoseconds since the controller was created: the clock of every observer event.

@@ -138,6 +138,11 @@ impl Controller {
                 time_ns: t0,
                 sqe: dw,
             });
+            if self.audit.pending() && !self.is_advert(qid, &sqe) {
+                if let Some(h) = self.hmb.as_ref() {
+                    self.audit.no_advert(h);
+                }
+            }
             let outcome = if qid == 0 {
                 self.counters.admin_commands += 1;
                 self.admin(&sqe)
@@ -160,6 +165,17 @@ impl Controller {
         if let Some(cqid) = to_raise {
             self.raise(cqid);
         }
+    }
+
+    /// A vendor-specific (C0h..FFh) Set or Get Features: the advert a declaring controller
+    /// waits for before it claims a fresh HMB, or the host probing around it (audit.rs).
+    fn is_advert(&self, qid: u16, sqe: &Sqe) -> bool {
+        qid == 0
+            && matches!(
+                sqe.opcode(),
+                crate::admin::OPC_SET_FEATURES | crate::admin::OPC_GET_FEATURES
+            )
+            && sqe.cdw(10) as u8 >= 0xC0
     }
 
     /// Free CQ slots (0 when the queue does not exist).

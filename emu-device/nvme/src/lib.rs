@@ -11,6 +11,7 @@
 //! their statuses, HMB rules, media model).
 
 mod admin;
+mod audit;
 mod bar0;
 mod config;
 mod controller;
@@ -31,6 +32,7 @@ mod report;
 mod status;
 
 pub use admin::TelemetryData;
+pub use audit::{AuditPhase, ChunkSizes, HmbAuditReport, HmbRange, HmbViolation, SetHmbSeen, VendorFeatureSeen};
 pub use config::{Backing, ControllerConfig, PciIdentity};
 pub use controller::Controller;
 pub use error::Error;

@@ -131,6 +131,7 @@ impl Controller {
     pub(crate) fn release_hmb(&mut self) {
         if let Some(h) = self.hmb.take() {
             self.observer.on_hmb_disabling(&h);
+            self.audit.losing(&h);
             self.retained_hmb = Some(h.descriptors().to_vec());
             self.hmb_report.disables += 1;
         }

@@ -93,6 +93,16 @@ pub trait VendorFeatures: Send {
     fn telemetry(&mut self) -> TelemetryData {
         TelemetryData::default()
     }
+    /// The FID whose Set Features offers the controller a slice of the HMB to share with
+    /// the host (the trace contract's advert). Default None: the controller shares nothing
+    /// and owns its whole HMB from the enable (audit.rs).
+    fn advert_fid(&self) -> Option<u8> {
+        None
+    }
+    /// The slice adopted as shared with the host: (HMB offset, length).
+    fn shared_slice(&self) -> Option<(u64, u64)> {
+        None
+    }
 }
 
 /// No vendor features: every C0h..FFh feature is Invalid Field in Command.

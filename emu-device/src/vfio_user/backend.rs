@@ -37,6 +37,11 @@ pub trait PciFunction: Send + 'static {
     fn inject_fatal(&mut self, _why: &str) -> bool {
         false
     }
+    /// The function's host-write audit of its HMB (an NVMe controller: hmb-nvme's
+    /// `HmbAuditReport`), for the control socket's `hmb-audit`; None if it keeps none.
+    fn hmb_audit(&self) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// Counters of the transport, for `status`/`stats`.

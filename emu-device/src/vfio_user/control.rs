@@ -130,6 +130,10 @@ where
                 | Fault::RewindHeader
                 | Fault::Hostile),
             ) => self.ring_fault(fault),
+            Request::HmbAudit => match self.shared.function().hmb_audit() {
+                Some(a) => Response::ok(a),
+                None => Response::err("this function keeps no HMB audit"),
+            },
             Request::Shutdown => match (self.shutdown)("control request".into()) {
                 true => Response::ok(json!({ "shutting_down": true })),
                 false => Response::err("the device is already stopping"),

@@ -11,6 +11,7 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 
 use hmb_nvme::{Backing, Controller, ControllerConfig, InterruptSink, PciIdentity};
+use hmb_nvme_trace::Personality;
 
 use super::backend::{PciFunction, Shared};
 use super::config_space::{Identity, MAX_MSIX_VECTORS};
@@ -44,6 +45,12 @@ impl PciFunction for Controller {
     fn inject_fatal(&mut self, why: &str) -> bool {
         Controller::inject_fatal(self, why)
     }
+    fn hmb_audit(&self) -> Option<serde_json::Value> {
+        Some(
+            serde_json::to_value(Controller::hmb_audit(self))
+                .unwrap_or_else(|e| serde_json::json!({ "error": format!("audit not serialisable: {e}") })),
+        )
+    }
 }
 
 impl From<PciIdentity> for Identity {
@@ -72,11 +79,14 @@ pub struct NvmeServeOptions {
     pub hmb_minimum: u64,
     /// Accept a new QEMU after one disconnects (default: exit then).
     pub keep_serving: bool,
+    /// Which controller to be (hmb-nvme-trace's personality.rs): HMB limits and the
+    /// trace contract. Default `tracing`.
+    pub personality: Personality,
 }
 
 impl NvmeServeOptions {
     pub fn controller_config(&self) -> ControllerConfig {
-        ControllerConfig {
+        self.personality.apply(ControllerConfig {
             namespace_bytes: self.namespace_bytes,
             backing: match &self.backing {
                 Some(p) => Backing::SparseFile(p.clone()),
@@ -85,7 +95,7 @@ impl NvmeServeOptions {
             hmpre_bytes: self.hmb_preferred,
             hmmin_bytes: self.hmb_minimum,
             ..ControllerConfig::default()
-        }
+        })
     }
 }
 
@@ -101,20 +111,29 @@ enum Event {
 pub fn traced_controller(
     cfg: ControllerConfig,
 ) -> Result<(Arc<Shared<Controller>>, hmb_nvme_trace::NvmeTrace), EmuError> {
+    controller_as(cfg, Personality::Tracing)
+}
+
+/// [`traced_controller`] with the trace contract of `personality` (`cfg` is already the
+/// personality's: [`Personality::apply`]).
+pub fn controller_as(
+    cfg: ControllerConfig,
+    personality: Personality,
+) -> Result<(Arc<Shared<Controller>>, hmb_nvme_trace::NvmeTrace), EmuError> {
     let dma = DmaMap::new();
     let irqs = Arc::new(IrqTable::new(cfg.interrupt_vectors));
     let sink: Arc<dyn InterruptSink> = irqs.clone();
     let mut controller = Controller::new(cfg, dma.guest_mem(), sink)
         .map_err(|e| EmuError::Control(format!("the NVMe controller cannot be built: {e}")))?;
     let trace = hmb_nvme_trace::NvmeTrace::new(dma.guest_mem());
-    controller.set_observer(trace.observer());
-    controller.set_vendor_features(trace.features());
+    trace.install(&mut controller, personality);
     Ok((Shared::new(controller, dma, irqs), trace))
 }
 
 /// A running NVMe device; `shutdown_sender` lets signal handlers stop it.
 pub struct NvmeServing {
     server: VfioUserServer,
+    shared: Arc<Shared<Controller>>,
     control: ControlServer,
     rx: std::sync::mpsc::Receiver<Event>,
     tx: Sender<Event>,
@@ -130,7 +149,7 @@ impl NvmeServing {
                 "the controller wants {vectors} MSI-X vectors; BAR4 has room for 1..={MAX_MSIX_VECTORS}"
             )));
         }
-        let (shared, trace) = traced_controller(cfg)?;
+        let (shared, trace) = controller_as(cfg, opts.personality)?;
         let (tx, rx) = channel();
         let serve_tx = tx.clone();
         let server = VfioUserServer::start(
@@ -145,13 +164,14 @@ impl NvmeServing {
             },
         )?;
         let control_tx = tx.clone();
-        let handler = NvmeControl::new(shared, &opts.socket, move |why| {
+        let handler = NvmeControl::new(shared.clone(), &opts.socket, move |why| {
             control_tx.send(Event::Shutdown(why)).is_ok()
         })
         .with_trace(trace);
         let control = ControlServer::start(&opts.control_socket, Arc::new(handler))?;
         log::info!(
-            "emu-device serving an NVMe controller: vfio-user {} control {} namespace {} bytes, HMB preferred {} bytes",
+            "emu-device serving an NVMe controller ({}): vfio-user {} control {} namespace {} bytes, HMB preferred {} bytes",
+            opts.personality,
             opts.socket.display(),
             opts.control_socket.display(),
             opts.namespace_bytes,
@@ -159,6 +179,7 @@ impl NvmeServing {
         );
         Ok(NvmeServing {
             server,
+            shared,
             control,
             rx,
             tx,
@@ -179,6 +200,7 @@ impl NvmeServing {
     pub fn run(self) -> Result<String, EmuError> {
         let NvmeServing {
             mut server,
+            shared,
             control,
             rx,
             tx,
@@ -207,6 +229,11 @@ impl NvmeServing {
             }
         };
         drop(control);
+        // The audit's last word, for runs that read only the log.
+        match serde_json::to_string(&shared.function().hmb_audit()) {
+            Ok(audit) => log::info!("hmb-audit at exit: {audit}"),
+            Err(e) => log::warn!("hmb-audit at exit not serialisable: {e}"),
+        }
         server.shutdown();
         result
     }

@@ -108,7 +108,13 @@ impl Controller {
                         Err(s) => return Outcome::status(s),
                     }
                 };
-                match self.vendor.set(fid, v, &data, self.hmb.as_ref()) {
+                let result = self.vendor.set(fid, v, &data, self.hmb.as_ref());
+                self.audit
+                    .note_vendor_feature(fid, true, *result.as_ref().err().unwrap_or(&Status::SUCCESS));
+                if let (Some(h), true) = (self.hmb.as_ref(), self.vendor.advert_fid() == Some(fid)) {
+                    self.audit.advert(h, result.is_err(), self.vendor.shared_slice());
+                }
+                match result {
                     Ok(dw0) => ok(dw0),
                     Err(s) => Outcome::status(s),
                 }
@@ -178,13 +184,21 @@ impl Controller {
                 }
                 done(self.host_data_out(sqe, &d))
             }
-            0xC0..=0xFF => match self.vendor.get(fid, sqe.cdw(11)) {
-                Ok((dw0, data)) => match self.host_data_out(sqe, &data) {
-                    Ok(()) => ok(dw0),
+            0xC0..=0xFF => {
+                let out = match self.vendor.get(fid, sqe.cdw(11)) {
+                    Ok((dw0, data)) => match self.host_data_out(sqe, &data) {
+                        Ok(()) => ok(dw0),
+                        Err(s) => Outcome::status(s),
+                    },
                     Err(s) => Outcome::status(s),
-                },
-                Err(s) => Outcome::status(s),
-            },
+                };
+                let status = match &out {
+                    Outcome::Complete(s, _, _) => *s,
+                    Outcome::Held => Status::SUCCESS,
+                };
+                self.audit.note_vendor_feature(fid, false, status);
+                out
+            }
             _ => Outcome::status(Status::INVALID_FIELD),
         }
     }
@@ -213,10 +227,33 @@ impl Controller {
     /// Set Features 0Dh: EHM enables (reading and checking the descriptor list) or disables;
     /// MR=1 with the same list as before marks the buffer as returned.
     fn set_hmb(&mut self, sqe: &Sqe) -> Outcome {
+        let bits = sqe.cdw(11);
+        let attrs = HmbAttributes {
+            hsize: sqe.cdw(12),
+            list_addr: u64::from(sqe.cdw(13)) | u64::from(sqe.cdw(14)) << 32,
+            entries: sqe.cdw(15),
+        };
+        let out = self.enable_or_release_hmb(bits, attrs);
+        let status = match &out {
+            Outcome::Complete(s, _, _) => *s,
+            Outcome::Held => Status::SUCCESS,
+        };
+        let enabled = status.is_success() && bits & HMB_EHM != 0;
+        let h = self.hmb.as_ref().filter(|_| enabled);
+        self.audit.note_set_hmb(
+            bits,
+            &attrs,
+            h.map(|h| h.descriptors()),
+            status,
+            h.is_some_and(|h| h.returned()),
+        );
+        out
+    }
+
+    fn enable_or_release_hmb(&mut self, bits: u32, attrs: HmbAttributes) -> Outcome {
         if self.cfg.hmpre_bytes == 0 {
             return Outcome::status(Status::INVALID_FIELD);
         }
-        let bits = sqe.cdw(11);
         if bits & HMB_EHM == 0 {
             self.release_hmb();
             return Outcome::status(Status::SUCCESS);
@@ -224,11 +261,6 @@ impl Controller {
         if self.hmb.is_some() {
             return self.reject_hmb(Status::COMMAND_SEQUENCE_ERROR);
         }
-        let attrs = HmbAttributes {
-            hsize: sqe.cdw(12),
-            list_addr: u64::from(sqe.cdw(13)) | u64::from(sqe.cdw(14)) << 32,
-            entries: sqe.cdw(15),
-        };
         let limits = HmbLimits {
             page_size: PAGE,
             hmmin_bytes: self.cfg.hmmin_bytes,
@@ -245,6 +277,9 @@ impl Controller {
         self.hmb_report.enables += 1;
         self.hmb_report.last_rejection = None;
         self.observer.on_hmb_enabled(&h);
+        // The controller's own data goes in (or is checked, on a return) before any other
+        // command can run.
+        self.audit.enabled(&h, self.vendor.advert_fid().is_some());
         self.hmb = Some(h);
         Outcome::status(Status::SUCCESS)
     }
