@@ -152,6 +152,18 @@ pub enum ExportCmd {
     Pccx(ExportPccxArgs),
     /// Write a Perfetto trace (protobuf) for ui.perfetto.dev: tracks per source, slices, markers, counters.
     Perfetto(ExportPerfettoArgs),
+    /// Write a CTF 1.8 trace directory (TSDL metadata + streams) for babeltrace2 and Trace Compass.
+    Ctf(ExportCtfArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExportCtfArgs {
+    pub trace: String,
+    /// Output directory (created; must be new or empty).
+    #[arg(short, long)]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub filter: FilterArgs,
 }
 
 #[derive(Debug, Args)]

@@ -4,6 +4,7 @@
 pub mod catalog;
 pub mod cli;
 pub mod commands;
+pub mod ctf;
 pub mod exit;
 pub mod filter;
 pub mod format;
@@ -48,6 +49,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), AppError> {
         Command::Report(a) => commands::report::run(&ctx, a, out),
         Command::Export(ExportCmd::Pccx(a)) => commands::export::run(&ctx, a, out),
         Command::Export(ExportCmd::Perfetto(a)) => commands::export_perfetto::run(&ctx, a, out),
+        Command::Export(ExportCmd::Ctf(a)) => commands::export_ctf::run(&ctx, a, out),
         Command::Pccx(PccxCmd::Verify(a)) => commands::pccx::verify(&ctx, &a.file, a.strict, out),
         Command::Pccx(PccxCmd::Info(a)) => commands::pccx::info(&ctx, &a.file, a.events, out),
         Command::Catalog => {

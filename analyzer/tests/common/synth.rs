@@ -132,3 +132,56 @@ pub fn write_trace<W: Write>(w: W, spec: &SynthSpec) -> Result<SynthSummary, Fil
     sum.bytes = tw.offset();
     Ok(sum)
 }
+
+/// The ssd fixture of the export tests (tests/cli.rs has the same shape):
+/// drops with and without LOST markers (one at the end of a frozen epoch),
+/// a FROZEN epoch, and a second epoch that starts with an unmarked drop.
+pub fn drops_spec() -> SynthSpec {
+    let drop = |first_seq, count, marked| Drop {
+        first_seq,
+        count,
+        marked,
+    };
+    SynthSpec {
+        workload: hmb_firmware_model::Workload::Ssd,
+        seed: 1,
+        epochs: vec![
+            EpochSpec {
+                epoch: 3,
+                ring_size: 1 << 16,
+                seqs: 600,
+                drops: vec![
+                    drop(10, 4, true),
+                    drop(20, 2, false),
+                    drop(300, 40, true),
+                    drop(590, 10, true),
+                ],
+                frozen: true,
+            },
+            EpochSpec {
+                epoch: 4,
+                ring_size: 1 << 17,
+                seqs: 400,
+                drops: vec![drop(0, 2, false), drop(100, 7, true)],
+                frozen: false,
+            },
+        ],
+        start_ns: 5_000_000,
+        step_ns: 2_000,
+    }
+}
+
+/// The export fixtures written into `dir`: `drops.bin` (above), `npu.bin`,
+/// `causal.bin` (the causal ssd workload); their names.
+pub fn write_fixtures(dir: &std::path::Path) -> [&'static str; 3] {
+    let write = |name: &str, spec: &SynthSpec| {
+        write_trace(std::fs::File::create(dir.join(name)).unwrap(), spec).unwrap();
+    };
+    write("drops.bin", &drops_spec());
+    write("npu.bin", &SynthSpec::simple(hmb_firmware_model::Workload::Npu, 9, 300));
+    write(
+        "causal.bin",
+        &SynthSpec::simple(hmb_firmware_model::Workload::SsdCausal, 5, 3000),
+    );
+    ["drops.bin", "npu.bin", "causal.bin"]
+}

@@ -44,6 +44,14 @@ pub fn base_needs() -> Vec<Need> {
         ("binutils", "strips debug info from binaries put in the initramfs"),
         ("gcc", "builds the kernel module for bookworm kernels"),
         ("libc6-dev", "headers for the module's static test programs"),
+        (
+            "babeltrace2",
+            "reads the analyzer's CTF export in its tests (analyzer/tests/ctf.rs)",
+        ),
+        (
+            "python3-bt2",
+            "babeltrace2's Python bindings: the CTF export's independent reader",
+        ),
     ]
     .iter()
     .map(|(p, w)| Need::new(p, w))
