@@ -44,9 +44,26 @@ pub fn base_needs() -> Vec<Need> {
         ("binutils", "strips debug info from binaries put in the initramfs"),
         ("gcc", "builds the kernel module for bookworm kernels"),
         ("libc6-dev", "headers for the module's static test programs"),
+        (
+            "clang",
+            "firmware-sdk: the C producer must build warning-free with clang too",
+        ),
+        (
+            "gcc-arm-none-eabi",
+            "firmware-sdk: cross-builds the C producer and its test firmware for Cortex-M",
+        ),
     ]
     .iter()
     .map(|(p, w)| Need::new(p, w))
+    .chain([Need {
+        // From backports: bookworm's 7.2 cannot be installed beside the
+        // backported qemu-utils 10.0 hosts carry (apt would remove it).
+        release: Some("bookworm-backports".to_string()),
+        ..Need::new(
+            "qemu-system-arm",
+            "firmware-sdk: runs the test firmware on an emulated Cortex-M3 (mps2-an385)",
+        )
+    }])
     .collect()
 }
 
