@@ -43,10 +43,12 @@ fn main() {
             "-fno-omit-frame-pointer",
         ] {
             build.flag(f);
-            if f.starts_with("-fsanitize") {
-                println!("cargo:rustc-link-arg={f}");
-            }
         }
+        // rustc links with -nodefaultlibs, so the gcc driver adds no
+        // sanitizer runtime: name them. ASan's runtime is then not first in
+        // the library order; run with ASAN_OPTIONS=verify_asan_link_order=0.
+        println!("cargo:rustc-link-lib=dylib=asan");
+        println!("cargo:rustc-link-lib=dylib=ubsan");
         println!("cargo:rustc-cfg=fwsdk_sanitize");
     }
     println!("cargo::rustc-check-cfg=cfg(fwsdk_sanitize)");
