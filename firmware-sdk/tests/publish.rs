@@ -13,7 +13,7 @@ use hmb_firmware_sdk::{Access, Emitted};
 use hmb_trace_abi::{offsets, HMB_RING_HDR_SIZE};
 
 fn overlaps(off: u64, len: u32, field: usize, size: u64) -> bool {
-    off < field as u64 + size && field as u64 <= off + len as u64 - 1
+    off < field as u64 + size && (field as u64) < off + len as u64
 }
 
 #[test]

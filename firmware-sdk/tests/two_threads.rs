@@ -89,7 +89,7 @@ fn run(ring_size: u64, plans: Vec<Vec<u32>>, pause_every: u32, pause_us: u64) ->
                     Emitted::Dropped => dropped += 1,
                     Emitted::Frozen => panic!("frozen while live"),
                 }
-                if seq % 64 == 0 {
+                if seq.is_multiple_of(64) {
                     std::thread::yield_now();
                 }
             }
@@ -138,7 +138,7 @@ fn run(ring_size: u64, plans: Vec<Vec<u32>>, pause_every: u32, pause_us: u64) ->
                 }
                 c.commit().unwrap();
                 batches += 1;
-                if pause_every > 0 && batches % pause_every == 0 {
+                if pause_every > 0 && batches.is_multiple_of(pause_every) {
                     std::thread::sleep(Duration::from_micros(pause_us));
                 }
             }
