@@ -52,9 +52,26 @@ pub fn base_needs() -> Vec<Need> {
             "python3-bt2",
             "babeltrace2's Python bindings: the CTF export's independent reader",
         ),
+        (
+            "clang",
+            "firmware-sdk: the C producer must build warning-free with clang too",
+        ),
+        (
+            "gcc-arm-none-eabi",
+            "firmware-sdk: cross-builds the C producer and its test firmware for Cortex-M",
+        ),
     ]
     .iter()
     .map(|(p, w)| Need::new(p, w))
+    .chain([Need {
+        // From backports: bookworm's 7.2 cannot be installed beside the
+        // backported qemu-utils 10.0 hosts carry (apt would remove it).
+        release: Some("bookworm-backports".to_string()),
+        ..Need::new(
+            "qemu-system-arm",
+            "firmware-sdk: runs the test firmware on an emulated Cortex-M3 (mps2-an385)",
+        )
+    }])
     .collect()
 }
 
