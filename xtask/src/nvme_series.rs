@@ -6,6 +6,7 @@ use anyhow::Result;
 use clap::Args;
 use hmb_harness::images::kernels::{self, KernelSpec};
 use hmb_harness::images::nvme_series::prepare;
+use hmb_harness::images::nvme_series_gen;
 use hmb_harness::{interrupt, workspace_root};
 use xshell::Shell;
 
@@ -17,6 +18,10 @@ pub struct NvmeSeries {
     /// Apply and checkpatch only; do not build nvme.ko.
     #[arg(long)]
     pub no_build: bool,
+    /// Generate kmod/patches/<kernel>/ from the one source (kmod/nvme/,
+    /// the shared headers) and stop; docs/kmod.md, "One source".
+    #[arg(long)]
+    pub write: bool,
 }
 
 impl NvmeSeries {
@@ -29,6 +34,14 @@ impl NvmeSeries {
         } else {
             vec![kernels::select(&specs, Some(&self.kernel))?]
         };
+        if self.write {
+            for spec in &selected {
+                for p in nvme_series_gen::write(&spec.name)? {
+                    println!("wrote {}", p.display());
+                }
+            }
+            return Ok(());
+        }
         let mut done = Vec::new();
         for spec in &selected {
             println!("==> nvme series for kernel {}", spec.name);

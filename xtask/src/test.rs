@@ -122,6 +122,7 @@ fn steps(args: Test) -> Result<()> {
         NvmeSeries {
             kernel: "all".into(),
             no_build: false,
+            write: false,
         }
         .run()?;
     }

@@ -12,6 +12,7 @@ pub mod kernels;
 pub mod kmod_build;
 pub mod linux_source;
 pub mod nvme_series;
+pub mod nvme_series_gen;
 pub mod toolchain;
 pub mod vmlinux;
 

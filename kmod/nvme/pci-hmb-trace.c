@@ -1,0 +1,602 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Firmware trace slice in the NVMe PCI driver's Host Memory Buffer.
+ *
+ * A controller that declares the trace contract (struct hmb_nvme_trace_id at
+ * HMB_NVME_ID_VS_OFFSET of Identify Controller) gets part of its HMB as a
+ * trace ring (include/uapi/linux/nvme_hmb_trace.h) that its firmware fills
+ * and a trace client maps read-only. The declaration is read before the
+ * descriptor list is built; every other controller gets exactly the stock
+ * HMB (same size and list), no vendor command and no host access to it.
+ *
+ * Without DMA CMA a physically contiguous chunk is at most
+ * PAGE_SIZE * MAX_ORDER_NR_PAGES (4 MiB), so the slice spans several
+ * chunks, appended to the descriptor list after the cache chunks:
+ *
+ *   lead chunk:  max(4 KiB, HMMINDS); the ring header is its last page
+ *   data chunks: the data area in order, all of one size (at most 4 MiB)
+ *
+ * The controller sees the HMB as the chunks laid end to end in list order,
+ * so the data area follows the header without a gap; the driver maps the
+ * same pages virtually contiguous. The bytes of the lead chunk before the
+ * header are unused.
+ *
+ * A slice whose advert the controller did not adopt is dead: the host never
+ * writes it again, and the next HMB is built without a slice.
+ */
+#include <linux/dma-mapping.h>
+#include <linux/list.h>
+#include <linux/log2.h>
+#include <linux/mm.h>
+#include <linux/module.h>
+#include <linux/slab.h>
+#include <linux/vmalloc.h>
+#include <uapi/linux/nvme_hmb_trace.h>
+
+#include "nvme.h"
+#include "pci-hmb-trace.h"
+
+static unsigned int hmb_trace_kb = SZ_16K;
+module_param(hmb_trace_kb, uint, 0444);
+MODULE_PARM_DESC(hmb_trace_kb,
+		 "HMB trace ring size in KiB for controllers that declare the trace contract (power of two, 0 = off)");
+
+static u64 nvme_hmb_trace_ring_size(void)
+{
+	u64 size = (u64)hmb_trace_kb * SZ_1K;
+
+	if (offset_in_page(HMB_RING_HDR_SIZE) || !is_power_of_2(size) ||
+	    size < HMB_RING_MIN_SIZE || size > HMB_RING_MAX_SIZE)
+		return 0;
+	return size;
+}
+
+static u64 nvme_hmb_trace_lead_size(struct nvme_hmb_trace *t)
+{
+	u64 lead = max_t(u64, HMB_RING_HDR_SIZE,
+			 (u64)t->ctrl->hmminds * NVME_CTRL_PAGE_SIZE);
+
+	return round_up(lead, PAGE_SIZE);
+}
+
+/*
+ * The controller's declaration of the trace contract, read with Identify
+ * Controller before the HMB is built. Returns the largest ring it takes,
+ * 0 when it declares nothing (or not the ring ABI major this driver writes).
+ */
+static u64 nvme_hmb_trace_declared(struct nvme_hmb_trace *t)
+{
+	struct hmb_nvme_trace_id *id;
+	struct nvme_command c = { };
+	u64 max_ring = 0;
+	u8 *data;
+
+	data = kzalloc(NVME_IDENTIFY_DATA_SIZE, GFP_KERNEL);
+	if (!data)
+		return 0;
+	c.identify.opcode = nvme_admin_identify;
+	c.identify.cns = NVME_ID_CNS_CTRL;
+	if (nvme_submit_sync_cmd(t->ctrl->admin_q, &c, data,
+				 NVME_IDENTIFY_DATA_SIZE))
+		goto out;
+	id = (struct hmb_nvme_trace_id *)(data + HMB_NVME_ID_VS_OFFSET);
+	if (le64_to_cpu((__force __le64)id->magic) != HMB_NVME_ID_MAGIC)
+		goto out;
+	if (le16_to_cpu((__force __le16)id->abi_major) !=
+	    HMB_RING_VERSION_MAJOR || id->fid < 0xc0) {
+		dev_info(t->ctrl->device,
+			 "trace contract declared with ring ABI %u, FID %#x: not used\n",
+			 le16_to_cpu((__force __le16)id->abi_major), id->fid);
+		goto out;
+	}
+	t->fid = id->fid;
+	max_ring = le64_to_cpu((__force __le64)id->max_ring_size);
+	if (!max_ring)
+		max_ring = HMB_RING_MAX_SIZE;
+out:
+	kfree(data);
+	return max_ring;
+}
+
+/*
+ * Called before a new HMB is allocated: the HMB size left for the
+ * controller cache. A slice is carved (nvme_hmb_trace_alloc()) only for a
+ * controller that declares the contract, and only when the cache keeps at
+ * least HMMIN within the preferred size; otherwise the cache gets the whole
+ * preferred size, as with the stock driver.
+ */
+u64 nvme_hmb_trace_cache_size(struct nvme_hmb_trace *t, struct nvme_ctrl *ctrl,
+			      struct device *dmadev, const bool *hmb_enabled,
+			      u64 preferred, u64 min)
+{
+	u64 ring = nvme_hmb_trace_ring_size();
+	u64 max_ring, slice;
+
+	if (!t->ctrl) {
+		mutex_init(&t->lock);
+		INIT_LIST_HEAD(&t->entry);
+	}
+	t->ctrl = ctrl;
+	t->dmadev = dmadev;
+	t->hmb_enabled = hmb_enabled;
+	t->want_ring = 0;
+	if (!hmb_trace_kb || t->refused)
+		return preferred;
+	max_ring = nvme_hmb_trace_declared(t);
+	if (!max_ring)
+		return preferred;
+	if (!ring) {
+		dev_warn(ctrl->device, "hmb_trace_kb=%u is not a valid ring size\n",
+			 hmb_trace_kb);
+		return preferred;
+	}
+	if (ring > max_ring)
+		ring = rounddown_pow_of_two(max_ring);
+	if (ring < HMB_RING_MIN_SIZE) {
+		dev_info(ctrl->device,
+			 "no trace slice: the controller takes at most %llu bytes\n",
+			 max_ring);
+		return preferred;
+	}
+	slice = ring + nvme_hmb_trace_lead_size(t);
+	if (preferred < slice + max_t(u64, min, NVME_CTRL_PAGE_SIZE)) {
+		dev_info(ctrl->device,
+			 "no trace slice: %llu KiB ring + HMMIN %llu KiB exceed the HMB size %llu KiB\n",
+			 ring >> 10, min >> 10, preferred >> 10);
+		return preferred;
+	}
+	t->want_ring = ring;
+	return preferred - slice;
+}
+
+static struct page *nvme_hmb_trace_page(void *addr)
+{
+	if (is_vmalloc_addr(addr))
+		return vmalloc_to_page(addr);
+	return virt_to_page(addr);
+}
+
+static void nvme_hmb_trace_free_slice(struct nvme_hmb_trace *t)
+{
+	unsigned int i;
+
+	if (t->slice.vaddr)
+		vunmap(t->slice.vaddr);
+	t->slice.vaddr = NULL;
+	kvfree(t->slice.pages);
+	t->slice.pages = NULL;
+	t->slice.nr_pages = 0;
+	for (i = 0; i < t->nr_chunks; i++)
+		dma_free_coherent(t->dmadev, t->chunks[i].size,
+				  t->chunks[i].cpu, t->chunks[i].dma);
+	kfree(t->chunks);
+	t->chunks = NULL;
+	t->nr_chunks = 0;
+	t->hsize_slice = 0;
+	if (t->descs)
+		dma_free_coherent(t->dmadev, t->descs_size, t->descs,
+				  t->descs_dma);
+	t->descs = NULL;
+	t->nr_descs = 0;
+	t->hsize = 0;
+	t->dead = false;
+	t->fresh = false;
+}
+
+static int nvme_hmb_trace_alloc_chunks(struct nvme_hmb_trace *t, u64 ring,
+				       u64 chunk_size)
+{
+	u64 lead = nvme_hmb_trace_lead_size(t);
+	unsigned int nr = 1 + div64_u64(ring, chunk_size);
+	unsigned int i, p = 0;
+
+	t->chunks = kcalloc(nr, sizeof(*t->chunks), GFP_KERNEL);
+	t->slice.nr_pages = (HMB_RING_HDR_SIZE + ring) >> PAGE_SHIFT;
+	t->slice.pages = kvcalloc(t->slice.nr_pages, sizeof(*t->slice.pages),
+				  GFP_KERNEL);
+	if (!t->chunks || !t->slice.pages)
+		return -ENOMEM;
+
+	for (i = 0; i < nr; i++) {
+		struct nvme_hmb_trace_chunk *c = &t->chunks[i];
+		size_t off;
+
+		c->size = i ? chunk_size : lead;
+		c->cpu = dma_alloc_coherent(t->dmadev, c->size, &c->dma,
+					    GFP_KERNEL | __GFP_NOWARN);
+		if (!c->cpu)
+			return -ENOMEM;
+		t->nr_chunks++;
+		t->hsize_slice += c->size;
+		/* Of the lead chunk only its last page (the header) is mapped. */
+		for (off = i ? 0 : c->size - PAGE_SIZE; off < c->size;
+		     off += PAGE_SIZE)
+			t->slice.pages[p++] = nvme_hmb_trace_page(c->cpu + off);
+	}
+
+	t->slice.vaddr = vmap(t->slice.pages, t->slice.nr_pages, VM_MAP,
+			      PAGE_KERNEL);
+	return t->slice.vaddr ? 0 : -ENOMEM;
+}
+
+/*
+ * The descriptor list the controller receives: every cache chunk, then the
+ * slice chunks. No cache chunk is dropped: when the combined list exceeds
+ * HMMAXD there is no slice and the controller gets the cache list alone.
+ */
+static int nvme_hmb_trace_build_descs(struct nvme_hmb_trace *t,
+				      const struct nvme_host_mem_buf_desc *cache,
+				      u32 nr_cache)
+{
+	u32 hmmaxd = t->ctrl->hmmaxd;
+	u64 cache_size = 0;
+	u32 i;
+
+	if (hmmaxd && nr_cache + t->nr_chunks > hmmaxd) {
+		dev_info(t->ctrl->device,
+			 "no trace slice: %u cache + %u slice descriptors exceed HMMAXD %u\n",
+			 nr_cache, t->nr_chunks, hmmaxd);
+		return -ENOSPC;
+	}
+	t->descs_size = (nr_cache + t->nr_chunks) * sizeof(*t->descs);
+	t->descs = dma_alloc_coherent(t->dmadev, t->descs_size, &t->descs_dma,
+				      GFP_KERNEL);
+	if (!t->descs)
+		return -ENOMEM;
+	for (i = 0; i < nr_cache; i++) {
+		t->descs[i] = cache[i];
+		cache_size += (u64)le32_to_cpu(cache[i].size) *
+			      NVME_CTRL_PAGE_SIZE;
+	}
+	for (i = 0; i < t->nr_chunks; i++) {
+		t->descs[nr_cache + i].addr = cpu_to_le64(t->chunks[i].dma);
+		t->descs[nr_cache + i].size =
+			cpu_to_le32(t->chunks[i].size / NVME_CTRL_PAGE_SIZE);
+	}
+	t->nr_descs = nr_cache + t->nr_chunks;
+	t->hsize = cache_size + t->hsize_slice;
+	t->slice.hmb_offset = cache_size + t->chunks[0].size - HMB_RING_HDR_SIZE;
+	return 0;
+}
+
+/*
+ * Write a fresh ring header for @generation and zero the data area. The
+ * controller must not be producing: the slice is not advertised yet, or
+ * the controller froze the ring or was reset.
+ */
+static void nvme_hmb_trace_init_ring(struct nvme_hmb_trace *t, u64 generation)
+{
+	struct hmb_ring_hdr *hdr = t->slice.vaddr;
+
+	memset(t->slice.vaddr, 0, HMB_RING_HDR_SIZE + t->slice.ring_size);
+	hdr->magic = (__force __u32)cpu_to_le32(HMB_RING_MAGIC);
+	hdr->version_major = (__force __u16)cpu_to_le16(HMB_RING_VERSION_MAJOR);
+	hdr->version_minor = (__force __u16)cpu_to_le16(HMB_RING_VERSION_MINOR);
+	hdr->hdr_size = (__force __u32)cpu_to_le32(HMB_RING_HDR_SIZE);
+	hdr->max_record = (__force __u32)cpu_to_le32(HMB_RECORD_MAX_SIZE);
+	hdr->ring_size = (__force __u64)cpu_to_le64(t->slice.ring_size);
+	hdr->epoch = (__force __u64)cpu_to_le64(generation);
+}
+
+/*
+ * The epoch is over without the controller's FROZEN (it was reset). Only on
+ * a slice the controller adopted, which it declared shared with the host.
+ */
+static void nvme_hmb_trace_mark_frozen(struct nvme_hmb_trace *t)
+{
+	struct hmb_ring_hdr *hdr = t->slice.vaddr;
+	u32 flags = le32_to_cpu((__force __le32)READ_ONCE(hdr->flags));
+
+	/* Release: pairs with the consumer's acquire of flags (ABI rule 6). */
+	smp_store_release(&hdr->flags,
+			  (__force __u32)cpu_to_le32(flags | HMB_RING_FLAG_FROZEN));
+}
+
+/*
+ * Tell the controller where the ring is: Set Features with the FID it
+ * declared, data @adv (allocated by the caller before it wrote anything).
+ * Returns 0, a negative errno, or the NVMe status the controller answered.
+ */
+static int nvme_hmb_trace_advertise(struct nvme_hmb_trace *t,
+				    struct hmb_advert *adv, u64 generation)
+{
+	int ret;
+
+	memset(adv, 0, sizeof(*adv));
+	adv->magic = (__force __u32)cpu_to_le32(HMB_ADVERT_MAGIC);
+	adv->state = (__force __u32)cpu_to_le32(HMB_ADVERT_STATE_READY);
+	adv->generation = (__force __u64)cpu_to_le64(generation);
+	adv->slice_offset = (__force __u64)cpu_to_le64(t->slice.hmb_offset);
+	adv->slice_len = (__force __u64)cpu_to_le64(HMB_RING_HDR_SIZE +
+						    t->slice.ring_size);
+	ret = nvme_set_features(t->ctrl, t->fid, 0, adv, sizeof(*adv), NULL);
+	if (ret) {
+		dev_warn(t->ctrl->device,
+			 "trace slice not adopted by the controller (%d)\n", ret);
+		return ret;
+	}
+	t->slice.generation = generation;
+	return 0;
+}
+
+/*
+ * The advert was not adopted: the slice stays in this HMB's list (only a
+ * new Set Features 0Dh could take it out) but the host never writes it
+ * again, and the next HMB is built without a slice.
+ */
+static void nvme_hmb_trace_kill(struct nvme_hmb_trace *t, int ret)
+{
+	t->dead = true;
+	t->refused = true;
+	t->pending = 0;
+	dev_warn(t->ctrl->device,
+		 "trace slice dead (%d): not written again, no slice in the next HMB\n",
+		 ret);
+}
+
+/*
+ * Reserve the slice once the cache chunks are known: allocate its chunks
+ * (4 MiB down to HMMINDS, as the cache does), build the descriptor list
+ * and write the ring header, all before the HMB is handed to the
+ * controller. Without a slice the controller gets the cache list alone.
+ * Returns true when the descriptor list changed.
+ */
+bool nvme_hmb_trace_alloc(struct nvme_hmb_trace *t,
+			  const struct nvme_host_mem_buf_desc *cache,
+			  u32 nr_cache)
+{
+	u64 ring = t->want_ring;
+	u64 lead, chunk;
+	int ret = -ENOMEM;
+
+	if (t->slice.vaddr || !cache || !ring)
+		return false;
+	t->want_ring = 0;
+	lead = nvme_hmb_trace_lead_size(t);
+	for (chunk = min_t(u64, ring, PAGE_SIZE * MAX_ORDER_NR_PAGES);
+	     chunk >= lead; chunk /= 2) {
+		ret = nvme_hmb_trace_alloc_chunks(t, ring, chunk);
+		if (!ret)
+			break;
+		nvme_hmb_trace_free_slice(t);
+	}
+	if (!ret)
+		ret = nvme_hmb_trace_build_descs(t, cache, nr_cache);
+	if (ret) {
+		dev_warn(t->ctrl->device, "no trace slice in the HMB (%d)\n",
+			 ret);
+		nvme_hmb_trace_free_slice(t);
+		/* Not again at every reset: I/O is quiesced there. */
+		t->refused = true;
+		return false;
+	}
+	t->slice.ring_size = ring;
+	t->slice.dev = t->dmadev;
+	t->slice.instance = t->ctrl->instance;
+	t->pending = 0;
+	nvme_hmb_trace_init_ring(t, t->slice.generation + 1);
+	t->fresh = true;
+	dev_info(t->ctrl->device,
+		 "HMB trace slice: %llu KiB ring at HMB offset %llu in %u chunks, FID %#x\n",
+		 ring >> 10, t->slice.hmb_offset, t->nr_chunks, t->fid);
+	return true;
+}
+
+/* The list for Set Features 0Dh: the combined one when there is a slice. */
+void nvme_hmb_trace_host_mem(const struct nvme_hmb_trace *t, u32 *size,
+			     u64 *dma_addr, u32 *nr_descs)
+{
+	if (!t->descs)
+		return;
+	*size = t->hsize >> NVME_CTRL_PAGE_SHIFT;
+	*dma_addr = t->descs_dma;
+	*nr_descs = t->nr_descs;
+}
+
+/*
+ * Trace clients (one at a time, e.g. nvme-hmb-trace.ko) get every slice
+ * that was advertised, the ones that existed before they registered too.
+ * The client lock is held around every callback; nvme_hmb_trace_reinit()
+ * does not take it, so a client may wait in remove() for its own re-init.
+ */
+static DEFINE_MUTEX(nvme_hmb_trace_lock);
+static LIST_HEAD(nvme_hmb_trace_slices);
+static struct nvme_hmb_trace_client *nvme_hmb_trace_client;
+
+static void nvme_hmb_trace_attach(struct nvme_hmb_trace *t)
+{
+	mutex_lock(&nvme_hmb_trace_lock);
+	if (!t->listed)
+		list_add_tail(&t->entry, &nvme_hmb_trace_slices);
+	t->listed = true;
+	if (nvme_hmb_trace_client && !t->attached)
+		t->attached = !nvme_hmb_trace_client->add(&t->slice);
+	mutex_unlock(&nvme_hmb_trace_lock);
+}
+
+static void nvme_hmb_trace_notify_reset(struct nvme_hmb_trace *t)
+{
+	mutex_lock(&nvme_hmb_trace_lock);
+	if (t->attached && nvme_hmb_trace_client->reset)
+		nvme_hmb_trace_client->reset(&t->slice);
+	mutex_unlock(&nvme_hmb_trace_lock);
+}
+
+/* The client lets go of the slice before it may be freed. */
+static void nvme_hmb_trace_detach(struct nvme_hmb_trace *t)
+{
+	mutex_lock(&nvme_hmb_trace_lock);
+	if (t->attached)
+		nvme_hmb_trace_client->remove(&t->slice);
+	t->attached = false;
+	if (t->listed)
+		list_del(&t->entry);
+	t->listed = false;
+	mutex_unlock(&nvme_hmb_trace_lock);
+}
+
+int nvme_hmb_trace_register(struct nvme_hmb_trace_client *client)
+{
+	struct nvme_hmb_trace *t;
+
+	if (!client->add || !client->remove)
+		return -EINVAL;
+	mutex_lock(&nvme_hmb_trace_lock);
+	if (nvme_hmb_trace_client) {
+		mutex_unlock(&nvme_hmb_trace_lock);
+		return -EBUSY;
+	}
+	nvme_hmb_trace_client = client;
+	list_for_each_entry(t, &nvme_hmb_trace_slices, entry)
+		t->attached = !client->add(&t->slice);
+	mutex_unlock(&nvme_hmb_trace_lock);
+	return 0;
+}
+EXPORT_SYMBOL_GPL(nvme_hmb_trace_register);
+
+void nvme_hmb_trace_unregister(struct nvme_hmb_trace_client *client)
+{
+	struct nvme_hmb_trace *t;
+
+	mutex_lock(&nvme_hmb_trace_lock);
+	if (nvme_hmb_trace_client == client) {
+		list_for_each_entry(t, &nvme_hmb_trace_slices, entry) {
+			if (t->attached)
+				client->remove(&t->slice);
+			t->attached = false;
+		}
+		nvme_hmb_trace_client = NULL;
+	}
+	mutex_unlock(&nvme_hmb_trace_lock);
+}
+EXPORT_SYMBOL_GPL(nvme_hmb_trace_unregister);
+
+int nvme_hmb_trace_reinit(struct nvme_hmb_trace_slice *slice, u64 generation)
+{
+	struct nvme_hmb_trace *t = container_of(slice, struct nvme_hmb_trace,
+						slice);
+	struct hmb_advert *adv;
+	int ret = 0;
+
+	/* Allocated first: a failure here leaves the ring untouched. */
+	adv = kzalloc(sizeof(*adv), GFP_KERNEL);
+	if (!adv)
+		return -ENOMEM;
+	mutex_lock(&t->lock);
+	if (t->dead) {
+		ret = -ENODEV;
+		goto out;
+	}
+	if (generation <= max(slice->generation, t->pending)) {
+		ret = -EINVAL;
+		goto out;
+	}
+	/* The controller stopped with this epoch (FROZEN), so the slice is ours. */
+	nvme_hmb_trace_init_ring(t, generation);
+	t->pending = generation;
+	/* During a reset the advert waits for nvme_hmb_trace_start(). */
+	if (nvme_ctrl_state(t->ctrl) != NVME_CTRL_LIVE || !*t->hmb_enabled)
+		goto out;
+	ret = nvme_hmb_trace_advertise(t, adv, generation);
+	if (ret > 0) {
+		/* Refused by the controller: the slice is dead. */
+		nvme_hmb_trace_kill(t, ret);
+		ret = -EIO;
+	} else if (ret == 0) {
+		t->pending = 0;
+	} else {
+		/* Not sent (the controller is being reset): the reset retries. */
+		ret = 0;
+	}
+out:
+	mutex_unlock(&t->lock);
+	kfree(adv);
+	return ret;
+}
+EXPORT_SYMBOL_GPL(nvme_hmb_trace_reinit);
+
+/*
+ * The reset is over and the controller live: a re-init that came after
+ * nvme_hmb_trace_start() but before the controller was live, or whose
+ * advert the reset cancelled, is advertised now.
+ */
+void nvme_hmb_trace_flush(struct nvme_hmb_trace *t)
+{
+	struct hmb_advert *adv;
+	int ret;
+
+	if (!t->slice.vaddr || !t->pending)
+		return;
+	adv = kzalloc(sizeof(*adv), GFP_KERNEL);
+	if (!adv)
+		return;
+	mutex_lock(&t->lock);
+	if (t->pending && !t->dead && *t->hmb_enabled) {
+		ret = nvme_hmb_trace_advertise(t, adv, t->pending);
+		if (ret > 0)
+			nvme_hmb_trace_kill(t, ret);
+		else if (!ret)
+			t->pending = 0;
+	}
+	mutex_unlock(&t->lock);
+	kfree(adv);
+}
+
+/*
+ * The HMB is enabled. A fresh slice is advertised; one given back after a
+ * reset (Memory Return) served an epoch that is over: the controller forgot
+ * the advert with the reset, so until a re-init the slice is the host's and
+ * the driver marks the ring FROZEN for a controller that died before it
+ * could. A dead slice is left alone.
+ */
+void nvme_hmb_trace_start(struct nvme_hmb_trace *t)
+{
+	struct hmb_advert *adv;
+	int ret;
+
+	if (!t->slice.vaddr || t->dead)
+		return;
+	adv = kzalloc(sizeof(*adv), GFP_KERNEL);
+	mutex_lock(&t->lock);
+	if (t->fresh) {
+		t->fresh = false;
+		ret = adv ? nvme_hmb_trace_advertise(t, adv,
+						     t->slice.generation + 1) :
+			    -ENOMEM;
+		if (ret)
+			nvme_hmb_trace_kill(t, ret);
+		mutex_unlock(&t->lock);
+		kfree(adv);
+		if (!ret)
+			nvme_hmb_trace_attach(t);
+		return;
+	}
+	/* A re-init that came during the reset is advertised now. */
+	if (t->pending && adv) {
+		ret = nvme_hmb_trace_advertise(t, adv, t->pending);
+		if (ret > 0)
+			nvme_hmb_trace_kill(t, ret);
+		else if (!ret)
+			t->pending = 0;
+		mutex_unlock(&t->lock);
+		kfree(adv);
+		return;
+	}
+	nvme_hmb_trace_mark_frozen(t);
+	mutex_unlock(&t->lock);
+	kfree(adv);
+	nvme_hmb_trace_notify_reset(t);
+}
+
+/*
+ * Every path that frees the HMB comes here first (remove, probe failure,
+ * a reset that reallocates, HMB disabled through sysfs): the slice is
+ * freed only after the client let go of it.
+ */
+void nvme_hmb_trace_release(struct nvme_hmb_trace *t)
+{
+	if (!t->ctrl)
+		return;
+	nvme_hmb_trace_detach(t);
+	nvme_hmb_trace_free_slice(t);
+}

@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Firmware trace slice of the NVMe PCI driver's Host Memory Buffer: the
+ * hooks pci.c calls (pci-hmb-trace.c). Only a controller that declares the
+ * trace contract in Identify Controller gets a slice; every other one keeps
+ * the stock HMB and gets no vendor command.
+ */
+#ifndef _NVME_PCI_HMB_TRACE_H
+#define _NVME_PCI_HMB_TRACE_H
+
+#include <linux/list.h>
+#include <linux/mutex.h>
+#include <linux/nvme.h>
+#include <linux/nvme-hmb-trace.h>
+#include <linux/types.h>
+
+struct device;
+struct nvme_ctrl;
+
+struct nvme_hmb_trace_chunk {
+	void *cpu;
+	dma_addr_t dma;
+	size_t size;
+};
+
+/* Per controller, inside struct nvme_dev; all zero before the first HMB. */
+struct nvme_hmb_trace {
+	struct nvme_hmb_trace_slice slice;
+	struct nvme_ctrl *ctrl;
+	struct device *dmadev;
+	const bool *hmb_enabled;	/* the driver's "HMB is enabled" */
+	struct nvme_hmb_trace_chunk *chunks;
+	unsigned int nr_chunks;
+	u64 hsize_slice;	/* bytes of the slice chunks */
+	struct nvme_host_mem_buf_desc *descs;	/* cache, then slice chunks */
+	dma_addr_t descs_dma;
+	u32 descs_size;
+	u32 nr_descs;
+	u64 hsize;		/* bytes described by descs */
+	u64 want_ring;		/* ring the next HMB carves, 0: none */
+	u8 fid;			/* the advert FID the controller declared */
+	bool fresh;		/* ring header written, not advertised yet */
+	bool dead;		/* advert refused: never written again */
+	bool refused;		/* no slice again in this driver load */
+	bool attached;		/* the client has the slice */
+	bool listed;		/* in nvme_hmb_trace_slices (advertised) */
+	struct list_head entry;
+	struct mutex lock;	/* generation, pending, advertising */
+	u64 pending;		/* re-initialised, not advertised yet */
+};
+
+u64 nvme_hmb_trace_cache_size(struct nvme_hmb_trace *t, struct nvme_ctrl *ctrl,
+			      struct device *dmadev, const bool *hmb_enabled,
+			      u64 preferred, u64 min);
+bool nvme_hmb_trace_alloc(struct nvme_hmb_trace *t,
+			  const struct nvme_host_mem_buf_desc *cache,
+			  u32 nr_cache);
+void nvme_hmb_trace_host_mem(const struct nvme_hmb_trace *t, u32 *size,
+			     u64 *dma_addr, u32 *nr_descs);
+void nvme_hmb_trace_start(struct nvme_hmb_trace *t);
+void nvme_hmb_trace_flush(struct nvme_hmb_trace *t);
+void nvme_hmb_trace_release(struct nvme_hmb_trace *t);
+
+#endif /* _NVME_PCI_HMB_TRACE_H */
