@@ -48,6 +48,18 @@ pub enum Command {
     Pccx(PccxCmd),
     /// Print the opcode catalog in use as JSON.
     Catalog,
+    /// The header of a Telemetry log (`nvme telemetry-log` output) holding a
+    /// trace; every other command reads such a file as a trace directly.
+    Telemetry(TelemetryArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TelemetryArgs {
+    /// Telemetry log file (Host- or Controller-Initiated).
+    pub file: String,
+    /// Also write its trace.bin stream to this file.
+    #[arg(long, value_name = "FILE")]
+    pub extract: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -1,7 +1,7 @@
 //! Exit codes (documented in docs/analyzer.md) and the error type that
 //! carries one.
 
-use hmb_trace_file::FileError;
+use hmb_trace_file::{FileError, TelemetryError};
 use pccx::PccxError;
 
 pub const OK: i32 = 0;
@@ -60,6 +60,7 @@ pub fn file_error_code(e: &FileError) -> i32 {
     match e {
         FileError::Io(_) => IO,
         FileError::Truncated { .. } => TRUNCATED,
+        FileError::Telemetry(TelemetryError::Truncated { .. }) => TRUNCATED,
         FileError::LengthTooLarge { .. } | FileError::PadInFile { .. } | FileError::BadMarker { .. } => CORRUPT,
         _ => BAD_INPUT,
     }

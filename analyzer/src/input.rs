@@ -1,16 +1,20 @@
 //! Opening a trace.bin: a regular file is memory-mapped (the fast path),
 //! anything else (stdin as "-", a pipe) is streamed through a fixed buffer.
-//! Either way memory stays bounded by the buffer, not the file.
+//! Either way memory stays bounded by the buffer, not the file. A Telemetry
+//! log (`nvme telemetry-log` output, at most 32 MiB of data areas 1-3) is
+//! read whole and its trace.bin stream streamed from memory.
 
 use std::fs::File;
-use std::io::Read;
+use std::io::{Cursor, Read};
 use std::ops::ControlFlow;
 use std::path::Path;
 
 use hmb_trace_abi::{
     align_record, hmb_record_hdr, HMB_RECORD_FLAG_MARKER, HMB_RECORD_FLAG_PAD, HMB_RECORD_MAX_PAYLOAD,
 };
-use hmb_trace_file::{parse_item, FileError, FileHeader, Item, ItemParse, MappedTrace, TraceReader};
+use hmb_trace_file::{
+    is_telemetry_trace, parse_item, FileError, FileHeader, Item, ItemParse, MappedTrace, TelemetryLog, TraceReader,
+};
 
 use zerocopy::FromBytes;
 
@@ -53,6 +57,22 @@ impl TraceInput {
             });
         }
         let meta = std::fs::metadata(path)?;
+        if meta.is_file() && starts_as_telemetry(path)? {
+            let bytes = std::fs::read(path)?;
+            let log = TelemetryLog::parse(&bytes)?;
+            let stream = log.stream.to_vec();
+            let len = stream.len() as u64;
+            let reader = TraceReader::new(Box::new(Cursor::new(stream)) as Box<dyn Read>)?;
+            return Ok(Self {
+                name: format!(
+                    "{path} (telemetry log {:02x}h, generation {})",
+                    log.lid, log.host_generation
+                ),
+                header: *reader.header(),
+                file_len: Some(len),
+                source: Source::Stream(reader),
+            });
+        }
         if meta.is_file() {
             let mapped = MappedTrace::open(Path::new(path))?;
             return Ok(Self {
@@ -131,6 +151,13 @@ impl TraceInput {
         progress.set(end.offset);
         end
     }
+}
+
+/// Whether the file begins as a Telemetry log holding a trace.bin stream.
+fn starts_as_telemetry(path: &str) -> Result<bool, FileError> {
+    let mut head = Vec::with_capacity(520);
+    File::open(path)?.take(520).read_to_end(&mut head)?;
+    Ok(is_telemetry_trace(&head))
 }
 
 /// Visit the items of a mapped file (`bytes` is the whole file) in file

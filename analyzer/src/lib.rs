@@ -41,6 +41,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), AppError> {
     };
     match &cli.command {
         Command::Info(a) => commands::info::run(&ctx, &a.trace, out),
+        Command::Telemetry(a) => commands::telemetry::run(&ctx, &a.file, a.extract.as_deref(), out),
         Command::Stats(a) => commands::stats::run(&ctx, &a.trace, a.json, out),
         Command::Decode(a) => commands::decode::run(&ctx, a, out),
         Command::Filter(a) => commands::filter::run(&ctx, a, out),

@@ -46,6 +46,9 @@ pub mod files {
     pub const TRACE: &str = "trace.bin";
     pub const DAEMON_STDERR: &str = "daemon.stderr";
     pub const GROUND_TRUTH: &str = "ground-truth.json";
+    /// Stock driver: two Telemetry Host-Initiated logs by `nvme telemetry-log`,
+    /// with a few reads between them.
+    pub const TELEMETRY: [&str; 2] = ["telemetry-1.bin", "telemetry-2.bin"];
     /// Checkpoints: the guest creates NAME and waits for NAME.ok.
     pub const PROBED: &str = "probed";
     pub const RESET: &str = "reset";
@@ -307,6 +310,8 @@ pub struct NvmeOutcome {
     pub guest_seconds: f64,
     /// With the trace: trace.bin against the controller's journal.
     pub trace: Option<TraceOutcome>,
+    /// Stock driver: the Telemetry logs nvme-cli pulled, against the journal.
+    pub telemetry: Option<crate::nvme_telemetry::TelemetryOutcome>,
     /// With the injected failure: the driver's line and the guest time
     /// from the read that found the failed controller to its completion.
     pub fatal_recovery: Option<FatalRecovery>,
@@ -363,7 +368,7 @@ pub fn is_trouble_line(line: &str) -> bool {
 pub fn guest_script(mods: &[String], iops_reads: u32, trace_module: Option<&str>, inject_fatal: bool) -> String {
     let qd32_per = qd32_per(iops_reads);
     let (trace_start, trace_stop, trace_removal) = match trace_module {
-        None => (String::new(), String::new(), String::new()),
+        None => (String::new(), telemetry_pull(), String::new()),
         Some(module) => (
             format!(
                 r#"kb=$(cat /sys/module/nvme/parameters/hmb_trace_kb 2>/dev/null) || fail "nvme.ko is not the patched one (no hmb_trace_kb)"
@@ -556,6 +561,25 @@ note qd32_reads $((32 * {qd32_per}))
         done = files::DONE,
     )
 }
+
+/// Stock driver: the trace through NVMe Telemetry with Debian's nvme-cli
+/// (no series, no module), twice, with 16 reads between the two creates.
+fn telemetry_pull() -> String {
+    format!(
+        r#"{nvmecli}nvmecli telemetry-log /dev/nvme0 --output-file=$share/{t1} > /tmp/tel.txt 2>&1 || {{ cat /tmp/tel.txt; fail "nvme telemetry-log"; }}
+dd if=/dev/nvme0n1 of=/dev/null bs=4096 count={between} iflag=direct 2>/dev/null || fail "reads between the telemetry logs"
+nvmecli telemetry-log /dev/nvme0 --output-file=$share/{t2} > /tmp/tel.txt 2>&1 || {{ cat /tmp/tel.txt; fail "second nvme telemetry-log"; }}
+note telemetry_reads_between {between}
+"#,
+        nvmecli = crate::nvme_cli::guest_function(),
+        t1 = files::TELEMETRY[0],
+        t2 = files::TELEMETRY[1],
+        between = TELEMETRY_READS_BETWEEN,
+    )
+}
+
+/// Reads between the two telemetry logs of a stock run.
+pub const TELEMETRY_READS_BETWEEN: u64 = 16;
 
 /// Rounds of the poll wake-up latency measurement in trace runs.
 pub const WAKE_ROUNDS: u32 = 200;
@@ -800,6 +824,9 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         false => None,
     };
     let mods = stage_modules(tools, &share, cfg.trace)?;
+    if !cfg.trace {
+        crate::nvme_cli::stage(&share)?;
+    }
     std::fs::write(
         share.join(files::SCRIPT),
         guest_script(
@@ -851,14 +878,11 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         let s = snapshot(&mut dev, &cfg.run_dir, "stats")?;
         // The journal while the controller still runs: power-off ends the
         // epoch and QEMU's disconnect resets the controller.
-        let truth = match cfg.trace {
-            true => {
-                let t = dev.request(&Request::GroundTruth)?;
-                std::fs::write(cfg.run_dir.join(files::GROUND_TRUTH), serde_json::to_string_pretty(&t)?)?;
-                Some(t)
-            }
-            false => None,
-        };
+        // Stock driver: the journal of what was produced with no slice,
+        // which the telemetry logs are checked against.
+        let t = dev.request(&Request::GroundTruth)?;
+        std::fs::write(cfg.run_dir.join(files::GROUND_TRUTH), serde_json::to_string_pretty(&t)?)?;
+        let truth = Some(t);
         std::fs::write(share.join(format!("{}.ok", files::DONE)), b"")?;
         Ok((s, truth))
     })?;
@@ -877,6 +901,8 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         files::PATTERN,
         files::TRACE,
         files::DAEMON_STDERR,
+        files::TELEMETRY[0],
+        files::TELEMETRY[1],
     ] {
         let from = share.join(name);
         if from.exists() {
@@ -957,8 +983,12 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
     );
     ensure!(get("verified_after_reset")? == "yes", "no read-back after the reset");
 
-    let trace = match (ground_truth, trace_parts) {
-        (Some(answer), Some(parts)) => Some(check_trace(cfg, &answer, &done, parts, &num)?),
+    let trace = match (&ground_truth, trace_parts) {
+        (Some(answer), Some(parts)) => Some(check_trace(cfg, answer, &done, parts, &num)?),
+        _ => None,
+    };
+    let telemetry = match (&ground_truth, cfg.trace) {
+        (Some(answer), false) => Some(crate::nvme_telemetry::check(&cfg.run_dir, answer)?),
         _ => None,
     };
     let reads = num("iops_reads")?;
@@ -993,6 +1023,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         qd32_centiseconds: qd32_cs,
         guest_seconds,
         trace,
+        telemetry,
         fatal_recovery: match fatal_line {
             Some(driver_line) => Some(FatalRecovery {
                 driver_line,

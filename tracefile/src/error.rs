@@ -25,6 +25,8 @@ pub enum FileError {
     LengthTooLarge { offset: u64, length: u32 },
     #[error("corrupt item at offset {offset}: PAD record (flags {flags:#06x}) must never be copied into a file")]
     PadInFile { offset: u64, flags: u16 },
+    #[error("telemetry log: {0}")]
+    Telemetry(#[from] crate::telemetry::TelemetryError),
     #[error("corrupt marker at offset {offset}: opcode {opcode:#06x} needs {need} payload bytes, has {length}")]
     BadMarker {
         offset: u64,

@@ -11,6 +11,7 @@ pub mod info;
 pub mod pccx;
 pub mod report;
 pub mod stats;
+pub mod telemetry;
 
 use std::ops::ControlFlow;
 

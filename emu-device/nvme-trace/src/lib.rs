@@ -82,7 +82,15 @@ pub struct Journal {
     /// Epochs that ended with FROZEN written by the controller.
     #[serde(default)]
     pub frozen: Vec<u64>,
+    /// Records produced while no slice was adopted (epoch 0, kept for
+    /// Telemetry only): the newest [`UNADOPTED_JOURNAL_MAX`].
+    #[serde(default)]
+    pub unadopted: std::collections::VecDeque<JournalEntry>,
 }
+
+/// Bound of [`Journal::unadopted`]: a stock host never adopts a slice, and
+/// the controller may run for long.
+pub const UNADOPTED_JOURNAL_MAX: usize = 1 << 20;
 
 impl JournalEntry {
     /// The record's bytes as the producer wrote them into the ring: the
@@ -311,8 +319,18 @@ impl State {
         };
         let Some(a) = self.adopted.as_mut() else {
             // No ring: the record is kept for Telemetry only.
-            self.history
-                .unadopted(|seq| entry(telemetry::UNADOPTED_EPOCH, seq, true).record_bytes());
+            let mut kept = None;
+            self.history.unadopted(|seq| {
+                let e = entry(telemetry::UNADOPTED_EPOCH, seq, true);
+                let bytes = e.record_bytes();
+                kept = Some(e);
+                bytes
+            });
+            let unadopted = &mut self.journal.unadopted;
+            if unadopted.len() == UNADOPTED_JOURNAL_MAX {
+                unadopted.pop_front();
+            }
+            unadopted.extend(kept);
             return;
         };
         let epoch = a.advert.generation.get();

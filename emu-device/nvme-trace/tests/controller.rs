@@ -377,7 +377,10 @@ fn telemetry_serves_the_newest_records_with_and_without_a_slice() {
     let seqs: Vec<u64> = recs.iter().map(|r| r.1).collect();
     assert_eq!(seqs, (0..recs.len() as u64).collect::<Vec<_>>());
     assert!(recs.iter().any(|&(_, _, op)| op == 0x0101));
-    assert!(r.trace.journal().entries.is_empty(), "no ring: nothing in the journal");
+    let journal = r.trace.journal();
+    assert!(journal.entries.is_empty(), "no ring: nothing in the ring's journal");
+    let kept: Vec<(u64, u64, u16)> = journal.unadopted.iter().map(|e| (e.epoch, e.seq, e.opcode)).collect();
+    assert_eq!(&kept[..recs.len()], &recs[..], "telemetry holds the unadopted journal");
 
     // With a slice: the same records the ring gets, then FROZEN at reset.
     r.write_header(1);

@@ -45,6 +45,10 @@ pub fn base_needs() -> Vec<Need> {
         ("gcc", "builds the kernel module for bookworm kernels"),
         ("libc6-dev", "headers for the module's static test programs"),
         (
+            "nvme-cli",
+            "the stock-driver guests pull the controller's Telemetry log with Debian's nvme-cli (harness/src/nvme_cli.rs)",
+        ),
+        (
             "babeltrace2",
             "reads the analyzer's CTF export in its tests (analyzer/tests/ctf.rs)",
         ),

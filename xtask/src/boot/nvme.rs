@@ -114,6 +114,12 @@ pub fn print(outcome: &NvmeOutcome, run_dir: &Path) {
             hmb_harness::nvme_guest::FATAL_IO_TIMEOUT_S
         );
     }
+    if let Some(t) = &outcome.telemetry {
+        println!(
+            "  telemetry (stock driver, Debian's nvme-cli): generations {} and {}, {} and {} records, every one in the controller's journal",
+            t.generations[0], t.generations[1], t.records[0], t.records[1]
+        );
+    }
     if let Some(t) = &outcome.trace {
         println!(
             "  trace: patched nvme.ko ({}), {} KiB ring; {}",
