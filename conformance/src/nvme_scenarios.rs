@@ -585,7 +585,7 @@ fn hostile_controller(env: &Env) -> Result<Value> {
 /// show no vendor command (no C0h), no host write, at least two audited MR=1
 /// re-enables, and every EHM=1 list equal to the one at probe. Not in the
 /// default test command (one more guest boot): conformance/tests/stock_driver.rs.
-pub fn stock_driver_audit(kernel: Option<&str>) -> Result<Value> {
+pub fn stock_driver_audit(kernel: Option<&str>, personality: hmb_nvme_trace::Personality) -> Result<Value> {
     use hmb_harness::nvme_guest::{self, NvmeRunConfig};
     use hmb_harness::phases::Phases;
     use hmb_harness::qemu::Accel;
@@ -598,7 +598,7 @@ pub fn stock_driver_audit(kernel: Option<&str>) -> Result<Value> {
     let run_dir = hmb_harness::target_dir()
         .join("hmb-trace/conformance")
         .join(&tools.image.kernel_name)
-        .join("nvme/qemu-11.1/nvme_stock_driver_audit");
+        .join(format!("nvme/qemu-11.1/nvme_stock_driver_audit-{personality}"));
     let cfg = NvmeRunConfig {
         run_dir: run_dir.clone(),
         accel: Accel::Tcg,
@@ -609,14 +609,14 @@ pub fn stock_driver_audit(kernel: Option<&str>) -> Result<Value> {
     };
     // The harness starts serve-nvme with its own flags; the personality
     // comes from the environment it inherits (one test per process).
-    std::env::set_var("HMB_EMU_NVME_PERSONALITY", "stock");
+    std::env::set_var("HMB_EMU_NVME_PERSONALITY", personality.name());
     let outcome = nvme_guest::run(&tools, &cfg, &mut phases);
     std::env::remove_var("HMB_EMU_NVME_PERSONALITY");
     outcome.context("the stock-driver guest run")?;
     let log = std::fs::read_to_string(run_dir.join("emu-device.log")).context("reading emu-device.log")?;
     ensure!(
-        log.contains("serving an NVMe controller (stock)"),
-        "emu-device did not run the stock personality (emu-device.log)"
+        log.contains(&format!("serving an NVMe controller ({personality})")),
+        "emu-device did not run the {personality} personality (emu-device.log)"
     );
     let audit: Value = log
         .lines()
@@ -658,8 +658,31 @@ pub fn stock_driver_audit(kernel: Option<&str>) -> Result<Value> {
         "reset_controller and the recovery from CFS should each re-enable with MR=1: {audit}"
     );
     ensure!(u("pages_checked")? > 0, "no page checked: {audit}");
+    // What the spec allows this controller (serve-nvme's default sizes, as the
+    // harness starts it, under the personality): checked from its view of the list.
+    let lim = personality.apply(hmb_nvme::ControllerConfig::default());
+    let chunks: Vec<(u64, u64)> = probe_list["chunk_sizes"]
+        .as_array()
+        .context("no chunk sizes")?
+        .iter()
+        .map(|c| (c["bytes"].as_u64().unwrap_or(0), c["count"].as_u64().unwrap_or(0)))
+        .collect();
+    let (bytes, count) = (
+        probe_list["bytes"].as_u64().unwrap_or(0),
+        probe_list["descriptors"].as_u64().unwrap_or(0),
+    );
+    ensure!(
+        (lim.hmmin_bytes..=lim.hmpre_bytes).contains(&bytes)
+            && (lim.hmmaxd == 0 || count <= u64::from(lim.hmmaxd))
+            && chunks.iter().all(|&(b, _)| b >= lim.hmminds_bytes),
+        "the list {probe_list} breaks {personality}'s limits (HMMIN {}, HMPRE {}, HMMAXD {}, HMMINDS {})",
+        lim.hmmin_bytes,
+        lim.hmpre_bytes,
+        lim.hmmaxd,
+        lim.hmminds_bytes
+    );
     Ok(json!({
-        "personality": "stock",
+        "personality": personality.name(),
         "driver": "stock",
         "probe_list": shape(probe_list).2,
         "descriptors": probe_list["descriptors"],
