@@ -598,7 +598,8 @@ pub fn stock_driver_audit(kernel: Option<&str>, personality: hmb_nvme_trace::Per
     let run_dir = hmb_harness::target_dir()
         .join("hmb-trace/conformance")
         .join(&tools.image.kernel_name)
-        .join(format!("nvme/qemu-11.1/nvme_stock_driver_audit-{personality}"));
+        // Short: QEMU refuses a QMP socket path of 108 bytes or more.
+        .join(format!("nvme/qemu-11.1/stock-{personality}"));
     let cfg = NvmeRunConfig {
         run_dir: run_dir.clone(),
         accel: Accel::Tcg,
