@@ -575,109 +575,125 @@ fn hostile_controller(env: &Env) -> Result<Value> {
 
 /// Issue 26's differential test, its stock half, on one guest: the kernel's
 /// own (stock) nvme.ko against the controller's `stock` personality (an HMB,
-/// no trace contract), through probe, I/O and `reset_controller`. The
-/// controller keeps private data in every HMB page and audits them when it
-/// loses the HMB and at the MR=1 re-enable (docs/nvme-controller.md); its
-/// `hmb-audit` must show no vendor command (no C0h), no host write, and the
-/// same descriptor list at probe and after the reset. Not in the default
-/// test command (one more guest boot): conformance/tests/stock_driver.rs.
-pub fn stock_driver_audit(env: &Env) -> Result<Value> {
-    use hmb_emu_device::control::Request;
-    use hmb_harness::images::{guest_modules::guest_file_name, initramfs::decompress_module};
+/// no trace contract). The guest is the harness's stock-driver run
+/// (`cargo xtask boot --device nvme --stock-driver --inject reset`: probe,
+/// data, `reset_controller`, a device-side fatal status and the driver's
+/// recovery, reads, power-off), with serve-nvme's personality set through
+/// `HMB_EMU_NVME_PERSONALITY`. The controller keeps private data in every
+/// HMB page and audits them when it loses the HMB and at each MR=1 re-enable
+/// (docs/nvme-controller.md); its last audit, logged when it exits, must
+/// show no vendor command (no C0h), no host write, at least two audited MR=1
+/// re-enables, and every EHM=1 list equal to the one at probe. Not in the
+/// default test command (one more guest boot): conformance/tests/stock_driver.rs.
+pub fn stock_driver_audit(kernel: Option<&str>, personality: hmb_nvme_trace::Personality) -> Result<Value> {
+    use hmb_harness::nvme_guest::{self, NvmeRunConfig};
+    use hmb_harness::phases::Phases;
+    use hmb_harness::qemu::Accel;
 
-    let tools = env.nvme_tools()?;
-    let (nvme, deps) = tools
-        .stock_modules
-        .split_last()
-        .context("the kernel's nvme module list is empty")?;
-    let insmods: String = deps
-        .iter()
-        .map(|rel| {
-            let name = guest_file_name(rel);
-            format!("insmod $share/mods/{name} || fail \"insmod {name}\"\n")
-        })
-        .collect();
-    let body = format!(
-        "step stock_nvme\nwait_file stock.staged\n{insmods}\
-         insmod $share/mods/nvme-stock.ko || fail \"insmod the stock nvme.ko\"\n\
-         i=0\nwhile [ ! -b /dev/nvme0n1 ]; do i=$((i + 1)); [ $i -lt 1200 ] || fail \"no /dev/nvme0n1 after 120 s\"; sleep 0.05; done\n\
-         wait_live\n\
-         [ -e /sys/module/nvme/parameters/hmb_trace_kb ] && fail \"nvme.ko is the series' driver, not the stock one\"\n\
-         dd if=/dev/urandom of=/tmp/pattern bs=4096 count=16 2>/dev/null || fail pattern\n\
-         dd if=/tmp/pattern of=/dev/nvme0n1 bs=4096 seek=64 oflag=direct 2>/dev/null || fail \"write before the reset\"\n\
-         mark stock.probed\nwait_file stock.reset\n\
-         echo 1 > /sys/class/nvme/nvme0/reset_controller || fail reset_controller\nwait_live\n\
-         dd if=/dev/nvme0n1 of=/tmp/back bs=4096 skip=64 count=16 iflag=direct 2>/dev/null || fail \"read after the reset\"\n\
-         cmp -s /tmp/pattern /tmp/back || fail \"data differs after the reset\"\n\
-         mark stock.reset.done\nwait_file stock.stop\nexit 0\n"
-    );
+    let sh = xshell::Shell::new()?;
+    sh.change_dir(hmb_harness::workspace_root());
+    let mut phases = Phases::new();
+    let tools = nvme_guest::prepare(&sh, kernel, false, &mut phases)
+        .context("preparing the nvme guest with the stock driver (image, QEMU 11.1)")?;
+    let run_dir = hmb_harness::target_dir()
+        .join("hmb-trace/conformance")
+        .join(&tools.image.kernel_name)
+        // Short: QEMU refuses a QMP socket path of 108 bytes or more.
+        .join(format!("nvme/qemu-11.1/stock-{personality}"));
+    let cfg = NvmeRunConfig {
+        run_dir: run_dir.clone(),
+        accel: Accel::Tcg,
+        iops_reads: 200,
+        timeout: Duration::from_secs(300),
+        trace: false,
+        inject_fatal: true,
+    };
     // The harness starts serve-nvme with its own flags; the personality
-    // comes from the environment it inherits (one scenario per process).
-    std::env::set_var("HMB_EMU_NVME_PERSONALITY", "stock");
-    let started = env.start_nvme("nvme_stock_driver_audit", &body, &NvmeGuestOptions::default());
+    // comes from the environment it inherits (one test per process).
+    std::env::set_var("HMB_EMU_NVME_PERSONALITY", personality.name());
+    let outcome = nvme_guest::run(&tools, &cfg, &mut phases);
     std::env::remove_var("HMB_EMU_NVME_PERSONALITY");
-    let mut s = started?;
-    decompress_module(&tools.modules_dir.join(nvme), &s.share_file("mods/nvme-stock.ko"))?;
-    s.signal("stock.staged")?;
-    s.wait_share_file("stock.probed", STARTED)?;
-    let probed = s.dev.request(&Request::HmbAudit)?;
-    s.signal("stock.reset")?;
-    s.wait_share_file("stock.reset.done", STARTED)?;
-    s.run_for(0.5)?;
-    let after = s.dev.request(&Request::HmbAudit)?;
-    s.signal("stock.stop")?;
-    let rc = s.finish(FINISH)?;
-    let log = std::fs::read_to_string(s.run_dir.join("emu-device.log")).unwrap_or_default();
+    outcome.context("the stock-driver guest run")?;
+    let log = std::fs::read_to_string(run_dir.join("emu-device.log")).context("reading emu-device.log")?;
     ensure!(
-        log.contains("serving an NVMe controller (stock)"),
-        "emu-device did not run the stock personality (emu-device.log)"
+        log.contains(&format!("serving an NVMe controller ({personality})")),
+        "emu-device did not run the {personality} personality (emu-device.log)"
     );
-    std::fs::write(
-        s.run_dir.join("hmb-audit.json"),
-        serde_json::to_string_pretty(&json!({ "probed": probed, "after_reset": after }))?,
-    )?;
-    let u = |v: &Value, key: &str| v[key].as_u64().with_context(|| format!("hmb-audit has no {key}: {v}"));
-    // The list at probe (EHM=1, MR=0) and the one returned after the reset.
-    let lists: Vec<&Value> = after["set_features_0d"]
+    let audit: Value = log
+        .lines()
+        .filter_map(|l| l.split_once("hmb-audit at exit: ").map(|(_, j)| j))
+        .next_back()
+        .context("emu-device.log has no 'hmb-audit at exit' line")
+        .and_then(|j| serde_json::from_str(j).context("the exit audit is not JSON"))?;
+    std::fs::write(run_dir.join("hmb-audit.json"), serde_json::to_string_pretty(&audit)?)?;
+    let u = |key: &str| {
+        audit[key]
+            .as_u64()
+            .with_context(|| format!("hmb-audit has no {key}: {audit}"))
+    };
+    let lists: Vec<&Value> = audit["set_features_0d"]
         .as_array()
         .context("hmb-audit has no set_features_0d")?
         .iter()
         .filter(|c| c["ehm"] == true && c["status"] == "sct 0x0 sc 0x00")
         .collect();
-    let same = |c: &Value| (c["bytes"].clone(), c["descriptors"].clone(), c["chunk_sizes"].clone());
+    let shape = |c: &Value| (c["bytes"].clone(), c["descriptors"].clone(), c["chunk_sizes"].clone());
     let probe_list = lists.first().context("no successful Set Features 0Dh EHM=1")?;
-    let returned = lists
-        .iter()
-        .find(|c| c["returned"] == true)
-        .context("no MR=1 re-enable with the same list after reset_controller")?;
     ensure!(
-        same(probe_list) == same(returned),
-        "the list changed across the reset: {probe_list} then {returned}"
+        lists.iter().all(|c| shape(c) == shape(probe_list)),
+        "the descriptor list changed: {lists:?}"
     );
-    ensure!(after["c0h_received"] == false, "a C0h reached the controller: {after}");
-    ensure!(u(&after, "vendor_feature_commands")? == 0, "vendor commands: {after}");
     ensure!(
-        u(&after, "violations")? == 0,
+        lists.iter().skip(1).all(|c| c["returned"] == true),
+        "a re-enable was not a Memory Return of the same list: {lists:?}"
+    );
+    ensure!(audit["c0h_received"] == false, "a C0h reached the controller: {audit}");
+    ensure!(u("vendor_feature_commands")? == 0, "vendor commands: {audit}");
+    ensure!(
+        u("violations")? == 0,
         "the host wrote into the controller's HMB: {}",
-        after["first_violations"]
+        audit["first_violations"]
     );
     ensure!(
-        u(&after, "mr_reenables")? >= 1 && u(&after, "checks")? >= 2,
-        "no MR=1 cycle was audited: {after}"
+        u("mr_reenables")? >= 2,
+        "reset_controller and the recovery from CFS should each re-enable with MR=1: {audit}"
     );
-    ensure!(u(&after, "pages_checked")? > 0, "no page checked: {after}");
+    ensure!(u("pages_checked")? > 0, "no page checked: {audit}");
+    // What the spec allows this controller (serve-nvme's default sizes, as the
+    // harness starts it, under the personality): checked from its view of the list.
+    let lim = personality.apply(hmb_nvme::ControllerConfig::default());
+    let chunks: Vec<(u64, u64)> = probe_list["chunk_sizes"]
+        .as_array()
+        .context("no chunk sizes")?
+        .iter()
+        .map(|c| (c["bytes"].as_u64().unwrap_or(0), c["count"].as_u64().unwrap_or(0)))
+        .collect();
+    let (bytes, count) = (
+        probe_list["bytes"].as_u64().unwrap_or(0),
+        probe_list["descriptors"].as_u64().unwrap_or(0),
+    );
+    ensure!(
+        (lim.hmmin_bytes..=lim.hmpre_bytes).contains(&bytes)
+            && (lim.hmmaxd == 0 || count <= u64::from(lim.hmmaxd))
+            && chunks.iter().all(|&(b, _)| b >= lim.hmminds_bytes),
+        "the list {probe_list} breaks {personality}'s limits (HMMIN {}, HMPRE {}, HMMAXD {}, HMMINDS {})",
+        lim.hmmin_bytes,
+        lim.hmpre_bytes,
+        lim.hmmaxd,
+        lim.hmminds_bytes
+    );
     Ok(json!({
-        "guest_rc": rc,
-        "personality": "stock",
-        "hmb_enabled_at_probe": u(&probed, "enables")? >= 1,
-        "probe_list": same(probe_list).2,
+        "personality": personality.name(),
+        "driver": "stock",
+        "probe_list": shape(probe_list).2,
         "descriptors": probe_list["descriptors"],
-        "same_list_after_reset": true,
-        "mr_reenables": u(&after, "mr_reenables")?,
-        "c0h_received": after["c0h_received"],
-        "vendor_feature_commands": u(&after, "vendor_feature_commands")?,
-        "violations": u(&after, "violations")?,
-        "pages_checked": u(&after, "pages_checked")?,
-        "kernel_log": kernel_log(&s, &[]),
+        "hmb_bytes": probe_list["bytes"],
+        "enables": u("enables")?,
+        "mr_reenables": u("mr_reenables")?,
+        "checks": u("checks")?,
+        "pages_checked": u("pages_checked")?,
+        "c0h_received": audit["c0h_received"],
+        "vendor_feature_commands": u("vendor_feature_commands")?,
+        "violations": u("violations")?,
     }))
 }

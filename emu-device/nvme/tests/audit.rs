@@ -327,3 +327,68 @@ fn without_an_advert_the_first_other_command_claims_the_whole_hmb() {
     assert!(!a.claim_pending);
     assert_eq!(a.private_pages, 1024);
 }
+
+#[test]
+fn a_device_side_fatal_status_is_a_loss_and_the_recovery_a_return() {
+    let mut h = ready_host(ControllerConfig::default());
+    let hmb = Hmb::new(&mut h, &[4 * MB]);
+    assert_eq!(hmb.set(&mut h, 1), Status::SUCCESS);
+    assert!(h.ctrl.inject_fatal("test"));
+    assert_eq!(h.ctrl.hmb_audit().checks, 1, "checked when CFS released the HMB");
+    h.guest_write(hmb.addr(MB), &[0xAA; 16]);
+    h.disable();
+    assert_eq!(h.enable(32) & 3, 1);
+    h.forget_queues();
+    assert_eq!(hmb.set(&mut h, 0b11), Status::SUCCESS);
+    let a = h.ctrl.hmb_audit();
+    assert_eq!((a.checks, a.violations), (2, 1));
+    assert_eq!(
+        a.first_violations,
+        vec![HmbViolation {
+            offset: MB,
+            phase: AuditPhase::WhileReleased
+        }]
+    );
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(16))]
+
+    /// Any set of host writes into the released HMB: exactly the written pages are
+    /// reported at the MR=1 re-enable, in page order, each once.
+    #[test]
+    fn exactly_the_pages_the_host_wrote_are_reported(
+        writes in proptest::collection::vec((0u64..1024, 0u64..4096, 1u8..=255), 0..24)
+    ) {
+        let mut h = ready_host(ControllerConfig::default());
+        let hmb = Hmb::new(&mut h, &[2 * MB, 2 * MB]);
+        proptest::prop_assert_eq!(hmb.set(&mut h, 1), Status::SUCCESS);
+        proptest::prop_assert_eq!(hmb.set(&mut h, 0), Status::SUCCESS);
+        let mut pages = std::collections::BTreeSet::new();
+        for &(page, at, flip) in &writes {
+            let addr = hmb.addr(page * PAGE + at);
+            let old = h.guest_read(addr, 1)[0];
+            h.guest_write(addr, &[old ^ flip]);
+            pages.insert(page);
+        }
+        proptest::prop_assert_eq!(hmb.set(&mut h, 0b11), Status::SUCCESS);
+        let a = h.ctrl.hmb_audit();
+        // A page written twice with the same flip is back to its old bytes: unchanged.
+        let mut changed = std::collections::BTreeSet::new();
+        for &p in &pages {
+            let mut flips = std::collections::HashMap::new();
+            for &(wp, at, flip) in &writes {
+                if wp == p {
+                    *flips.entry(at).or_insert(0u8) ^= flip;
+                }
+            }
+            if flips.values().any(|&f| f != 0) {
+                changed.insert(p);
+            }
+        }
+        proptest::prop_assert_eq!(a.violations, changed.len() as u64);
+        let want: Vec<u64> = changed.iter().take(16).map(|p| p * PAGE).collect();
+        let got: Vec<u64> = a.first_violations.iter().map(|v| v.offset).collect();
+        proptest::prop_assert_eq!(got, want);
+    }
+}
