@@ -1,5 +1,6 @@
-//! The C producer cross-built for Cortex-M3 (arm-none-eabi-gcc) and run on
-//! QEMU's mps2-an385: the test firmware (arm/fw_test.c) writes a known
+//! The C producer cross-built for Cortex-M3 and Cortex-R52
+//! (arm-none-eabi-gcc) and run on QEMU's mps2-an385 and mps3-an536: the
+//! test firmware (arm/fw_test.c) writes a known
 //! workload into a ring in the emulated RAM and hands the ring image over
 //! by semihosting. The image must equal, byte for byte, what the Rust
 //! reference producer makes of the same workload, and decode record by
@@ -7,7 +8,7 @@
 //!
 //! Needs arm-none-eabi-gcc and qemu-system-arm (host packages of
 //! `cargo xtask deps`); HMB_FWSDK_SKIP_ARM=1 skips it on a host without them.
-//! Takes well under a second.
+//! Takes about a second per board.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -90,26 +91,55 @@ fn c_flags(cc: &str, target: &[&str]) -> Command {
     c
 }
 
+/// One emulated board: compiler flags, linker script, QEMU machine.
+struct Board {
+    name: &'static str,
+    cflags: &'static [&'static str],
+    ld: &'static str,
+    machine: &'static str,
+}
+
+const CORTEX_M3: Board = Board {
+    name: "cortex-m3",
+    cflags: &["-mcpu=cortex-m3", "-mthumb", "-g"],
+    ld: "arm/link.ld",
+    machine: "mps2-an385",
+};
+
+/// Cortex-R52 in A32 state, soft float (the FPU is left off), no unaligned
+/// accesses (the MPU is off, so memory is not Normal).
+const CORTEX_R52: Board = Board {
+    name: "cortex-r52",
+    cflags: &[
+        "-mcpu=cortex-r52",
+        "-marm",
+        "-mfloat-abi=soft",
+        "-mno-unaligned-access",
+        "-g",
+    ],
+    ld: "arm/link-r52.ld",
+    machine: "mps3-an536",
+};
+
 /// Build the test firmware into `dir`; return the ELF.
-fn build_firmware(dir: &Path) -> PathBuf {
-    let m3 = ["-mcpu=cortex-m3", "-mthumb", "-g"];
+fn build_firmware(board: &Board, dir: &Path) -> PathBuf {
     let lib = dir.join("hmb_trace_fw.o");
     let fw = dir.join("fw_test.o");
     let elf = dir.join("fw_test.elf");
-    run(c_flags("arm-none-eabi-gcc", &m3)
+    run(c_flags("arm-none-eabi-gcc", board.cflags)
         .args(["-pedantic", "-c"])
         .arg(root().join("src/hmb_trace_fw.c"))
         .arg("-o")
         .arg(&lib));
-    run(c_flags("arm-none-eabi-gcc", &m3)
+    run(c_flags("arm-none-eabi-gcc", board.cflags)
         .args(["-fno-builtin", "-c"])
         .arg(root().join("arm/fw_test.c"))
         .arg("-o")
         .arg(&fw));
     run(Command::new("arm-none-eabi-gcc")
-        .args(m3)
+        .args(board.cflags)
         .args(["-nostdlib", "-T"])
-        .arg(root().join("arm/link.ld"))
+        .arg(root().join(board.ld))
         .arg(&fw)
         .arg(&lib)
         .args(["-lgcc", "-o"])
@@ -119,20 +149,29 @@ fn build_firmware(dir: &Path) -> PathBuf {
 
 #[test]
 fn cortex_m3_firmware_ring_matches_the_rust_reference() {
+    run_board(&CORTEX_M3);
+}
+
+#[test]
+fn cortex_r52_firmware_ring_matches_the_rust_reference() {
+    run_board(&CORTEX_R52);
+}
+
+fn run_board(board: &Board) {
     if skip() {
         eprintln!("HMB_FWSDK_SKIP_ARM=1: not run");
         return;
     }
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fwsdk-arm");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fwsdk-{}", board.name));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let elf = build_firmware(&dir);
+    let elf = build_firmware(board, &dir);
 
     let start = Instant::now();
     let stdout = run(Command::new("timeout")
         .arg("60")
         .arg("qemu-system-arm")
-        .args(["-M", "mps2-an385", "-nographic", "-monitor", "none", "-serial", "none"])
+        .args(["-M", board.machine, "-nographic", "-monitor", "none", "-serial", "none"])
         .args([
             "-semihosting-config",
             "enable=on,target=native",
@@ -147,8 +186,8 @@ fn cortex_m3_firmware_ring_matches_the_rust_reference() {
     let bench = stdout
         .lines()
         .find(|l| l.starts_with("hmbt-bench "))
-        .unwrap_or_else(|| panic!("no bench line from the firmware: {stdout:?}"));
-    eprintln!("{bench}");
+        .unwrap_or_else(|| panic!("{}: no bench line from the firmware: {stdout:?}", board.name));
+    eprintln!("{}: {bench}", board.name);
     assert!(bench.ends_with(" dropped=0"), "{bench}");
 
     let image = std::fs::read(dir.join("fw-ring.bin")).expect("the firmware wrote its ring by semihosting");
