@@ -17,6 +17,7 @@
 #define RING_SIZE 8192u
 #define EVENTS 600u
 #define CATCH_UP_EVERY 16u
+#define LAST_UNREAD 48u
 #define BENCH_EVENTS 2000u
 
 static uint64_t slice_words[(HMB_RING_HDR_SIZE + RING_SIZE) / 8];
@@ -233,7 +234,9 @@ int main(void)
 		for (uint32_t j = 0; j < len; j++)
 			payload[j] = (uint8_t)(i * 31u + j);
 		hmbt_emit_ts(&producer, (uint16_t)(0x0200 + i % 5), i % 4, 1000u + (uint64_t)i * 10u, payload, len);
-		if (i % CATCH_UP_EVERY == CATCH_UP_EVERY - 1)
+		/* The host stops reading for the last LAST_UNREAD events: the
+		 * ring fills, the final window holds drops before the freeze. */
+		if (i % CATCH_UP_EVERY == CATCH_UP_EVERY - 1 && i < EVENTS - LAST_UNREAD)
 			module_catch_up();
 	}
 	hmbt_freeze(&producer);
