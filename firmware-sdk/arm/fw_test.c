@@ -17,6 +17,7 @@
 #define RING_SIZE 8192u
 #define EVENTS 600u
 #define CATCH_UP_EVERY 16u
+#define LAST_UNREAD 48u
 #define BENCH_EVENTS 2000u
 
 static uint64_t slice_words[(HMB_RING_HDR_SIZE + RING_SIZE) / 8];
@@ -51,12 +52,22 @@ void *memset(void *d, int c, size_t n)
 	return d;
 }
 
-/* ---- semihosting (ARM, BKPT 0xAB on M-profile) ---- */
+#if defined(__ARM_ARCH_PROFILE) && __ARM_ARCH_PROFILE == 'M'
+#define PROFILE_M 1
+#else
+#define PROFILE_M 0
+#endif
+
+/* ---- semihosting: BKPT 0xAB on M-profile, SVC 0x123456 in A32 state ---- */
 static int semihost(int op, void *arg)
 {
 	register int r0 __asm__("r0") = op;
 	register void *r1 __asm__("r1") = arg;
+#if PROFILE_M
 	__asm__ volatile("bkpt 0xab" : "+r"(r0) : "r"(r1) : "memory");
+#else
+	__asm__ volatile("svc 0x123456" : "+r"(r0) : "r"(r1) : "memory");
+#endif
 	return r0;
 }
 
@@ -172,9 +183,43 @@ static uint32_t workload_len(uint32_t i)
 	return (i * 37u) % 300u;
 }
 
+#if PROFILE_M
+/* SysTick on the 25 MHz CPU clock: one tick is 40 instructions under -icount shift=0. */
 #define SYST_CSR (*(volatile uint32_t *)0xE000E010u)
 #define SYST_RVR (*(volatile uint32_t *)0xE000E014u)
 #define SYST_CVR (*(volatile uint32_t *)0xE000E018u)
+#define COUNTER_NAME " systick="
+static void counter_start(void)
+{
+	SYST_RVR = 0x00ffffffu;
+	SYST_CVR = 0;
+	SYST_CSR = 5; /* enable, CPU clock */
+}
+static uint32_t counter_read(void)
+{
+	return (0x00ffffffu - SYST_CVR) & 0x00ffffffu;
+}
+#else
+/* Generic timer (CNTPCT at CNTFRQ): under -icount shift=0 one instruction
+ * is 1 ns of virtual time, so instructions = ticks * 1e9 / CNTFRQ (QEMU
+ * models no PMU cycle counter for the R52). */
+#define COUNTER_NAME " cntpct="
+static void counter_start(void)
+{
+}
+static uint32_t counter_read(void)
+{
+	uint32_t lo, hi;
+	__asm__ volatile("isb\n\tmrrc p15, 0, %0, %1, c14" : "=r"(lo), "=r"(hi));
+	return lo;
+}
+static uint32_t counter_freq(void)
+{
+	uint32_t f;
+	__asm__ volatile("mrc p15, 0, %0, c14, c0, 0" : "=r"(f));
+	return f;
+}
+#endif
 
 int main(void)
 {
@@ -189,7 +234,9 @@ int main(void)
 		for (uint32_t j = 0; j < len; j++)
 			payload[j] = (uint8_t)(i * 31u + j);
 		hmbt_emit_ts(&producer, (uint16_t)(0x0200 + i % 5), i % 4, 1000u + (uint64_t)i * 10u, payload, len);
-		if (i % CATCH_UP_EVERY == CATCH_UP_EVERY - 1)
+		/* The host stops reading for the last LAST_UNREAD events: the
+		 * ring fills, the final window holds drops before the freeze. */
+		if (i % CATCH_UP_EVERY == CATCH_UP_EVERY - 1 && i < EVENTS - LAST_UNREAD)
 			module_catch_up();
 	}
 	hmbt_freeze(&producer);
@@ -200,20 +247,25 @@ int main(void)
 	module_init(2);
 	if (hmbt_attach(&producer, &hooks, (uintptr_t)SLICE, sizeof(slice_words), 2) != HMBT_OK)
 		ok = 0;
-	SYST_RVR = 0x00ffffffu;
-	SYST_CVR = 0;
-	SYST_CSR = 5; /* enable, CPU clock */
-	uint32_t start = SYST_CVR, dropped_before = (uint32_t)hmbt_dropped(&producer);
+	counter_start();
+	uint32_t start = counter_read(), dropped_before = (uint32_t)hmbt_dropped(&producer);
 	for (uint32_t i = 0; i < BENCH_EVENTS; i++) {
 		hmbt_emit_ts(&producer, 0x0300, 0, i, payload, 32);
 		if ((i & 63) == 63)
 			module_catch_up();
 	}
-	uint32_t ticks = (start - SYST_CVR) & 0x00ffffffu;
+	uint32_t ticks = counter_read() - start;
+#if PROFILE_M
+	ticks &= 0x00ffffffu;
+#endif
 	put_str("hmbt-bench events=");
 	put_u32(BENCH_EVENTS);
-	put_str(" systick=");
+	put_str(COUNTER_NAME);
 	put_u32(ticks);
+#if !PROFILE_M
+	put_str(" cntfrq=");
+	put_u32(counter_freq());
+#endif
 	put_str(" dropped=");
 	put_u32((uint32_t)hmbt_dropped(&producer) - dropped_before);
 	put_str("\n");
@@ -224,7 +276,17 @@ int main(void)
 /* ---- startup ---- */
 extern uint32_t __bss_start, __bss_end, __stack_top;
 
+#if PROFILE_M
 void reset_handler(void)
+#else
+/* A/R-profile: QEMU enters the ELF entry with no stack. */
+__attribute__((naked)) void reset_handler(void)
+{
+	__asm__ volatile("ldr sp, =__stack_top\n\tb c_start");
+}
+
+void c_start(void)
+#endif
 {
 	for (uint32_t *p = &__bss_start; p < &__bss_end; p++)
 		*p = 0;
@@ -232,6 +294,7 @@ void reset_handler(void)
 	exit_qemu(0);
 }
 
+#if PROFILE_M
 static void fault_handler(void)
 {
 	put_str("hmbt-fw: fault\n");
@@ -243,3 +306,4 @@ __attribute__((section(".vectors"), used)) static void (*const vectors[16])(void
 	fault_handler, fault_handler, 0, 0, 0, 0, fault_handler, fault_handler, 0, fault_handler,
 	fault_handler,
 };
+#endif

@@ -9,6 +9,8 @@
 //! permissions (only the producer's header line and the data area) and can
 //! be logged, so tests can assert how `head` reaches the host.
 
+pub mod events;
+
 use std::ffi::c_void;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;

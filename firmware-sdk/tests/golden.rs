@@ -214,3 +214,39 @@ fn oversized_payload_is_a_counted_drop() {
     let rec = &r.slice.bytes()[HMB_RING_HDR_SIZE as usize..];
     assert_eq!(u64::from_le_bytes(rec[8..16].try_into().unwrap()), 1);
 }
+
+/// Firmware restarted mid-epoch (no reset, the advert kept): a new
+/// producer attaches and picks up head, next_seq, the counters and
+/// OVERFLOWED from the header, so the ring equals one uninterrupted run of
+/// the reference producer.
+#[test]
+fn reattach_mid_epoch_continues_the_ring() {
+    use hmb_trace_abi::reference::RefRing;
+    let lens = |i: u64| ((i * 53) % 900) as usize;
+    let mut want = RefRing::new(VECTOR_RING_SIZE, 1);
+    let mut r = Ring::new(1);
+    for i in 0..150u64 {
+        if i % 20 == 0 {
+            // A restart: the old state is gone, a fresh producer attaches.
+            r.p = r.slice.producer(false);
+            r.p.attach(1).unwrap();
+        }
+        if i % 25 == 24 {
+            let head = want.hdr().head.get();
+            want.publish_tail(head);
+            r.slice.publish_tail(head);
+        }
+        let payload = payload_for(i, lens(i));
+        want.produce(0x0101, 3, 1_000 + i * 10, &payload);
+        r.p.emit_ts(0x0101, 3, 1_000 + i * 10, &payload);
+    }
+    let hdr = want.hdr();
+    assert!(
+        hdr.dropped_records.get() > 0 && hdr.head.get() > VECTOR_RING_SIZE,
+        "drops and wraps happened"
+    );
+    assert!(
+        r.image() == want.image,
+        "restarted C producer diverged from one reference run"
+    );
+}

@@ -6,6 +6,7 @@ mod bench;
 mod boot;
 mod conformance;
 mod deps;
+mod firmware_sdk;
 mod fuzz;
 mod guest_smoke;
 mod host_integration;
@@ -57,6 +58,8 @@ enum Command {
     Sanitize(sanitize::Sanitize),
     /// A bench: stream for minutes with resets every minute, then check the ground truth.
     Soak(soak::Soak),
+    /// The C producer for firmware: sanitizer run, code size, `--regen` of its events header.
+    FirmwareSdk(firmware_sdk::FirmwareSdk),
 }
 
 fn main() -> Result<()> {
@@ -75,5 +78,6 @@ fn main() -> Result<()> {
         Command::Fuzz(c) => c.run(),
         Command::Sanitize(c) => c.run(),
         Command::Soak(c) => c.run(),
+        Command::FirmwareSdk(c) => c.run(),
     }
 }

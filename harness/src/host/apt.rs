@@ -68,12 +68,15 @@ pub fn base_needs() -> Vec<Need> {
     .iter()
     .map(|(p, w)| Need::new(p, w))
     .chain([Need {
-        // From backports: bookworm's 7.2 cannot be installed beside the
+        // On bookworm from backports: 10.0 has the Cortex-R52 board
+        // (mps3-an536), and bookworm's 7.2 cannot be installed beside the
         // backported qemu-utils 10.0 hosts carry (apt would remove it).
-        release: Some("bookworm-backports".to_string()),
+        // Later releases have 10.0 or newer in main.
+        release: (crate::host::apt_env::host_codename().as_deref() == Some("bookworm"))
+            .then(|| "bookworm-backports".to_string()),
         ..Need::new(
             "qemu-system-arm",
-            "firmware-sdk: runs the test firmware on an emulated Cortex-M3 (mps2-an385)",
+            "firmware-sdk: runs the test firmware on emulated Cortex-M3 (mps2-an385) and Cortex-R52 (mps3-an536)",
         )
     }])
     .collect()
@@ -125,6 +128,12 @@ pub fn ensure(sh: &Shell, needs: &[Need]) -> Result<()> {
         );
     }
     let sudo = privilege(&all)?;
+    for codename in todo
+        .iter()
+        .filter_map(|n| n.release.as_deref()?.strip_suffix("-backports"))
+    {
+        ensure_backports_source(sh, codename)?;
+    }
     for n in &todo {
         let from = n.release.as_deref().map(|r| format!(" (from {r})")).unwrap_or_default();
         println!("    installing {}{from}: {}", n.package, n.why);
