@@ -166,6 +166,17 @@ pub enum ExportCmd {
     Perfetto(ExportPerfettoArgs),
     /// Write a CTF 1.8 trace directory (TSDL metadata + streams) for babeltrace2 and Trace Compass.
     Ctf(ExportCtfArgs),
+    /// Write a Parquet table (a row per record and marker, a column per catalog field) for DuckDB, Spark, pandas.
+    Parquet(ExportParquetArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExportParquetArgs {
+    pub trace: String,
+    #[arg(short, long)]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub filter: FilterArgs,
 }
 
 #[derive(Debug, Args)]

@@ -11,6 +11,7 @@ pub mod format;
 pub mod input;
 pub mod latency;
 pub mod parallel;
+pub mod parquet_export;
 pub mod perfetto;
 pub mod progress;
 pub mod spill_sort;
@@ -51,6 +52,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<(), AppError> {
         Command::Export(ExportCmd::Pccx(a)) => commands::export::run(&ctx, a, out),
         Command::Export(ExportCmd::Perfetto(a)) => commands::export_perfetto::run(&ctx, a, out),
         Command::Export(ExportCmd::Ctf(a)) => commands::export_ctf::run(&ctx, a, out),
+        Command::Export(ExportCmd::Parquet(a)) => commands::export_parquet::run(&ctx, a, out),
         Command::Pccx(PccxCmd::Verify(a)) => commands::pccx::verify(&ctx, &a.file, a.strict, out),
         Command::Pccx(PccxCmd::Info(a)) => commands::pccx::info(&ctx, &a.file, a.events, out),
         Command::Catalog => {

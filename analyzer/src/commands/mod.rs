@@ -4,6 +4,7 @@ pub mod convert;
 pub mod decode;
 pub mod export;
 pub mod export_ctf;
+pub mod export_parquet;
 pub mod export_perfetto;
 pub mod filter;
 pub mod gaps;
