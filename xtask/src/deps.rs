@@ -29,7 +29,10 @@ impl Deps {
     pub fn run(self) -> Result<()> {
         let sh = Shell::new()?;
         let mut phases = Phases::new();
-        phases.run("host packages", || apt::ensure(&sh, &apt::base_needs()))?;
+        phases.run("host packages", || {
+            apt::ensure(&sh, &apt::base_needs())?;
+            apt::ensure(&sh, &apt::test_needs())
+        })?;
         let specs = kernels::load(&workspace_root().join("images/KERNELS"))?;
         let chosen: Vec<_> = if self.all {
             specs.clone()

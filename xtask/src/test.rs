@@ -56,6 +56,7 @@ fn steps(args: Test) -> Result<()> {
         step("host packages and the default guest image");
         let mut phases = Phases::new();
         let tools = session::prepare(&sh, None, QemuVersion::V7_2, &mut phases)?;
+        apt::ensure(&sh, &apt::test_needs())?;
         qemu_env = real_qemu_env(&tools.qemu);
     }
     step("host tests");

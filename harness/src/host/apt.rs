@@ -48,6 +48,18 @@ pub fn base_needs() -> Vec<Need> {
             "nvme-cli",
             "the stock-driver guests pull the controller's Telemetry log with Debian's nvme-cli (harness/src/nvme_cli.rs)",
         ),
+    ]
+    .iter()
+    .map(|(p, w)| Need::new(p, w))
+    .collect()
+}
+
+/// What the test command's independent checks need beside the guests
+/// (`cargo xtask test`, `cargo xtask deps`): readers of our exports and the
+/// firmware kit's cross tools, about 0.5 GB that `cargo xtask boot` does not
+/// install.
+pub fn test_needs() -> Vec<Need> {
+    [
         (
             "babeltrace2",
             "reads the analyzer's CTF export in its tests (analyzer/tests/ctf.rs)",
