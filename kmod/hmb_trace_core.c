@@ -706,18 +706,25 @@ void hmb_trace_drain(struct hmb_trace_dev *td, unsigned int ms)
 
 void hmb_trace_unregister(struct hmb_trace_dev *td)
 {
-	/* No new opens; sysfs readers are drained. */
-	cdev_device_del(&td->cdev, &td->dev);
-
+	/*
+	 * gone first, and every waiter woken: a sysfs show() or a fault waiting
+	 * out a pause that never ends (error recovery without .resume) returns
+	 * -ENODEV / SIGBUS instead of blocking cdev_device_del() below, which
+	 * waits for sysfs readers. Opens, ioctls and shows that come now see
+	 * gone under the lock.
+	 */
 	mutex_lock(&td->lock);
 	td->gone = true;
 	mutex_unlock(&td->lock);
+	/* All waiters: pollers and those waiting out a pause (killable). */
+	wake_up_poll(&td->wq, EPOLLHUP | EPOLLERR);
+
+	/* No new opens; sysfs readers are drained. */
+	cdev_device_del(&td->cdev, &td->dev);
 
 	/* Any page faulted in before gone was set goes now; later faults SIGBUS. */
 	unmap_mapping_range(td->inode->i_mapping, 0, 0, 1);
 	cancel_delayed_work_sync(&td->sample_work);
-	/* All waiters: pollers and those waiting out a pause (killable). */
-	wake_up_poll(&td->wq, EPOLLHUP | EPOLLERR);
 	dev_info(&td->dev, "removed%s\n",
 		 test_bit(HMB_TRACE_OPEN, &td->bits) ? " while open" : "");
 	put_device(&td->dev);

@@ -260,15 +260,17 @@ static int nvme_hmb_trace_build_descs(struct nvme_hmb_trace *t,
 }
 
 /*
- * Write a fresh ring header for @generation and zero the data area. The
- * controller must not be producing: the slice is not advertised yet, or
- * the controller froze the ring or was reset.
+ * Write a fresh ring header for @generation. The controller must not be
+ * producing: the slice is not advertised yet, or the controller froze the
+ * ring or was reset. The data area is not zeroed: a new slice comes zeroed
+ * from dma_alloc_coherent(), and after a re-init nothing at or beyond head
+ * is valid, so a REINIT writes 4 KiB, not up to 1 GiB, under its locks.
  */
 static void nvme_hmb_trace_init_ring(struct nvme_hmb_trace *t, u64 generation)
 {
 	struct hmb_ring_hdr *hdr = t->slice.vaddr;
 
-	memset(t->slice.vaddr, 0, HMB_RING_HDR_SIZE + t->slice.ring_size);
+	memset(hdr, 0, HMB_RING_HDR_SIZE);
 	hdr->magic = (__force __u32)cpu_to_le32(HMB_RING_MAGIC);
 	hdr->version_major = (__force __u16)cpu_to_le16(HMB_RING_VERSION_MAJOR);
 	hdr->version_minor = (__force __u16)cpu_to_le16(HMB_RING_VERSION_MINOR);
