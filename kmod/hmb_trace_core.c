@@ -60,6 +60,11 @@ struct hmb_trace_dev {
 	struct mutex lock;
 	bool gone;			/* removed: slice must not be touched */
 	/*
+	 * The device refused the advert of a re-initialised ring: the slice is
+	 * dead (never touched again), the reader sees the device as removed.
+	 */
+	bool refused;
+	/*
 	 * The glue paused access to the slice (PCI error recovery, where a
 	 * BAR-backed slice reads as zeros or all-ones until the config space
 	 * is restored): ioctls, sysfs and faults wait, poll reports nothing.
@@ -148,7 +153,8 @@ static u32 hmb_trace_observe(struct hmb_trace_dev *td)
 /* Removed, or the glue says the device is gone (surprise removal, PCI error). */
 static bool hmb_trace_dead(struct hmb_trace_dev *td)
 {
-	return td->gone || (td->ops->lost && td->ops->lost(td->priv));
+	return td->gone || td->refused ||
+	       (td->ops->lost && td->ops->lost(td->priv));
 }
 
 /*
@@ -233,7 +239,7 @@ static int hmb_trace_open(struct inode *inode, struct file *file)
 	int ret = 0;
 
 	mutex_lock(&td->lock);
-	if (td->gone) {
+	if (td->gone || td->refused) {
 		ret = -ENODEV;
 	} else if (test_and_set_bit(HMB_TRACE_OPEN, &td->bits)) {
 		ret = -EBUSY;
@@ -352,6 +358,9 @@ static long hmb_trace_reinit(struct hmb_trace_dev *td, u64 __user *arg)
 	} else {
 		epoch = td->epoch + 1;
 		ret = td->ops->reinit(td->priv, epoch);
+		/* Header rewritten, advert refused: the slice is dead. */
+		if (ret == -ENOLINK)
+			td->refused = true;
 		if (!ret) {
 			td->tail = 0;
 			/*
@@ -363,6 +372,8 @@ static long hmb_trace_reinit(struct hmb_trace_dev *td, u64 __user *arg)
 		}
 	}
 	mutex_unlock(&td->lock);
+	if (ret == -ENOLINK)
+		hmb_trace_refused(td);
 	if (ret)
 		return ret;
 	/*
@@ -696,12 +707,28 @@ static bool hmb_trace_caught_up(struct hmb_trace_dev *td)
  */
 void hmb_trace_drain(struct hmb_trace_dev *td, unsigned int ms)
 {
-	if (!test_bit(HMB_TRACE_OPEN, &td->bits))
+	if (!test_bit(HMB_TRACE_OPEN, &td->bits) || READ_ONCE(td->refused))
 		return;
 	hmb_trace_notify(td);
 	if (!wait_event_timeout(td->drain_wq, hmb_trace_caught_up(td),
 				msecs_to_jiffies(ms)))
 		dev_warn(&td->dev, "reader did not drain within %u ms of removal\n", ms);
+}
+
+/*
+ * The device refused the slice (its advert was not adopted): nothing of the
+ * core touches it again, and the reader is told as on removal (POLLHUP,
+ * -ENODEV, SIGBUS on the mapping) instead of waiting for records that never
+ * come. The glue keeps the device registered until the slice is freed.
+ */
+void hmb_trace_refused(struct hmb_trace_dev *td)
+{
+	mutex_lock(&td->lock);
+	td->refused = true;
+	mutex_unlock(&td->lock);
+	dev_warn(&td->dev, "the device refused the trace slice: reader detached\n");
+	unmap_mapping_range(td->inode->i_mapping, 0, 0, 1);
+	wake_up_poll(&td->wq, EPOLLHUP | EPOLLERR);
 }
 
 void hmb_trace_unregister(struct hmb_trace_dev *td)

@@ -180,6 +180,7 @@ static void nvme_hmb_trace_free_slice(struct nvme_hmb_trace *t)
 	t->nr_descs = 0;
 	t->hsize = 0;
 	t->dead = false;
+	t->slice.dead = false;
 	t->fresh = false;
 }
 
@@ -329,6 +330,7 @@ static int nvme_hmb_trace_advertise(struct nvme_hmb_trace *t,
 static void nvme_hmb_trace_kill(struct nvme_hmb_trace *t, int ret)
 {
 	t->dead = true;
+	t->slice.dead = true;
 	t->refused = true;
 	t->pending = 0;
 	dev_warn(t->ctrl->device,
@@ -503,7 +505,7 @@ int nvme_hmb_trace_reinit(struct nvme_hmb_trace_slice *slice, u64 generation)
 	if (ret > 0) {
 		/* Refused by the controller: the slice is dead. */
 		nvme_hmb_trace_kill(t, ret);
-		ret = -EIO;
+		ret = -ENOLINK;
 	} else if (ret == 0) {
 		t->pending = 0;
 	} else {
@@ -542,6 +544,9 @@ void nvme_hmb_trace_flush(struct nvme_hmb_trace *t)
 	}
 	mutex_unlock(&t->lock);
 	kfree(adv);
+	/* The client is told of a refusal as of a reset, with slice.dead set. */
+	if (t->dead)
+		nvme_hmb_trace_notify_reset(t);
 }
 
 /*
@@ -582,6 +587,8 @@ void nvme_hmb_trace_start(struct nvme_hmb_trace *t)
 			t->pending = 0;
 		mutex_unlock(&t->lock);
 		kfree(adv);
+		if (t->dead)
+			nvme_hmb_trace_notify_reset(t);
 		return;
 	}
 	nvme_hmb_trace_mark_frozen(t);
