@@ -70,9 +70,8 @@ void hmb_trace_notify(struct hmb_trace_dev *td);
  */
 void hmb_trace_unregister(struct hmb_trace_dev *td);
 /*
- * The device refused the slice: never touched again, the reader sees it as
- * removed. Also done by the core when the backend's reinit returns
- * -ENOLINK (header rewritten, advert refused). Process context.
+ * The device refused the slice (the advert of a re-initialised ring): never
+ * touched again, the reader sees it as removed. Process context.
  */
 void hmb_trace_refused(struct hmb_trace_dev *td);
 /*

@@ -61,7 +61,8 @@ struct hmb_trace_dev {
 	bool gone;			/* removed: slice must not be touched */
 	/*
 	 * The device refused the advert of a re-initialised ring: the slice is
-	 * dead (never touched again), the reader sees the device as removed.
+	 * dead (never touched again), the reader sees the device as removed
+	 * (hmb_trace_refused()).
 	 */
 	bool refused;
 	/*
@@ -358,9 +359,6 @@ static long hmb_trace_reinit(struct hmb_trace_dev *td, u64 __user *arg)
 	} else {
 		epoch = td->epoch + 1;
 		ret = td->ops->reinit(td->priv, epoch);
-		/* Header rewritten, advert refused: the slice is dead. */
-		if (ret == -ENOLINK)
-			td->refused = true;
 		if (!ret) {
 			td->tail = 0;
 			/*
@@ -372,8 +370,6 @@ static long hmb_trace_reinit(struct hmb_trace_dev *td, u64 __user *arg)
 		}
 	}
 	mutex_unlock(&td->lock);
-	if (ret == -ENOLINK)
-		hmb_trace_refused(td);
 	if (ret)
 		return ret;
 	/*

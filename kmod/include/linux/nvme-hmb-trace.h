@@ -57,10 +57,11 @@ void nvme_hmb_trace_unregister(struct nvme_hmb_trace_client *client);
 
 /*
  * Rewrite the ring header for @generation (greater than the slice's) and
- * advertise it to the controller. Only while the controller does not
- * produce (FROZEN, or reset). Not from the callbacks. Returns -ENOLINK when
- * the header was rewritten but the controller refused the advert: the slice
- * is dead (never written again), and -ENODEV for every call after that.
+ * advertise it to the controller, asynchronously: no admin command waits
+ * under the caller's locks. Only while the controller does not produce
+ * (FROZEN, or reset). Not from the callbacks. If the controller refuses
+ * the advert the slice is dead (never written again): the client's reset()
+ * is called with @slice->dead set, and later calls return -ENODEV.
  */
 int nvme_hmb_trace_reinit(struct nvme_hmb_trace_slice *slice, u64 generation);
 
