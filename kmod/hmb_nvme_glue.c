@@ -99,6 +99,11 @@ static void hmb_nvme_reset(struct nvme_hmb_trace_slice *s)
 {
 	struct hmb_nvme *hn = s->client_priv;
 
+	if (s->dead) {
+		/* A re-init's advert was refused after the reset: no more records. */
+		hmb_trace_refused(hn->td);
+		return;
+	}
 	dev_info(s->dev, "nvme%d: controller reset, trace epoch frozen\n", s->instance);
 	hmb_trace_notify(hn->td);
 }

@@ -70,6 +70,11 @@ void hmb_trace_notify(struct hmb_trace_dev *td);
  */
 void hmb_trace_unregister(struct hmb_trace_dev *td);
 /*
+ * The device refused the slice (the advert of a re-initialised ring): never
+ * touched again, the reader sees it as removed. Process context.
+ */
+void hmb_trace_refused(struct hmb_trace_dev *td);
+/*
  * Before unregistering a slice the producer has frozen: let an open reader
  * drain it (at most @ms). May sleep.
  */

@@ -60,6 +60,12 @@ struct hmb_trace_dev {
 	struct mutex lock;
 	bool gone;			/* removed: slice must not be touched */
 	/*
+	 * The device refused the advert of a re-initialised ring: the slice is
+	 * dead (never touched again), the reader sees the device as removed
+	 * (hmb_trace_refused()).
+	 */
+	bool refused;
+	/*
 	 * The glue paused access to the slice (PCI error recovery, where a
 	 * BAR-backed slice reads as zeros or all-ones until the config space
 	 * is restored): ioctls, sysfs and faults wait, poll reports nothing.
@@ -148,7 +154,8 @@ static u32 hmb_trace_observe(struct hmb_trace_dev *td)
 /* Removed, or the glue says the device is gone (surprise removal, PCI error). */
 static bool hmb_trace_dead(struct hmb_trace_dev *td)
 {
-	return td->gone || (td->ops->lost && td->ops->lost(td->priv));
+	return td->gone || td->refused ||
+	       (td->ops->lost && td->ops->lost(td->priv));
 }
 
 /*
@@ -233,7 +240,7 @@ static int hmb_trace_open(struct inode *inode, struct file *file)
 	int ret = 0;
 
 	mutex_lock(&td->lock);
-	if (td->gone) {
+	if (td->gone || td->refused) {
 		ret = -ENODEV;
 	} else if (test_and_set_bit(HMB_TRACE_OPEN, &td->bits)) {
 		ret = -EBUSY;
@@ -696,7 +703,7 @@ static bool hmb_trace_caught_up(struct hmb_trace_dev *td)
  */
 void hmb_trace_drain(struct hmb_trace_dev *td, unsigned int ms)
 {
-	if (!test_bit(HMB_TRACE_OPEN, &td->bits))
+	if (!test_bit(HMB_TRACE_OPEN, &td->bits) || READ_ONCE(td->refused))
 		return;
 	hmb_trace_notify(td);
 	if (!wait_event_timeout(td->drain_wq, hmb_trace_caught_up(td),
@@ -704,20 +711,43 @@ void hmb_trace_drain(struct hmb_trace_dev *td, unsigned int ms)
 		dev_warn(&td->dev, "reader did not drain within %u ms of removal\n", ms);
 }
 
+/*
+ * The device refused the slice (its advert was not adopted): nothing of the
+ * core touches it again, and the reader is told as on removal (POLLHUP,
+ * -ENODEV, SIGBUS on the mapping) instead of waiting for records that never
+ * come. The glue keeps the device registered until the slice is freed.
+ */
+void hmb_trace_refused(struct hmb_trace_dev *td)
+{
+	mutex_lock(&td->lock);
+	td->refused = true;
+	mutex_unlock(&td->lock);
+	dev_warn(&td->dev, "the device refused the trace slice: reader detached\n");
+	unmap_mapping_range(td->inode->i_mapping, 0, 0, 1);
+	wake_up_poll(&td->wq, EPOLLHUP | EPOLLERR);
+}
+
 void hmb_trace_unregister(struct hmb_trace_dev *td)
 {
-	/* No new opens; sysfs readers are drained. */
-	cdev_device_del(&td->cdev, &td->dev);
-
+	/*
+	 * gone first, and every waiter woken: a sysfs show() or a fault waiting
+	 * out a pause that never ends (error recovery without .resume) returns
+	 * -ENODEV / SIGBUS instead of blocking cdev_device_del() below, which
+	 * waits for sysfs readers. Opens, ioctls and shows that come now see
+	 * gone under the lock.
+	 */
 	mutex_lock(&td->lock);
 	td->gone = true;
 	mutex_unlock(&td->lock);
+	/* All waiters: pollers and those waiting out a pause (killable). */
+	wake_up_poll(&td->wq, EPOLLHUP | EPOLLERR);
+
+	/* No new opens; sysfs readers are drained. */
+	cdev_device_del(&td->cdev, &td->dev);
 
 	/* Any page faulted in before gone was set goes now; later faults SIGBUS. */
 	unmap_mapping_range(td->inode->i_mapping, 0, 0, 1);
 	cancel_delayed_work_sync(&td->sample_work);
-	/* All waiters: pollers and those waiting out a pause (killable). */
-	wake_up_poll(&td->wq, EPOLLHUP | EPOLLERR);
 	dev_info(&td->dev, "removed%s\n",
 		 test_bit(HMB_TRACE_OPEN, &td->bits) ? " while open" : "");
 	put_device(&td->dev);

@@ -15,5 +15,7 @@ const fn ioc(dir: u32, nr: u8, size: usize) -> u32 {
 
 pub const HMB_TRACE_IOC_GET_INFO: u32 = ioc(IOC_READ, 0x01, core::mem::size_of::<hmb_trace_info>());
 pub const HMB_TRACE_IOC_PUBLISH_TAIL: u32 = ioc(IOC_WRITE, 0x02, core::mem::size_of::<u64>());
-pub const HMB_TRACE_IOC_REINIT: u32 = ioc(IOC_READ, 0x03, core::mem::size_of::<u64>());
+/// `_IOWR`: the module reads the argument (a bad pointer fails before anything
+/// changes) and writes the new epoch back.
+pub const HMB_TRACE_IOC_REINIT: u32 = ioc(IOC_READ | IOC_WRITE, 0x03, core::mem::size_of::<u64>());
 pub const HMB_TRACE_IOC_GET_STATS: u32 = ioc(IOC_READ, 0x04, core::mem::size_of::<hmb_trace_stats>());

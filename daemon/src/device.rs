@@ -49,7 +49,7 @@ pub trait TraceDevice {
 
 nix::ioctl_read_bad!(ioc_get_info, HMB_TRACE_IOC_GET_INFO, hmb_trace_info);
 nix::ioctl_write_ptr_bad!(ioc_publish_tail, HMB_TRACE_IOC_PUBLISH_TAIL, u64);
-nix::ioctl_read_bad!(ioc_reinit, HMB_TRACE_IOC_REINIT, u64);
+nix::ioctl_readwrite_bad!(ioc_reinit, HMB_TRACE_IOC_REINIT, u64);
 
 /// The kernel module's character device.
 pub struct CharDevice {

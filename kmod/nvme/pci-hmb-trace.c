@@ -31,6 +31,7 @@
 #include <linux/module.h>
 #include <linux/slab.h>
 #include <linux/vmalloc.h>
+#include <linux/workqueue.h>
 #include <uapi/linux/nvme_hmb_trace.h>
 
 #include "nvme.h"
@@ -40,6 +41,8 @@ static unsigned int hmb_trace_kb = SZ_16K;
 module_param(hmb_trace_kb, uint, 0444);
 MODULE_PARM_DESC(hmb_trace_kb,
 		 "HMB trace ring size in KiB for controllers that declare the trace contract (power of two, 0 = off)");
+
+static void nvme_hmb_trace_advert_work(struct work_struct *work);
 
 static u64 nvme_hmb_trace_ring_size(void)
 {
@@ -115,6 +118,7 @@ u64 nvme_hmb_trace_cache_size(struct nvme_hmb_trace *t, struct nvme_ctrl *ctrl,
 	if (!t->ctrl) {
 		mutex_init(&t->lock);
 		INIT_LIST_HEAD(&t->entry);
+		INIT_WORK(&t->advert_work, nvme_hmb_trace_advert_work);
 	}
 	t->ctrl = ctrl;
 	t->dmadev = dmadev;
@@ -180,6 +184,7 @@ static void nvme_hmb_trace_free_slice(struct nvme_hmb_trace *t)
 	t->nr_descs = 0;
 	t->hsize = 0;
 	t->dead = false;
+	t->slice.dead = false;
 	t->fresh = false;
 }
 
@@ -260,15 +265,17 @@ static int nvme_hmb_trace_build_descs(struct nvme_hmb_trace *t,
 }
 
 /*
- * Write a fresh ring header for @generation and zero the data area. The
- * controller must not be producing: the slice is not advertised yet, or
- * the controller froze the ring or was reset.
+ * Write a fresh ring header for @generation. The controller must not be
+ * producing: the slice is not advertised yet, or the controller froze the
+ * ring or was reset. The data area is not zeroed: a new slice comes zeroed
+ * from dma_alloc_coherent(), and after a re-init nothing at or beyond head
+ * is valid, so a REINIT writes 4 KiB, not up to 1 GiB, under its locks.
  */
 static void nvme_hmb_trace_init_ring(struct nvme_hmb_trace *t, u64 generation)
 {
 	struct hmb_ring_hdr *hdr = t->slice.vaddr;
 
-	memset(t->slice.vaddr, 0, HMB_RING_HDR_SIZE + t->slice.ring_size);
+	memset(hdr, 0, HMB_RING_HDR_SIZE);
 	hdr->magic = (__force __u32)cpu_to_le32(HMB_RING_MAGIC);
 	hdr->version_major = (__force __u16)cpu_to_le16(HMB_RING_VERSION_MAJOR);
 	hdr->version_minor = (__force __u16)cpu_to_le16(HMB_RING_VERSION_MINOR);
@@ -327,6 +334,7 @@ static int nvme_hmb_trace_advertise(struct nvme_hmb_trace *t,
 static void nvme_hmb_trace_kill(struct nvme_hmb_trace *t, int ret)
 {
 	t->dead = true;
+	t->slice.dead = true;
 	t->refused = true;
 	t->pending = 0;
 	dev_warn(t->ctrl->device,
@@ -471,46 +479,61 @@ void nvme_hmb_trace_unregister(struct nvme_hmb_trace_client *client)
 }
 EXPORT_SYMBOL_GPL(nvme_hmb_trace_unregister);
 
+/*
+ * The advert of a re-initialised ring, sent from a work item so that no
+ * admin command waits under the caller's locks (the trace core holds its
+ * device lock around REINIT). A refusal, or no memory for the advert, kills
+ * the slice and tells the client (reset callback with slice.dead set).
+ */
+static void nvme_hmb_trace_advert_work(struct work_struct *work)
+{
+	struct nvme_hmb_trace *t = container_of(work, struct nvme_hmb_trace,
+						advert_work);
+	struct hmb_advert *adv;
+	bool killed = false;
+	int ret = -ENOMEM;
+
+	adv = kzalloc(sizeof(*adv), GFP_KERNEL);
+	mutex_lock(&t->lock);
+	if (!t->pending || t->dead || !t->slice.vaddr)
+		goto out;
+	/* During a reset nvme_hmb_trace_start() or _flush() advertises it. */
+	if (nvme_ctrl_state(t->ctrl) != NVME_CTRL_LIVE || !*t->hmb_enabled)
+		goto out;
+	if (adv)
+		ret = nvme_hmb_trace_advertise(t, adv, t->pending);
+	if (!ret) {
+		t->pending = 0;
+	} else if (ret > 0 || ret == -ENOMEM) {
+		nvme_hmb_trace_kill(t, ret);
+		killed = true;
+	}
+	/* Else not sent (a reset began): the reset advertises it. */
+out:
+	mutex_unlock(&t->lock);
+	kfree(adv);
+	if (killed)
+		nvme_hmb_trace_notify_reset(t);
+}
+
 int nvme_hmb_trace_reinit(struct nvme_hmb_trace_slice *slice, u64 generation)
 {
 	struct nvme_hmb_trace *t = container_of(slice, struct nvme_hmb_trace,
 						slice);
-	struct hmb_advert *adv;
 	int ret = 0;
 
-	/* Allocated first: a failure here leaves the ring untouched. */
-	adv = kzalloc(sizeof(*adv), GFP_KERNEL);
-	if (!adv)
-		return -ENOMEM;
 	mutex_lock(&t->lock);
 	if (t->dead) {
 		ret = -ENODEV;
-		goto out;
-	}
-	if (generation <= max(slice->generation, t->pending)) {
+	} else if (generation <= max(slice->generation, t->pending)) {
 		ret = -EINVAL;
-		goto out;
-	}
-	/* The controller stopped with this epoch (FROZEN), so the slice is ours. */
-	nvme_hmb_trace_init_ring(t, generation);
-	t->pending = generation;
-	/* During a reset the advert waits for nvme_hmb_trace_start(). */
-	if (nvme_ctrl_state(t->ctrl) != NVME_CTRL_LIVE || !*t->hmb_enabled)
-		goto out;
-	ret = nvme_hmb_trace_advertise(t, adv, generation);
-	if (ret > 0) {
-		/* Refused by the controller: the slice is dead. */
-		nvme_hmb_trace_kill(t, ret);
-		ret = -EIO;
-	} else if (ret == 0) {
-		t->pending = 0;
 	} else {
-		/* Not sent (the controller is being reset): the reset retries. */
-		ret = 0;
+		/* The controller stopped with this epoch (FROZEN): the slice is ours. */
+		nvme_hmb_trace_init_ring(t, generation);
+		t->pending = generation;
+		schedule_work(&t->advert_work);
 	}
-out:
 	mutex_unlock(&t->lock);
-	kfree(adv);
 	return ret;
 }
 EXPORT_SYMBOL_GPL(nvme_hmb_trace_reinit);
@@ -540,6 +563,9 @@ void nvme_hmb_trace_flush(struct nvme_hmb_trace *t)
 	}
 	mutex_unlock(&t->lock);
 	kfree(adv);
+	/* The client is told of a refusal as of a reset, with slice.dead set. */
+	if (t->dead)
+		nvme_hmb_trace_notify_reset(t);
 }
 
 /*
@@ -580,6 +606,8 @@ void nvme_hmb_trace_start(struct nvme_hmb_trace *t)
 			t->pending = 0;
 		mutex_unlock(&t->lock);
 		kfree(adv);
+		if (t->dead)
+			nvme_hmb_trace_notify_reset(t);
 		return;
 	}
 	nvme_hmb_trace_mark_frozen(t);
@@ -598,5 +626,10 @@ void nvme_hmb_trace_release(struct nvme_hmb_trace *t)
 	if (!t->ctrl)
 		return;
 	nvme_hmb_trace_detach(t);
+	/*
+	 * After the client let go (a reader draining in its remove() may still
+	 * REINIT and queue an advert): no advert for a slice about to be freed.
+	 */
+	cancel_work_sync(&t->advert_work);
 	nvme_hmb_trace_free_slice(t);
 }

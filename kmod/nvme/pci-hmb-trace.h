@@ -13,6 +13,7 @@
 #include <linux/nvme.h>
 #include <linux/nvme-hmb-trace.h>
 #include <linux/types.h>
+#include <linux/workqueue.h>
 
 struct device;
 struct nvme_ctrl;
@@ -47,6 +48,7 @@ struct nvme_hmb_trace {
 	struct list_head entry;
 	struct mutex lock;	/* generation, pending, advertising */
 	u64 pending;		/* re-initialised, not advertised yet */
+	struct work_struct advert_work;	/* sends a re-init's advert */
 };
 
 u64 nvme_hmb_trace_cache_size(struct nvme_hmb_trace *t, struct nvme_ctrl *ctrl,

@@ -415,6 +415,47 @@ mod tests {
         assert_ne!(before[1].text, after[1].text, "an edit of the source changes patch 2");
     }
 
+    /// Every hook pci-hmb-trace.h declares is called from pci.c on every
+    /// kernel: a hook lost in a kernel bump would leave a slice that is
+    /// never advertised, or never freed.
+    #[test]
+    fn every_kernel_calls_every_hook() {
+        let root = workspace_root();
+        let header = std::fs::read_to_string(root.join("kmod/nvme/pci-hmb-trace.h")).unwrap();
+        let hooks: Vec<&str> = header
+            .lines()
+            // Prototypes start at column 0 (members and comments are indented).
+            .filter(|l| ["u64 ", "bool ", "void ", "int "].iter().any(|t| l.starts_with(t)))
+            .filter_map(|l| l.split_once('('))
+            .filter_map(|(head, _)| head.split_whitespace().last())
+            .map(|name| name.trim_start_matches('*'))
+            .filter(|name| name.starts_with("nvme_hmb_trace_"))
+            .collect();
+        assert!(hooks.len() >= 6, "the prototypes were not found: {hooks:?}");
+        let specs = kernels::load(&root.join("images/KERNELS")).unwrap();
+        for s in specs {
+            let diff = std::fs::read_to_string(root.join(format!("kmod/nvme/hooks/{}/0002.diff", s.name))).unwrap();
+            let pci = diff
+                .split("diff --git ")
+                .find(|f| f.starts_with("a/drivers/nvme/host/pci.c "))
+                .unwrap();
+            for h in &hooks {
+                let call = format!("{h}(&dev->hmb_trace");
+                assert!(
+                    pci.lines().any(|l| l.starts_with('+') && l.contains(&call)),
+                    "kernel {}: pci.c never calls {h}",
+                    s.name
+                );
+            }
+            assert!(
+                diff.lines()
+                    .any(|l| l.starts_with("+nvme-y") && l.contains("pci-hmb-trace.o")),
+                "kernel {}: pci-hmb-trace.o is not built",
+                s.name
+            );
+        }
+    }
+
     #[test]
     fn every_compat_line_applies() {
         let text = std::fs::read_to_string(workspace_root().join("kmod/nvme/pci-hmb-trace.c")).unwrap();

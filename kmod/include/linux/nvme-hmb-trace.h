@@ -28,6 +28,7 @@ struct nvme_hmb_trace_slice {
 	u64 ring_size;		/* data area bytes, a power of two */
 	u64 hmb_offset;		/* header page offset in the controller's HMB view */
 	u64 generation;		/* generation the controller was last given */
+	bool dead;		/* advert refused: never touch the slice again */
 	void *client_priv;	/* the client's own pointer */
 };
 
@@ -43,6 +44,8 @@ struct nvme_hmb_trace_client {
 	 * The controller was reset and got its HMB back (Memory Return): the
 	 * epoch it served is over and the driver marked the ring FROZEN. The
 	 * controller produces again only after nvme_hmb_trace_reinit().
+	 * With @slice->dead set the controller refused the slice (a re-init's
+	 * advert): stop touching it; remove() follows when the HMB goes.
 	 */
 	void (*reset)(struct nvme_hmb_trace_slice *slice);
 	/* The slice is about to be freed: stop touching it before returning. */
@@ -53,9 +56,12 @@ int nvme_hmb_trace_register(struct nvme_hmb_trace_client *client);
 void nvme_hmb_trace_unregister(struct nvme_hmb_trace_client *client);
 
 /*
- * Rewrite the ring header for @generation (greater than the slice's) with an
- * empty data area and advertise it to the controller. Only while the
- * controller does not produce (FROZEN, or reset). Not from the callbacks.
+ * Rewrite the ring header for @generation (greater than the slice's) and
+ * advertise it to the controller, asynchronously: no admin command waits
+ * under the caller's locks. Only while the controller does not produce
+ * (FROZEN, or reset). Not from the callbacks. If the controller refuses
+ * the advert the slice is dead (never written again): the client's reset()
+ * is called with @slice->dead set, and later calls return -ENODEV.
  */
 int nvme_hmb_trace_reinit(struct nvme_hmb_trace_slice *slice, u64 generation);
 

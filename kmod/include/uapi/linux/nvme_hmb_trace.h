@@ -181,7 +181,8 @@ struct hmb_trace_stats {
 
 #define HMB_TRACE_IOC_GET_INFO	_IOR(HMB_TRACE_IOC_MAGIC, 0x01, struct hmb_trace_info)
 #define HMB_TRACE_IOC_PUBLISH_TAIL _IOW(HMB_TRACE_IOC_MAGIC, 0x02, __u64)
-#define HMB_TRACE_IOC_REINIT	_IOR(HMB_TRACE_IOC_MAGIC, 0x03, __u64)
+/* REINIT reads its argument (checked before anything changes) and writes the new epoch. */
+#define HMB_TRACE_IOC_REINIT	_IOWR(HMB_TRACE_IOC_MAGIC, 0x03, __u64)
 #define HMB_TRACE_IOC_GET_STATS	_IOR(HMB_TRACE_IOC_MAGIC, 0x04, struct hmb_trace_stats)
 
 #endif /* _UAPI_LINUX_NVME_HMB_TRACE_H */
