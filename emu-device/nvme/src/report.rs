@@ -11,6 +11,8 @@ pub struct Counters {
     pub reads: u64,
     pub writes: u64,
     pub flushes: u64,
+    /// Dataset Management commands with Deallocate that succeeded.
+    pub deallocations: u64,
     pub bytes_read: u64,
     pub bytes_written: u64,
     /// Completions with a status other than success.
