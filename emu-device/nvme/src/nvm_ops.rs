@@ -14,8 +14,8 @@ use crate::{Controller, Status};
 const DSM_RANGE_BYTES: usize = 16;
 /// Dataset Management CDW11 bit 2: Attribute - Deallocate.
 const DSM_AD: u32 = 1 << 2;
-/// Zeroes are written in pieces of this size so a large Write Zeroes needs little memory.
-const ZERO_CHUNK: u64 = 1 << 20;
+/// Verify reads in pieces of this size so a large range needs little memory.
+const VERIFY_CHUNK: u64 = 1 << 20;
 
 impl Controller {
     /// SLBA (CDW10/11) and NLB (CDW12 bits 15:0, 0-based) as a checked byte range.
@@ -35,17 +35,10 @@ impl Controller {
 
     /// Store zeroes over [off, off+len).
     fn zero_range(&mut self, off: u64, len: u64) -> Result<(), Status> {
-        let mut at = 0;
-        let zeroes = vec![0u8; len.min(ZERO_CHUNK) as usize];
-        while at < len {
-            let n = (len - at).min(ZERO_CHUNK);
-            self.ns.write(off + at, &zeroes[..n as usize]).map_err(|e| {
-                log::warn!("nvme: zeroing the backing store: {e}");
-                Status::INTERNAL_ERROR
-            })?;
-            at += n;
-        }
-        Ok(())
+        self.ns.zero(off, len).map_err(|e| {
+            log::warn!("nvme: zeroing the backing store: {e}");
+            Status::INTERNAL_ERROR
+        })
     }
 
     pub(crate) fn write_zeroes(&mut self, sqe: &Sqe) -> Outcome {
@@ -126,7 +119,7 @@ impl Controller {
         let mut at = 0;
         let mut r = Ok(());
         while at < len && r.is_ok() {
-            let n = (len - at).min(ZERO_CHUNK);
+            let n = (len - at).min(VERIFY_CHUNK);
             buf.resize(n as usize, 0);
             r = self.ns.read(off + at, &mut buf);
             at += n;

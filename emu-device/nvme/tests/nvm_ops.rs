@@ -154,3 +154,35 @@ fn unknown_io_opcode_with_psdt_is_invalid_opcode() {
         Status::INVALID_OPCODE
     );
 }
+
+#[test]
+fn a_namespace_above_4_gib_on_a_sparse_file() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ns.img");
+    let bytes: u64 = (4 << 30) + (1 << 20);
+    let cfg = ControllerConfig {
+        backing: hmb_nvme::Backing::SparseFile(path.clone()),
+        namespace_bytes: bytes,
+        ..Default::default()
+    };
+    let mut h = ready_host(cfg);
+    let buf = h.alloc(4096);
+    assert!(h.admin(Command::identify(0, 1, buf)).ok());
+    let nsze = u64::from_le_bytes(h.guest_read(buf, 8).try_into().unwrap());
+    assert_eq!(nsze, bytes / 512);
+    // The last blocks, past the 32-bit byte offset boundary.
+    let last = nsze - 8;
+    let data = pattern(8 * 512, 11);
+    assert!(h.write_lbas(1, last, &data, 9).ok());
+    assert_eq!(h.read_lbas(1, last, 8, 9).1, data);
+    assert_eq!(st(&mut h, range(Command::new(0x08), last, 9)), Status::LBA_OUT_OF_RANGE);
+    // Zeroing 32 MiB of unwritten space allocates nothing: the file stays sparse.
+    assert_eq!(st(&mut h, range(Command::new(0x08), 0, 65536)), Status::SUCCESS);
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(meta.len(), bytes);
+    assert!(meta.blocks() * 512 < 1 << 20, "{} bytes allocated", meta.blocks() * 512);
+    // Deallocating the written blocks reads them back as zeroes.
+    assert_eq!(dsm(&mut h, &[(8, last)], 1 << 2), Status::SUCCESS);
+    assert!(h.read_lbas(1, last, 8, 9).1.iter().all(|&b| b == 0));
+}
