@@ -106,6 +106,8 @@ pub struct Controller {
     pub(crate) fatal_reason: Option<String>,
     /// Telemetry Host-Initiated log (07h): kept across resets, replaced only by a create.
     pub(crate) host_telemetry: crate::admin::HostTelemetry,
+    /// Error Information log (01h), kept across resets.
+    pub(crate) error_log: crate::admin::ErrorLog,
     /// Bounce buffer of the data path (reused: no allocation per command).
     pub(crate) scratch: Vec<u8>,
 }
@@ -167,6 +169,7 @@ impl Controller {
             counters: Counters::default(),
             fatal_reason: None,
             host_telemetry: Default::default(),
+            error_log: Default::default(),
             scratch: Vec::new(),
             cfg,
         })

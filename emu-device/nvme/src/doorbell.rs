@@ -57,6 +57,13 @@ impl Controller {
     /// write value" (info 1), log page 01h.
     fn invalid_doorbell(&mut self, info: u32) {
         self.counters.invalid_doorbells += 1;
+        self.error_log.record(&crate::admin::ErrorRecord {
+            sqid: crate::admin::NOT_A_COMMAND,
+            cid: crate::admin::NOT_A_COMMAND,
+            status: Status::SUCCESS,
+            lba: 0,
+            nsid: 0,
+        });
         self.queue_event(info << 8 | 0x01 << 16);
     }
 
@@ -151,6 +158,9 @@ impl Controller {
                 self.io(qid, &sqe, t0)
             };
             if let Outcome::Complete(status, dw0, media_end) = outcome {
+                if !status.is_success() {
+                    self.record_error(qid, &sqe, status);
+                }
                 self.post(cqid, qid, sqe.cid(), sqe.opcode(), status, dw0, t0, media_end);
                 if self.cqs[usize::from(cqid)].as_ref().is_some_and(|c| c.ien) {
                     to_raise = Some(cqid);
@@ -165,6 +175,28 @@ impl Controller {
         if let Some(cqid) = to_raise {
             self.raise(cqid);
         }
+    }
+
+    /// An error log entry for a command that failed: the LBA is its SLBA for the NVM
+    /// commands that carry one (Read, Write, Compare, Write Zeroes, Verify), else 0.
+    fn record_error(&mut self, qid: u16, sqe: &Sqe, status: Status) {
+        use crate::io::{OPC_COMPARE, OPC_READ, OPC_VERIFY, OPC_WRITE, OPC_WRITE_ZEROES};
+        let has_lba = qid != 0
+            && matches!(
+                sqe.opcode(),
+                OPC_READ | OPC_WRITE | OPC_COMPARE | OPC_WRITE_ZEROES | OPC_VERIFY
+            );
+        self.error_log.record(&crate::admin::ErrorRecord {
+            sqid: qid,
+            cid: sqe.cid(),
+            status,
+            lba: if has_lba {
+                u64::from(sqe.cdw(10)) | u64::from(sqe.cdw(11)) << 32
+            } else {
+                0
+            },
+            nsid: sqe.nsid(),
+        });
     }
 
     /// A vendor-specific (C0h..FFh) Set or Get Features: the advert a declaring controller

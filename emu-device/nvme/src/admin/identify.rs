@@ -133,7 +133,7 @@ impl Controller {
             // LPA: extended data for Get Log Page (NUMDU, offsets); bit 3, Telemetry
             // Host-Initiated, when the vendor has telemetry data.
             .u8(261, 1 << 2 | u8::from(self.vendor.has_telemetry()) << 3)
-            .u8(262, 0) // ELPE: one error log entry
+            .u8(262, (crate::admin::error_log::ENTRIES - 1) as u8) // ELPE
             .u8(263, 0) // NPSS: one power state
             .u16(266, WCTEMP)
             .u16(268, CCTEMP)
