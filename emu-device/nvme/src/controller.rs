@@ -97,6 +97,8 @@ pub struct Controller {
     pub(crate) feat: Features,
     pub(crate) hmb: Option<HostMemoryBuffer>,
     pub(crate) hmb_attrs: HmbAttributes,
+    /// Set Features 0Dh DW11 bits EHM and MR of the enabled buffer (Get Features DW0).
+    pub(crate) hmb_bits: u32,
     /// The descriptor list of the last enabled HMB, for MR=1 (memory return).
     pub(crate) retained_hmb: Option<Vec<HmbDescriptor>>,
     pub(crate) hmb_report: HmbReport,
@@ -163,6 +165,7 @@ impl Controller {
             feat: Features::default(),
             hmb: None,
             hmb_attrs: HmbAttributes::default(),
+            hmb_bits: 0,
             retained_hmb: None,
             hmb_report,
             audit: HmbAudit::default(),

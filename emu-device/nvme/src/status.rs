@@ -56,6 +56,7 @@ impl Status {
     pub const INVALID_LOG_PAGE: Status = specific(0x09);
     pub const INVALID_QUEUE_DELETION: Status = specific(0x0C);
     pub const FEATURE_NOT_SAVEABLE: Status = specific(0x0D);
+    pub const FEATURE_NOT_NAMESPACE_SPECIFIC: Status = specific(0x0F);
 
     pub fn is_success(self) -> bool {
         self.sct == 0 && self.sc == 0

@@ -87,6 +87,9 @@ fn identify_namespace_list_and_descriptors() {
 #[case::log_smart_bad_ns(Command::new(0x02).nsid(7).prp1(0x20000).cdw(10, 2 | 127 << 16), Status::INVALID_FIELD)]
 #[case::log_smart_ns1_lpa0(Command::new(0x02).nsid(1).prp1(0x20000).cdw(10, 2 | 127 << 16), Status::INVALID_FIELD)]
 #[case::unknown_opcode_with_psdt(Command::new(0x7e).cdw(0, 0x7e | 1 << 14), Status::INVALID_OPCODE)]
+#[case::feature_not_ns_specific(Command::set_features(0x01, 0).nsid(1), Status::FEATURE_NOT_NAMESPACE_SPECIFIC)]
+#[case::get_feature_not_ns_specific(Command::get_features(0x0B).nsid(1), Status::FEATURE_NOT_NAMESPACE_SPECIFIC)]
+#[case::feature_no_such_ns(Command::get_features(0x01).nsid(2), Status::INVALID_NAMESPACE)]
 #[case::identify_buffer_unmapped(Command::identify(1, 0, 0x7000_0000), Status::DATA_TRANSFER_ERROR)]
 #[case::identify_prp_unaligned(Command::identify(1, 0, 0x20002), Status::INVALID_PRP_OFFSET)]
 fn bad_admin_commands_get_the_right_status(#[case] cmd: Command, #[case] want: Status) {
@@ -326,6 +329,18 @@ fn error_log_records_failed_commands_and_smart_counts_them() {
     // Identify ELPE: 16 entries.
     assert!(h.admin(Command::identify(1, 0, buf)).ok());
     assert_eq!(h.guest_read(buf, 4096)[262], 15);
+}
+
+#[test]
+fn features_accept_the_controller_nsids_and_error_recovery_its_namespace() {
+    let mut h = ready_host(ControllerConfig::default());
+    assert!(h.admin(Command::set_features(0x01, 3).nsid(0xFFFF_FFFF)).ok());
+    assert_eq!(h.admin(Command::get_features(0x01)).dw0, 3);
+    assert!(
+        h.admin(Command::set_features(0x05, 7).nsid(1)).ok(),
+        "05h is namespace specific"
+    );
+    assert_eq!(h.admin(Command::get_features(0x05).nsid(1)).dw0, 7);
 }
 
 #[test]
