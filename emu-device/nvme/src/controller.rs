@@ -99,6 +99,10 @@ pub struct Controller {
     pub(crate) hmb_attrs: HmbAttributes,
     /// Set Features 0Dh DW11 bits EHM and MR of the enabled buffer (Get Features DW0).
     pub(crate) hmb_bits: u32,
+    /// PCI Bus Master Enable: while false the controller makes no memory access (no SQE
+    /// fetch, no data, no CQE, no MSI-X). Starts true: a model without a transport (the
+    /// FakeHost) has no config space; the transport reports every command-register write.
+    pub(crate) bus_master: bool,
     /// The descriptor list of the last enabled HMB, for MR=1 (memory return).
     pub(crate) retained_hmb: Option<Vec<HmbDescriptor>>,
     pub(crate) hmb_report: HmbReport,
@@ -166,6 +170,7 @@ impl Controller {
             hmb: None,
             hmb_attrs: HmbAttributes::default(),
             hmb_bits: 0,
+            bus_master: true,
             retained_hmb: None,
             hmb_report,
             audit: HmbAudit::default(),
@@ -262,6 +267,7 @@ impl Controller {
             fatal: self.csts & CSTS_CFS != 0,
             shutdown_status: ((self.csts >> 2) & 3) as u8,
             fatal_reason: self.fatal_reason.clone(),
+            bus_master: self.bus_master,
             io_queues_allocated: self.io_queues_allocated(),
             queues,
             aer_outstanding: self.aers.len(),

@@ -76,6 +76,9 @@ impl Controller {
 
     /// Complete outstanding AERs with pending events whose type is not masked.
     pub(crate) fn deliver_events(&mut self) {
+        if !self.bus_master {
+            return;
+        }
         while !self.aers.is_empty() {
             let Some(cq) = self.cqs[0].as_ref() else { return };
             if cq.is_full() {
@@ -100,6 +103,17 @@ impl Controller {
     pub(crate) fn process_sq(&mut self, qid: u16) {
         let q = usize::from(qid);
         let mut to_raise: Option<u16> = None;
+        if !self.bus_master {
+            // The tail is recorded; the work waits for BME = 1 (set_bus_master).
+            if self
+                .sqs
+                .get(q)
+                .is_some_and(|s| s.as_ref().is_some_and(|s| !s.is_empty()))
+            {
+                self.counters.bus_master_stalls += 1;
+            }
+            return;
+        }
         loop {
             if !self.running() {
                 break;
@@ -174,6 +188,21 @@ impl Controller {
         }
         if let Some(cqid) = to_raise {
             self.raise(cqid);
+        }
+    }
+
+    /// PCI Bus Master Enable changed (the transport saw a command-register write). Off: no
+    /// memory access at all until it is on again; on: the SQs that got doorbells meanwhile
+    /// are processed and pending async events delivered, as if their doorbells came now.
+    pub fn set_bus_master(&mut self, on: bool) {
+        let was = std::mem::replace(&mut self.bus_master, on);
+        if on && !was {
+            for q in 0..self.sqs.len() {
+                if self.sqs[q].as_ref().is_some_and(|s| !s.is_empty()) {
+                    self.process_sq(q as u16);
+                }
+            }
+            self.deliver_events();
         }
     }
 
