@@ -103,6 +103,8 @@ pub struct Controller {
     /// fetch, no data, no CQE, no MSI-X). Starts true: a model without a transport (the
     /// FakeHost) has no config space; the transport reports every command-register write.
     pub(crate) bus_master: bool,
+    /// Controller clock at the last controller reset (Timestamp origin 000b counts from it).
+    pub(crate) reset_ns: u64,
     /// The descriptor list of the last enabled HMB, for MR=1 (memory return).
     pub(crate) retained_hmb: Option<Vec<HmbDescriptor>>,
     pub(crate) hmb_report: HmbReport,
@@ -171,6 +173,7 @@ impl Controller {
             hmb_attrs: HmbAttributes::default(),
             hmb_bits: 0,
             bus_master: true,
+            reset_ns: 0,
             retained_hmb: None,
             hmb_report,
             audit: HmbAudit::default(),

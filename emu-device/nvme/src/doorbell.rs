@@ -68,10 +68,16 @@ impl Controller {
     }
 
     pub(crate) fn queue_event(&mut self, dw0: u32) {
+        self.pend_event(dw0);
+        self.deliver_events();
+    }
+
+    /// Note an event without delivering it: for an admin command's own work, whose CQE
+    /// must go out first (process_sq delivers after it).
+    pub(crate) fn pend_event(&mut self, dw0: u32) {
         if !self.events.contains(&dw0) && self.events.len() < 16 {
             self.events.push_back(dw0);
         }
-        self.deliver_events();
     }
 
     /// Complete outstanding AERs with pending events whose type is not masked.

@@ -76,6 +76,7 @@ impl Controller {
         self.feat = Features::default();
         self.csts = 0;
         self.counters.resets += 1;
+        self.reset_ns = self.now_ns();
         if full {
             self.cc = 0;
             self.aqa = 0;

@@ -361,3 +361,46 @@ fn changed_namespace_list_is_4096_zero_bytes() {
     let c = h.admin(Command::new(0x02).prp1(buf).cdw(10, 4 | 1 << 16).cdw(12, 4096));
     assert_eq!(c.status, Status::INVALID_FIELD);
 }
+
+#[test]
+fn a_crossed_temperature_threshold_warns_and_raises_a_smart_event() {
+    let mut h = ready_host(ControllerConfig::default());
+    let log = h.alloc(4096);
+    let smart = |h: &mut FakeHost| {
+        assert!(h.admin(Command::new(0x02).prp1(log).cdw(10, 2 | 127 << 16)).ok());
+        h.guest_read(log, 1)[0]
+    };
+    assert_eq!(smart(&mut h), 0, "313 K is below the default 343 K");
+    // AEC bit 1: SMART temperature events wanted; one AER outstanding.
+    assert!(h.admin(Command::set_features(0x0B, 1 << 1)).ok());
+    let aer = h.push(0, Command::new(0x0C));
+    h.ring(0);
+    assert!(h.reap(0).is_none());
+    assert!(h.admin(Command::set_features(0x04, 300)).ok(), "over threshold 300 K");
+    let c = h.reap(0).expect("SMART event");
+    assert_eq!((c.cid, c.dw0), (aer, 1 | 0x01 << 8 | 0x02 << 16));
+    assert_eq!(smart(&mut h) & 1 << 1, 1 << 1, "critical warning: temperature");
+    assert!(h.admin(Command::set_features(0x04, 343)).ok());
+    assert_eq!(smart(&mut h), 0, "back under the threshold");
+    // An under threshold above the temperature counts too.
+    assert!(h.admin(Command::set_features(0x04, 320 | 1 << 20)).ok());
+    assert_eq!(smart(&mut h) & 1 << 1, 1 << 1);
+}
+
+#[test]
+fn timestamp_origin_0_counts_from_the_last_reset() {
+    let mut h = ready_host(ControllerConfig::default());
+    let ts = h.alloc(4096);
+    let read = |h: &mut FakeHost| {
+        assert!(h.admin(Command::get_features(0x0E).prp1(ts)).ok());
+        let b = h.guest_read(ts, 8);
+        assert_eq!(b[6] & 0b1110, 0, "origin 000b");
+        u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], 0, 0])
+    };
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(read(&mut h) >= 1500);
+    h.disable();
+    assert_eq!(h.enable(32) & 1, 1);
+    h.forget_queues();
+    assert!(read(&mut h) < 1500, "counted from the reset, not from creation");
+}

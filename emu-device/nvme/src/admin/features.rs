@@ -61,6 +61,13 @@ impl Controller {
         Ok(())
     }
 
+    /// The composite temperature is at or above the over threshold, or at or below a
+    /// non-zero under threshold (NVMe 1.4 SMART critical warning bit 1).
+    pub(crate) fn temperature_exceeded(&self) -> bool {
+        use super::identify::TEMPERATURE;
+        TEMPERATURE >= self.feat.temp_over || (self.feat.temp_under != 0 && TEMPERATURE <= self.feat.temp_under)
+    }
+
     pub(crate) fn set_features(&mut self, sqe: &Sqe) -> Outcome {
         let fid = sqe.cdw(10) as u8;
         let save = sqe.cdw(10) & (1 << 31) != 0;
@@ -92,6 +99,12 @@ impl Controller {
                     (0, 0) => self.feat.temp_over = v as u16,
                     (0, 1) => self.feat.temp_under = v as u16,
                     _ => return Outcome::status(Status::INVALID_FIELD),
+                }
+                // A threshold the composite temperature now crosses: SMART critical warning
+                // bit 1 (smart_log) and, if AEC bit 1 asks for it, a SMART/health event
+                // "temperature threshold" (info 01h, log 02h), as QEMU raises it.
+                if self.temperature_exceeded() && self.feat.async_event_config & (1 << 1) != 0 {
+                    self.pend_event(1 | 0x01 << 8 | 0x02 << 16);
                 }
                 ok(0)
             }
@@ -219,7 +232,8 @@ impl Controller {
                     d[0..6].copy_from_slice(&now.to_le_bytes()[0..6]);
                     d[6] = 1 << 1; // Timestamp Origin 001b: set by the host; Synch 0
                 } else {
-                    let ms = self.now_ns() / 1_000_000;
+                    // Origin 000b: time since the last controller reset.
+                    let ms = self.now_ns().saturating_sub(self.reset_ns) / 1_000_000;
                     d[0..6].copy_from_slice(&ms.to_le_bytes()[0..6]);
                 }
                 done(self.host_data_out(sqe, &d))

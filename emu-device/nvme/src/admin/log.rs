@@ -83,6 +83,7 @@ impl Controller {
     fn smart_log(&self) -> Vec<u8> {
         let c = &self.counters;
         let mut l = vec![0u8; 512];
+        l[0] = u8::from(self.temperature_exceeded()) << 1; // critical warning: temperature
         l[1..3].copy_from_slice(&TEMPERATURE.to_le_bytes());
         l[3] = 100; // available spare
         l[4] = 10; // available spare threshold
