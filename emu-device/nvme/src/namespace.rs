@@ -71,15 +71,22 @@ impl Namespace {
         }
     }
 
-    /// Store zeroes over [off, off+len) (the caller checked the range). A file backing
-    /// keeps its holes: a chunk that already reads as zeroes (never written, or a hole) is
+    /// Store zeroes over [off, off+len) (the caller checked the range). Memory stays
+    /// unallocated and a file backing keeps its holes: a chunk that already reads as zeroes (never written, or a hole) is
     /// not rewritten, so deallocating or zeroing unwritten space of a large sparse
     /// namespace allocates no disk.
     pub fn zero(&mut self, off: u64, len: u64) -> std::io::Result<()> {
         const CHUNK: u64 = 1 << 20;
         match &mut self.store {
             Store::Memory(v) => {
-                v[off as usize..(off + len) as usize].fill(0);
+                // Only pieces holding data are written: reading an untouched calloc page
+                // maps the shared zero page, writing it would make it resident (fstrim or
+                // mkfs discard of a large memory namespace).
+                for piece in v[off as usize..(off + len) as usize].chunks_mut(CHUNK as usize) {
+                    if piece.iter().any(|&b| b != 0) {
+                        piece.fill(0);
+                    }
+                }
                 Ok(())
             }
             Store::File(f) => {
