@@ -97,6 +97,14 @@ pub struct Controller {
     pub(crate) feat: Features,
     pub(crate) hmb: Option<HostMemoryBuffer>,
     pub(crate) hmb_attrs: HmbAttributes,
+    /// Set Features 0Dh DW11 bits EHM and MR of the enabled buffer (Get Features DW0).
+    pub(crate) hmb_bits: u32,
+    /// PCI Bus Master Enable: while false the controller makes no memory access (no SQE
+    /// fetch, no data, no CQE, no MSI-X). Starts true: a model without a transport (the
+    /// FakeHost) has no config space; the transport reports every command-register write.
+    pub(crate) bus_master: bool,
+    /// Controller clock at the last controller reset (Timestamp origin 000b counts from it).
+    pub(crate) reset_ns: u64,
     /// The descriptor list of the last enabled HMB, for MR=1 (memory return).
     pub(crate) retained_hmb: Option<Vec<HmbDescriptor>>,
     pub(crate) hmb_report: HmbReport,
@@ -106,6 +114,8 @@ pub struct Controller {
     pub(crate) fatal_reason: Option<String>,
     /// Telemetry Host-Initiated log (07h): kept across resets, replaced only by a create.
     pub(crate) host_telemetry: crate::admin::HostTelemetry,
+    /// Error Information log (01h), kept across resets.
+    pub(crate) error_log: crate::admin::ErrorLog,
     /// Bounce buffer of the data path (reused: no allocation per command).
     pub(crate) scratch: Vec<u8>,
 }
@@ -161,12 +171,16 @@ impl Controller {
             feat: Features::default(),
             hmb: None,
             hmb_attrs: HmbAttributes::default(),
+            hmb_bits: 0,
+            bus_master: true,
+            reset_ns: 0,
             retained_hmb: None,
             hmb_report,
             audit: HmbAudit::default(),
             counters: Counters::default(),
             fatal_reason: None,
             host_telemetry: Default::default(),
+            error_log: Default::default(),
             scratch: Vec::new(),
             cfg,
         })
@@ -256,6 +270,7 @@ impl Controller {
             fatal: self.csts & CSTS_CFS != 0,
             shutdown_status: ((self.csts >> 2) & 3) as u8,
             fatal_reason: self.fatal_reason.clone(),
+            bus_master: self.bus_master,
             io_queues_allocated: self.io_queues_allocated(),
             queues,
             aer_outstanding: self.aers.len(),

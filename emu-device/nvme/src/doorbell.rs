@@ -57,18 +57,34 @@ impl Controller {
     /// write value" (info 1), log page 01h.
     fn invalid_doorbell(&mut self, info: u32) {
         self.counters.invalid_doorbells += 1;
+        self.error_log.record(&crate::admin::ErrorRecord {
+            sqid: crate::admin::NOT_A_COMMAND,
+            cid: crate::admin::NOT_A_COMMAND,
+            status: Status::SUCCESS,
+            lba: 0,
+            nsid: 0,
+        });
         self.queue_event(info << 8 | 0x01 << 16);
     }
 
     pub(crate) fn queue_event(&mut self, dw0: u32) {
+        self.pend_event(dw0);
+        self.deliver_events();
+    }
+
+    /// Note an event without delivering it: for an admin command's own work, whose CQE
+    /// must go out first (process_sq delivers after it).
+    pub(crate) fn pend_event(&mut self, dw0: u32) {
         if !self.events.contains(&dw0) && self.events.len() < 16 {
             self.events.push_back(dw0);
         }
-        self.deliver_events();
     }
 
     /// Complete outstanding AERs with pending events whose type is not masked.
     pub(crate) fn deliver_events(&mut self) {
+        if !self.bus_master {
+            return;
+        }
         while !self.aers.is_empty() {
             let Some(cq) = self.cqs[0].as_ref() else { return };
             if cq.is_full() {
@@ -93,6 +109,17 @@ impl Controller {
     pub(crate) fn process_sq(&mut self, qid: u16) {
         let q = usize::from(qid);
         let mut to_raise: Option<u16> = None;
+        if !self.bus_master {
+            // The tail is recorded; the work waits for BME = 1 (set_bus_master).
+            if self
+                .sqs
+                .get(q)
+                .is_some_and(|s| s.as_ref().is_some_and(|s| !s.is_empty()))
+            {
+                self.counters.bus_master_stalls += 1;
+            }
+            return;
+        }
         loop {
             if !self.running() {
                 break;
@@ -151,6 +178,9 @@ impl Controller {
                 self.io(qid, &sqe, t0)
             };
             if let Outcome::Complete(status, dw0, media_end) = outcome {
+                if !status.is_success() {
+                    self.record_error(qid, &sqe, status);
+                }
                 self.post(cqid, qid, sqe.cid(), sqe.opcode(), status, dw0, t0, media_end);
                 if self.cqs[usize::from(cqid)].as_ref().is_some_and(|c| c.ien) {
                     to_raise = Some(cqid);
@@ -165,6 +195,43 @@ impl Controller {
         if let Some(cqid) = to_raise {
             self.raise(cqid);
         }
+    }
+
+    /// PCI Bus Master Enable changed (the transport saw a command-register write). Off: no
+    /// memory access at all until it is on again; on: the SQs that got doorbells meanwhile
+    /// are processed and pending async events delivered, as if their doorbells came now.
+    pub fn set_bus_master(&mut self, on: bool) {
+        let was = std::mem::replace(&mut self.bus_master, on);
+        if on && !was {
+            for q in 0..self.sqs.len() {
+                if self.sqs[q].as_ref().is_some_and(|s| !s.is_empty()) {
+                    self.process_sq(q as u16);
+                }
+            }
+            self.deliver_events();
+        }
+    }
+
+    /// An error log entry for a command that failed: the LBA is its SLBA for the NVM
+    /// commands that carry one (Read, Write, Compare, Write Zeroes, Verify), else 0.
+    fn record_error(&mut self, qid: u16, sqe: &Sqe, status: Status) {
+        use crate::io::{OPC_COMPARE, OPC_READ, OPC_VERIFY, OPC_WRITE, OPC_WRITE_ZEROES};
+        let has_lba = qid != 0
+            && matches!(
+                sqe.opcode(),
+                OPC_READ | OPC_WRITE | OPC_COMPARE | OPC_WRITE_ZEROES | OPC_VERIFY
+            );
+        self.error_log.record(&crate::admin::ErrorRecord {
+            sqid: qid,
+            cid: sqe.cid(),
+            status,
+            lba: if has_lba {
+                u64::from(sqe.cdw(10)) | u64::from(sqe.cdw(11)) << 32
+            } else {
+                0
+            },
+            nsid: sqe.nsid(),
+        });
     }
 
     /// A vendor-specific (C0h..FFh) Set or Get Features: the advert a declaring controller

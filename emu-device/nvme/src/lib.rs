@@ -24,6 +24,7 @@ mod io;
 mod lifecycle;
 mod media;
 mod namespace;
+mod nvm_ops;
 mod observer;
 mod prp;
 mod queue;

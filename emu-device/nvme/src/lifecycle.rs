@@ -76,6 +76,7 @@ impl Controller {
         self.feat = Features::default();
         self.csts = 0;
         self.counters.resets += 1;
+        self.reset_ns = self.now_ns();
         if full {
             self.cc = 0;
             self.aqa = 0;
@@ -135,6 +136,9 @@ impl Controller {
             self.retained_hmb = Some(h.descriptors().to_vec());
             self.hmb_report.disables += 1;
         }
+        // Get Features 0Dh reports the enabled buffer only: EHM = 0 or a reset clears it.
+        self.hmb_attrs = Default::default();
+        self.hmb_bits = 0;
     }
 
     pub(crate) fn running(&self) -> bool {

@@ -71,6 +71,41 @@ impl Namespace {
         }
     }
 
+    /// Store zeroes over [off, off+len) (the caller checked the range). Memory stays
+    /// unallocated and a file backing keeps its holes: a chunk that already reads as zeroes (never written, or a hole) is
+    /// not rewritten, so deallocating or zeroing unwritten space of a large sparse
+    /// namespace allocates no disk.
+    pub fn zero(&mut self, off: u64, len: u64) -> std::io::Result<()> {
+        const CHUNK: u64 = 1 << 20;
+        match &mut self.store {
+            Store::Memory(v) => {
+                // Only pieces holding data are written: reading an untouched calloc page
+                // maps the shared zero page, writing it would make it resident (fstrim or
+                // mkfs discard of a large memory namespace).
+                for piece in v[off as usize..(off + len) as usize].chunks_mut(CHUNK as usize) {
+                    if piece.iter().any(|&b| b != 0) {
+                        piece.fill(0);
+                    }
+                }
+                Ok(())
+            }
+            Store::File(f) => {
+                let mut buf = vec![0u8; len.min(CHUNK) as usize];
+                let mut at = 0;
+                while at < len {
+                    let n = (len - at).min(CHUNK) as usize;
+                    f.read_exact_at(&mut buf[..n], off + at)?;
+                    if buf[..n].iter().any(|&b| b != 0) {
+                        buf[..n].fill(0);
+                        f.write_all_at(&buf[..n], off + at)?;
+                    }
+                    at += n as u64;
+                }
+                Ok(())
+            }
+        }
+    }
+
     pub fn flush(&self) -> std::io::Result<()> {
         match &self.store {
             Store::Memory(_) => Ok(()),

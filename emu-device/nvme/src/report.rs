@@ -11,6 +11,10 @@ pub struct Counters {
     pub reads: u64,
     pub writes: u64,
     pub flushes: u64,
+    /// Doorbell writes whose work waited because Bus Master Enable was 0.
+    pub bus_master_stalls: u64,
+    /// Dataset Management commands with Deallocate that succeeded.
+    pub deallocations: u64,
     pub bytes_read: u64,
     pub bytes_written: u64,
     /// Completions with a status other than success.
@@ -84,6 +88,8 @@ pub struct ControllerReport {
     pub shutdown_status: u8,
     /// Why the last CC.EN 0->1 or the last queue access failed (CSTS.CFS), if it did.
     pub fatal_reason: Option<String>,
+    /// PCI command register Bus Master Enable as the transport last reported it.
+    pub bus_master: bool,
     pub io_queues_allocated: u16,
     pub queues: Vec<QueueReport>,
     pub aer_outstanding: usize,

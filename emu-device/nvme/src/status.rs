@@ -21,6 +21,10 @@ const fn specific(sc: u8) -> Status {
     Status { sct: 1, sc, dnr: true }
 }
 
+const fn media(sc: u8) -> Status {
+    Status { sct: 2, sc, dnr: true }
+}
+
 impl Status {
     pub const SUCCESS: Status = Status {
         sct: 0,
@@ -41,6 +45,9 @@ impl Status {
     pub const COMMAND_SEQUENCE_ERROR: Status = generic(0x0C);
     pub const INVALID_PRP_OFFSET: Status = generic(0x13);
     pub const LBA_OUT_OF_RANGE: Status = generic(0x80);
+    /// Media and data integrity errors (SCT 2).
+    pub const UNRECOVERED_READ_ERROR: Status = media(0x81);
+    pub const COMPARE_FAILURE: Status = media(0x85);
     pub const COMPLETION_QUEUE_INVALID: Status = specific(0x00);
     pub const INVALID_QUEUE_IDENTIFIER: Status = specific(0x01);
     pub const INVALID_QUEUE_SIZE: Status = specific(0x02);
@@ -49,6 +56,7 @@ impl Status {
     pub const INVALID_LOG_PAGE: Status = specific(0x09);
     pub const INVALID_QUEUE_DELETION: Status = specific(0x0C);
     pub const FEATURE_NOT_SAVEABLE: Status = specific(0x0D);
+    pub const FEATURE_NOT_NAMESPACE_SPECIFIC: Status = specific(0x0F);
 
     pub fn is_success(self) -> bool {
         self.sct == 0 && self.sc == 0

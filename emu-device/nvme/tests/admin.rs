@@ -84,7 +84,12 @@ fn identify_namespace_list_and_descriptors() {
 #[case::power_state_1(Command::set_features(0x02, 1), Status::INVALID_FIELD)]
 #[case::log_unknown(Command::new(0x02).prp1(0x20000).cdw(10, 0x7f | 127 << 16), Status::INVALID_LOG_PAGE)]
 #[case::log_offset_beyond(Command::new(0x02).prp1(0x20000).cdw(10, 2 | 127 << 16).cdw(12, 512), Status::INVALID_FIELD)]
-#[case::log_smart_bad_ns(Command::new(0x02).nsid(7).prp1(0x20000).cdw(10, 2 | 127 << 16), Status::INVALID_NAMESPACE)]
+#[case::log_smart_bad_ns(Command::new(0x02).nsid(7).prp1(0x20000).cdw(10, 2 | 127 << 16), Status::INVALID_FIELD)]
+#[case::log_smart_ns1_lpa0(Command::new(0x02).nsid(1).prp1(0x20000).cdw(10, 2 | 127 << 16), Status::INVALID_FIELD)]
+#[case::unknown_opcode_with_psdt(Command::new(0x7e).cdw(0, 0x7e | 1 << 14), Status::INVALID_OPCODE)]
+#[case::feature_not_ns_specific(Command::set_features(0x01, 0).nsid(1), Status::FEATURE_NOT_NAMESPACE_SPECIFIC)]
+#[case::get_feature_not_ns_specific(Command::get_features(0x0B).nsid(1), Status::FEATURE_NOT_NAMESPACE_SPECIFIC)]
+#[case::feature_no_such_ns(Command::get_features(0x01).nsid(2), Status::INVALID_NAMESPACE)]
 #[case::identify_buffer_unmapped(Command::identify(1, 0, 0x7000_0000), Status::DATA_TRANSFER_ERROR)]
 #[case::identify_prp_unaligned(Command::identify(1, 0, 0x20002), Status::INVALID_PRP_OFFSET)]
 fn bad_admin_commands_get_the_right_status(#[case] cmd: Command, #[case] want: Status) {
@@ -283,4 +288,119 @@ fn report_serialises() {
     assert_eq!(json["queues"].as_array().unwrap().len(), 4, "admin SQ/CQ and pair 1");
     assert_eq!(json["hmb"]["enabled"], false);
     assert_eq!(json["namespace"]["lba_bytes"], 512);
+}
+
+#[test]
+fn error_log_records_failed_commands_and_smart_counts_them() {
+    let mut h = ready_host(ControllerConfig::default());
+    let log = h.alloc(4096);
+    let lbas = ControllerConfig::default().namespace_bytes / 512;
+    // No errors yet: every entry zero.
+    assert!(h.admin(Command::new(0x02).prp1(log).cdw(10, 1 | 255 << 16)).ok());
+    assert!(h.guest_read(log, 1024).iter().all(|&b| b == 0));
+    // Two failures: an admin one and a read past the end.
+    assert_eq!(h.admin(Command::identify(0, 9, log)).status, Status::INVALID_NAMESPACE);
+    let bad_read = Command::new(0x02)
+        .nsid(1)
+        .prp1(log)
+        .cdw(10, lbas as u32)
+        .cdw(11, (lbas >> 32) as u32);
+    let c = h.submit(1, bad_read).unwrap();
+    assert_eq!(c.status, Status::LBA_OUT_OF_RANGE);
+    let buf = h.alloc(4096);
+    assert!(h.admin(Command::new(0x02).prp1(buf).cdw(10, 1 | 255 << 16)).ok());
+    let l = h.guest_read(buf, 1024);
+    // Newest first.
+    assert_eq!(u64_at(&l, 0), 2, "error count");
+    assert_eq!(u16_at(&l, 8), 1, "SQID");
+    assert_eq!(u16_at(&l, 10), c.cid, "CID");
+    assert_eq!(u16_at(&l, 12) >> 1, Status::LBA_OUT_OF_RANGE.field());
+    assert_eq!(u64_at(&l, 16), lbas, "LBA");
+    assert_eq!(u32::from_le_bytes(l[24..28].try_into().unwrap()), 1, "NSID");
+    assert_eq!(u64_at(&l, 64), 1);
+    assert_eq!(u16_at(&l, 72), 0, "admin SQ");
+    assert_eq!(u16_at(&l, 76) >> 1, Status::INVALID_NAMESPACE.field());
+    assert!(l[128..].iter().all(|&b| b == 0));
+    // SMART: Number of Error Information Log Entries (bytes 176..192).
+    assert!(h
+        .admin(Command::new(0x02).nsid(0xFFFF_FFFF).prp1(buf).cdw(10, 2 | 127 << 16))
+        .ok());
+    assert_eq!(u64_at(&h.guest_read(buf, 512), 176), 2);
+    // Identify ELPE: 16 entries.
+    assert!(h.admin(Command::identify(1, 0, buf)).ok());
+    assert_eq!(h.guest_read(buf, 4096)[262], 15);
+}
+
+#[test]
+fn features_accept_the_controller_nsids_and_error_recovery_its_namespace() {
+    let mut h = ready_host(ControllerConfig::default());
+    assert!(h.admin(Command::set_features(0x01, 3).nsid(0xFFFF_FFFF)).ok());
+    assert_eq!(h.admin(Command::get_features(0x01)).dw0, 3);
+    assert!(
+        h.admin(Command::set_features(0x05, 7).nsid(1)).ok(),
+        "05h is namespace specific"
+    );
+    assert_eq!(h.admin(Command::get_features(0x05).nsid(1)).dw0, 7);
+}
+
+#[test]
+fn changed_namespace_list_is_4096_zero_bytes() {
+    let mut h = ready_host(ControllerConfig::default());
+    let buf = h.alloc(8192);
+    h.guest_write(buf, &[0xAA; 4096]);
+    let c = h.admin(
+        Command::new(0x02)
+            .nsid(0xFFFF_FFFF)
+            .prp1(buf)
+            .prp2(buf + 4096)
+            .cdw(10, 4 | 1023 << 16),
+    );
+    assert!(c.ok(), "{:?}", c.status);
+    assert!(h.guest_read(buf, 4096).iter().all(|&b| b == 0));
+    // Past its end: Invalid Field, like every log.
+    let c = h.admin(Command::new(0x02).prp1(buf).cdw(10, 4 | 1 << 16).cdw(12, 4096));
+    assert_eq!(c.status, Status::INVALID_FIELD);
+}
+
+#[test]
+fn a_crossed_temperature_threshold_warns_and_raises_a_smart_event() {
+    let mut h = ready_host(ControllerConfig::default());
+    let log = h.alloc(4096);
+    let smart = |h: &mut FakeHost| {
+        assert!(h.admin(Command::new(0x02).prp1(log).cdw(10, 2 | 127 << 16)).ok());
+        h.guest_read(log, 1)[0]
+    };
+    assert_eq!(smart(&mut h), 0, "313 K is below the default 343 K");
+    // AEC bit 1: SMART temperature events wanted; one AER outstanding.
+    assert!(h.admin(Command::set_features(0x0B, 1 << 1)).ok());
+    let aer = h.push(0, Command::new(0x0C));
+    h.ring(0);
+    assert!(h.reap(0).is_none());
+    assert!(h.admin(Command::set_features(0x04, 300)).ok(), "over threshold 300 K");
+    let c = h.reap(0).expect("SMART event");
+    assert_eq!((c.cid, c.dw0), (aer, 1 | 0x01 << 8 | 0x02 << 16));
+    assert_eq!(smart(&mut h) & 1 << 1, 1 << 1, "critical warning: temperature");
+    assert!(h.admin(Command::set_features(0x04, 343)).ok());
+    assert_eq!(smart(&mut h), 0, "back under the threshold");
+    // An under threshold above the temperature counts too.
+    assert!(h.admin(Command::set_features(0x04, 320 | 1 << 20)).ok());
+    assert_eq!(smart(&mut h) & 1 << 1, 1 << 1);
+}
+
+#[test]
+fn timestamp_origin_0_counts_from_the_last_reset() {
+    let mut h = ready_host(ControllerConfig::default());
+    let ts = h.alloc(4096);
+    let read = |h: &mut FakeHost| {
+        assert!(h.admin(Command::get_features(0x0E).prp1(ts)).ok());
+        let b = h.guest_read(ts, 8);
+        assert_eq!(b[6] & 0b1110, 0, "origin 000b");
+        u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], 0, 0])
+    };
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(read(&mut h) >= 1500);
+    h.disable();
+    assert_eq!(h.enable(32) & 1, 1);
+    h.forget_queues();
+    assert!(read(&mut h) < 1500, "counted from the reset, not from creation");
 }

@@ -228,8 +228,17 @@ fn memory_return_after_release(#[case] how: &str) {
         assert_eq!(h.enable(32), 1);
         h.forget_queues();
     }
+    // Released: Get Features 0Dh reports no buffer and no attributes.
+    let buf = h.alloc(4096);
+    h.guest_write(buf, &[0xAA; 16]);
+    let g = h.admin(Command::get_features(0x0D).prp1(buf));
+    assert_eq!((g.status, g.dw0), (Status::SUCCESS, 0));
+    assert_eq!(h.guest_read(buf, 16), vec![0u8; 16], "attributes cleared by {how}");
     // MR=1 with the same list: returned, same contents.
     assert!(h.admin(set_hmb(0b11, 1024, list, 2)).ok());
+    let g = h.admin(Command::get_features(0x0D).prp1(buf));
+    assert_eq!(g.dw0, 0b11, "DW0: EHM and MR");
+    assert_eq!(h.guest_read(buf, 4), 1024u32.to_le_bytes(), "HSIZE");
     let hmb = h.ctrl.hmb().unwrap();
     assert!(hmb.returned());
     let mut b = [0u8; 17];

@@ -100,9 +100,9 @@ fn bad_io_commands_get_statuses() {
         Status::DATA_TRANSFER_ERROR
     );
     assert_eq!(
-        st(&mut h, Command::new(0x08).nsid(1)),
+        st(&mut h, Command::new(0x04).nsid(1)),
         Status::INVALID_OPCODE,
-        "write zeroes: ONCS bit 3 = 0"
+        "write uncorrectable: ONCS bit 1 = 0"
     );
     assert_eq!(
         st(&mut h, Command::new(0x06).nsid(1)),

@@ -42,6 +42,9 @@ pub trait PciFunction: Send + 'static {
     fn hmb_audit(&self) -> Option<serde_json::Value> {
         None
     }
+    /// The command register's Bus Master Enable as the client just wrote it (an NVMe
+    /// controller stops all its memory accesses while it is 0).
+    fn set_bus_master(&mut self, _on: bool) {}
 }
 
 /// Counters of the transport, for `status`/`stats`.
@@ -169,6 +172,9 @@ impl<F: PciFunction> Backend<F> {
         self.shared.dma.unmap_all();
         self.shared.irqs.clear();
         self.config.reset();
+        // Back to "no command-register write seen": the function may master again, so
+        // a client that never forwards BME still works (docs/nvme-controller.md).
+        self.shared.function().set_bus_master(true);
     }
 
     /// A new client sent its first message.
@@ -207,6 +213,11 @@ impl<F: PciFunction> ServerBackend for Backend<F> {
             VFIO_PCI_CONFIG_REGION_INDEX => {
                 self.count(&self.shared.counters.config_writes);
                 self.config.write(offset, data);
+                if ConfigSpace::writes_command(offset, data.len()) {
+                    let on = self.config.bus_master();
+                    log::debug!("PCI command register write: bus master {on}");
+                    self.shared.function().set_bus_master(on);
+                }
             }
             VFIO_PCI_BAR0_REGION_INDEX => {
                 self.count(&self.shared.counters.bar0_writes);
@@ -277,5 +288,52 @@ impl<F: PciFunction> ServerBackend for Backend<F> {
         );
         self.shared.irqs.set_irqs(index, flags, start, count, fds);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vfio_user::{DmaMap, IrqTable};
+
+    /// Records what the transport tells the function about Bus Master Enable.
+    #[derive(Default)]
+    struct Recorder {
+        bme: Vec<bool>,
+    }
+
+    impl PciFunction for Recorder {
+        fn bar0_read(&mut self, _offset: u64, _data: &mut [u8]) {}
+        fn bar0_write(&mut self, _offset: u64, _data: &[u8]) {}
+        fn reset(&mut self) {}
+        fn report(&self) -> serde_json::Value {
+            serde_json::Value::Null
+        }
+        fn set_bus_master(&mut self, on: bool) {
+            self.bme.push(on);
+        }
+    }
+
+    #[test]
+    fn command_register_writes_reach_the_function_as_bus_master_enable() {
+        let shared = Shared::new(Recorder::default(), DmaMap::new(), Arc::new(IrqTable::new(1)));
+        let identity = Identity {
+            vendor: 0x1d1d,
+            device: 0x2001,
+            subsystem_vendor: 0x1d1d,
+            subsystem: 1,
+            class_code: 0x010802,
+            revision: 2,
+        };
+        let mut b = Backend::new(shared.clone(), &identity, 0x4000, 1);
+        let cfg = VFIO_PCI_CONFIG_REGION_INDEX;
+        b.region_write(cfg, 4, &0x0006u16.to_le_bytes()).unwrap(); // memory + master
+        b.region_write(cfg, 4, &0x0002u16.to_le_bytes()).unwrap(); // memory only
+        b.region_write(cfg, 0, &0x0000_0006u32.to_le_bytes()).unwrap(); // ids, not the command
+        b.region_write(cfg, 2, &[0x00, 0x00, 0x06]).unwrap(); // a write spanning the register
+        b.region_write(cfg, 0x10, &0u32.to_le_bytes()).unwrap(); // a BAR: not the command
+        assert_eq!(shared.function().bme, vec![true, false, true]);
+        b.disconnected();
+        assert_eq!(shared.function().bme.last(), Some(&true));
     }
 }

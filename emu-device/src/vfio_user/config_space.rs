@@ -42,6 +42,7 @@ pub const CAP_PCIE: u8 = 0x60;
 const PCIE_CAP_LEN: usize = 0x3c;
 
 const PCI_COMMAND: usize = 0x04;
+const PCI_COMMAND_MASTER: u16 = 1 << 2;
 const PCI_STATUS: usize = 0x06;
 const PCI_STATUS_CAP_LIST: u16 = 1 << 4;
 const PCI_BAR0: usize = 0x10;
@@ -181,6 +182,17 @@ impl ConfigSpace {
     /// Back to the power-on contents (vfio-user DEVICE_RESET).
     pub fn reset(&mut self) {
         self.bytes = self.initial;
+    }
+
+    /// Command register bit 2, Bus Master Enable.
+    pub fn bus_master(&self) -> bool {
+        self.read16(PCI_COMMAND) & PCI_COMMAND_MASTER != 0
+    }
+
+    /// Whether a write of `len` bytes at `offset` covers the command register's low byte
+    /// (where Bus Master Enable is).
+    pub fn writes_command(offset: u64, len: usize) -> bool {
+        offset <= PCI_COMMAND as u64 && offset.saturating_add(len as u64) > PCI_COMMAND as u64
     }
 
     /// The 16-bit register at `offset`.

@@ -45,6 +45,9 @@ impl PciFunction for Controller {
     fn inject_fatal(&mut self, why: &str) -> bool {
         Controller::inject_fatal(self, why)
     }
+    fn set_bus_master(&mut self, on: bool) {
+        Controller::set_bus_master(self, on);
+    }
     fn hmb_audit(&self) -> Option<serde_json::Value> {
         Some(
             serde_json::to_value(Controller::hmb_audit(self))

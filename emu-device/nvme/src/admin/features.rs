@@ -29,12 +29,54 @@ const HMB_EHM: u32 = 1;
 const HMB_MR: u32 = 1 << 1;
 
 impl Controller {
+    /// NSID rules of Set/Get Features (NVMe 1.4 5.21): 0 and FFFFFFFFh mean "the
+    /// controller"; an NSID that names no namespace is Invalid Namespace; the namespace's
+    /// own NSID with a feature that is not namespace specific (all but 05h Error
+    /// Recovery here) is Feature Not Namespace Specific, as QEMU answers. Unknown FIDs
+    /// and vendor FIDs (the vendor's business) are left to the FID match.
+    fn feature_nsid_check(fid: u8, nsid: u32) -> Result<(), Status> {
+        let known = matches!(
+            fid,
+            FID_ARBITRATION
+                | FID_POWER
+                | FID_TEMPERATURE
+                | FID_ERROR_RECOVERY
+                | FID_QUEUES
+                | FID_IRQ_COALESCING
+                | FID_IRQ_CONFIG
+                | FID_WRITE_ATOMICITY
+                | FID_ASYNC_EVENT
+                | FID_HMB
+                | FID_TIMESTAMP
+        );
+        if !known || matches!(nsid, 0 | 0xFFFF_FFFF) {
+            return Ok(());
+        }
+        if nsid != super::identify_nsid() {
+            return Err(Status::INVALID_NAMESPACE);
+        }
+        if fid != FID_ERROR_RECOVERY {
+            return Err(Status::FEATURE_NOT_NAMESPACE_SPECIFIC);
+        }
+        Ok(())
+    }
+
+    /// The composite temperature is at or above the over threshold, or at or below a
+    /// non-zero under threshold (NVMe 1.4 SMART critical warning bit 1).
+    pub(crate) fn temperature_exceeded(&self) -> bool {
+        use super::identify::TEMPERATURE;
+        TEMPERATURE >= self.feat.temp_over || (self.feat.temp_under != 0 && TEMPERATURE <= self.feat.temp_under)
+    }
+
     pub(crate) fn set_features(&mut self, sqe: &Sqe) -> Outcome {
         let fid = sqe.cdw(10) as u8;
         let save = sqe.cdw(10) & (1 << 31) != 0;
         let v = sqe.cdw(11);
         if save {
             return Outcome::status(Status::FEATURE_NOT_SAVEABLE);
+        }
+        if let Err(s) = Self::feature_nsid_check(fid, sqe.nsid()) {
+            return Outcome::status(s);
         }
         let ok = |dw0: u32| Outcome::Complete(Status::SUCCESS, dw0, 0);
         match fid {
@@ -57,6 +99,12 @@ impl Controller {
                     (0, 0) => self.feat.temp_over = v as u16,
                     (0, 1) => self.feat.temp_under = v as u16,
                     _ => return Outcome::status(Status::INVALID_FIELD),
+                }
+                // A threshold the composite temperature now crosses: SMART critical warning
+                // bit 1 (smart_log) and, if AEC bit 1 asks for it, a SMART/health event
+                // "temperature threshold" (info 01h, log 02h), as QEMU raises it.
+                if self.temperature_exceeded() && self.feat.async_event_config & (1 << 1) != 0 {
+                    self.pend_event(1 | 0x01 << 8 | 0x02 << 16);
                 }
                 ok(0)
             }
@@ -129,6 +177,9 @@ impl Controller {
         if sel != 0 {
             return Outcome::status(Status::INVALID_FIELD);
         }
+        if let Err(s) = Self::feature_nsid_check(fid, sqe.nsid()) {
+            return Outcome::status(s);
+        }
         let ok = |dw0: u32| Outcome::Complete(Status::SUCCESS, dw0, 0);
         match fid {
             FID_ARBITRATION => ok(self.feat.arbitration),
@@ -160,7 +211,8 @@ impl Controller {
                 if self.cfg.hmpre_bytes == 0 {
                     return Outcome::status(Status::INVALID_FIELD);
                 }
-                // Host Memory Buffer Attributes: HSIZE, HMDLAL, HMDLAU, HMDLEC (last set).
+                // Host Memory Buffer Attributes: HSIZE, HMDLAL, HMDLAU, HMDLEC of the
+                // enabled buffer (all zero while disabled: release_hmb clears them).
                 let a = self.hmb_attrs;
                 let mut d = vec![0u8; 4096];
                 d[0..4].copy_from_slice(&a.hsize.to_le_bytes());
@@ -168,7 +220,8 @@ impl Controller {
                 d[8..12].copy_from_slice(&((a.list_addr >> 32) as u32).to_le_bytes());
                 d[12..16].copy_from_slice(&a.entries.to_le_bytes());
                 match self.host_data_out(sqe, &d) {
-                    Ok(()) => ok(u32::from(self.hmb.is_some())),
+                    // DW0: EHM and MR as the host set them for the enabled buffer.
+                    Ok(()) => ok(if self.hmb.is_some() { self.hmb_bits } else { 0 }),
                     Err(s) => Outcome::status(s),
                 }
             }
@@ -179,7 +232,8 @@ impl Controller {
                     d[0..6].copy_from_slice(&now.to_le_bytes()[0..6]);
                     d[6] = 1 << 1; // Timestamp Origin 001b: set by the host; Synch 0
                 } else {
-                    let ms = self.now_ns() / 1_000_000;
+                    // Origin 000b: time since the last controller reset.
+                    let ms = self.now_ns().saturating_sub(self.reset_ns) / 1_000_000;
                     d[0..6].copy_from_slice(&ms.to_le_bytes()[0..6]);
                 }
                 done(self.host_data_out(sqe, &d))
@@ -274,6 +328,7 @@ impl Controller {
         let returned = bits & HMB_MR != 0 && self.retained_hmb.as_deref() == Some(&descs[..]);
         let h = HostMemoryBuffer::new(descs, returned, self.mem.clone());
         self.hmb_attrs = attrs;
+        self.hmb_bits = bits & (HMB_EHM | HMB_MR);
         self.hmb_report.enables += 1;
         self.hmb_report.last_rejection = None;
         self.observer.on_hmb_enabled(&h);

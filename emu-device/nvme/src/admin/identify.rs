@@ -18,8 +18,12 @@ pub(crate) const TEMPERATURE: u16 = 313;
 /// OAES bit 8: namespace attribute notices (the driver then configures AEN and keeps an
 /// AER outstanding; the namespace never changes, so none is ever sent).
 pub(crate) const OAES: u32 = 1 << 8;
-/// ONCS bit 6: Timestamp feature.
-pub(crate) const ONCS: u16 = 1 << 6;
+/// ONCS: bit 0 Compare, bit 2 Dataset Management, bit 3 Write Zeroes, bit 6 Timestamp,
+/// bit 7 Verify.
+pub(crate) const ONCS: u16 = 1 | 1 << 2 | 1 << 3 | 1 << 6 | 1 << 7;
+/// DLFEAT: bits 2:0 = 001b, deallocated blocks read as zeroes; bit 3, Write Zeroes may
+/// deallocate (the DEAC bit is accepted: zeroes either way).
+pub(crate) const DLFEAT: u8 = 1 | 1 << 3;
 
 /// Identify Controller: start of the vendor-specific area (bytes 3072..4095).
 pub(crate) const VS_OFFSET: usize = 3072;
@@ -129,7 +133,7 @@ impl Controller {
             // LPA: extended data for Get Log Page (NUMDU, offsets); bit 3, Telemetry
             // Host-Initiated, when the vendor has telemetry data.
             .u8(261, 1 << 2 | u8::from(self.vendor.has_telemetry()) << 3)
-            .u8(262, 0) // ELPE: one error log entry
+            .u8(262, (crate::admin::error_log::ENTRIES - 1) as u8) // ELPE
             .u8(263, 0) // NPSS: one power state
             .u16(266, WCTEMP)
             .u16(268, CCTEMP)
@@ -161,6 +165,7 @@ impl Controller {
             .u64(16, lbas) // NUSE (thin provisioning not reported)
             .u8(25, 0) // NLBAF: one format
             .u8(26, 0) // FLBAS: format 0
+            .u8(33, DLFEAT)
             .u64(48, self.ns.bytes) // NVMCAP (low 64 bits)
             .bytes(104, &self.nguid())
             .u32(128, u32::from(self.ns.lba_shift) << 16); // LBAF0: MS 0, LBADS, RP 0

@@ -1,11 +1,11 @@
-//! Get Log Page (02h): 01h error information (one entry, ELPE = 0), 02h SMART / health
-//! information (controller-wide: NSID 0 or FFFFFFFFh, or 1), 03h firmware slot
-//! information, 07h Telemetry Host-Initiated (when the vendor has telemetry, telemetry.rs).
+//! Get Log Page (02h): 01h error information (error_log.rs), 02h SMART / health
+//! information (controller-wide: NSID 0 or FFFFFFFFh; LPA bit 0 = 0, so NSID 1 is Invalid
+//! Field), 03h firmware slot information, 04h Changed Namespace List (always empty), 07h Telemetry Host-Initiated (when the vendor has telemetry, telemetry.rs).
 //! Others: Invalid Log Page. Reading a log with RAE = 0 unmasks the async
 //! event type that reports it.
 
 use super::done;
-use super::identify::{IEEE_OUI, NSID, TEMPERATURE};
+use super::identify::{IEEE_OUI, TEMPERATURE};
 use super::telemetry::{BLOCK, LID_TELEMETRY_HOST, LSP_CREATE};
 use crate::controller::{Outcome, Sqe};
 use crate::{Controller, Status};
@@ -13,10 +13,13 @@ use crate::{Controller, Status};
 const LID_ERROR: u8 = 0x01;
 const LID_SMART: u8 = 0x02;
 const LID_FW_SLOT: u8 = 0x03;
+const LID_CHANGED_NS: u8 = 0x04;
 
 /// Async event types: 0 error, 1 SMART/health.
 const EVENT_ERROR: u8 = 0;
 const EVENT_SMART: u8 = 1;
+/// Notice (namespace attribute changed is reported through log 04h).
+const EVENT_NOTICE: u8 = 2;
 
 impl Controller {
     pub(crate) fn get_log_page(&mut self, sqe: &Sqe) -> Outcome {
@@ -26,10 +29,14 @@ impl Controller {
         let offset = u64::from(sqe.cdw(12)) | u64::from(sqe.cdw(13)) << 32;
         let nsid = sqe.nsid();
         let (log, event) = match lid {
-            LID_ERROR => (vec![0u8; 64], Some(EVENT_ERROR)),
+            LID_ERROR => (self.error_log.page(), Some(EVENT_ERROR)),
+            // The namespace never changes, so the list is always empty (4096 zero bytes).
+            LID_CHANGED_NS => (vec![0u8; 4096], Some(EVENT_NOTICE)),
             LID_SMART => {
-                if !matches!(nsid, 0 | NSID | 0xFFFF_FFFF) {
-                    return Outcome::status(Status::INVALID_NAMESPACE);
+                // LPA bit 0 = 0: no per-namespace SMART, so any other NSID is Invalid
+                // Field (NVMe 1.4 5.14.1.2).
+                if !matches!(nsid, 0 | 0xFFFF_FFFF) {
+                    return Outcome::status(Status::INVALID_FIELD);
                 }
                 (self.smart_log(), Some(EVENT_SMART))
             }
@@ -76,6 +83,7 @@ impl Controller {
     fn smart_log(&self) -> Vec<u8> {
         let c = &self.counters;
         let mut l = vec![0u8; 512];
+        l[0] = u8::from(self.temperature_exceeded()) << 1; // critical warning: temperature
         l[1..3].copy_from_slice(&TEMPERATURE.to_le_bytes());
         l[3] = 100; // available spare
         l[4] = 10; // available spare threshold
@@ -88,6 +96,7 @@ impl Controller {
         put(&mut l, 64, u128::from(c.reads));
         put(&mut l, 80, u128::from(c.writes));
         put(&mut l, 112, 1); // power cycles
+        put(&mut l, 176, u128::from(self.error_log.count)); // error information log entries
         put(&mut l, 128, u128::from(self.now_ns() / 3_600_000_000_000)); // power-on hours
         l
     }

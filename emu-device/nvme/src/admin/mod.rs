@@ -1,12 +1,14 @@
 //! Admin command set (NVMe 1.4 section 5). Unknown or unsupported opcodes: Invalid Opcode
 //! with DNR. docs/nvme-controller.md lists every command and its statuses.
 
+mod error_log;
 mod features;
 mod identify;
 mod log;
 mod queues;
 mod telemetry;
 
+pub(crate) use error_log::{ErrorLog, ErrorRecord, NOT_A_COMMAND};
 pub(crate) use telemetry::HostTelemetry;
 pub use telemetry::TelemetryData;
 
@@ -76,6 +78,22 @@ impl Default for Features {
 
 impl Controller {
     pub(crate) fn admin(&mut self, sqe: &Sqe) -> Outcome {
+        // The opcode first: an unknown one is Invalid Opcode whatever PSDT/FUSE say (as QEMU).
+        if !matches!(
+            sqe.opcode(),
+            OPC_DELETE_SQ
+                | OPC_CREATE_SQ
+                | OPC_GET_LOG_PAGE
+                | OPC_DELETE_CQ
+                | OPC_CREATE_CQ
+                | OPC_IDENTIFY
+                | OPC_ABORT
+                | OPC_SET_FEATURES
+                | OPC_GET_FEATURES
+                | OPC_ASYNC_EVENT
+        ) {
+            return Outcome::status(Status::INVALID_OPCODE);
+        }
         // No fused operations (FUSES = 0), no SGLs (SGLS = 0).
         if sqe.fuse() != 0 || sqe.psdt() != 0 {
             return Outcome::status(Status::INVALID_FIELD);
