@@ -144,3 +144,18 @@ impl RingProducer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn producer_names_round_trip_and_unknown_ones_are_refused() {
+        for k in [ProducerKind::Rust, ProducerKind::C] {
+            assert_eq!(k.to_string().parse::<ProducerKind>().unwrap(), k);
+        }
+        assert_eq!(ProducerKind::default(), ProducerKind::Rust);
+        let e = "C++".parse::<ProducerKind>().unwrap_err();
+        assert_eq!(e.to_string(), "unknown producer \"C++\" (rust or c)");
+    }
+}
