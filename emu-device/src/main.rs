@@ -16,7 +16,7 @@ use hmb_emu_device::serve::{ServeOptions, Serving};
 use hmb_emu_device::transport::{Vectors, VECTOR_DATA, VECTOR_STATE};
 use hmb_emu_device::vfio_user::nvme::{NvmeServeOptions, NvmeServing};
 use hmb_firmware_model::NotifyPolicy;
-use hmb_nvme_trace::Personality;
+use hmb_nvme_trace::{Personality, ProducerKind};
 use nix::sys::signal::{SigSet, Signal};
 
 #[derive(Parser)]
@@ -142,6 +142,10 @@ struct ServeNvmeArgs {
     /// variable lets a harness that starts serve-nvme pick one without new flags.
     #[arg(long, env = "HMB_EMU_NVME_PERSONALITY", default_value = "tracing")]
     personality: Personality,
+    /// Which producer writes the trace ring: rust (the firmware model) or c
+    /// (firmware-sdk's library through FFI; same bytes, docs/firmware-sdk.md).
+    #[arg(long, env = "HMB_EMU_NVME_PRODUCER", default_value = "rust")]
+    producer: ProducerKind,
 }
 
 #[derive(Subcommand)]
@@ -313,6 +317,7 @@ fn serve_nvme(args: ServeNvmeArgs) -> Result<()> {
         hmb_minimum: args.hmb_minimum.parse()?,
         keep_serving: args.stay_after_disconnect,
         personality: args.personality,
+        producer: args.producer,
     };
     let serving = NvmeServing::start(&opts)?;
     let stop = serving.shutdown_sender();

@@ -52,6 +52,7 @@ impl Device {
             hmb_minimum: 4 << 20,
             keep_serving: true,
             personality,
+            producer: Default::default(),
         })
         .unwrap();
         let thread = std::thread::spawn(move || serving.run().unwrap());

@@ -37,6 +37,12 @@ extern "C" {
     fn hmbt_test_sizeof_producer() -> usize;
     fn hmbt_test_alignof_producer() -> usize;
     fn hmbt_test_sizeof_hooks() -> usize;
+    fn hmbt_ffi_head(p: *const c_void) -> u64;
+    fn hmbt_ffi_next_seq(p: *const c_void) -> u64;
+    fn hmbt_ffi_dropped(p: *const c_void) -> u64;
+    fn hmbt_ffi_epoch(p: *const c_void) -> u64;
+    fn hmbt_ffi_ring_size(p: *const c_void) -> u64;
+    fn hmbt_ffi_is_frozen(p: *const c_void) -> i32;
 }
 
 /// `hmbt_attach` refused the ring (the C `enum hmbt_attach_err`).
@@ -297,6 +303,46 @@ impl CProducer {
     pub fn detach(&mut self) {
         // SAFETY: state is a producer.
         unsafe { hmbt_detach(self.p()) }
+    }
+
+    fn cp(&self) -> *const c_void {
+        self.state.as_ptr() as *const c_void
+    }
+
+    /// Where the next record goes (`hmbt_head`).
+    pub fn head(&self) -> u64 {
+        // SAFETY: state is a producer; the call only reads it.
+        unsafe { hmbt_ffi_head(self.cp()) }
+    }
+
+    /// The sequence number the next record gets (`hmbt_next_seq`).
+    pub fn next_seq(&self) -> u64 {
+        // SAFETY: as in head.
+        unsafe { hmbt_ffi_next_seq(self.cp()) }
+    }
+
+    /// Records dropped in this epoch (`hmbt_dropped`).
+    pub fn dropped_records(&self) -> u64 {
+        // SAFETY: as in head.
+        unsafe { hmbt_ffi_dropped(self.cp()) }
+    }
+
+    /// The attached ring's epoch (0 before attach).
+    pub fn epoch(&self) -> u64 {
+        // SAFETY: as in head.
+        unsafe { hmbt_ffi_epoch(self.cp()) }
+    }
+
+    /// The attached ring's data area size (0 before attach).
+    pub fn ring_size(&self) -> u64 {
+        // SAFETY: as in head.
+        unsafe { hmbt_ffi_ring_size(self.cp()) }
+    }
+
+    /// Detached, or FROZEN written (`hmbt_is_frozen`).
+    pub fn is_frozen(&self) -> bool {
+        // SAFETY: as in head.
+        unsafe { hmbt_ffi_is_frozen(self.cp()) != 0 }
     }
 
     /// Accesses the hooks refused (out of the slice, or a write outside

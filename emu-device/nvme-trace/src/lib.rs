@@ -18,15 +18,17 @@
 //! thread, the mutex only makes the sharing safe.
 
 pub mod personality;
+pub mod producer;
 pub mod telemetry;
 pub mod view;
 
 pub use personality::{Personality, Refusal, UnknownPersonality};
+pub use producer::{ProducerKind, UnknownProducer};
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use hmb_firmware_model::catalog::{OP_CMD_COMPLETE, OP_CMD_FETCH};
-use hmb_firmware_model::{Produced, Producer, SharedRing};
+use hmb_firmware_model::Produced;
 use hmb_nvme::{
     CommandObserver, CompletionEvent, Controller, FetchEvent, GuestMem, HostMemoryBuffer, NoVendorFeatures, Status,
     TelemetryData, VendorFeatures,
@@ -36,6 +38,7 @@ use hmb_trace_abi::{
     HMB_NVME_FID_TRACE, HMB_NVME_ID_MAGIC, HMB_NVME_ID_VS_OFFSET, HMB_RING_HDR_SIZE, HMB_RING_MAGIC, HMB_RING_MAX_SIZE,
     HMB_RING_MIN_SIZE, HMB_RING_VERSION_MAJOR, HMB_RING_VERSION_MINOR,
 };
+use producer::RingProducer;
 use serde::{Deserialize, Serialize};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
@@ -115,12 +118,14 @@ impl JournalEntry {
 struct Adopted {
     advert: hmb_advert,
     // Dropped before the view it points into.
-    producer: Producer,
+    producer: RingProducer,
     view: SliceView,
 }
 
 struct State {
     mem: GuestMem,
+    /// Which producer an adopted slice gets.
+    kind: ProducerKind,
     adopted: Option<Adopted>,
     /// Highest generation adopted since the HMB was enabled without Memory Return.
     last_generation: u64,
@@ -140,9 +145,15 @@ impl NvmeTrace {
     /// `mem` is the same guest memory the controller uses (DMA map updates
     /// included: it is the atomic view).
     pub fn new(mem: GuestMem) -> NvmeTrace {
+        NvmeTrace::with_producer(mem, ProducerKind::Rust)
+    }
+
+    /// [`NvmeTrace::new`] producing with `kind` (`serve-nvme --producer`).
+    pub fn with_producer(mem: GuestMem, kind: ProducerKind) -> NvmeTrace {
         NvmeTrace {
             state: Arc::new(Mutex::new(State {
                 mem,
+                kind,
                 adopted: None,
                 last_generation: 0,
                 journal: Journal::default(),
@@ -294,9 +305,8 @@ impl State {
         let view = SliceView::map(&self.mem, &pieces).map_err(|e| AdvertError::Map(e.to_string()))?;
         // SAFETY: the view stays mapped as long as the producer (both live in
         // `Adopted`, the producer dropped first).
-        let ring =
-            unsafe { SharedRing::from_raw(view.as_ptr(), view.len()) }.map_err(|e| AdvertError::Map(e.to_string()))?;
-        let producer = Producer::attach(ring).map_err(|e| AdvertError::Map(e.to_string()))?;
+        let producer = unsafe { RingProducer::attach(self.kind, view.as_ptr(), view.len(), generation) }
+            .map_err(AdvertError::Map)?;
         self.adopted = Some(Adopted { advert, producer, view });
         self.last_generation = generation;
         self.journal.epochs.push(generation);
@@ -393,10 +403,7 @@ impl VendorFeatures for TraceFeatures {
             let p = &a.producer;
             reason.epoch = p.epoch();
             reason.head = p.head();
-            reason.tail = p
-                .ring()
-                .atomic_u64(hmb_trace_abi::offsets::TAIL)
-                .load(std::sync::atomic::Ordering::Acquire);
+            reason.tail = a.view.load_u64(hmb_trace_abi::offsets::TAIL).unwrap_or(0);
             reason.dropped = p.dropped_records();
         }
         TelemetryData {

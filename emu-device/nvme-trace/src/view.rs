@@ -112,6 +112,19 @@ impl SliceView {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// One acquire load of the 8-aligned u64 at `offset` (a header field
+    /// the host writes, such as tail); None outside the view.
+    pub fn load_u64(&self, offset: usize) -> Option<u64> {
+        if !offset.is_multiple_of(8) || offset.checked_add(8).is_none_or(|end| end > self.len) {
+            return None;
+        }
+        // SAFETY: inside the mapping, aligned (the base is page aligned);
+        // the host writes the field concurrently, hence the atomic.
+        let v = unsafe { std::sync::atomic::AtomicU64::from_ptr(self.base.add(offset).cast::<u64>()) }
+            .load(std::sync::atomic::Ordering::Acquire);
+        Some(v)
+    }
 }
 
 impl Drop for SliceView {

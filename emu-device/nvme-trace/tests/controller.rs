@@ -6,9 +6,9 @@
 
 use hmb_nvme::fake_host::{Command, FakeHost};
 use hmb_nvme::vm_memory::{FileOffset, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap, GuestRegionMmap};
-use hmb_nvme::{Controller, ControllerConfig, Status};
+use hmb_nvme::{CommandObserver, CompletionEvent, Controller, ControllerConfig, FetchEvent, HostMemoryBuffer, Status};
 use hmb_nvme_trace::personality::{BIG_CHUNK_BYTES, FEW_DESCRIPTORS};
-use hmb_nvme_trace::{NvmeTrace, Personality, ADVERT_LEN};
+use hmb_nvme_trace::{NvmeTrace, Personality, ProducerKind, ADVERT_LEN};
 use hmb_trace_abi::parse::{parse_record_at, RecordAt};
 use hmb_trace_abi::*;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
@@ -63,14 +63,75 @@ fn advert(generation: u64, offset: u64, len: u64) -> hmb_advert {
 
 /// Two 4 MiB cache chunks, then the slice: a 4 KiB lead chunk (the header)
 /// and two data chunks placed apart in guest memory, in reverse order.
-fn rig() -> Rig {
-    rig_as(Personality::Tracing)
+fn rig_as(p: Personality) -> Rig {
+    rig_with(p, ProducerKind::Rust, false)
 }
 
-fn rig_as(p: Personality) -> Rig {
+/// Runs `$body(kind)` once per producer, as two tests.
+macro_rules! both_producers {
+    ($body:ident: $rust:ident, $c:ident) => {
+        #[test]
+        fn $rust() {
+            $body(ProducerKind::Rust);
+        }
+        #[test]
+        fn $c() {
+            $body(ProducerKind::C);
+        }
+    };
+}
+
+/// The controller's observer events with a step clock (1 us per event) and
+/// a fixed latency instead of the wall clock, so two runs of the same
+/// commands produce the same records.
+struct StepClock {
+    inner: Box<dyn CommandObserver>,
+    t: u64,
+}
+
+impl StepClock {
+    fn tick(&mut self) -> u64 {
+        self.t += 1000;
+        self.t
+    }
+}
+
+impl CommandObserver for StepClock {
+    fn on_fetch(&mut self, f: &FetchEvent) {
+        let f = FetchEvent {
+            time_ns: self.tick(),
+            ..f.clone()
+        };
+        self.inner.on_fetch(&f);
+    }
+    fn on_complete(&mut self, c: &CompletionEvent) {
+        let c = CompletionEvent {
+            time_ns: self.tick(),
+            latency_ns: 777,
+            ..c.clone()
+        };
+        self.inner.on_complete(&c);
+    }
+    fn on_hmb_enabled(&mut self, hmb: &HostMemoryBuffer) {
+        self.inner.on_hmb_enabled(hmb);
+    }
+    fn on_hmb_disabling(&mut self, hmb: &HostMemoryBuffer) {
+        self.inner.on_hmb_disabling(hmb);
+    }
+}
+
+/// `p`'s controller producing with `kind`; `step_clock`: deterministic
+/// timestamps ([`StepClock`]).
+fn rig_with(p: Personality, kind: ProducerKind, step_clock: bool) -> Rig {
     let mut h = file_backed_host(p.apply(ControllerConfig::default()));
-    let trace = NvmeTrace::new(h.mem.clone());
+    let trace = NvmeTrace::with_producer(h.mem.clone(), kind);
     trace.install(&mut h.ctrl, p);
+    if step_clock {
+        h.ctrl.set_observer(Box::new(StepClock {
+            inner: trace.observer(),
+            t: 0,
+        }));
+    }
     assert_eq!(h.enable(32) & 0b11, 1);
     h.create_io_queue(1, 64).unwrap();
 
@@ -149,9 +210,10 @@ fn records(img: &[u8]) -> (hmb_ring_hdr, Vec<(hmb_record_hdr, Vec<u8>)>) {
     (hdr, out)
 }
 
-#[test]
-fn real_commands_become_records_that_match_the_journal_and_a_reset_freezes_the_epoch() {
-    let mut r = rig();
+both_producers!(real_commands_become_records_that_match_the_journal_and_a_reset_freezes_the_epoch: real_commands_become_records_that_match_the_journal_and_a_reset_freezes_the_epoch_rust, real_commands_become_records_that_match_the_journal_and_a_reset_freezes_the_epoch_c);
+
+fn real_commands_become_records_that_match_the_journal_and_a_reset_freezes_the_epoch(kind: ProducerKind) {
+    let mut r = rig_with(Personality::Tracing, kind, false);
     r.write_header(1);
     assert_eq!(r.set_hmb(1), Status::SUCCESS);
     let len = u64::from(HMB_RING_HDR_SIZE) + RING;
@@ -240,9 +302,10 @@ fn real_commands_become_records_that_match_the_journal_and_a_reset_freezes_the_e
     assert_eq!(r.trace.journal().epochs, vec![1, 2]);
 }
 
-#[test]
-fn bad_adverts_get_an_nvme_status_and_change_nothing() {
-    let mut r = rig();
+both_producers!(bad_adverts_get_an_nvme_status_and_change_nothing: bad_adverts_get_an_nvme_status_and_change_nothing_rust, bad_adverts_get_an_nvme_status_and_change_nothing_c);
+
+fn bad_adverts_get_an_nvme_status_and_change_nothing(kind: ProducerKind) {
+    let mut r = rig_with(Personality::Tracing, kind, false);
     let len = u64::from(HMB_RING_HDR_SIZE) + RING;
     r.write_header(1);
     // No HMB yet.
@@ -357,10 +420,11 @@ fn telemetry_items(data: &[u8]) -> (u64, Vec<hmb_trace_file::ItemKind>, Vec<(u64
     (first_epoch, markers, recs)
 }
 
-#[test]
-fn telemetry_serves_the_newest_records_with_and_without_a_slice() {
+both_producers!(telemetry_serves_the_newest_records_with_and_without_a_slice: telemetry_serves_the_newest_records_with_and_without_a_slice_rust, telemetry_serves_the_newest_records_with_and_without_a_slice_c);
+
+fn telemetry_serves_the_newest_records_with_and_without_a_slice(kind: ProducerKind) {
     use hmb_trace_file::{ItemKind, Marker};
-    let mut r = rig();
+    let mut r = rig_with(Personality::Tracing, kind, false);
     // A stock host: no advert. The controller still keeps its records,
     // under epoch 0, for Telemetry only.
     let data = vec![0x5au8; 4096];
@@ -543,12 +607,13 @@ fn refusing_reinit_adopts_at_probe_and_refuses_the_re_advert() {
     assert_eq!(r.send_advert(&advert(1, r.slice_offset, len)), (Status::SUCCESS, 1));
 }
 
+both_producers!(the_tracing_protocol_writes_only_the_shared_slice: the_tracing_protocol_writes_only_the_shared_slice_rust, the_tracing_protocol_writes_only_the_shared_slice_c);
+
 /// The tracing personality with the driver's order (header, 0Dh, advert, I/O, reset,
 /// MR=1, FROZEN and re-init in the slice, re-advert): the host never touches a
 /// controller-private page, so the audit reports nothing.
-#[test]
-fn the_tracing_protocol_writes_only_the_shared_slice() {
-    let mut r = rig();
+fn the_tracing_protocol_writes_only_the_shared_slice(kind: ProducerKind) {
+    let mut r = rig_with(Personality::Tracing, kind, false);
     let len = u64::from(HMB_RING_HDR_SIZE) + RING;
     r.write_header(1);
     assert_eq!(r.set_hmb(1), Status::SUCCESS);
@@ -566,4 +631,48 @@ fn the_tracing_protocol_writes_only_the_shared_slice() {
     assert_eq!((a.checks, a.pages_checked), (3, 3 * cache_pages));
     assert_eq!(a.violations, 0, "{:?}", a.first_violations);
     assert!(a.c0h_received);
+}
+
+/// The same commands with each producer (deterministic timestamps): the
+/// slice is the same, byte for byte, through a full ring (drops and
+/// OVERFLOWED), the host advancing tail, a wrap, and FROZEN at reset; and
+/// so is the journal.
+#[test]
+fn the_c_and_rust_producers_write_the_same_ring_and_journal() {
+    let run = |kind| {
+        let mut r = rig_with(Personality::Tracing, kind, true);
+        let len = u64::from(HMB_RING_HDR_SIZE) + RING;
+        r.write_header(1);
+        assert_eq!(r.set_hmb(1), Status::SUCCESS);
+        assert_eq!(r.send_advert(&advert(1, r.slice_offset, len)), (Status::SUCCESS, 1));
+        let block = [0x33u8; 512];
+        // 64 KiB of 56- and 48-byte records: about 630 commands fill it, the rest drop.
+        for i in 0..800 {
+            assert!(r.h.write_lbas(1, i % 64, &block, 9).ok());
+        }
+        let (hdr, _) = records(&r.slice_image());
+        assert!(hdr.dropped_records.get() > 0, "the ring overflowed");
+        // The host consumes everything (tail := head), then more comes: a wrap.
+        let tail_at = r.slice_chunks[0].0 + offsets::TAIL as u64;
+        r.h.guest_write(tail_at, &hdr.head.get().to_le_bytes());
+        for i in 0..400 {
+            assert!(r.h.write_lbas(1, i % 64, &block, 9).ok());
+        }
+        r.h.disable();
+        (r.slice_image(), r.trace.journal())
+    };
+    let (rust_img, rust_journal) = run(ProducerKind::Rust);
+    let (c_img, c_journal) = run(ProducerKind::C);
+    let (hdr, recs) = records(&rust_img);
+    assert_ne!(hdr.flags.get() & HMB_RING_FLAG_FROZEN, 0);
+    assert!(hdr.head.get() > RING, "wrapped: head {}", hdr.head.get());
+    assert!(rust_journal.entries.iter().any(|e| !e.written), "drops are journalled");
+    assert!(!recs.is_empty());
+    let first_diff = rust_img.iter().zip(&c_img).position(|(a, b)| a != b);
+    assert_eq!(first_diff, None, "the slices differ first at byte {first_diff:?}");
+    assert_eq!(rust_img.len(), c_img.len());
+    assert_eq!(
+        serde_json::to_string(&rust_journal).unwrap(),
+        serde_json::to_string(&c_journal).unwrap()
+    );
 }

@@ -11,7 +11,7 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 
 use hmb_nvme::{Backing, Controller, ControllerConfig, InterruptSink, PciIdentity};
-use hmb_nvme_trace::Personality;
+use hmb_nvme_trace::{Personality, ProducerKind};
 
 use super::backend::{PciFunction, Shared};
 use super::config_space::{Identity, MAX_MSIX_VECTORS};
@@ -85,6 +85,9 @@ pub struct NvmeServeOptions {
     /// Which controller to be (hmb-nvme-trace's personality.rs): HMB limits and the
     /// trace contract. Default `tracing`.
     pub personality: Personality,
+    /// Which producer writes the trace ring: the Rust firmware model
+    /// (default) or firmware-sdk's C library (docs/firmware-sdk.md).
+    pub producer: ProducerKind,
 }
 
 impl NvmeServeOptions {
@@ -117,18 +120,27 @@ pub fn traced_controller(
     controller_as(cfg, Personality::Tracing)
 }
 
-/// [`traced_controller`] with the trace contract of `personality` (`cfg` is already the
-/// personality's: [`Personality::apply`]).
+/// [`controller_with`] and the Rust producer.
 pub fn controller_as(
     cfg: ControllerConfig,
     personality: Personality,
+) -> Result<(Arc<Shared<Controller>>, hmb_nvme_trace::NvmeTrace), EmuError> {
+    controller_with(cfg, personality, ProducerKind::Rust)
+}
+
+/// [`traced_controller`] with the trace contract of `personality` (`cfg` is already the
+/// personality's: [`Personality::apply`]), producing with `producer`.
+pub fn controller_with(
+    cfg: ControllerConfig,
+    personality: Personality,
+    producer: ProducerKind,
 ) -> Result<(Arc<Shared<Controller>>, hmb_nvme_trace::NvmeTrace), EmuError> {
     let dma = DmaMap::new();
     let irqs = Arc::new(IrqTable::new(cfg.interrupt_vectors));
     let sink: Arc<dyn InterruptSink> = irqs.clone();
     let mut controller = Controller::new(cfg, dma.guest_mem(), sink)
         .map_err(|e| EmuError::Control(format!("the NVMe controller cannot be built: {e}")))?;
-    let trace = hmb_nvme_trace::NvmeTrace::new(dma.guest_mem());
+    let trace = hmb_nvme_trace::NvmeTrace::with_producer(dma.guest_mem(), producer);
     trace.install(&mut controller, personality);
     Ok((Shared::new(controller, dma, irqs), trace))
 }
@@ -152,7 +164,7 @@ impl NvmeServing {
                 "the controller wants {vectors} MSI-X vectors; BAR4 has room for 1..={MAX_MSIX_VECTORS}"
             )));
         }
-        let (shared, trace) = controller_as(cfg, opts.personality)?;
+        let (shared, trace) = controller_with(cfg, opts.personality, opts.producer)?;
         let (tx, rx) = channel();
         let serve_tx = tx.clone();
         let server = VfioUserServer::start(
@@ -173,8 +185,9 @@ impl NvmeServing {
         .with_trace(trace);
         let control = ControlServer::start(&opts.control_socket, Arc::new(handler))?;
         log::info!(
-            "emu-device serving an NVMe controller ({}): vfio-user {} control {} namespace {} bytes, HMB preferred {} bytes",
+            "emu-device serving an NVMe controller ({}, {} producer): vfio-user {} control {} namespace {} bytes, HMB preferred {} bytes",
             opts.personality,
+            opts.producer,
             opts.socket.display(),
             opts.control_socket.display(),
             opts.namespace_bytes,
