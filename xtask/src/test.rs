@@ -284,6 +284,10 @@ fn nvme_guest_tests() -> Result<()> {
                         "; {}; poll wake-up p50 {} us, p99 {} us",
                         t.summary, t.wake_latency_us[1], t.wake_latency_us[3]
                     ))
+                    .or_else(|| outcome.telemetry.as_ref().map(|t| format!(
+                        "; nvme-cli telemetry-log: generations {} and {}, {} and {} records in the journal",
+                        t.generations[0], t.generations[1], t.records[0], t.records[1]
+                    )))
                     .unwrap_or_default()
             );
         }
