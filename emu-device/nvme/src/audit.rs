@@ -18,7 +18,9 @@
 //! adopt part of the HMB as a slice shared with the host, and the host writes that slice's
 //! header before the advert (Set Features C0h, the command right after 0Dh in the driver's
 //! order at probe). So it waits: the advert adopted, it owns every page outside the slice;
-//! any command other than a vendor-specific Set/Get Features first, it owns the whole HMB
+//! any admin command other than a vendor-specific Set/Get Features first, it owns the whole HMB
+//! (I/O does not end the wait: it keeps flowing when the host re-enables the HMB at run
+//! time, through sysfs `hmb`, and adverts right after)
 //! (a refused advert keeps it waiting, so the host may retry). The shared slice stays shared across MR=1 re-enables (the host marks
 //! it FROZEN and re-initialises it there) until a fresh buffer (MR=0 or another list). An
 //! advert refused later (at re-initialisation) ends the sharing: the controller takes the

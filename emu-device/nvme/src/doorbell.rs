@@ -165,7 +165,9 @@ impl Controller {
                 time_ns: t0,
                 sqe: dw,
             });
-            if self.audit.pending() && !self.is_advert(qid, &sqe) {
+            // Only an admin command ends the wait: I/O keeps flowing when the host
+            // re-enables the HMB at run time (sysfs `hmb`) and adverts after 0Dh.
+            if self.audit.pending() && qid == 0 && !self.is_advert(qid, &sqe) {
                 if let Some(h) = self.hmb.as_ref() {
                     self.audit.no_advert(h);
                 }

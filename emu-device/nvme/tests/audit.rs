@@ -320,7 +320,14 @@ fn without_an_advert_the_first_other_command_claims_the_whole_hmb() {
     assert_eq!(h.admin(advert(0, 1)).status, Status::INVALID_FIELD);
     assert!(h.ctrl.hmb_audit().claim_pending);
     assert_eq!(h.ctrl.hmb_audit().private_pages, 0);
-    // ... any other command ends the wait: everything is the controller's.
+    // ... and so does I/O (it keeps flowing when the host re-enables the HMB at run time) ...
+    let (c, _) = h.read_lbas(1, 0, 8, 9);
+    assert!(c.ok());
+    assert!(
+        h.ctrl.hmb_audit().claim_pending,
+        "I/O must not end the wait for the advert"
+    );
+    // ... any other admin command ends the wait: everything is the controller's.
     let buf = h.alloc(4096);
     assert!(h.admin(Command::identify(1, 0, buf)).ok());
     let a = h.ctrl.hmb_audit();
