@@ -547,7 +547,7 @@ fn stock_answers_c0h_invalid_field_and_owns_its_whole_hmb() {
 }
 
 /// `refusing-probe`: the contract is declared, every advert refused. The first other
-/// command makes the whole HMB the controller's, the header page included.
+/// admin command makes the whole HMB the controller's, the header page included.
 #[test]
 fn refusing_probe_refuses_every_advert_and_then_owns_the_slice_too() {
     let mut r = rig_as(Personality::RefusingProbe);
@@ -558,7 +558,12 @@ fn refusing_probe_refuses_every_advert_and_then_owns_the_slice_too() {
     assert_eq!(r.send_advert(&advert(2, r.slice_offset, len)).0, Status::INVALID_FIELD);
     assert_eq!(r.trace.adopted_generation(), None);
     assert!(r.h.ctrl.hmb_audit().claim_pending);
+    // I/O does not end the wait (it flows while the host re-enables the HMB at run
+    // time); the next admin command does.
     assert!(r.h.write_lbas(1, 0, &[7u8; 512], 9).ok());
+    assert!(r.h.ctrl.hmb_audit().claim_pending);
+    let buf = r.h.alloc(4096);
+    assert!(r.h.admin(Command::identify(1, 0, buf)).ok());
     let a = r.h.ctrl.hmb_audit();
     assert_eq!((a.claim_pending, a.private_pages), (false, u64::from(r.hsize_pages)));
     // A driver that keeps the dead slice and marks it FROZEN after MR=1 is caught.
