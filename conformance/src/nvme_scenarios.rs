@@ -12,8 +12,10 @@ use anyhow::{bail, ensure, Context, Result};
 use hmb_emu_device::control::Fault;
 use hmb_harness::guest_script::files;
 use hmb_harness::journal_truth::{self, pair_io, Journal, JournalReport};
+use hmb_harness::nvme_guest::ControllerOptions;
 use hmb_harness::nvme_guest::{is_trouble_line, FATAL_DRIVER_LINE, FATAL_IO_TIMEOUT_S};
 use hmb_harness::nvme_session::{NvmeGuestOptions, NvmeSession};
+use hmb_nvme_trace::ProducerKind;
 use serde_json::{json, Value};
 
 use crate::env::{Env, FINISH};
@@ -149,6 +151,7 @@ fn streaming(env: &Env) -> Result<Value> {
     let follow = if env.inject_reset { "--follow" } else { "" };
     let opts = NvmeGuestOptions {
         io_timeout: env.inject_reset.then_some(FATAL_IO_TIMEOUT_S),
+        ..Default::default()
     };
     let mut s = env.start_nvme("streaming", &stream_body(follow), &opts)?;
     s.wait_share_file(files::STARTED, STARTED)?;
@@ -376,8 +379,16 @@ fn resets(env: &Env) -> Result<Value> {
          wait_file reset\necho 1 > /sys/class/nvme/nvme0/reset_controller || fail reset_controller\nwait_live\nmark reset.done\n\
          wait_stop\n{WIND_DOWN}"
     );
+    // The C producer (firmware-sdk through serve-nvme --producer c) writes
+    // this scenario's ring on every kernel: the daemon, the journal check
+    // and the analyzer must not tell it from the Rust model, which every
+    // other scenario runs.
     let opts = NvmeGuestOptions {
         io_timeout: Some(FATAL_IO_TIMEOUT_S),
+        controller: ControllerOptions {
+            producer: ProducerKind::C,
+            ..Default::default()
+        },
     };
     let mut s = env.start_nvme("nvme_resets", &body, &opts)?;
     s.wait_share_file(files::STARTED, STARTED)?;
@@ -411,7 +422,12 @@ fn resets(env: &Env) -> Result<Value> {
     let truth = check_journal(&s, &journal)?;
     ensure!(truth.passed(), "{}", truth.summary());
     check_io(&s)?;
+    ensure!(
+        log_says_producer(&s, ProducerKind::C)?,
+        "emu-device.log does not say the C producer wrote the ring"
+    );
     Ok(json!({
+        "producer": ProducerKind::C.to_string(),
         "guest_rc": rc,
         "daemon_exit_codes": s.daemon_exit_codes(),
         "controller_resets_at_least_two": controller_status_u64(&recovered, "/controller/counters/resets")? >= 2,
@@ -420,6 +436,16 @@ fn resets(env: &Env) -> Result<Value> {
         "truth": truth_facts(&truth),
         "kernel_log": kernel_log(&s, &[FATAL_DRIVER_LINE]),
     }))
+}
+
+/// emu-device's start line names the producer that writes the ring
+/// (`serving an NVMe controller (tracing, c producer)`).
+fn log_says_producer(s: &NvmeSession, producer: ProducerKind) -> Result<bool> {
+    let log = std::fs::read_to_string(s.run_dir.join("emu-device.log")).context("reading emu-device.log")?;
+    let wanted = format!(", {producer} producer)");
+    Ok(log
+        .lines()
+        .any(|l| l.contains("serving an NVMe controller (") && l.contains(&wanted)))
 }
 
 /// The HMB disabled and enabled again by the driver (sysfs `hmb`, Set
@@ -536,6 +562,7 @@ fn controller_killed(env: &Env) -> Result<Value> {
                 wait_stop\nstop_daemon\ncollect\nmark collected\nwait_file journal_taken\nexit 0\n";
     let opts = NvmeGuestOptions {
         io_timeout: Some(FATAL_IO_TIMEOUT_S),
+        ..Default::default()
     };
     let mut s = env.start_nvme("nvme_controller_killed", body, &opts)?;
     s.wait_share_file(files::STARTED, STARTED)?;
@@ -579,7 +606,7 @@ fn hostile_controller(env: &Env) -> Result<Value> {
 /// (`cargo xtask boot --device nvme --stock-driver --inject reset`: probe,
 /// data, `reset_controller`, a device-side fatal status and the driver's
 /// recovery, reads, power-off), with serve-nvme's personality set through
-/// `HMB_EMU_NVME_PERSONALITY`. The controller keeps private data in every
+/// `--personality`. The controller keeps private data in every
 /// HMB page and audits them when it loses the HMB and at each MR=1 re-enable
 /// (docs/nvme-controller.md); its last audit, logged when it exits, must
 /// show no vendor command (no C0h), no host write, at least two audited MR=1
@@ -607,13 +634,12 @@ pub fn stock_driver_audit(kernel: Option<&str>, personality: hmb_nvme_trace::Per
         timeout: Duration::from_secs(300),
         trace: false,
         inject_fatal: true,
+        controller: nvme_guest::ControllerOptions {
+            personality,
+            ..Default::default()
+        },
     };
-    // The harness starts serve-nvme with its own flags; the personality
-    // comes from the environment it inherits (one test per process).
-    std::env::set_var("HMB_EMU_NVME_PERSONALITY", personality.name());
-    let outcome = nvme_guest::run(&tools, &cfg, &mut phases);
-    std::env::remove_var("HMB_EMU_NVME_PERSONALITY");
-    outcome.context("the stock-driver guest run")?;
+    nvme_guest::run(&tools, &cfg, &mut phases).context("the stock-driver guest run")?;
     let log = std::fs::read_to_string(run_dir.join("emu-device.log")).context("reading emu-device.log")?;
     ensure!(
         log.contains(&format!("serving an NVMe controller ({personality})")),

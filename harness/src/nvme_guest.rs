@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use hmb_emu_device::control::{call, Fault, Request};
+use hmb_nvme_trace::{Personality, ProducerKind};
 use serde_json::Value;
 use xshell::{cmd, Shell};
 
@@ -161,7 +162,7 @@ pub struct NvmeDevice {
 impl NvmeDevice {
     /// The namespace is the sparse file `backing`, so the host can check
     /// where the guest's data landed.
-    pub fn start(binary: &Path, run_dir: &Path, backing: &Path) -> Result<NvmeDevice> {
+    pub fn start(binary: &Path, run_dir: &Path, backing: &Path, controller: &ControllerOptions) -> Result<NvmeDevice> {
         let sockets = crate::emu::socket_dir(run_dir)?;
         let socket = sockets.join("vfio-user.sock");
         let control_socket = sockets.join("control.sock");
@@ -179,6 +180,14 @@ impl NvmeDevice {
             .arg(NAMESPACE_BYTES.to_string())
             .arg("--backing")
             .arg(backing)
+            .arg("--personality")
+            .arg(controller.personality.name())
+            .arg("--producer")
+            .arg(controller.producer.to_string())
+            // serve-nvme reads these too: flags, not an inherited variable,
+            // decide which controller a run gets.
+            .env_remove("HMB_EMU_NVME_PERSONALITY")
+            .env_remove("HMB_EMU_NVME_PRODUCER")
             .env("RUST_LOG", "info");
         let child = crate::emu::spawn_child(command, &run_dir.join("emu-device.log"))?;
         let mut dev = NvmeDevice {
@@ -258,6 +267,15 @@ impl Drop for NvmeDevice {
     }
 }
 
+/// Which controller serve-nvme is: its personality (does it declare the
+/// trace contract, how big an HMB it asks for) and which producer writes
+/// its trace ring (the Rust model or firmware-sdk's C library).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ControllerOptions {
+    pub personality: Personality,
+    pub producer: ProducerKind,
+}
+
 /// One guest run.
 pub struct NvmeRunConfig {
     pub run_dir: PathBuf,
@@ -274,6 +292,7 @@ pub struct NvmeRunConfig {
     /// side (CSTS.CFS over the control socket) and check the driver's
     /// recovery: its I/O timeout (3 s here) finds CFS and resets.
     pub inject_fatal: bool,
+    pub controller: ControllerOptions,
 }
 
 /// What a passing run saw. Every field was checked before it is returned.
@@ -653,7 +672,7 @@ pub(crate) fn start(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path) -> Res
     for attempt in 1..=2 {
         let backing = cfg.run_dir.join("namespace.img");
         let _ = std::fs::remove_file(&backing);
-        let dev = NvmeDevice::start(&tools.emu_bin, &cfg.run_dir, &backing)?;
+        let dev = NvmeDevice::start(&tools.emu_bin, &cfg.run_dir, &backing, &cfg.controller)?;
         let mut vm_cfg = VmConfig::new(
             tools.qemu.clone(),
             tools.image.boot_kernel.clone(),

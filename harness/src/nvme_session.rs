@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::guest_script::{self, files};
 use crate::journal_truth;
-use crate::nvme_guest::{self, NvmeDevice, NvmeRunConfig, NvmeTools};
+use crate::nvme_guest::{self, ControllerOptions, NvmeDevice, NvmeRunConfig, NvmeTools};
 use crate::qemu::{console, Accel, Vm};
 
 /// Namespace offset (in 4 KiB blocks) and size of the I/O loop's pattern:
@@ -31,6 +31,9 @@ pub struct NvmeGuestOptions {
     /// nvme_core's `io_timeout` in seconds: the driver looks at CSTS only
     /// when a command times out, so a device-side failure needs a short one.
     pub io_timeout: Option<u32>,
+    /// The controller's personality and producer (default: the tracing
+    /// controller with the Rust producer).
+    pub controller: ControllerOptions,
 }
 
 pub struct NvmeSession {
@@ -63,6 +66,7 @@ impl NvmeSession {
             timeout: Duration::from_secs(120),
             trace: true,
             inject_fatal: false,
+            controller: opts.controller,
         };
         let (dev, vm) = nvme_guest::start(tools, &cfg, &share)?;
         Ok(NvmeSession {
@@ -239,7 +243,13 @@ mod tests {
     #[test]
     fn the_prelude_shortens_only_nvme_cores_timeout_and_loads_the_series_driver_last() {
         let mods = ["nvme_common.ko".to_string(), "nvme_core.ko".to_string()];
-        let p = prelude(&mods, &NvmeGuestOptions { io_timeout: Some(3) });
+        let p = prelude(
+            &mods,
+            &NvmeGuestOptions {
+                io_timeout: Some(3),
+                ..Default::default()
+            },
+        );
         assert!(p.contains("insmod $share/mods/nvme_core.ko io_timeout=3 ||"));
         assert!(p.contains("insmod $share/mods/nvme_common.ko ||"));
         let core = p.find("mods/nvme_core.ko").unwrap();

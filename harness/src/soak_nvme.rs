@@ -182,6 +182,7 @@ pub fn run(
         timeout: Duration::from_secs(300),
         trace: true,
         inject_fatal: true,
+        controller: Default::default(),
     };
     let (mut dev, mut vm) = phases.run("guest boot", || nvme_guest::start(tools, &cfg, &share))?;
     phases.run("probe + daemon + I/O loop", || {

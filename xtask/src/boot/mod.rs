@@ -21,6 +21,7 @@ use hmb_harness::qemu::binary::QemuVersion;
 use hmb_harness::qemu::Accel;
 use hmb_harness::session::{self, Session, SessionConfig};
 use hmb_harness::{interrupt, target_dir, truth, workspace_root};
+use hmb_nvme_trace::ProducerKind;
 use inject::Injection;
 
 #[derive(Args, Clone)]
@@ -81,6 +82,11 @@ pub struct Boot {
     /// its HMB alone, as any Linux host sees them.
     #[arg(long)]
     pub stock_driver: bool,
+    /// nvme: which producer writes the controller's trace ring: rust (the
+    /// firmware model, default) or c (firmware-sdk's C library, the code
+    /// SSD firmware links; docs/firmware-sdk.md).
+    #[arg(long)]
+    pub producer: Option<ProducerKind>,
 }
 
 impl Boot {
@@ -137,6 +143,7 @@ impl Boot {
                 [
                     ("--nvme-reads", self.nvme_reads.is_some()),
                     ("--stock-driver", self.stock_driver),
+                    ("--producer", self.producer.is_some()),
                 ]
                 .into_iter()
                 .filter_map(|(name, given)| given.then_some(name))

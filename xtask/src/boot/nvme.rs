@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use hmb_harness::nvme_guest::{self, NvmeOutcome, NvmeRunConfig};
+use hmb_harness::nvme_guest::{self, ControllerOptions, NvmeOutcome, NvmeRunConfig};
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::QemuVersion;
 use hmb_harness::{target_dir, workspace_root};
@@ -31,6 +31,9 @@ fn inject_fatal(args: &Boot) -> Result<bool> {
     }
     if args.keep {
         bail!("--keep is not available with --device nvme yet");
+    }
+    if args.stock_driver && args.producer.is_some() {
+        bail!("--producer chooses who writes the trace ring; --stock-driver runs no trace");
     }
     match args.inject.as_slice() {
         [] => Ok(false),
@@ -62,6 +65,10 @@ pub fn boot(args: &Boot, run_dir: &Path, phases: &mut Phases) -> Result<NvmeOutc
         timeout: Duration::from_secs(300),
         trace,
         inject_fatal,
+        controller: ControllerOptions {
+            producer: args.producer.unwrap_or_default(),
+            ..Default::default()
+        },
     };
     let outcome = nvme_guest::run(&tools, &cfg, phases)?;
     std::fs::write(
