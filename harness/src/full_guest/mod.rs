@@ -11,6 +11,7 @@
 //! QEMU and emu-device are owned here (`Vm`, `EmuDevice`): both are killed
 //! on every exit path (drop, Ctrl-C, our death through PDEATHSIG).
 
+pub mod nvme_bench;
 pub mod nvme_tools;
 pub mod script;
 
@@ -88,7 +89,7 @@ pub fn run(sh: &Shell, opts: &Options, phases: &mut Phases) -> Result<Outcome> {
     let share = opts.run_dir.join("share");
     phases.run("share", || fill_share(sh, &p, &share))?;
     let (mut emu, mut nvme, mut vm) =
-        phases.run("boot to systemd and the check", || boot(&p, &opts.run_dir, &share))?;
+        phases.run("boot to systemd and the check", || boot(&p, &opts.run_dir, &share, &[]))?;
     let mut guest = Guest {
         vm: &mut vm,
         emu: &mut emu,
@@ -212,7 +213,14 @@ const BOOT_TIMEOUT: Duration = Duration::from_secs(300);
 /// TCG guest very rarely hangs or faults in early boot before any of our
 /// code runs (see `session::EarlyBootHang`): such a boot is retried once,
 /// from scratch (emu-device exits with its last QEMU, so both restart).
-fn boot(p: &Prepared, run_dir: &Path, share: &Path) -> Result<(EmuDevice, NvmeDevice, Vm)> {
+/// `extra`: QEMU arguments after the guest's own devices (the bench's
+/// QEMU nvme).
+fn boot(
+    p: &Prepared,
+    run_dir: &Path,
+    share: &Path,
+    extra: &[std::ffi::OsString],
+) -> Result<(EmuDevice, NvmeDevice, Vm)> {
     let mut attempt = 1;
     loop {
         let emu = EmuDevice::start(
@@ -229,7 +237,9 @@ fn boot(p: &Prepared, run_dir: &Path, share: &Path) -> Result<(EmuDevice, NvmeDe
             nvme_tools::NAMESPACE_BYTES,
             nvme_tools::PREFIX,
         )?;
-        let mut vm = Vm::start(&vm_config(p, run_dir, share, &emu.ivshmem_socket, &nvme.socket))?;
+        let mut cfg = vm_config(p, run_dir, share, &emu.ivshmem_socket, &nvme.socket);
+        cfg.extra_args.extend(extra.iter().cloned());
+        let mut vm = Vm::start(&cfg)?;
         match vm.wait_for("the check's first line", BOOT_TIMEOUT, |l| {
             l.contains("HMBT-STEP PID 1")
         }) {

@@ -312,6 +312,13 @@ pub fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
     for (bit, what) in [(0, "Compare"), (2, "Dataset Management"), (3, "Write Zeroes")] {
         ensure!(oncs & 1 << bit != 0, "id-ctrl ONCS {oncs:#x} lacks {what}");
     }
+    // Format NVM (OACS bit 1) is not declared, so nvme format is not run;
+    // a controller that declares it must be formatted here too.
+    let oacs = le(&ctrl, 256, 2)? as u16;
+    ensure!(
+        oacs & 1 << 1 == 0,
+        "id-ctrl OACS {oacs:#x} declares Format NVM: add nvme format to the guest's tools"
+    );
     let tnvmcap = le(&ctrl, 280, 16)?;
     ensure!(
         tnvmcap == u128::from(ns_bytes),
