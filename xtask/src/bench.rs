@@ -42,6 +42,9 @@ pub struct Bench {
     /// (harness/src/full_guest/nvme_bench.rs); several minutes under TCG.
     #[arg(long)]
     pub nvme: bool,
+    /// Only the `--nvme` figures.
+    #[arg(long)]
+    pub nvme_only: bool,
     /// Repetitions of each fio job on each controller within one boot
     /// (the figure is the median of ours over the median of QEMU's).
     #[arg(long, default_value_t = 3)]
@@ -158,11 +161,11 @@ impl Bench {
         } else {
             (self.daemon_gib, self.ring_gib, self.analyzer_mb)
         };
-        let mut expected: Vec<(&str, Target, &str)> = FIGURES.to_vec();
+        let mut expected: Vec<(&str, Target, &str)> = if self.nvme_only { Vec::new() } else { FIGURES.to_vec() };
         if self.guest {
             expected.push(GUEST);
         }
-        if self.nvme {
+        if self.nvme || self.nvme_only {
             expected.extend(NVME.iter().copied());
         }
         let mut all_runs = Vec::new();
@@ -233,41 +236,45 @@ impl Bench {
         let profile: &[&str] = if self.quick { &["--profile", "dev"] } else { &[] };
         let (dg, rg, am) = (daemon_gib.to_string(), ring_gib.to_string(), analyzer_mb.to_string());
         let mut lines = Vec::new();
-        for (what, out) in [
-            (
-                "daemon",
-                cmd!(
-                    sh,
-                    "cargo bench {profile...} -p hmb-trace-daemon --bench daemon -- --gib {dg}"
-                )
-                .read(),
-            ),
-            (
-                "ring",
-                cmd!(
-                    sh,
-                    "cargo bench {profile...} -p hmb-trace-consumer --bench ring -- --gib {rg} --payloads 64,4064"
-                )
-                .read(),
-            ),
-            (
-                "analyzer",
-                cmd!(
-                    sh,
-                    "cargo bench {profile...} -p hmb-trace-analyze --bench analyze -- --size-mb {am}"
-                )
-                .read(),
-            ),
-        ] {
-            let out = out.with_context(|| format!("the {what} bench failed"))?;
-            println!("{out}");
-            std::fs::write(dir.join(format!("{what}.txt")), &out)?;
-            lines.extend(bench_lines(&out)?);
+        // --nvme-only: the NVMe figures alone (the other benches take
+        // minutes to build and run and do not touch the controller).
+        if !self.nvme_only {
+            for (what, out) in [
+                (
+                    "daemon",
+                    cmd!(
+                        sh,
+                        "cargo bench {profile...} -p hmb-trace-daemon --bench daemon -- --gib {dg}"
+                    )
+                    .read(),
+                ),
+                (
+                    "ring",
+                    cmd!(
+                        sh,
+                        "cargo bench {profile...} -p hmb-trace-consumer --bench ring -- --gib {rg} --payloads 64,4064"
+                    )
+                    .read(),
+                ),
+                (
+                    "analyzer",
+                    cmd!(
+                        sh,
+                        "cargo bench {profile...} -p hmb-trace-analyze --bench analyze -- --size-mb {am}"
+                    )
+                    .read(),
+                ),
+            ] {
+                let out = out.with_context(|| format!("the {what} bench failed"))?;
+                println!("{out}");
+                std::fs::write(dir.join(format!("{what}.txt")), &out)?;
+                lines.extend(bench_lines(&out)?);
+            }
         }
         if self.guest {
             lines.push(guest_figure(sh, dir)?);
         }
-        if self.nvme {
+        if self.nvme || self.nvme_only {
             lines.extend(self.nvme_figures(sh, dir)?);
         }
         Ok(lines)

@@ -77,6 +77,7 @@ fn steps(args: Test) -> Result<()> {
         analyzer_mb: 0,
         guest: false,
         nvme: false,
+        nvme_only: false,
         nvme_reps: 1,
         nvme_runtime: 1,
         runs: 1,

@@ -237,6 +237,13 @@ fn smart(b: &[u8]) -> Result<Smart> {
     })
 }
 
+/// How much a SMART counter rose; a counter never goes back.
+fn rise(before: u128, after: u128) -> Result<u128> {
+    after
+        .checked_sub(before)
+        .with_context(|| format!("a SMART counter went back from {before} to {after}"))
+}
+
 /// Data units as the spec counts them: thousands of 512-byte units, rounded up.
 fn data_units(bytes: u64) -> u128 {
     u128::from(bytes / 512).div_ceil(1000)
@@ -447,12 +454,11 @@ pub fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
         fio_total += b;
         fio_bytes.push((name.to_string(), b));
     }
+    let commands = rise(before_fio.host_write_commands, after_fio.host_write_commands)?;
+    let units = rise(before_fio.data_units_written, after_fio.data_units_written)?;
     ensure!(
-        after_fio.host_write_commands - before_fio.host_write_commands == u128::from(fio_total / 4096)
-            && after_fio.data_units_written - before_fio.data_units_written >= data_units(fio_total) - 1,
-        "SMART across fio: {} write commands and {} data units, fio wrote {fio_total} bytes in 4 KiB writes",
-        after_fio.host_write_commands - before_fio.host_write_commands,
-        after_fio.data_units_written - before_fio.data_units_written
+        commands == u128::from(fio_total / 4096) && units + 1 >= data_units(fio_total),
+        "SMART across fio: {commands} write commands and {units} data units, fio wrote {fio_total} bytes in 4 KiB writes"
     );
     ensure!(
         after_dsm.host_write_commands == before_dsm.host_write_commands
@@ -585,6 +591,113 @@ mod tests {
         let failed = r#"note: x
 {"jobs":[{"error":84,"write":{"io_bytes":4096},"read":{"io_bytes":4096}}]}"#;
         assert!(fio_written(failed, 4096).is_err());
+    }
+
+    /// A real run's answers (host-integration on 6.1, 2026-12-05) and the
+    /// controller's report at `DONE`, in a scratch copy that a test may alter.
+    fn real_run() -> (tempfile::TempDir, Value) {
+        let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/full_guest/testdata");
+        let dir = tempfile::tempdir().unwrap();
+        for e in std::fs::read_dir(data.join(DIR)).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
+        }
+        let status = serde_json::from_str(&std::fs::read_to_string(data.join(STATUS_FILE)).unwrap()).unwrap();
+        (dir, status)
+    }
+
+    fn bump(v: &mut Value, path: &str, by: i64) {
+        let x = v.pointer_mut(path).unwrap();
+        *x = (x.as_i64().unwrap() + by).into();
+    }
+
+    #[test]
+    fn a_real_runs_answers_pass_and_each_altered_one_fails() {
+        let (dir, status) = real_run();
+        let seen = check_outputs(dir.path(), &status).unwrap();
+        assert_eq!(
+            (seen.namespace_bytes, seen.hmb_bytes, seen.io_queues),
+            (128 << 20, 32 << 20, 2)
+        );
+
+        // The controller's view differs from the tools' in one field.
+        for (path, by, want) in [
+            (
+                "/controller/counters/bytes_written",
+                512_000,
+                "SMART after the last command",
+            ),
+            ("/controller/counters/writes", 1, "SMART after the last command"),
+            ("/controller/hmb/bytes", -4096, "get-feature 0Dh"),
+            ("/controller/io_queues_allocated", 1, "get-feature 07h"),
+            ("/controller/namespace/bytes", 4096, "serve-nvme was given"),
+            ("/controller/hmb/preferred_bytes", 4096, "HMPRE"),
+            ("/controller/counters/deallocations", -100, "deallocations"),
+        ] {
+            let mut s = status.clone();
+            bump(&mut s, path, by);
+            let e = check_outputs(dir.path(), &s).unwrap_err().to_string();
+            assert!(e.contains(want), "{path}: {e}");
+        }
+
+        // One of the tools' answers differs.
+        let alter = |file: &str, f: &dyn Fn(&mut Vec<u8>), want: &str| {
+            let (dir, status) = real_run();
+            let p = dir.path().join(file);
+            let mut b = std::fs::read(&p).unwrap();
+            f(&mut b);
+            std::fs::write(&p, b).unwrap();
+            let e = check_outputs(dir.path(), &status).unwrap_err().to_string();
+            assert!(e.contains(want), "{file}: {e}");
+        };
+        // Write Zeroes done as zero-page writes: data units grow.
+        alter("smart-after-wz.bin", &|b| b[48] += 8, "blkdiscard -z");
+        alter("smart-after-dsm.bin", &|b| b[80] += 1, "blkdiscard (deallocate)");
+        alter(
+            "smart-after-fio.bin",
+            &|b| b[80] = b[80].wrapping_add(1),
+            "SMART across fio",
+        );
+        alter("smart-before-fio.bin", &|b| b[95] = 0xff, "went back");
+        alter("error-log.bin", &|b| b[16] ^= 1, "error-log entry 0");
+        alter("error-log.bin", &|b| b[13] = 0, "error-log entry 0");
+        alter("id-ns.bin", &|b| b[33] = 0, "DLFEAT");
+        alter("id-ctrl.bin", &|b| b[520] = 0, "ONCS");
+        alter("id-ctrl.bin", &|b| b[256] = 2, "OACS");
+        alter("fw-log.bin", &|b| b[8] = b'9', "fw-log");
+        alter(
+            "feature-0d.txt",
+            &|b| *b = b"get-feature:0x0d (Host Memory Buffer), Current value:0x00000000\n".to_vec(),
+            "EHM is 0",
+        );
+        alter(
+            "fio-qd1.json",
+            &|b| {
+                *b = String::from_utf8_lossy(b)
+                    .replacen("\"error\" : 0", "\"error\" : 84", 1)
+                    .into_bytes()
+            },
+            "fio job qd1",
+        );
+        alter(
+            "list.json",
+            &|b| *b = String::from_utf8_lossy(b).replace("134217728", "67108864").into_bytes(),
+            "nvme list",
+        );
+        alter(
+            "guest.txt",
+            &|b| {
+                *b = String::from_utf8_lossy(b)
+                    .replace("write_zeroes_max_bytes=524288", "write_zeroes_max_bytes=0")
+                    .into_bytes()
+            },
+            "write_zeroes_max_bytes is 0",
+        );
+        alter(
+            "dmesg-nvme.txt",
+            &|b| b.extend_from_slice(b"[   50.1] nvme nvme0: I/O 9 QID 1 timeout, aborting\n"),
+            "kernel log",
+        );
     }
 
     #[test]
