@@ -8,8 +8,15 @@
 //! and checks trace.bin against emu-device's ground truth: exactly once
 //! across the restart. See docs/host-integration.md.
 //!
-//! QEMU and emu-device are owned here (`Vm`, `EmuDevice`): both are killed
-//! on every exit path (drop, Ctrl-C, our death through PDEATHSIG).
+//! The same boot carries emu-device's NVMe controller (`serve-nvme` over
+//! vfio-user, hence QEMU 11.1 and memfd guest RAM): before the module's
+//! steps the guest drives it with Debian's nvme-cli, fio, blkdiscard and
+//! e2fsprogs, checked against the controller (`nvme_tools`); `nvme_bench`
+//! boots the same guest for fio figures beside QEMU's own nvme.
+//!
+//! QEMU and both emu-devices are owned here (`Vm`, `EmuDevice`,
+//! `NvmeDevice`): all are killed on every exit path (drop, Ctrl-C, our
+//! death through PDEATHSIG).
 
 pub mod nvme_bench;
 pub mod nvme_tools;
