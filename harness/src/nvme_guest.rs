@@ -163,9 +163,23 @@ impl NvmeDevice {
     /// The namespace is the sparse file `backing`, so the host can check
     /// where the guest's data landed.
     pub fn start(binary: &Path, run_dir: &Path, backing: &Path, controller: &ControllerOptions) -> Result<NvmeDevice> {
+        Self::start_with(binary, run_dir, backing, NAMESPACE_BYTES, "", controller)
+    }
+
+    /// `start` with the namespace size and a prefix for the sockets' and
+    /// log's names, for a run folder another emu-device shares (the full
+    /// guest's `serve` has `control.sock` and `emu-device.log`).
+    pub fn start_with(
+        binary: &Path,
+        run_dir: &Path,
+        backing: &Path,
+        namespace_bytes: u64,
+        prefix: &str,
+        controller: &ControllerOptions,
+    ) -> Result<NvmeDevice> {
         let sockets = crate::emu::socket_dir(run_dir)?;
-        let socket = sockets.join("vfio-user.sock");
-        let control_socket = sockets.join("control.sock");
+        let socket = sockets.join(format!("{prefix}vfio-user.sock"));
+        let control_socket = sockets.join(format!("{prefix}control.sock"));
         for stale in [&socket, &control_socket] {
             let _ = std::fs::remove_file(stale);
         }
@@ -177,7 +191,7 @@ impl NvmeDevice {
             .arg("--control")
             .arg(&control_socket)
             .arg("--namespace-size")
-            .arg(NAMESPACE_BYTES.to_string())
+            .arg(namespace_bytes.to_string())
             .arg("--backing")
             .arg(backing)
             .arg("--personality")
@@ -189,7 +203,7 @@ impl NvmeDevice {
             .env_remove("HMB_EMU_NVME_PERSONALITY")
             .env_remove("HMB_EMU_NVME_PRODUCER")
             .env("RUST_LOG", "info");
-        let child = crate::emu::spawn_child(command, &run_dir.join("emu-device.log"))?;
+        let child = crate::emu::spawn_child(command, &run_dir.join(format!("{prefix}emu-device.log")))?;
         let mut dev = NvmeDevice {
             child: Some(child),
             socket,

@@ -74,6 +74,7 @@ impl HostIntegration {
         phases.summary();
         println!("run folder: {}", opts.run_dir.display());
         let outcome = result?;
+        println!("nvme tools: {}", outcome.nvme.summary());
         println!("ground truth: {}", outcome.truth.summary());
         if !outcome.truth.passed() {
             bail!("trace.bin does not match what the firmware model produced");

@@ -76,6 +76,10 @@ fn steps(args: Test) -> Result<()> {
         ring_gib: 0.0,
         analyzer_mb: 0,
         guest: false,
+        nvme: false,
+        nvme_only: false,
+        nvme_reps: 1,
+        nvme_runtime: 1,
         runs: 1,
         run_dir: Some(bench_dir.clone()),
     }

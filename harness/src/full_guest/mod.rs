@@ -8,9 +8,18 @@
 //! and checks trace.bin against emu-device's ground truth: exactly once
 //! across the restart. See docs/host-integration.md.
 //!
-//! QEMU and emu-device are owned here (`Vm`, `EmuDevice`): both are killed
-//! on every exit path (drop, Ctrl-C, our death through PDEATHSIG).
+//! The same boot carries emu-device's NVMe controller (`serve-nvme` over
+//! vfio-user, hence QEMU 11.1 and memfd guest RAM): before the module's
+//! steps the guest drives it with Debian's nvme-cli, fio, blkdiscard and
+//! e2fsprogs, checked against the controller (`nvme_tools`); `nvme_bench`
+//! boots the same guest for fio figures beside QEMU's own nvme.
+//!
+//! QEMU and both emu-devices are owned here (`Vm`, `EmuDevice`,
+//! `NvmeDevice`): all are killed on every exit path (drop, Ctrl-C, our
+//! death through PDEATHSIG).
 
+pub mod nvme_bench;
+pub mod nvme_tools;
 pub mod script;
 
 use std::path::{Path, PathBuf};
@@ -23,8 +32,9 @@ use crate::emu::EmuDevice;
 use crate::host::apt::{self, Need};
 use crate::host::{cache_dir, lock_cache, target_dir, workspace_root};
 use crate::images::{self, debian_root, dkms_prebuilt, fetch, kernels, kmod_build, toolchain};
+use crate::nvme_guest::NvmeDevice;
 use crate::phases::Phases;
-use crate::qemu::args::{self, PciPlace};
+use crate::qemu::args::{self, MemoryBackend, PciPlace};
 use crate::qemu::binary::{self, QemuVersion};
 use crate::qemu::{console, Vm, VmConfig};
 use crate::truth::{self, TruthReport};
@@ -52,6 +62,8 @@ pub struct Options {
 pub struct Outcome {
     pub run_dir: PathBuf,
     pub truth: TruthReport,
+    /// What nvme-cli, fio and e2fsprogs saw of emu-device's NVMe controller.
+    pub nvme: nvme_tools::ToolsOutcome,
 }
 
 /// Everything prepared before the guest starts.
@@ -76,15 +88,19 @@ pub fn run(sh: &Shell, opts: &Options, phases: &mut Phases) -> Result<Outcome> {
         "ground-truth.json",
         "emu-stats.json",
         "console.1.log",
+        nvme_tools::BACKING,
+        nvme_tools::STATUS_FILE,
     ] {
         let _ = std::fs::remove_file(opts.run_dir.join(stale));
     }
     let share = opts.run_dir.join("share");
     phases.run("share", || fill_share(sh, &p, &share))?;
-    let (mut emu, mut vm) = phases.run("boot to systemd and the check", || boot(&p, &opts.run_dir, &share))?;
+    let (mut emu, mut nvme, mut vm) =
+        phases.run("boot to systemd and the check", || boot(&p, &opts.run_dir, &share, &[]))?;
     let mut guest = Guest {
         vm: &mut vm,
         emu: &mut emu,
+        nvme: &mut nvme,
         share: &share,
     };
     let driven = drive(&mut guest, opts, phases);
@@ -98,13 +114,16 @@ pub fn run(sh: &Shell, opts: &Options, phases: &mut Phases) -> Result<Outcome> {
     }
     vm.kill();
     emu.shutdown();
-    for name in [files::TRACE, files::LOG, files::JOURNAL, files::DMESG] {
+    nvme.shutdown();
+    let tools_dir = opts.run_dir.join(nvme_tools::DIR);
+    let _ = std::fs::remove_dir_all(&tools_dir);
+    for name in [files::TRACE, files::LOG, files::JOURNAL, files::DMESG, nvme_tools::DIR] {
         let from = share.join(name);
         if from.exists() {
             std::fs::rename(&from, opts.run_dir.join(name))?;
         }
     }
-    let (rc, ground_truth, stats) = driven.with_context(|| {
+    let (rc, ground_truth, stats, tools) = driven.with_context(|| {
         format!(
             "the full-guest check failed; see {} and {}",
             opts.run_dir.join(files::LOG).display(),
@@ -124,20 +143,42 @@ pub fn run(sh: &Shell, opts: &Options, phases: &mut Phases) -> Result<Outcome> {
     if report.records == 0 {
         bail!("trace.bin holds no record: the device produced nothing the daemon saw");
     }
+    phases.run("nvme media (e2fsck, debugfs on the backing file)", || {
+        nvme_tools::check_media(&opts.run_dir.join(nvme_tools::BACKING), &tools_dir)
+    })?;
     Ok(Outcome {
         run_dir: opts.run_dir.clone(),
         truth: report,
+        nvme: tools,
     })
 }
 
+/// What `drive` returns: the script's exit code, the ivshmem device's
+/// ground truth and statistics, and the NVMe tools' checked answers.
+type Driven = (
+    i32,
+    hmb_emu_device::report::GroundTruth,
+    hmb_emu_device::report::Stats,
+    nvme_tools::ToolsOutcome,
+);
+
 /// The host's side of the check, from the guest's first line to its
-/// result: returns the script's exit code and the device's ground truth
-/// and statistics, taken once the ring was drained.
-fn drive(
-    guest: &mut Guest,
-    opts: &Options,
-    phases: &mut Phases,
-) -> Result<(i32, hmb_emu_device::report::GroundTruth, hmb_emu_device::report::Stats)> {
+/// result: the NVMe tools' answers checked against the controller, then
+/// the script's exit code and the device's ground truth and statistics,
+/// taken once the ring was drained.
+fn drive(guest: &mut Guest, opts: &Options, phases: &mut Phases) -> Result<Driven> {
+    let tools = phases.run("nvme-cli, fio, blkdiscard, mkfs.ext4 on the NVMe controller", || {
+        guest.wait_file(nvme_tools::DONE, Duration::from_secs(900))?;
+        let status = guest.nvme.status()?;
+        std::fs::write(
+            opts.run_dir.join(nvme_tools::STATUS_FILE),
+            serde_json::to_string_pretty(&status)?,
+        )?;
+        let tools = nvme_tools::check_outputs(&guest.share.join(nvme_tools::DIR), &status)?;
+        std::fs::write(guest.share.join(nvme_tools::OK), b"")?;
+        Ok(tools)
+    })?;
+    println!("    nvme: {}", tools.summary());
     phases.run("DKMS install, modprobe, udev, users, unit start", || {
         guest.wait_file(files::STARTED, Duration::from_secs(600))
     })?;
@@ -168,7 +209,7 @@ fn drive(
         guest.vm.wait_exit(Duration::from_secs(120))?;
         Ok(console::parse_result(&line).unwrap_or(-1))
     })?;
-    Ok((rc, ground_truth, stats))
+    Ok((rc, ground_truth, stats, tools))
 }
 
 /// How long the guest may take to reach its check script (34 s seen at load
@@ -179,7 +220,14 @@ const BOOT_TIMEOUT: Duration = Duration::from_secs(300);
 /// TCG guest very rarely hangs or faults in early boot before any of our
 /// code runs (see `session::EarlyBootHang`): such a boot is retried once,
 /// from scratch (emu-device exits with its last QEMU, so both restart).
-fn boot(p: &Prepared, run_dir: &Path, share: &Path) -> Result<(EmuDevice, Vm)> {
+/// `extra`: QEMU arguments after the guest's own devices (the bench's
+/// QEMU nvme).
+fn boot(
+    p: &Prepared,
+    run_dir: &Path,
+    share: &Path,
+    extra: &[std::ffi::OsString],
+) -> Result<(EmuDevice, NvmeDevice, Vm)> {
     let mut attempt = 1;
     loop {
         let emu = EmuDevice::start(
@@ -187,11 +235,23 @@ fn boot(p: &Prepared, run_dir: &Path, share: &Path) -> Result<(EmuDevice, Vm)> {
             run_dir,
             &hmb_emu_device::hmb::hmb_size_for(MODULE_DEFAULT_RING).to_string(),
         )?;
-        let mut vm = Vm::start(&vm_config(p, run_dir, share, &emu.ivshmem_socket))?;
+        let backing = run_dir.join(nvme_tools::BACKING);
+        let _ = std::fs::remove_file(&backing);
+        let nvme = NvmeDevice::start_with(
+            &p.emu_bin,
+            run_dir,
+            &backing,
+            nvme_tools::NAMESPACE_BYTES,
+            nvme_tools::PREFIX,
+            &Default::default(),
+        )?;
+        let mut cfg = vm_config(p, run_dir, share, &emu.ivshmem_socket, &nvme.socket);
+        cfg.extra_args.extend(extra.iter().cloned());
+        let mut vm = Vm::start(&cfg)?;
         match vm.wait_for("the check's first line", BOOT_TIMEOUT, |l| {
             l.contains("HMBT-STEP PID 1")
         }) {
-            Ok(_) => return Ok((emu, vm)),
+            Ok(_) => return Ok((emu, nvme, vm)),
             Err(e)
                 if attempt == 1
                     && (e.to_string().starts_with("timeout") || e.to_string().starts_with("guest kernel fault")) =>
@@ -220,7 +280,8 @@ fn prepare(sh: &Shell, kernel: Option<&str>, phases: &mut Phases) -> Result<Prep
     needs.push(Need::new("e2fsprogs", "mkfs.ext4 -d: the full guest's disk image"));
     phases.run("host packages", || apt::ensure(sh, &needs))?;
     let daemon_bin = phases.run("static daemon", || images::build_static_daemon(sh))?;
-    let qemu = phases.run("qemu", || binary::ensure(sh, QemuVersion::V7_2))?;
+    // 11.1: the first Debian QEMU with vfio-user-pci, for the NVMe controller.
+    let qemu = phases.run("qemu 11.1", || binary::ensure(sh, QemuVersion::V11_1))?;
     let emu_bin = phases.run("emu-device", || {
         let _dir = sh.push_dir(&root);
         cmd!(sh, "cargo build --release --quiet -p hmb-emu-device").run()?;
@@ -284,7 +345,7 @@ fn fill_share(sh: &Shell, p: &Prepared, share: &Path) -> Result<()> {
     Ok(())
 }
 
-fn vm_config(p: &Prepared, run_dir: &Path, share: &Path, ivshmem: &Path) -> VmConfig {
+fn vm_config(p: &Prepared, run_dir: &Path, share: &Path, ivshmem: &Path, nvme: &Path) -> VmConfig {
     let mut cfg = VmConfig::new(
         p.qemu.clone(),
         p.boot_kernel.clone(),
@@ -293,6 +354,8 @@ fn vm_config(p: &Prepared, run_dir: &Path, share: &Path, ivshmem: &Path) -> VmCo
     );
     // systemd, udev and a DKMS install want more than the busybox guests' 512 MiB.
     cfg.memory_mb = 1024;
+    // vfio-user: serve-nvme maps guest RAM from QEMU's memfd to move data.
+    cfg.memory_backend = MemoryBackend::Memfd;
     cfg.share_dir = Some(share.to_path_buf());
     // Debian's initramfs mounts the disk and hands over to systemd.
     cfg.extra_cmdline = ["root=/dev/vda", "rw", "systemd.show_status=error"]
@@ -306,6 +369,12 @@ fn vm_config(p: &Prepared, run_dir: &Path, share: &Path, ivshmem: &Path) -> VmCo
     cfg.extra_args.extend(args::pcie_root_port("hmbrp", 1, 1));
     cfg.extra_args
         .extend(args::ivshmem_doorbell(ivshmem, "hmb0", VECTORS, PciPlace::Bus("hmbrp")));
+    cfg.extra_args.extend(args::pcie_root_port("nvmerp", 2, 2));
+    cfg.extra_args.extend(args::vfio_user_pci(
+        nvme,
+        nvme_tools::DEVICE_ID,
+        PciPlace::Bus("nvmerp"),
+    ));
     cfg
 }
 
@@ -313,6 +382,7 @@ fn vm_config(p: &Prepared, run_dir: &Path, share: &Path, ivshmem: &Path) -> VmCo
 struct Guest<'a> {
     vm: &'a mut Vm,
     emu: &'a mut EmuDevice,
+    nvme: &'a mut NvmeDevice,
     share: &'a Path,
 }
 
@@ -324,6 +394,7 @@ impl Guest<'_> {
         let deadline = Instant::now() + timeout;
         while !path.exists() {
             self.emu.check_alive()?;
+            self.nvme.check_alive()?;
             match self.vm.wait_for(name, Duration::from_millis(250), |l| {
                 l.contains("HMBT-ERROR") || l.contains("HMBT-RESULT")
             }) {

@@ -72,6 +72,7 @@ restarted() {{ active && [ "$(prop NRestarts)" = 1 ] && [ "$(prop MainPID)" != "
 step "PID 1 is $(cat /proc/1/comm), kernel $abi"
 [ "$(cat /proc/1/comm)" = systemd ] || fail "PID 1 is not systemd"
 systemctl is-active --quiet systemd-udevd || fail "systemd-udevd is not running"
+{nvme}
 
 step "group hmbtrace, its service user, a member (alice) and an outsider (bob)"
 run groupadd --system hmbtrace
@@ -186,6 +187,7 @@ echo "HMBT-RESULT rc=0"
         restarted = files::RESTARTED,
         stop = files::STOP,
         trace = files::TRACE,
+        nvme = super::nvme_tools::guest_section(),
     )
 }
 

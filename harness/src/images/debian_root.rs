@@ -18,7 +18,8 @@ use xshell::{cmd, Shell};
 const RECIPE_VERSION: &str = "1";
 
 /// What debootstrap installs besides minbase: what a user's host has for
-/// DKMS and the shipped units (systemd as PID 1, udev, gcc/make/dkms).
+/// DKMS and the shipped units (systemd as PID 1, udev, gcc/make/dkms), and
+/// the everyday NVMe tools.
 const PACKAGES: &[&str] = &[
     "systemd-sysv",
     "udev",
@@ -28,6 +29,11 @@ const PACKAGES: &[&str] = &[
     "libc6-dev",
     "kmod",
     "zstd",
+    // The tools NVMe engineers use, run against emu-device's NVMe
+    // controller (full_guest/nvme_tools.rs); util-linux (blkdiscard) is in minbase.
+    "nvme-cli",
+    "fio",
+    "e2fsprogs",
 ];
 
 /// Module trees a QEMU guest has no hardware for. dpkg leaves them out

@@ -1,0 +1,718 @@
+//! emu-device's NVMe controller as Debian's own tools see it (issue 28), in
+//! the full guest that host-integration already boots: `serve-nvme` is
+//! attached through `vfio-user-pci` behind its own root port, Debian's stock
+//! nvme driver binds it through udev, and the image's nvme-cli, fio,
+//! util-linux and e2fsprogs (docs/images.md) drive it unmodified.
+//!
+//! The guest saves the tools' answers in the share (binary structures with
+//! `nvme ... -b`, fio's JSON) and creates `DONE`; the host then reads the
+//! controller's own report over its control socket, checks every answer
+//! against it ([`check_outputs`]) and answers `OK`. Once QEMU has exited
+//! the host checks the namespace's backing file itself ([`check_media`]):
+//! `e2fsck -fn` and a file read back with `debugfs`. docs/nvme-controller.md
+//! ("Real tools in the full guest") lists the checks.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{bail, ensure, Context, Result};
+use serde_json::Value;
+
+/// Namespace size: room for the fio jobs and the discard ranges, and a
+/// small file system; the backing is a sparse file.
+pub const NAMESPACE_BYTES: u64 = 128 << 20;
+/// Prefix of the NVMe controller's sockets and log in the run folder (the
+/// ivshmem emu-device has the plain names).
+pub const PREFIX: &str = "nvme-";
+/// QMP id of the controller.
+pub const DEVICE_ID: &str = "nvme0";
+/// The namespace's backing file in the run folder.
+pub const BACKING: &str = "nvme-namespace.img";
+/// Folder of the share the guest writes the tools' answers to.
+pub const DIR: &str = "nvme-tools";
+/// The guest has finished with the tools; the host has checked them.
+pub const DONE: &str = "nvme-tools.done";
+pub const OK: &str = "nvme-tools.ok";
+/// The controller's report at `DONE`, in the run folder.
+pub const STATUS_FILE: &str = "nvme-status.json";
+
+/// fio jobs: name, iodepth, offset and size in MiB (4 KiB random writes,
+/// then fio's own read-back with crc32c verification).
+const FIO_JOBS: [(&str, u32, u64, u64); 2] = [("qd1", 1, 0, 4), ("qd32", 32, 8, 8)];
+/// Where the discard checks write, discard and read back (MiB, 4 MiB each).
+const DSM_AT_MIB: u64 = 32;
+const WZ_AT_MIB: u64 = 40;
+const RANGE_MIB: u64 = 4;
+/// The random file the host reads back from the media with debugfs.
+const PROBE_FILE: &str = "data/r3";
+
+/// The shell section of the check script (after the PID 1 check, before
+/// the host-integration steps). It uses the script's `step`, `fail`,
+/// `run`, `wait_for` and `$log`.
+pub fn guest_section() -> String {
+    let fio: String = FIO_JOBS
+        .iter()
+        .map(|(name, qd, off, size)| format!("fio_job {name} --iodepth={qd} --offset={off}M --size={size}M\n"))
+        .collect();
+    r#"
+# ---- emu-device's NVMe controller through Debian's own tools (nvme_tools.rs)
+out=$share/@DIR@
+mkdir -p $out
+ctrl=/dev/nvme0
+ns=/dev/nvme0n1
+wait_for 120 "no $ns: the stock nvme driver did not bind emu-device's controller" test -b $ns
+nvme_live() { [ "$(cat /sys/class/nvme/nvme0/state)" = live ]; }
+wait_for 60 "nvme0 is not live" nvme_live
+step "nvme: $ns on $(basename "$(readlink /sys/class/nvme/nvme0/device/driver)"), $(nvme version | head -n 1), $(fio --version)"
+# nv FILE ARGS...: nvme-cli's answer into $out/FILE.
+nv() { f=$1; shift; nvme "$@" > $out/$f 2>>$log || fail "nvme $* (exit $?)"; }
+smart() { nv smart-$1.bin smart-log $ctrl -b; }
+nv list.json list -o json
+nv id-ctrl.bin id-ctrl $ctrl -b
+nv id-ctrl.txt id-ctrl $ctrl -H
+nv id-ns.bin id-ns $ns -b
+nv id-ns.txt id-ns $ns -H
+nv fw-log.bin fw-log $ctrl -b
+nv feature-07.txt get-feature $ctrl -f 0x07
+nv feature-0d.txt get-feature $ctrl -f 0x0d -H
+nv feature-0d.bin get-feature $ctrl -f 0x0d -b
+{
+    for q in discard_max_bytes write_zeroes_max_bytes logical_block_size; do
+        echo "$q=$(cat /sys/block/nvme0n1/queue/$q)"
+    done
+    echo "model=$(cat /sys/class/nvme/nvme0/model)"
+    echo "serial=$(cat /sys/class/nvme/nvme0/serial)"
+    echo "bytes=$(blockdev --getsize64 $ns)"
+} > $out/guest.txt
+
+step "nvme: an error on purpose (read past the end), error-log"
+lbas=$(( $(blockdev --getsize64 $ns) / $(blockdev --getss $ns) ))
+if nvme read $ns --start-block=$lbas --block-count=0 --data-size=$(blockdev --getss $ns) --data=/tmp/past-end.bin >> $log 2>&1; then
+    fail "nvme read at LBA $lbas (past the end) succeeded"
+fi
+echo "past_end_lba=$lbas" >> $out/guest.txt
+nv error-log.bin error-log $ctrl -b
+
+step "nvme: fio randwrite + crc32c verify, libaio, direct, QD1 and QD32"
+fio_job() {
+    name=$1; shift
+    fio --name=$name --filename=$ns --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
+        --verify=crc32c --verify_fatal=1 --do_verify=1 --output-format=json \
+        --output=$out/fio-$name.json "$@" >> $log 2>&1 || fail "fio $name (exit $?)"
+}
+smart before-fio
+@FIO@smart after-fio
+
+step "nvme: blkdiscard (DSM deallocate) and blkdiscard -z (Write Zeroes), read back"
+# range_check MIB FILE: the 4 MiB at MIB read back (O_DIRECT) equal FILE.
+range_check() {
+    rm -f /tmp/back
+    dd if=$ns of=/tmp/back bs=1M skip=$1 count=@RANGE@ iflag=direct 2>>$log || fail "read back at $1 MiB"
+    cmp /tmp/back $2 >> $log 2>&1
+}
+head -c $((@RANGE@ << 20)) /dev/zero > /tmp/zeroes
+for at in @DSM@ @WZ@; do
+    head -c $((@RANGE@ << 20)) /dev/urandom > /tmp/pattern
+    dd if=/tmp/pattern of=$ns bs=1M seek=$at oflag=direct conv=fsync 2>>$log || fail "write at $at MiB"
+    range_check $at /tmp/pattern || fail "the pattern at $at MiB did not read back"
+done
+smart before-dsm
+run blkdiscard --offset $((@DSM@ << 20)) --length $((@RANGE@ << 20)) $ns
+range_check @DSM@ /tmp/zeroes || fail "blkdiscard: the deallocated range does not read back as zeroes"
+smart after-dsm
+run blkdiscard -z --offset $((@WZ@ << 20)) --length $((@RANGE@ << 20)) $ns
+range_check @WZ@ /tmp/zeroes || fail "blkdiscard -z: the range does not read back as zeroes"
+smart after-wz
+
+step "nvme: mkfs.ext4 (discard), mount, files, umount, mount, compare, fsck.ext4 -fn"
+run mkfs.ext4 -F -E lazy_itable_init=0,lazy_journal_init=0 $ns
+mkdir -p /mnt/nvme
+run mount -o noinit_itable $ns /mnt/nvme
+mkdir -p /mnt/nvme/data
+i=1
+while [ $i -le 6 ]; do
+    head -c $((i * 177 * 1024 + i)) /dev/urandom > /mnt/nvme/data/r$i
+    i=$((i + 1))
+done
+run cp -a /usr/share/common-licenses /mnt/nvme/data/licenses
+run cp /mnt/nvme/@PROBE@ $out/probe.bin
+(cd /mnt/nvme && find data -type f -exec sha256sum {} +) > $out/manifest.sha256
+run umount /mnt/nvme
+run mount $ns /mnt/nvme
+(cd /mnt/nvme && sha256sum --check --quiet $out/manifest.sha256) >> $log 2>&1 \
+    || fail "files read back after umount and mount differ from what was written"
+run umount /mnt/nvme
+run fsck.ext4 -fn $ns
+smart final
+dmesg | grep nvme > $out/dmesg-nvme.txt
+touch $share/@DONE@
+wait_for 120 "the host did not answer @DONE@" test -e $share/@OK@
+step "nvme: the host checked every answer against the controller"
+"#
+    .replace("@DIR@", DIR)
+    .replace("@FIO@", &fio)
+    .replace("@RANGE@", &RANGE_MIB.to_string())
+    .replace("@DSM@", &DSM_AT_MIB.to_string())
+    .replace("@WZ@", &WZ_AT_MIB.to_string())
+    .replace("@PROBE@", PROBE_FILE)
+    .replace("@DONE@", DONE)
+    .replace("@OK@", OK)
+}
+
+/// What the tools saw, every field checked against the controller.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ToolsOutcome {
+    pub model: String,
+    pub namespace_bytes: u64,
+    pub hmb_bytes: u64,
+    pub hmb_descriptors: u32,
+    pub io_queues: u16,
+    /// fio: bytes written and verified per job.
+    pub fio_bytes: Vec<(String, u64)>,
+    pub data_units_written: u128,
+    pub host_write_commands: u128,
+    pub error_log_entries: u128,
+}
+
+impl ToolsOutcome {
+    pub fn summary(&self) -> String {
+        let fio: Vec<String> = self
+            .fio_bytes
+            .iter()
+            .map(|(n, b)| format!("{n} {} KiB", b >> 10))
+            .collect();
+        format!(
+            "{} ({} MiB), HMB {} MiB in {} descriptors, {} I/O queues; fio verified {}; SMART {} data units / {} write commands written, {} error log entries",
+            self.model,
+            self.namespace_bytes >> 20,
+            self.hmb_bytes >> 20,
+            self.hmb_descriptors,
+            self.io_queues,
+            fio.join(", "),
+            self.data_units_written,
+            self.host_write_commands,
+            self.error_log_entries
+        )
+    }
+}
+
+fn read(dir: &Path, name: &str) -> Result<Vec<u8>> {
+    std::fs::read(dir.join(name)).with_context(|| format!("the guest left no {name} in {}", dir.display()))
+}
+
+fn le(b: &[u8], at: usize, len: usize) -> Result<u128> {
+    let s = b
+        .get(at..at + len)
+        .with_context(|| format!("{len} bytes at {at} past the end ({} bytes)", b.len()))?;
+    Ok(s.iter().rev().fold(0u128, |v, &x| v << 8 | u128::from(x)))
+}
+
+fn text(b: &[u8], at: usize, len: usize) -> Result<String> {
+    let s = b.get(at..at + len).context("text field past the end")?;
+    Ok(String::from_utf8_lossy(s).trim().to_string())
+}
+
+fn u64_at(v: &Value, path: &str) -> Result<u64> {
+    v.pointer(path)
+        .and_then(Value::as_u64)
+        .with_context(|| format!("the controller's report has no {path}"))
+}
+
+/// SMART / Health log fields (NVMe 1.4 figure 194).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Smart {
+    critical_warning: u8,
+    data_units_written: u128,
+    host_write_commands: u128,
+    error_log_entries: u128,
+}
+
+fn smart(b: &[u8]) -> Result<Smart> {
+    ensure!(b.len() == 512, "SMART log of {} bytes, want 512", b.len());
+    Ok(Smart {
+        critical_warning: b[0],
+        data_units_written: le(b, 48, 16)?,
+        host_write_commands: le(b, 80, 16)?,
+        error_log_entries: le(b, 176, 16)?,
+    })
+}
+
+/// How much a SMART counter rose; a counter never goes back.
+fn rise(before: u128, after: u128) -> Result<u128> {
+    after
+        .checked_sub(before)
+        .with_context(|| format!("a SMART counter went back from {before} to {after}"))
+}
+
+/// Data units as the spec counts them: thousands of 512-byte units, rounded up.
+fn data_units(bytes: u64) -> u128 {
+    u128::from(bytes / 512).div_ceil(1000)
+}
+
+/// `get-feature:0x07 (Number of Queues), Current value:0x00030003` -> the value.
+fn feature_value(out: &str) -> Result<u32> {
+    let at = out.find("value:").context("no 'value:' in get-feature's answer")?;
+    let hex = out[at + 6..]
+        .trim_start()
+        .trim_start_matches("0x")
+        .split(|c: char| !c.is_ascii_hexdigit())
+        .next()
+        .unwrap_or("");
+    u32::from_str_radix(hex, 16).with_context(|| format!("get-feature's value is not hex: {out}"))
+}
+
+/// fio's JSON: bytes written by the job, which must have no error and have
+/// read back (verified) what it wrote.
+fn fio_written(json: &str, want_bytes: u64) -> Result<u64> {
+    let start = json.find('{').context("no JSON in fio's output")?;
+    let v: Value = serde_json::from_str(&json[start..]).context("fio's JSON")?;
+    let job = v.pointer("/jobs/0").context("fio reported no job")?;
+    let error = job
+        .get("error")
+        .and_then(Value::as_i64)
+        .context("fio job without error field")?;
+    ensure!(error == 0, "fio job error {error}");
+    let written = job.pointer("/write/io_bytes").and_then(Value::as_u64).unwrap_or(0);
+    let read = job.pointer("/read/io_bytes").and_then(Value::as_u64).unwrap_or(0);
+    ensure!(
+        written == want_bytes && read == want_bytes,
+        "fio wrote {written} and verified {read} bytes, want {want_bytes} each"
+    );
+    Ok(written)
+}
+
+fn key_values(text: &str) -> std::collections::BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// Check the tools' answers in `dir` against `status` (serve-nvme's
+/// `status`, taken after the guest's last command).
+pub fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
+    let guest = key_values(&String::from_utf8_lossy(&read(dir, "guest.txt")?));
+    let g = |k: &str| guest.get(k).cloned().with_context(|| format!("guest.txt has no {k}"));
+    let ns_bytes = u64_at(status, "/controller/namespace/bytes")?;
+    let lba_bytes = u64_at(status, "/controller/namespace/lba_bytes")?;
+    ensure!(
+        ns_bytes == NAMESPACE_BYTES,
+        "the controller's namespace is {ns_bytes} bytes, serve-nvme was given {NAMESPACE_BYTES}"
+    );
+    ensure!(
+        g("bytes")? == ns_bytes.to_string(),
+        "the guest's block device is {} bytes, the namespace {ns_bytes}",
+        g("bytes")?
+    );
+
+    // Identify Controller (figure 247) and nvme list.
+    let ctrl = read(dir, "id-ctrl.bin")?;
+    ensure!(ctrl.len() == 4096, "id-ctrl gave {} bytes, want 4096", ctrl.len());
+    let (serial, model, firmware) = (text(&ctrl, 4, 20)?, text(&ctrl, 24, 40)?, text(&ctrl, 64, 8)?);
+    ensure!(
+        g("model")? == model && g("serial")? == serial,
+        "sysfs says {}/{}, id-ctrl {model}/{serial}",
+        g("model")?,
+        g("serial")?
+    );
+    let oncs = le(&ctrl, 520, 2)? as u16;
+    for (bit, what) in [(0, "Compare"), (2, "Dataset Management"), (3, "Write Zeroes")] {
+        ensure!(oncs & 1 << bit != 0, "id-ctrl ONCS {oncs:#x} lacks {what}");
+    }
+    // Format NVM (OACS bit 1) is not declared, so nvme format is not run;
+    // a controller that declares it must be formatted here too.
+    let oacs = le(&ctrl, 256, 2)? as u16;
+    ensure!(
+        oacs & 1 << 1 == 0,
+        "id-ctrl OACS {oacs:#x} declares Format NVM: add nvme format to the guest's tools"
+    );
+    let tnvmcap = le(&ctrl, 280, 16)?;
+    ensure!(
+        tnvmcap == u128::from(ns_bytes),
+        "id-ctrl TNVMCAP {tnvmcap}, the namespace is {ns_bytes}"
+    );
+    let hmpre = le(&ctrl, 272, 4)? as u64 * 4096;
+    ensure!(
+        hmpre == u64_at(status, "/controller/hmb/preferred_bytes")?,
+        "id-ctrl HMPRE {hmpre} bytes, the controller prefers {}",
+        u64_at(status, "/controller/hmb/preferred_bytes")?
+    );
+    let list: Value = serde_json::from_slice(&read(dir, "list.json")?).context("nvme list -o json")?;
+    let devices = list
+        .get("Devices")
+        .and_then(Value::as_array)
+        .context("nvme list: no Devices")?;
+    ensure!(devices.len() == 1, "nvme list shows {} devices, want 1", devices.len());
+    let d = &devices[0];
+    ensure!(
+        d.get("DevicePath").and_then(Value::as_str) == Some("/dev/nvme0n1")
+            && d.get("ModelNumber").and_then(Value::as_str).map(str::trim) == Some(model.as_str())
+            && d.get("SerialNumber").and_then(Value::as_str).map(str::trim) == Some(serial.as_str())
+            && d.get("PhysicalSize").and_then(Value::as_u64) == Some(ns_bytes),
+        "nvme list: {d}; want /dev/nvme0n1, {model}, {serial}, {ns_bytes} bytes"
+    );
+
+    // Identify Namespace (figure 245).
+    let ns = read(dir, "id-ns.bin")?;
+    ensure!(ns.len() == 4096, "id-ns gave {} bytes, want 4096", ns.len());
+    let nsze = le(&ns, 0, 8)?;
+    let flbas = (ns[26] & 0xf) as usize;
+    let lbads = ns[128 + 4 * flbas + 2];
+    ensure!(
+        1u64 << lbads == lba_bytes && nsze * u128::from(lba_bytes) == u128::from(ns_bytes),
+        "id-ns: NSZE {nsze} of 2^{lbads} bytes; the controller has {ns_bytes} bytes in {lba_bytes}-byte LBAs"
+    );
+    ensure!(
+        ns[33] & 7 == 1,
+        "id-ns DLFEAT {:#x}: deallocated blocks are not declared to read as zeroes",
+        ns[33]
+    );
+    ensure!(
+        g("logical_block_size")? == lba_bytes.to_string(),
+        "the kernel's logical block size {} is not the LBA size {lba_bytes}",
+        g("logical_block_size")?
+    );
+    for q in ["discard_max_bytes", "write_zeroes_max_bytes"] {
+        ensure!(
+            g(q)? != "0",
+            "the kernel's {q} is 0: it does not use the controller's DSM / Write Zeroes"
+        );
+    }
+
+    // Firmware Slot log: slot 1 active, holding the revision id-ctrl reports.
+    let fw = read(dir, "fw-log.bin")?;
+    ensure!(fw.len() == 512, "fw-log gave {} bytes", fw.len());
+    ensure!(
+        fw[0] & 7 == 1 && text(&fw, 8, 8)? == firmware,
+        "fw-log: AFI {:#x}, slot 1 '{}'; id-ctrl FR '{firmware}'",
+        fw[0],
+        text(&fw, 8, 8)?
+    );
+
+    // Number of Queues (07h): NSQA/NCQA are 0-based.
+    let queues = feature_value(&String::from_utf8_lossy(&read(dir, "feature-07.txt")?))?;
+    let io_queues = u64::from((queues & 0xffff).min(queues >> 16)) + 1;
+    ensure!(
+        io_queues == u64_at(status, "/controller/io_queues_allocated")?,
+        "get-feature 07h allocates {io_queues} I/O queue pairs, the controller {}",
+        u64_at(status, "/controller/io_queues_allocated")?
+    );
+
+    // Host Memory Buffer (0Dh): EHM in DW0, the attributes in the data.
+    let hmb0 = feature_value(&String::from_utf8_lossy(&read(dir, "feature-0d.txt")?))?;
+    ensure!(hmb0 & 1 == 1, "get-feature 0Dh: EHM is 0 ({hmb0:#x})");
+    let attrs = read(dir, "feature-0d.bin")?;
+    let hsize = le(&attrs, 0, 4)? as u64 * 4096;
+    let hmdlec = le(&attrs, 12, 4)? as u32;
+    let list_addr = le(&attrs, 4, 4)? | le(&attrs, 8, 4)? << 32;
+    let hmb_bytes = u64_at(status, "/controller/hmb/bytes")?;
+    let descriptors = status
+        .pointer("/controller/hmb/descriptors")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    ensure!(
+        status.pointer("/controller/hmb/enabled") == Some(&Value::Bool(true))
+            && hsize == hmb_bytes
+            && hmdlec as usize == descriptors
+            && list_addr != 0,
+        "get-feature 0Dh: HSIZE {hsize} bytes, {hmdlec} descriptors at {list_addr:#x}; the controller: {hmb_bytes} bytes, {descriptors} descriptors"
+    );
+
+    // Error log: the newest entry is the read past the end.
+    let past_end: u128 = g("past_end_lba")?.parse().context("past_end_lba")?;
+    let errors = read(dir, "error-log.bin")?;
+    ensure!(
+        errors.len() >= 64 && errors.len() % 64 == 0,
+        "error-log gave {} bytes",
+        errors.len()
+    );
+    let count = le(&errors, 0, 8)?;
+    let sqid = le(&errors, 8, 2)?;
+    let sf = le(&errors, 12, 2)? >> 1;
+    let (sct, sc) = ((sf >> 8) & 7, sf & 0xff);
+    let lba = le(&errors, 16, 8)?;
+    let nsid = le(&errors, 24, 4)?;
+    ensure!(
+        sct == 0 && sc == 0x80 && lba == past_end && nsid == 1 && sqid != 0,
+        "error-log entry 0: SQ {sqid}, status {sct:#x}/{sc:#x}, LBA {lba}, NSID {nsid}; want an I/O queue, 0/80h (LBA Out of Range), LBA {past_end}, NSID 1"
+    );
+
+    // SMART: the counters against the tools' own actions and the controller.
+    let s = |n: &str| smart(&read(dir, &format!("smart-{n}.bin"))?);
+    let (before_fio, after_fio) = (s("before-fio")?, s("after-fio")?);
+    let (before_dsm, after_dsm, after_wz, last) = (s("before-dsm")?, s("after-dsm")?, s("after-wz")?, s("final")?);
+    ensure!(
+        last.error_log_entries == count,
+        "SMART counts {} error log entries, error-log's newest entry is number {count}",
+        last.error_log_entries
+    );
+    let mut fio_bytes = Vec::new();
+    let mut fio_total = 0;
+    for (name, _, _, mib) in FIO_JOBS {
+        let json = String::from_utf8_lossy(&read(dir, &format!("fio-{name}.json"))?).into_owned();
+        let b = fio_written(&json, mib << 20).with_context(|| format!("fio job {name}"))?;
+        fio_total += b;
+        fio_bytes.push((name.to_string(), b));
+    }
+    let commands = rise(before_fio.host_write_commands, after_fio.host_write_commands)?;
+    let units = rise(before_fio.data_units_written, after_fio.data_units_written)?;
+    ensure!(
+        commands == u128::from(fio_total / 4096) && units + 1 >= data_units(fio_total),
+        "SMART across fio: {commands} write commands and {units} data units, fio wrote {fio_total} bytes in 4 KiB writes"
+    );
+    ensure!(
+        after_dsm.host_write_commands == before_dsm.host_write_commands
+            && after_dsm.data_units_written == before_dsm.data_units_written,
+        "SMART: blkdiscard (deallocate) counted as writes ({before_dsm:?} -> {after_dsm:?})"
+    );
+    ensure!(
+        after_wz.host_write_commands > after_dsm.host_write_commands
+            && after_wz.data_units_written == after_dsm.data_units_written,
+        "SMART across blkdiscard -z: {after_dsm:?} -> {after_wz:?}; Write Zeroes is a write command that moves no data (the kernel wrote zero pages instead?)"
+    );
+    let written = u64_at(status, "/controller/counters/bytes_written")?;
+    let writes = u64_at(status, "/controller/counters/writes")?;
+    ensure!(
+        last.data_units_written == data_units(written) && last.host_write_commands == u128::from(writes),
+        "SMART after the last command: {} data units, {} write commands; the controller: {written} bytes ({} units), {writes} writes",
+        last.data_units_written,
+        last.host_write_commands,
+        data_units(written)
+    );
+    ensure!(
+        last.critical_warning == 0,
+        "SMART critical warning {:#x}",
+        last.critical_warning
+    );
+    let deallocations = u64_at(status, "/controller/counters/deallocations")?;
+    ensure!(
+        deallocations >= 2,
+        "the controller saw {deallocations} Dataset Management deallocations; blkdiscard and mkfs.ext4 each send at least one"
+    );
+
+    // The kernel log: nothing but the one error asked for.
+    let dmesg = String::from_utf8_lossy(&read(dir, "dmesg-nvme.txt")?).into_owned();
+    let asked = format!("LBA {past_end}");
+    let trouble: Vec<&str> = dmesg
+        .lines()
+        .filter(|l| crate::nvme_guest::is_trouble_line(l) && !l.contains(&asked))
+        .collect();
+    ensure!(trouble.is_empty(), "the guest's kernel log: {}", trouble.join("\n"));
+
+    Ok(ToolsOutcome {
+        model,
+        namespace_bytes: ns_bytes,
+        hmb_bytes,
+        hmb_descriptors: hmdlec,
+        io_queues: io_queues as u16,
+        fio_bytes,
+        data_units_written: last.data_units_written,
+        host_write_commands: last.host_write_commands,
+        error_log_entries: last.error_log_entries,
+    })
+}
+
+/// After QEMU has exited: the file system on the controller's backing file
+/// is clean (`e2fsck -fn` on the host) and holds the probe file the guest
+/// wrote, byte for byte (`debugfs -R cat`).
+pub fn check_media(backing: &Path, dir: &Path) -> Result<()> {
+    let fsck = Command::new("e2fsck")
+        .args(["-fn"])
+        .arg(backing)
+        .output()
+        .context("running e2fsck on the namespace's backing file")?;
+    if !fsck.status.success() {
+        bail!(
+            "e2fsck -fn {} on the host: {}\n{}",
+            backing.display(),
+            fsck.status,
+            String::from_utf8_lossy(&fsck.stdout)
+        );
+    }
+    let cat = Command::new("debugfs")
+        .args(["-R", &format!("cat /{PROBE_FILE}")])
+        .arg(backing)
+        .output()
+        .context("running debugfs on the namespace's backing file")?;
+    let want = read(dir, "probe.bin")?;
+    ensure!(
+        cat.status.success() && cat.stdout == want,
+        "debugfs cat /{PROBE_FILE} from the backing file: {} bytes, the guest wrote {} ({})",
+        cat.stdout.len(),
+        want.len(),
+        String::from_utf8_lossy(&cat.stderr).trim()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn feature_values_parse_as_nvme_cli_prints_them() {
+        assert_eq!(
+            feature_value("get-feature:0x07 (Number of Queues), Current value:0x00030003\n").unwrap(),
+            0x0003_0003
+        );
+        assert_eq!(
+            feature_value("get-feature:0xd (Host Memory Buffer), Current value:0x000001\n\tMemory Return").unwrap(),
+            1
+        );
+        assert!(feature_value("NVMe status: INVALID_FIELD").is_err());
+    }
+
+    #[test]
+    fn smart_fields_sit_where_the_spec_puts_them() {
+        let mut b = vec![0u8; 512];
+        b[48] = 0x10;
+        b[49] = 0x01;
+        b[80] = 7;
+        b[176] = 3;
+        let s = smart(&b).unwrap();
+        assert_eq!(
+            (s.data_units_written, s.host_write_commands, s.error_log_entries),
+            (0x110, 7, 3)
+        );
+        assert!(smart(&b[..100]).is_err());
+        assert_eq!(data_units(0), 0);
+        assert_eq!(data_units(512), 1);
+        assert_eq!(data_units(512_000), 1);
+        assert_eq!(data_units(512_512), 2);
+    }
+
+    #[test]
+    fn fio_json_needs_no_error_and_every_byte_verified() {
+        let ok = r#"{"jobs":[{"error":0,"write":{"io_bytes":4096},"read":{"io_bytes":4096}}]}"#;
+        assert_eq!(fio_written(ok, 4096).unwrap(), 4096);
+        assert!(fio_written(ok, 8192).is_err());
+        let unverified = r#"{"jobs":[{"error":0,"write":{"io_bytes":4096},"read":{"io_bytes":0}}]}"#;
+        assert!(fio_written(unverified, 4096).is_err());
+        let failed = r#"note: x
+{"jobs":[{"error":84,"write":{"io_bytes":4096},"read":{"io_bytes":4096}}]}"#;
+        assert!(fio_written(failed, 4096).is_err());
+    }
+
+    /// A real run's answers (host-integration on 6.1, 2026-12-05) and the
+    /// controller's report at `DONE`, in a scratch copy that a test may alter.
+    fn real_run() -> (tempfile::TempDir, Value) {
+        let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/full_guest/testdata");
+        let dir = tempfile::tempdir().unwrap();
+        for e in std::fs::read_dir(data.join(DIR)).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
+        }
+        let status = serde_json::from_str(&std::fs::read_to_string(data.join(STATUS_FILE)).unwrap()).unwrap();
+        (dir, status)
+    }
+
+    fn bump(v: &mut Value, path: &str, by: i64) {
+        let x = v.pointer_mut(path).unwrap();
+        *x = (x.as_i64().unwrap() + by).into();
+    }
+
+    #[test]
+    fn a_real_runs_answers_pass_and_each_altered_one_fails() {
+        let (dir, status) = real_run();
+        let seen = check_outputs(dir.path(), &status).unwrap();
+        assert_eq!(
+            (seen.namespace_bytes, seen.hmb_bytes, seen.io_queues),
+            (128 << 20, 32 << 20, 2)
+        );
+
+        // The controller's view differs from the tools' in one field.
+        for (path, by, want) in [
+            (
+                "/controller/counters/bytes_written",
+                512_000,
+                "SMART after the last command",
+            ),
+            ("/controller/counters/writes", 1, "SMART after the last command"),
+            ("/controller/hmb/bytes", -4096, "get-feature 0Dh"),
+            ("/controller/io_queues_allocated", 1, "get-feature 07h"),
+            ("/controller/namespace/bytes", 4096, "serve-nvme was given"),
+            ("/controller/hmb/preferred_bytes", 4096, "HMPRE"),
+            ("/controller/counters/deallocations", -100, "deallocations"),
+        ] {
+            let mut s = status.clone();
+            bump(&mut s, path, by);
+            let e = check_outputs(dir.path(), &s).unwrap_err().to_string();
+            assert!(e.contains(want), "{path}: {e}");
+        }
+
+        // One of the tools' answers differs.
+        let alter = |file: &str, f: &dyn Fn(&mut Vec<u8>), want: &str| {
+            let (dir, status) = real_run();
+            let p = dir.path().join(file);
+            let mut b = std::fs::read(&p).unwrap();
+            f(&mut b);
+            std::fs::write(&p, b).unwrap();
+            let e = check_outputs(dir.path(), &status).unwrap_err().to_string();
+            assert!(e.contains(want), "{file}: {e}");
+        };
+        // Write Zeroes done as zero-page writes: data units grow.
+        alter("smart-after-wz.bin", &|b| b[48] += 8, "blkdiscard -z");
+        alter("smart-after-dsm.bin", &|b| b[80] += 1, "blkdiscard (deallocate)");
+        alter(
+            "smart-after-fio.bin",
+            &|b| b[80] = b[80].wrapping_add(1),
+            "SMART across fio",
+        );
+        alter("smart-before-fio.bin", &|b| b[95] = 0xff, "went back");
+        alter("error-log.bin", &|b| b[16] ^= 1, "error-log entry 0");
+        alter("error-log.bin", &|b| b[13] = 0, "error-log entry 0");
+        alter("id-ns.bin", &|b| b[33] = 0, "DLFEAT");
+        alter("id-ctrl.bin", &|b| b[520] = 0, "ONCS");
+        alter("id-ctrl.bin", &|b| b[256] = 2, "OACS");
+        alter("fw-log.bin", &|b| b[8] = b'9', "fw-log");
+        alter(
+            "feature-0d.txt",
+            &|b| *b = b"get-feature:0x0d (Host Memory Buffer), Current value:0x00000000\n".to_vec(),
+            "EHM is 0",
+        );
+        alter(
+            "fio-qd1.json",
+            &|b| {
+                *b = String::from_utf8_lossy(b)
+                    .replacen("\"error\" : 0", "\"error\" : 84", 1)
+                    .into_bytes()
+            },
+            "fio job qd1",
+        );
+        alter(
+            "list.json",
+            &|b| *b = String::from_utf8_lossy(b).replace("134217728", "67108864").into_bytes(),
+            "nvme list",
+        );
+        alter(
+            "guest.txt",
+            &|b| {
+                *b = String::from_utf8_lossy(b)
+                    .replace("write_zeroes_max_bytes=524288", "write_zeroes_max_bytes=0")
+                    .into_bytes()
+            },
+            "write_zeroes_max_bytes is 0",
+        );
+        alter(
+            "dmesg-nvme.txt",
+            &|b| b.extend_from_slice(b"[   50.1] nvme nvme0: I/O 9 QID 1 timeout, aborting\n"),
+            "kernel log",
+        );
+    }
+
+    #[test]
+    fn the_section_has_every_placeholder_filled() {
+        let s = guest_section();
+        let left = s.replace("\"$@\"", "");
+        assert!(!left.contains('@'), "a placeholder is left");
+        for want in [
+            "fio_job qd1 --iodepth=1 --offset=0M --size=4M",
+            "fio_job qd32 --iodepth=32 --offset=8M --size=8M",
+            "blkdiscard -z --offset $((40 << 20))",
+            "touch $share/nvme-tools.done",
+            "fsck.ext4 -fn $ns",
+        ] {
+            assert!(s.contains(want), "{want} missing");
+        }
+    }
+}
