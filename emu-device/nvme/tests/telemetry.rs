@@ -241,7 +241,7 @@ fn no_notice_without_aec_bit_10_and_a_queued_notice_survives_a_reset() {
     let (mut h, buf) = telemetry_host();
     assert!(h.ctrl.inject_fatal("test"));
     // Every other notice on, Telemetry Log Notices off: the capture is silent.
-    let _aer = recover(&mut h, 0xffff_ffff & !(1 << 10));
+    let _aer = recover(&mut h, !(1 << 10));
     assert!(h.reap(0).is_none(), "no notice with AEC bit 10 clear");
     let (_, hdr) = controller_log(&mut h, buf, 0, 512, true);
     assert_eq!((hdr[382], hdr[383]), (1, 1), "captured all the same");
