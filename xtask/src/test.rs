@@ -285,8 +285,15 @@ fn nvme_guest_tests() -> Result<()> {
                         t.summary, t.wake_latency_us[1], t.wake_latency_us[3]
                     ))
                     .or_else(|| outcome.telemetry.as_ref().map(|t| format!(
-                        "; nvme-cli telemetry-log: generations {} and {}, {} and {} records in the journal",
-                        t.generations[0], t.generations[1], t.records[0], t.records[1]
+                        "; nvme-cli telemetry-log: generations {} and {}, {} and {} records in the journal; \
+                         --controller-init: available {}, generation {}, {} records",
+                        t.generations[0],
+                        t.generations[1],
+                        t.records[0],
+                        t.records[1],
+                        t.controller.available,
+                        t.controller.generation,
+                        t.controller.records
                     )))
                     .unwrap_or_default()
             );
