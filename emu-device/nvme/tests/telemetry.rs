@@ -121,6 +121,9 @@ fn offsets_and_lengths_in_512_byte_units_only() {
     assert_eq!(telemetry(&mut h, buf, 0, 256, false).0, Status::INVALID_FIELD);
     // Past the last block of data area 3.
     assert_eq!(telemetry(&mut h, buf, 4 * 512, 512, false).0, Status::INVALID_FIELD);
+    // Over MDTS (512 KiB here): refused before any create.
+    assert_eq!(telemetry(&mut h, buf, 0, 1 << 20, true).0, Status::INVALID_FIELD);
+    assert_eq!(telemetry(&mut h, buf, 0, 512, false).1[381], 1, "no second snapshot");
 }
 
 #[test]

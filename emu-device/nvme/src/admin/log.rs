@@ -56,6 +56,11 @@ impl Controller {
                 if offset % BLOCK as u64 != 0 || (numd * 4) % BLOCK as u64 != 0 {
                     return Outcome::status(Status::INVALID_FIELD);
                 }
+                // A read the transfer limit refuses takes no snapshot (no side effect of
+                // a failed command).
+                if numd * 4 > self.cfg.max_transfer() as u64 {
+                    return Outcome::status(Status::INVALID_FIELD);
+                }
                 if lid == LID_TELEMETRY_HOST {
                     if sqe.cdw(10) & LSP_CREATE != 0 {
                         let snapshot = self.vendor.telemetry();
