@@ -66,7 +66,8 @@ impl TraceInput {
             return Ok(Self {
                 name: format!(
                     "{path} (telemetry log {:02x}h, generation {})",
-                    log.lid, log.host_generation
+                    log.lid,
+                    log.generation()
                 ),
                 header: *reader.header(),
                 file_len: Some(len),

@@ -50,6 +50,9 @@ pub mod files {
     /// Stock driver: two Telemetry Host-Initiated logs by `nvme telemetry-log`,
     /// with a few reads between them.
     pub const TELEMETRY: [&str; 2] = ["telemetry-1.bin", "telemetry-2.bin"];
+    /// Stock driver: the Telemetry Controller-Initiated log
+    /// (`nvme telemetry-log --controller-init`), after the two above.
+    pub const TELEMETRY_CONTROLLER: &str = "telemetry-controller.bin";
     /// Checkpoints: the guest creates NAME and waits for NAME.ok.
     pub const PROBED: &str = "probed";
     pub const RESET: &str = "reset";
@@ -596,17 +599,21 @@ note qd32_reads $((32 * {qd32_per}))
 }
 
 /// Stock driver: the trace through NVMe Telemetry with Debian's nvme-cli
-/// (no series, no module), twice, with 16 reads between the two creates.
+/// (no series, no module), twice, with 16 reads between the two creates,
+/// then the Controller-Initiated log (a capture only if a failure was
+/// injected: the controller takes it at Controller Fatal Status).
 fn telemetry_pull() -> String {
     format!(
         r#"{nvmecli}nvmecli telemetry-log /dev/nvme0 --output-file=$share/{t1} > /tmp/tel.txt 2>&1 || {{ cat /tmp/tel.txt; fail "nvme telemetry-log"; }}
 dd if=/dev/nvme0n1 of=/dev/null bs=4096 count={between} iflag=direct 2>/dev/null || fail "reads between the telemetry logs"
 nvmecli telemetry-log /dev/nvme0 --output-file=$share/{t2} > /tmp/tel.txt 2>&1 || {{ cat /tmp/tel.txt; fail "second nvme telemetry-log"; }}
 note telemetry_reads_between {between}
+nvmecli telemetry-log /dev/nvme0 --controller-init --output-file=$share/{tc} > /tmp/tel.txt 2>&1 || {{ cat /tmp/tel.txt; fail "nvme telemetry-log --controller-init"; }}
 "#,
         nvmecli = crate::nvme_cli::guest_function(),
         t1 = files::TELEMETRY[0],
         t2 = files::TELEMETRY[1],
+        tc = files::TELEMETRY_CONTROLLER,
         between = TELEMETRY_READS_BETWEEN,
     )
 }
@@ -936,6 +943,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         files::DAEMON_STDERR,
         files::TELEMETRY[0],
         files::TELEMETRY[1],
+        files::TELEMETRY_CONTROLLER,
     ] {
         let from = share.join(name);
         if from.exists() {
@@ -1021,7 +1029,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         _ => None,
     };
     let telemetry = match (&ground_truth, cfg.trace) {
-        (Some(answer), false) => Some(crate::nvme_telemetry::check(&cfg.run_dir, answer)?),
+        (Some(answer), false) => Some(crate::nvme_telemetry::check(&cfg.run_dir, answer, cfg.inject_fatal)?),
         _ => None,
     };
     let reads = num("iops_reads")?;

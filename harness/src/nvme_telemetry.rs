@@ -4,7 +4,12 @@
 //! for byte, a contiguous run of what the controller produced with no slice
 //! adopted (the ground truth's `unadopted` journal), ending with the newest;
 //! the second log has the next generation and the reads made between the
-//! two. docs/nvme-controller.md, "Telemetry".
+//! two. Then the Controller-Initiated log (08h, `--controller-init`): with
+//! an injected failure (`--inject reset`), the capture the controller took
+//! at Controller Fatal Status, whose records are also a run of that journal;
+//! without, no event happens in the guest and it is a header saying no
+//! capture. Either way bytes 382/383 of all three headers agree.
+//! docs/nvme-controller.md, "Telemetry".
 
 use std::path::Path;
 
@@ -23,14 +28,46 @@ pub struct TelemetryOutcome {
     pub records: [u64; 2],
     /// Bytes of each log file, header and padding included.
     pub log_bytes: [u64; 2],
+    /// The Controller-Initiated log nvme-cli pulled after them.
+    pub controller: ControllerLogOutcome,
+}
+
+/// What the Controller-Initiated log (08h) held.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ControllerLogOutcome {
+    /// Controller-Initiated Data Available (byte 382).
+    pub available: bool,
+    /// Controller-Initiated Data Generation Number (byte 383).
+    pub generation: u8,
+    /// Device records in its stream (0 without a capture).
+    pub records: u64,
+    /// Bytes of the file.
+    pub log_bytes: u64,
+}
+
+/// Bytes 382 and 383 of a telemetry header: Controller-Initiated Data
+/// Available and Generation Number.
+fn controller_fields(path: &Path) -> Result<[u8; 2]> {
+    let bytes = std::fs::read(path).with_context(|| format!("the guest left no {}", path.display()))?;
+    ensure!(
+        bytes.len() >= 512,
+        "{}: {} bytes, no header",
+        path.display(),
+        bytes.len()
+    );
+    Ok([bytes[382], bytes[383]])
 }
 
 /// The device records of a log's stream, as the bytes the producer made
 /// (header and unpadded payload), with the log's generation.
 fn records(path: &Path) -> Result<(u8, Vec<Vec<u8>>, u64)> {
+    records_of(path, 0x07)
+}
+
+fn records_of(path: &Path, lid: u8) -> Result<(u8, Vec<Vec<u8>>, u64)> {
     let bytes = std::fs::read(path).with_context(|| format!("the guest left no {}", path.display()))?;
     let log = TelemetryLog::parse(&bytes).with_context(|| format!("{}", path.display()))?;
-    ensure!(log.lid == 0x07, "{}: log identifier {:#x}", path.display(), log.lid);
+    ensure!(log.lid == lid, "{}: log identifier {:#x}", path.display(), log.lid);
     let mut out = Vec::new();
     for item in SliceReader::new(log.stream)? {
         let item = item.with_context(|| format!("{}: its trace stream", path.display()))?;
@@ -75,7 +112,56 @@ fn position(records: &[Vec<u8>], journal: &[JournalEntry], name: &str) -> Result
     Ok(at)
 }
 
-pub fn check(run_dir: &Path, ground_truth: &serde_json::Value) -> Result<TelemetryOutcome> {
+/// The Controller-Initiated log: a capture iff a failure was injected, and
+/// then its records are a run of the journal that ends no later than the
+/// first Host-Initiated log (the failure came before it).
+fn check_controller_log(
+    path: &Path,
+    unadopted: &[JournalEntry],
+    injected: bool,
+    end1: usize,
+) -> Result<ControllerLogOutcome> {
+    let name = files::TELEMETRY_CONTROLLER;
+    let bytes = std::fs::read(path).with_context(|| format!("the guest left no {name}"))?;
+    ensure!(bytes.len() >= 512, "{name}: {} bytes, no header", bytes.len());
+    ensure!(bytes[0] == 0x08, "{name}: log identifier {:#x}, not 08h", bytes[0]);
+    ensure!(bytes[381] == 0, "{name}: byte 381 (reserved in 08h) is {}", bytes[381]);
+    let (available, generation) = (bytes[382], bytes[383]);
+    if !injected {
+        // No event in this guest: no capture, an empty log.
+        ensure!(
+            (available, generation) == (0, 0),
+            "{name}: Data Available {available}, generation {generation} without any event"
+        );
+        ensure!(bytes[8..14] == [0; 6], "{name}: data areas without a capture");
+        return Ok(ControllerLogOutcome {
+            available: false,
+            generation,
+            records: 0,
+            log_bytes: bytes.len() as u64,
+        });
+    }
+    // One failure, one capture; nvme-cli reads with RAE = 1: still available.
+    ensure!(
+        (available, generation) == (1, 1),
+        "{name}: Data Available {available}, generation {generation} after one injected failure"
+    );
+    let (_, recs, log_bytes) = records_of(path, 0x08)?;
+    let at = position(&recs, unadopted, name)?;
+    ensure!(
+        at + recs.len() <= end1,
+        "{name}: the capture holds records made after the first Host-Initiated log"
+    );
+    Ok(ControllerLogOutcome {
+        available: true,
+        generation,
+        records: recs.len() as u64,
+        log_bytes,
+    })
+}
+
+/// `injected`: the run injected a controller failure (`--inject reset`).
+pub fn check(run_dir: &Path, ground_truth: &serde_json::Value, injected: bool) -> Result<TelemetryOutcome> {
     let journal = journal_from_ground_truth(ground_truth)?;
     let unadopted: Vec<JournalEntry> = journal.unadopted.into_iter().collect();
     let (g1, r1, b1) = records(&run_dir.join(files::TELEMETRY[0]))?;
@@ -96,9 +182,20 @@ pub fn check(run_dir: &Path, ground_truth: &serde_json::Value) -> Result<Telemet
         reads >= TELEMETRY_READS_BETWEEN,
         "{reads} read fetches between the two logs, the guest made {TELEMETRY_READS_BETWEEN}"
     );
+    let controller = check_controller_log(&run_dir.join(files::TELEMETRY_CONTROLLER), &unadopted, injected, end1)?;
+    // The base specification: bytes 382/383 of log 07h equal those of 08h.
+    let want = [u8::from(controller.available), controller.generation];
+    for name in files::TELEMETRY {
+        let got = controller_fields(&run_dir.join(name))?;
+        ensure!(
+            got == want,
+            "{name}: Controller-Initiated fields {got:?}, log 08h has {want:?}"
+        );
+    }
     Ok(TelemetryOutcome {
         generations: [g1, g2],
         records: [r1.len() as u64, r2.len() as u64],
         log_bytes: [b1, b2],
+        controller,
     })
 }

@@ -114,6 +114,16 @@ pub fn is_telemetry_trace(bytes: &[u8]) -> bool {
 }
 
 impl<'a> TelemetryLog<'a> {
+    /// The generation number of the data this log holds: the Host-Initiated
+    /// one (byte 381) in a 07h log, the Controller-Initiated one (byte 383)
+    /// in an 08h log (whose byte 381 is reserved).
+    pub fn generation(&self) -> u8 {
+        match self.lid {
+            LID_TELEMETRY_CONTROLLER => self.controller_generation,
+            _ => self.host_generation,
+        }
+    }
+
     pub fn parse(bytes: &'a [u8]) -> Result<Self, TelemetryError> {
         if bytes.len() < TELEMETRY_BLOCK {
             return Err(TelemetryError::Short(bytes.len()));
@@ -189,6 +199,12 @@ mod tests {
         assert_eq!((t.lid, t.host_generation, t.last_blocks), (7, 3, [1, 1, 1]));
         assert_eq!(t.reason, reason);
         assert_eq!(t.stream, &stream[..]);
+
+        assert_eq!(t.generation(), 3, "07h: the host-initiated generation");
+        let mut ctrl = b.clone();
+        (ctrl[0], ctrl[381], ctrl[382], ctrl[383]) = (8, 0, 1, 5);
+        let c = TelemetryLog::parse(&ctrl).unwrap();
+        assert_eq!((c.lid, c.generation(), c.controller_available), (8, 5, true));
 
         assert_eq!(TelemetryLog::parse(&b[..100]).unwrap_err(), TelemetryError::Short(100));
         let mut other = b.clone();

@@ -26,6 +26,8 @@ pub const TARGETS: &[(&str, &[&str])] = &[
     ("catalog_load", &["fuzz/seeds/catalog_load"]),
     ("vfio_user_backend", &["fuzz/seeds/vfio_user_backend"]),
     ("vfio_user_server", &["fuzz/seeds/vfio_user_server"]),
+    ("telemetry_read", &["fuzz/seeds/telemetry_read"]),
+    ("telemetry_log_page", &["fuzz/seeds/telemetry_log_page"]),
 ];
 
 const TRIPLE: &str = "x86_64-unknown-linux-gnu";

@@ -238,7 +238,8 @@ fn guest_tests() -> Result<()> {
 
 /// The main job's default device on every kernel of images/KERNELS:
 /// emu-device's NVMe controller over vfio-user (QEMU 11.1) with the
-/// kernel's stock nvme driver (`--stock-driver`), then the main job itself:
+/// kernel's stock nvme driver (`--stock-driver --inject reset`: the failure
+/// makes the Controller-Initiated telemetry nvme-cli checks), then the main job itself:
 /// the patch series' nvme.ko, the module and the daemon through
 /// `reset_controller` and a device-side failure (`--inject reset`), and the
 /// analyzer's report.
@@ -253,10 +254,14 @@ fn nvme_guest_tests() -> Result<()> {
     for spec in &specs {
         for trace in [false, true] {
             let name = format!("nvme{}-{}", if trace { "-trace" } else { "" }, spec.name);
+            // Both inject a device-side failure: the trace run for the ring's
+            // FROZEN and recovery, the stock run so that the controller takes
+            // a Controller-Initiated telemetry capture nvme-cli then pulls
+            // (about 4 s of the I/O timeout and recovery).
             let extra: &[&str] = if trace {
                 &["--inject", "reset"]
             } else {
-                &["--stock-driver"]
+                &["--stock-driver", "--inject", "reset"]
             };
             step(&format!(
                 "guest: cargo xtask boot --kernel {} {}",
@@ -289,8 +294,15 @@ fn nvme_guest_tests() -> Result<()> {
                         t.summary, t.wake_latency_us[1], t.wake_latency_us[3]
                     ))
                     .or_else(|| outcome.telemetry.as_ref().map(|t| format!(
-                        "; nvme-cli telemetry-log: generations {} and {}, {} and {} records in the journal",
-                        t.generations[0], t.generations[1], t.records[0], t.records[1]
+                        "; nvme-cli telemetry-log: generations {} and {}, {} and {} records in the journal; \
+                         --controller-init: available {}, generation {}, {} records",
+                        t.generations[0],
+                        t.generations[1],
+                        t.records[0],
+                        t.records[1],
+                        t.controller.available,
+                        t.controller.generation,
+                        t.controller.records
                     )))
                     .unwrap_or_default()
             );

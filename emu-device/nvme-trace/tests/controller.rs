@@ -372,20 +372,26 @@ fn identify_controller_declares_the_trace_contract() {
 /// Telemetry Host-Initiated (07h) as nvme-cli reads it: the header with
 /// create, then the data blocks in 4 KiB reads. Returns (header, data area).
 fn telemetry_log(h: &mut FakeHost) -> (Vec<u8>, Vec<u8>) {
+    telemetry_log_of(h, 0x07)
+}
+
+/// Log `lid` (07h: with create, 08h: as it stands), header and data areas, read as
+/// nvme-cli reads it (RAE = 0 on every read).
+fn telemetry_log_of(h: &mut FakeHost, lid: u32) -> (Vec<u8>, Vec<u8>) {
     let buf = h.alloc(4096);
     let get = |h: &mut FakeHost, offset: u64, bytes: u32, create: bool| {
         let numd = bytes / 4 - 1;
         let c = h.admin(
             Command::new(0x02)
                 .prp1(buf)
-                .cdw(10, 0x07 | u32::from(create) << 8 | numd << 16)
+                .cdw(10, lid | u32::from(create) << 8 | numd << 16)
                 .cdw(12, offset as u32)
                 .cdw(13, (offset >> 32) as u32),
         );
         assert_eq!(c.status, Status::SUCCESS, "telemetry at {offset}");
         h.guest_read(buf, bytes as usize)
     };
-    let header = get(h, 0, 512, true);
+    let header = get(h, 0, 512, lid == 0x07);
     let last = u16::from_le_bytes([header[12], header[13]]) as u64;
     let mut data = Vec::new();
     let mut offset = 512;
@@ -680,4 +686,53 @@ fn the_c_and_rust_producers_write_the_same_ring_and_journal() {
         serde_json::to_string(&rust_journal).unwrap(),
         serde_json::to_string(&c_journal).unwrap()
     );
+}
+
+/// The host disables the HMB under a live ring: the ring goes FROZEN and the controller
+/// captures its Controller-Initiated telemetry (08h) right after, announced by Telemetry
+/// Log Changed because the host set AEC bit 10; the capture holds the ring's records and
+/// its FROZEN marker, as the journal has them.
+#[test]
+fn a_frozen_ring_is_captured_as_controller_initiated_telemetry() {
+    use hmb_trace_file::{ItemKind, Marker};
+    let mut r = rig_with(Personality::Tracing, ProducerKind::Rust, false);
+    assert!(r.h.admin(Command::set_features(0x0B, 1 << 10)).ok());
+    let aer = r.h.push(0, Command::new(0x0C));
+    r.h.ring(0);
+    r.write_header(1);
+    assert_eq!(r.set_hmb(1), Status::SUCCESS);
+    let len = u64::from(HMB_RING_HDR_SIZE) + RING;
+    assert_eq!(r.send_advert(&advert(1, r.slice_offset, len)), (Status::SUCCESS, 1));
+    assert!(r.h.write_lbas(1, 8, &[0x33u8; 4096], 9).ok());
+    assert!(r.h.reap(0).is_none(), "no event while the ring runs");
+
+    assert_eq!(r.set_hmb(0), Status::SUCCESS);
+    let c = r.h.reap(0).expect("Telemetry Log Changed after the Set Features CQE");
+    assert_eq!(
+        (c.cid, c.dw0),
+        (aer, 0x08_02_02),
+        "Notice, Telemetry Log Changed, log 08h"
+    );
+
+    let (header, area) = telemetry_log_of(&mut r.h, 0x08);
+    assert_eq!((header[0], header[382], header[383]), (0x08, 1, 1));
+    let (_, markers, recs) = telemetry_items(&[header, area].concat());
+    let journal = r.trace.journal();
+    assert_eq!(journal.frozen, vec![1]);
+    let want: Vec<(u64, u64, u16)> = journal.entries.iter().map(|e| (e.epoch, e.seq, e.opcode)).collect();
+    let ring_recs: Vec<(u64, u64, u16)> = recs.iter().copied().filter(|r| r.0 == 1).collect();
+    assert_eq!(ring_recs, want, "the ring's records, as the journal has them");
+    let last = journal.entries.last().unwrap().seq;
+    assert_eq!(
+        markers.last(),
+        Some(&ItemKind::Marker(Marker::Frozen {
+            epoch: 1,
+            last_seq: Some(last),
+            next_seq: last + 1
+        })),
+        "the capture ends with the FROZEN of that release"
+    );
+    // Read with RAE = 0: released.
+    let (header, _) = telemetry_log_of(&mut r.h, 0x08);
+    assert_eq!((header[382], header[383]), (0, 1));
 }

@@ -114,6 +114,9 @@ pub struct Controller {
     pub(crate) fatal_reason: Option<String>,
     /// Telemetry Host-Initiated log (07h): kept across resets, replaced only by a create.
     pub(crate) host_telemetry: crate::admin::HostTelemetry,
+    /// Telemetry Controller-Initiated log (08h): kept across resets, replaced only by a
+    /// capture after a read with RAE = 0 released the last one.
+    pub(crate) controller_telemetry: crate::admin::ControllerTelemetry,
     /// Error Information log (01h), kept across resets.
     pub(crate) error_log: crate::admin::ErrorLog,
     /// Bounce buffer of the data path (reused: no allocation per command).
@@ -180,6 +183,7 @@ impl Controller {
             counters: Counters::default(),
             fatal_reason: None,
             host_telemetry: Default::default(),
+            controller_telemetry: Default::default(),
             error_log: Default::default(),
             scratch: Vec::new(),
             cfg,

@@ -71,6 +71,7 @@ impl Controller {
         self.cqs.iter_mut().for_each(|q| *q = None);
         // Outstanding AERs are aborted implicitly: their queue is gone, no CQE is posted.
         self.aers.clear();
+        self.forget_queued_telemetry_notice();
         self.events.clear();
         self.masked_event_types = 0;
         self.feat = Features::default();
@@ -127,11 +128,20 @@ impl Controller {
         self.csts |= CSTS_CFS;
         self.fatal_reason = Some(reason);
         self.counters.fatal_errors += 1;
+        // The state of a failure is what controller-initiated telemetry is for (a no-op
+        // if release_hmb just captured the trace ring's FROZEN and it is not released).
+        self.capture_controller_telemetry("controller fatal status");
     }
 
+    /// Release the HMB. If a slice of it was shared (the trace ring), the ring goes FROZEN
+    /// in the observer and the controller captures its telemetry (log 08h) right after.
     pub(crate) fn release_hmb(&mut self) {
         if let Some(h) = self.hmb.take() {
+            let shared = self.vendor.shared_slice().is_some();
             self.observer.on_hmb_disabling(&h);
+            if shared {
+                self.capture_controller_telemetry("the shared HMB slice was released: trace ring FROZEN");
+            }
             self.audit.losing(&h);
             self.retained_hmb = Some(h.descriptors().to_vec());
             self.hmb_report.disables += 1;

@@ -1,5 +1,7 @@
-//! Telemetry Host-Initiated log (07h) through the admin queue, as nvme-cli reads it:
-//! the header with create, then the data in 512-byte multiples at increasing offsets.
+//! Telemetry through the admin queue, as nvme-cli reads it: the Host-Initiated log (07h),
+//! the header with create, then the data in 512-byte multiples at increasing offsets; the
+//! Controller-Initiated log (08h), its capture on Controller Fatal Status, the Telemetry
+//! Log Changed notice (AEC bit 10), RAE, and the fields both headers share.
 
 mod common;
 
@@ -37,8 +39,13 @@ impl VendorFeatures for Counting {
 
 /// Get Log Page 07h: `bytes` from `offset`, with or without create.
 fn telemetry(h: &mut FakeHost, buf: u64, offset: u64, bytes: u32, create: bool) -> (Status, Vec<u8>) {
+    get_log(h, 0x07, buf, offset, bytes, u32::from(create), true)
+}
+
+/// Get Log Page `lid`: `bytes` from `offset`, LSP `lsp`, RAE `rae`.
+fn get_log(h: &mut FakeHost, lid: u32, buf: u64, offset: u64, bytes: u32, lsp: u32, rae: bool) -> (Status, Vec<u8>) {
     let numd = bytes / 4 - 1;
-    let cdw10 = 0x07 | u32::from(create) << 8 | (numd & 0xffff) << 16;
+    let cdw10 = lid | lsp << 8 | u32::from(rae) << 15 | (numd & 0xffff) << 16;
     let c = h.admin(
         Command::new(0x02)
             .prp1(buf)
@@ -114,6 +121,9 @@ fn offsets_and_lengths_in_512_byte_units_only() {
     assert_eq!(telemetry(&mut h, buf, 0, 256, false).0, Status::INVALID_FIELD);
     // Past the last block of data area 3.
     assert_eq!(telemetry(&mut h, buf, 4 * 512, 512, false).0, Status::INVALID_FIELD);
+    // Over MDTS (512 KiB here): refused before any create.
+    assert_eq!(telemetry(&mut h, buf, 0, 1 << 20, true).0, Status::INVALID_FIELD);
+    assert_eq!(telemetry(&mut h, buf, 0, 512, false).1[381], 1, "no second snapshot");
 }
 
 #[test]
@@ -125,4 +135,130 @@ fn the_snapshot_outlives_a_controller_reset() {
     let (status, again) = telemetry(&mut h, buf, 0, 512, false);
     assert_eq!(status, Status::SUCCESS);
     assert_eq!(again, hdr);
+}
+
+/// Get Log Page 08h: `bytes` from `offset`.
+fn controller_log(h: &mut FakeHost, buf: u64, offset: u64, bytes: u32, rae: bool) -> (Status, Vec<u8>) {
+    get_log(h, 0x08, buf, offset, bytes, 0, rae)
+}
+
+/// AER completion DW0 of Telemetry Log Changed: Notice, information 02h, log 08h.
+const TELEMETRY_CHANGED: u32 = 0x08_02_02;
+
+/// Reset after a fatal status and come back ready, AEC as `aec`, one AER outstanding.
+fn recover(h: &mut FakeHost, aec: u32) -> u16 {
+    h.disable();
+    assert_eq!(h.enable(32) & 0b11, 1, "RDY without CFS");
+    assert!(h.admin(Command::set_features(0x0B, aec)).ok());
+    let aer = h.push(0, Command::new(0x0C));
+    h.ring(0);
+    aer
+}
+
+#[test]
+fn controller_initiated_log_is_an_empty_header_until_an_event() {
+    let (mut h, buf) = telemetry_host();
+    let (status, hdr) = controller_log(&mut h, buf, 0, 512, false);
+    assert_eq!(status, Status::SUCCESS);
+    assert_eq!(hdr[0], 0x08, "log identifier");
+    assert_eq!(&hdr[8..14], &[0; 6], "no data");
+    assert_eq!(
+        (hdr[381], hdr[382], hdr[383]),
+        (0, 0, 0),
+        "reserved, not available, generation 0"
+    );
+    // LSP bit 0 means create for 07h only: on 08h the host cannot make the controller capture.
+    let (status, hdr) = get_log(&mut h, 0x08, buf, 0, 512, 1, true);
+    assert_eq!(status, Status::SUCCESS);
+    assert_eq!((hdr[382], hdr[383]), (0, 0));
+    // Units of 512 bytes, as 07h.
+    assert_eq!(controller_log(&mut h, buf, 4, 512, true).0, Status::INVALID_FIELD);
+    assert_eq!(controller_log(&mut h, buf, 0, 260, true).0, Status::INVALID_FIELD);
+    assert_eq!(
+        controller_log(&mut h, buf, 512, 512, true).0,
+        Status::INVALID_FIELD,
+        "past the header"
+    );
+    // No vendor telemetry: no 08h either.
+    let mut plain = ready_host(ControllerConfig::default());
+    let b = plain.alloc(4096);
+    assert_eq!(controller_log(&mut plain, b, 0, 512, true).0, Status::INVALID_LOG_PAGE);
+}
+
+#[test]
+fn a_fatal_status_captures_announces_and_a_read_with_rae_0_releases() {
+    let (mut h, buf) = telemetry_host();
+    // A host-initiated snapshot first (the vendor's first telemetry call).
+    assert_eq!(telemetry(&mut h, buf, 0, 512, true).0, Status::SUCCESS);
+    assert!(h.ctrl.inject_fatal("test"));
+    let aer = recover(&mut h, 1 << 10);
+    // The capture made at the failure is announced once the host asks for the notices.
+    let c = h.reap(0).expect("Telemetry Log Changed");
+    assert_eq!((c.cid, c.status, c.dw0), (aer, Status::SUCCESS, TELEMETRY_CHANGED));
+
+    let (status, hdr) = controller_log(&mut h, buf, 0, 512, true);
+    assert_eq!(status, Status::SUCCESS);
+    assert_eq!((hdr[0], hdr[381], hdr[382], hdr[383]), (0x08, 0, 1, 1));
+    assert_eq!(hdr[384], 2, "the vendor's second snapshot, taken at the failure");
+    assert_eq!(le16(&hdr, 12), 6, "3000 bytes: blocks 1..=6");
+    let (_, data) = controller_log(&mut h, buf, 512, 3072, true);
+    let want: Vec<u8> = (0..3000).map(|i| (i % 251) as u8 + 2).collect();
+    assert_eq!(&data[..3000], &want[..]);
+    // The host-initiated header carries the same two fields, whatever its own snapshot.
+    let (_, host) = telemetry(&mut h, buf, 0, 512, false);
+    assert_eq!((host[381], host[382], host[383]), (1, 1, 1));
+
+    // A new failure keeps the unreleased capture, and it is not announced twice.
+    assert!(h.ctrl.inject_fatal("again"));
+    recover(&mut h, 1 << 10);
+    assert!(
+        h.reap(0).is_none(),
+        "the capture was announced already: no second notice"
+    );
+    let (_, hdr) = controller_log(&mut h, buf, 0, 512, true);
+    assert_eq!(
+        (hdr[382], hdr[383], hdr[384]),
+        (1, 1, 2),
+        "the first capture, unchanged"
+    );
+
+    // RAE = 0 releases it: Data Available 0 in both headers, the data still readable.
+    let (status, _) = controller_log(&mut h, buf, 0, 512, false);
+    assert_eq!(status, Status::SUCCESS);
+    let (_, hdr) = controller_log(&mut h, buf, 0, 512, true);
+    assert_eq!((hdr[382], hdr[383], le16(&hdr, 12)), (0, 1, 6));
+    let (_, host) = telemetry(&mut h, buf, 0, 512, false);
+    assert_eq!((host[382], host[383]), (0, 1));
+
+    // The next failure captures anew, with the next generation, and notices are unmasked.
+    assert!(h.ctrl.inject_fatal("third"));
+    let aer = recover(&mut h, 1 << 10);
+    let c = h.reap(0).expect("the second capture's notice");
+    assert_eq!((c.cid, c.dw0), (aer, TELEMETRY_CHANGED));
+    let (_, hdr) = controller_log(&mut h, buf, 0, 512, true);
+    assert_eq!((hdr[382], hdr[383], hdr[384]), (1, 2, 3));
+}
+
+#[test]
+fn no_notice_without_aec_bit_10_and_a_queued_notice_survives_a_reset() {
+    let (mut h, buf) = telemetry_host();
+    assert!(h.ctrl.inject_fatal("test"));
+    // Every other notice on, Telemetry Log Notices off: the capture is silent.
+    let _aer = recover(&mut h, !(1 << 10));
+    assert!(h.reap(0).is_none(), "no notice with AEC bit 10 clear");
+    let (_, hdr) = controller_log(&mut h, buf, 0, 512, true);
+    assert_eq!((hdr[382], hdr[383]), (1, 1), "captured all the same");
+    // Turned on with no AER outstanding: queued; a reset drops the queue before an AER
+    // takes it, so the notice is still owed and goes out when the host asks again.
+    h.disable();
+    assert_eq!(h.enable(32) & 0b11, 1);
+    assert!(h.admin(Command::set_features(0x0B, 1 << 10)).ok());
+    h.disable();
+    assert_eq!(h.enable(32) & 0b11, 1);
+    let aer = h.push(0, Command::new(0x0C));
+    h.ring(0);
+    assert!(h.reap(0).is_none(), "AEC is 0 after the reset");
+    assert!(h.admin(Command::set_features(0x0B, 1 << 10)).ok());
+    let c = h.reap(0).expect("the owed notice, after the Set Features CQE");
+    assert_eq!((c.cid, c.dw0), (aer, TELEMETRY_CHANGED));
 }

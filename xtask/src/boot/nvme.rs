@@ -126,6 +126,17 @@ pub fn print(outcome: &NvmeOutcome, run_dir: &Path) {
             "  telemetry (stock driver, Debian's nvme-cli): generations {} and {}, {} and {} records, every one in the controller's journal",
             t.generations[0], t.generations[1], t.records[0], t.records[1]
         );
+        let c = &t.controller;
+        if c.available {
+            println!(
+                "  telemetry --controller-init: the capture at the injected failure, generation {}, {} records, every one in the journal",
+                c.generation, c.records
+            );
+        } else {
+            println!(
+                "  telemetry --controller-init: no capture (no event in this guest: --inject reset makes one), header 08h agreeing with 07h"
+            );
+        }
     }
     if let Some(t) = &outcome.trace {
         println!(

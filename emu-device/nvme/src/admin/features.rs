@@ -135,6 +135,8 @@ impl Controller {
             }
             FID_ASYNC_EVENT => {
                 self.feat.async_event_config = v;
+                // A capture not yet announced goes out now (after this command's CQE).
+                self.announce_controller_telemetry();
                 ok(0)
             }
             FID_HMB => self.set_hmb(sqe),

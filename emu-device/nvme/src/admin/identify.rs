@@ -130,8 +130,9 @@ impl Controller {
             .u8(258, 3) // ACL: 4 concurrent Abort commands
             .u8(259, (AER_LIMIT - 1) as u8)
             .u8(260, 1 << 1 | 1) // FRMW: one slot, read-only
-            // LPA: extended data for Get Log Page (NUMDU, offsets); bit 3, Telemetry
-            // Host-Initiated, when the vendor has telemetry data.
+            // LPA: extended data for Get Log Page (NUMDU, offsets); bit 3, when the vendor
+            // has telemetry data: logs 07h and 08h and sending Telemetry Log Notices (OAES
+            // has no bit for those: its bit 10 is reserved).
             .u8(261, 1 << 2 | u8::from(self.vendor.has_telemetry()) << 3)
             .u8(262, (crate::admin::error_log::ENTRIES - 1) as u8) // ELPE
             .u8(263, 0) // NPSS: one power state

@@ -1,12 +1,15 @@
 //! Get Log Page (02h): 01h error information (error_log.rs), 02h SMART / health
 //! information (controller-wide: NSID 0 or FFFFFFFFh; LPA bit 0 = 0, so NSID 1 is Invalid
-//! Field), 03h firmware slot information, 04h Changed Namespace List (always empty), 07h Telemetry Host-Initiated (when the vendor has telemetry, telemetry.rs).
-//! Others: Invalid Log Page. Reading a log with RAE = 0 unmasks the async
-//! event type that reports it.
+//! Field), 03h firmware slot information, 04h Changed Namespace List (always empty), 07h
+//! Telemetry Host-Initiated and 08h Telemetry Controller-Initiated (when the vendor has
+//! telemetry, telemetry.rs). Others: Invalid Log Page. Reading a log with RAE = 0 unmasks
+//! the async event type that reports it (and releases a controller-initiated capture).
 
 use super::done;
 use super::identify::{IEEE_OUI, TEMPERATURE};
-use super::telemetry::{BLOCK, LID_TELEMETRY_HOST, LSP_CREATE};
+use super::telemetry::{
+    AEC_TELEMETRY_NOTICES, BLOCK, LID_TELEMETRY_CONTROLLER, LID_TELEMETRY_HOST, LSP_CREATE, NOTICE_TELEMETRY_CHANGED,
+};
 use crate::controller::{Outcome, Sqe};
 use crate::{Controller, Status};
 
@@ -48,16 +51,27 @@ impl Controller {
                 l[8..8 + fw.len()].copy_from_slice(fw);
                 (l, None)
             }
-            LID_TELEMETRY_HOST if self.vendor.has_telemetry() => {
-                // Read in 512-byte units (offset and length), NVMe 2.0 5.16.1.8.
+            LID_TELEMETRY_HOST | LID_TELEMETRY_CONTROLLER if self.vendor.has_telemetry() => {
+                // Read in 512-byte units (offset and length), NVMe 2.0 5.16.1.8/9.
                 if offset % BLOCK as u64 != 0 || (numd * 4) % BLOCK as u64 != 0 {
                     return Outcome::status(Status::INVALID_FIELD);
                 }
-                if sqe.cdw(10) & LSP_CREATE != 0 {
-                    let snapshot = self.vendor.telemetry();
-                    self.host_telemetry.create(snapshot, IEEE_OUI);
+                // A read the transfer limit refuses takes no snapshot (no side effect of
+                // a failed command).
+                if numd * 4 > self.cfg.max_transfer() as u64 {
+                    return Outcome::status(Status::INVALID_FIELD);
                 }
-                (self.host_telemetry.log(IEEE_OUI), None)
+                if lid == LID_TELEMETRY_HOST {
+                    if sqe.cdw(10) & LSP_CREATE != 0 {
+                        let snapshot = self.vendor.telemetry();
+                        self.host_telemetry.create(snapshot, IEEE_OUI);
+                    }
+                    (self.host_telemetry.log(IEEE_OUI, &self.controller_telemetry), None)
+                } else {
+                    // No LSP is defined for 08h (reserved, ignored as on every other log):
+                    // the host cannot make the controller capture.
+                    (self.controller_telemetry.log(IEEE_OUI), Some(EVENT_NOTICE))
+                }
             }
             _ => return Outcome::status(Status::INVALID_LOG_PAGE),
         };
@@ -72,12 +86,49 @@ impl Controller {
         out[..n].copy_from_slice(&avail[..n]);
         let r = self.host_data_out(sqe, &out);
         if r.is_ok() && !rae {
+            if lid == LID_TELEMETRY_CONTROLLER {
+                self.controller_telemetry.release();
+            }
             if let Some(t) = event {
                 // Pending events of this type go out after this command's CQE (process_sq).
                 self.masked_event_types &= !(1 << t);
             }
         }
         done(r)
+    }
+
+    /// A controller-initiated telemetry capture (log 08h), when the vendor has telemetry
+    /// and the last capture was released; announced as docs/nvme-controller.md says.
+    pub(crate) fn capture_controller_telemetry(&mut self, why: &str) {
+        if !self.vendor.has_telemetry() {
+            return;
+        }
+        if self.controller_telemetry.available() {
+            log::info!("nvme: controller-initiated telemetry not captured ({why}): the last capture is not released");
+            return;
+        }
+        let snapshot = self.vendor.telemetry();
+        self.controller_telemetry.capture(snapshot, IEEE_OUI);
+        log::info!("nvme: controller-initiated telemetry captured ({why})");
+        self.announce_controller_telemetry();
+    }
+
+    /// Queue the Telemetry Log Changed notice of an unannounced capture if the host asked
+    /// for Telemetry Log Notices (AEC bit 10). Called at the capture and when the host
+    /// sets AEC, so a capture made while notices were off (or during a reset, which
+    /// resets AEC) is announced once the host turns them on.
+    pub(crate) fn announce_controller_telemetry(&mut self) {
+        if self.controller_telemetry.owes_notice() && self.feat.async_event_config & AEC_TELEMETRY_NOTICES != 0 {
+            self.controller_telemetry.set_announced(true);
+            self.pend_event(NOTICE_TELEMETRY_CHANGED);
+        }
+    }
+
+    /// A reset drops queued events: a notice still queued (not sent) is owed again.
+    pub(crate) fn forget_queued_telemetry_notice(&mut self) {
+        if self.events.contains(&NOTICE_TELEMETRY_CHANGED) {
+            self.controller_telemetry.set_announced(false);
+        }
     }
 
     fn smart_log(&self) -> Vec<u8> {

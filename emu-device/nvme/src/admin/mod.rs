@@ -9,8 +9,8 @@ mod queues;
 mod telemetry;
 
 pub(crate) use error_log::{ErrorLog, ErrorRecord, NOT_A_COMMAND};
-pub(crate) use telemetry::HostTelemetry;
 pub use telemetry::TelemetryData;
+pub(crate) use telemetry::{ControllerTelemetry, HostTelemetry};
 
 pub(crate) use identify::WCTEMP;
 

@@ -41,28 +41,103 @@ impl HostTelemetry {
     /// A new snapshot: a higher generation number (modulo 256, as the spec's 8-bit field).
     pub(crate) fn create(&mut self, snapshot: TelemetryData, ieee: [u8; 3]) {
         self.generation = self.generation.wrapping_add(1);
-        let mut data = snapshot.data;
-        if data.len() > MAX_DATA_BYTES {
-            // The newest data is at the end: keep it, as a ring would.
-            data.drain(..data.len() - MAX_DATA_BYTES);
-        }
-        self.log = frame(&data, &snapshot.reason, ieee, self.generation);
+        self.log = frame(LID_TELEMETRY_HOST, snapshot, ieee, self.generation);
     }
 
-    /// The log as it stands (an empty header before the first create).
-    pub(crate) fn log(&self, ieee: [u8; 3]) -> Vec<u8> {
-        if self.log.is_empty() {
-            return frame(&[], &[0; 128], ieee, self.generation);
-        }
-        self.log.clone()
+    /// The log as it stands (an empty header before the first create), with the
+    /// Controller-Initiated fields (bytes 382, 383) of `ci` as they are now: the base
+    /// specification makes them equal to those of log 08h at every read.
+    pub(crate) fn log(&self, ieee: [u8; 3], ci: &ControllerTelemetry) -> Vec<u8> {
+        let mut log = if self.log.is_empty() {
+            frame(LID_TELEMETRY_HOST, TelemetryData::default(), ieee, self.generation)
+        } else {
+            self.log.clone()
+        };
+        ci.stamp(&mut log);
+        log
     }
 }
 
-/// The header and the data, padded to whole blocks.
-fn frame(data: &[u8], reason: &[u8; 128], ieee: [u8; 3], generation: u8) -> Vec<u8> {
+/// The Controller-Initiated log (08h): a snapshot the controller took on its own
+/// (docs/nvme-controller.md, "Telemetry": on a trace ring going FROZEN and on Controller
+/// Fatal Status). One capture at a time: while it is available (not yet released by a
+/// read with RAE = 0) a new event does not replace it, so the host reads the capture it
+/// was told about, unchanged, however many reads it takes.
+#[derive(Debug, Default)]
+pub(crate) struct ControllerTelemetry {
+    log: Vec<u8>,
+    /// Controller-Initiated Data Generation Number: one per capture, 8 bits, wrapping.
+    generation: u8,
+    /// Controller-Initiated Data Available.
+    available: bool,
+    /// The Telemetry Log Changed notice of this capture is queued or was sent.
+    announced: bool,
+}
+
+impl ControllerTelemetry {
+    /// Controller-Initiated Data Available: a capture not yet released.
+    pub(crate) fn available(&self) -> bool {
+        self.available
+    }
+
+    /// Take `snapshot` as a new capture; false (nothing changes) while the last one is
+    /// still available (the caller asks [`available`](Self::available) first, so as not
+    /// to take a snapshot for nothing).
+    pub(crate) fn capture(&mut self, snapshot: TelemetryData, ieee: [u8; 3]) -> bool {
+        if self.available {
+            return false;
+        }
+        self.generation = self.generation.wrapping_add(1);
+        self.available = true;
+        self.announced = false;
+        // Byte 381 (Host-Initiated Data Generation Number) is reserved in log 08h: 0.
+        self.log = frame(LID_TELEMETRY_CONTROLLER, snapshot, ieee, 0);
+        true
+    }
+
+    /// A read with RAE = 0: the capture is released (Data Available 0, a new event may
+    /// replace it); its data stays readable until then.
+    pub(crate) fn release(&mut self) {
+        self.available = false;
+    }
+
+    /// A capture whose notice is still owed to the host.
+    pub(crate) fn owes_notice(&self) -> bool {
+        self.available && !self.announced
+    }
+
+    pub(crate) fn set_announced(&mut self, announced: bool) {
+        self.announced = announced;
+    }
+
+    /// The log as it stands: an empty header (generation 0) before the first capture.
+    pub(crate) fn log(&self, ieee: [u8; 3]) -> Vec<u8> {
+        let mut log = if self.log.is_empty() {
+            frame(LID_TELEMETRY_CONTROLLER, TelemetryData::default(), ieee, 0)
+        } else {
+            self.log.clone()
+        };
+        self.stamp(&mut log);
+        log
+    }
+
+    /// Bytes 382 (Data Available) and 383 (Generation Number) of either log's header.
+    fn stamp(&self, log: &mut [u8]) {
+        log[382] = u8::from(self.available);
+        log[383] = self.generation;
+    }
+}
+
+/// The header and the data, padded to whole blocks. Data over the data areas 1-3 limit
+/// loses its oldest bytes (the newest data is at the end, as in a ring).
+fn frame(lid: u8, snapshot: TelemetryData, ieee: [u8; 3], host_generation: u8) -> Vec<u8> {
+    let mut data = snapshot.data;
+    if data.len() > MAX_DATA_BYTES {
+        data.drain(..data.len() - MAX_DATA_BYTES);
+    }
     let blocks = data.len().div_ceil(BLOCK);
     let mut log = vec![0u8; BLOCK * (1 + blocks)];
-    log[0] = LID_TELEMETRY_HOST;
+    log[0] = lid;
     log[5..8].copy_from_slice(&ieee);
     // Last block of each data area, counted from the header (block 0). With no data,
     // every area is empty: last block 0.
@@ -70,17 +145,23 @@ fn frame(data: &[u8], reason: &[u8; 128], ieee: [u8; 3], generation: u8) -> Vec<
     for at in [8, 10, 12] {
         log[at..at + 2].copy_from_slice(&last.to_le_bytes());
     }
-    log[381] = generation; // Host-Initiated Data Generation Number
-    log[382] = 0; // Controller-Initiated Data Available: none
-    log[383] = 0; // Controller-Initiated Data Generation Number
-    log[384..512].copy_from_slice(reason);
-    log[BLOCK..BLOCK + data.len()].copy_from_slice(data);
+    log[381] = host_generation;
+    // 382 and 383 (Controller-Initiated Data Available and Generation Number) are
+    // stamped at each read: ControllerTelemetry::stamp.
+    log[384..512].copy_from_slice(&snapshot.reason);
+    log[BLOCK..BLOCK + data.len()].copy_from_slice(&data);
     log
 }
 
 pub(crate) const LID_TELEMETRY_HOST: u8 = 0x07;
+pub(crate) const LID_TELEMETRY_CONTROLLER: u8 = 0x08;
 /// LSP bit 0 of log 07h: Create Telemetry Host-Initiated Data (CDW10 bit 8).
 pub(crate) const LSP_CREATE: u32 = 1 << 8;
+/// Asynchronous Event Configuration (Set Features 0Bh) bit 10: Telemetry Log Notices.
+pub(crate) const AEC_TELEMETRY_NOTICES: u32 = 1 << 10;
+/// The AER completion's DW0 for Telemetry Log Changed: type 2 (Notice), information 02h,
+/// log page 08h.
+pub(crate) const NOTICE_TELEMETRY_CHANGED: u32 = 2 | 0x02 << 8 | (LID_TELEMETRY_CONTROLLER as u32) << 16;
 
 #[cfg(test)]
 mod tests {
@@ -98,7 +179,7 @@ mod tests {
             },
             [1, 2, 3],
         );
-        let log = t.log([1, 2, 3]);
+        let log = t.log([1, 2, 3], &ControllerTelemetry::default());
         assert_eq!(log.len(), 512 * 3, "header + two blocks for 1000 bytes");
         assert_eq!(log[0], 0x07);
         assert_eq!(&log[5..8], &[1, 2, 3]);
@@ -112,9 +193,36 @@ mod tests {
     }
 
     #[test]
+    fn a_controller_capture_is_kept_until_released_and_stamps_both_headers() {
+        let mut c = ControllerTelemetry::default();
+        let host = HostTelemetry::default();
+        assert_eq!(&c.log([0; 3])[380..384], &[0, 0, 0, 0]);
+        let data = |b: u8| TelemetryData {
+            data: vec![b; 600],
+            reason: [b; 128],
+        };
+        assert!(c.capture(data(5), [0; 3]));
+        assert!(c.owes_notice());
+        assert!(!c.capture(data(6), [0; 3]), "unreleased: kept");
+        let log = c.log([0; 3]);
+        assert_eq!((log[0], log[381], log[382], log[383], log[384]), (0x08, 0, 1, 1, 5));
+        assert_eq!(log.len(), 3 * 512);
+        assert_eq!(&host.log([0; 3], &c)[382..384], &[1, 1]);
+        c.release();
+        assert!(!c.owes_notice());
+        assert_eq!(
+            &c.log([0; 3])[382..385],
+            &[0, 1, 5],
+            "released: data kept, not available"
+        );
+        assert!(c.capture(data(6), [0; 3]));
+        assert_eq!(&c.log([0; 3])[382..385], &[1, 2, 6]);
+    }
+
+    #[test]
     fn before_any_create_the_areas_are_empty() {
         let t = HostTelemetry::default();
-        let log = t.log([0; 3]);
+        let log = t.log([0; 3], &ControllerTelemetry::default());
         assert_eq!(log.len(), 512);
         assert_eq!(&log[8..14], &[0; 6]);
         assert_eq!(log[381], 0);
@@ -126,11 +234,15 @@ mod tests {
         for _ in 0..256 {
             t.create(TelemetryData::default(), [0; 3]);
         }
-        assert_eq!(t.log([0; 3])[381], 0, "8-bit generation wraps");
+        assert_eq!(
+            t.log([0; 3], &ControllerTelemetry::default())[381],
+            0,
+            "8-bit generation wraps"
+        );
         let mut data = vec![1u8; MAX_DATA_BYTES + 10];
         data[MAX_DATA_BYTES + 9] = 9;
         t.create(TelemetryData { data, reason: [0; 128] }, [0; 3]);
-        let log = t.log([0; 3]);
+        let log = t.log([0; 3], &ControllerTelemetry::default());
         assert_eq!(log.len(), 512 + MAX_DATA_BYTES);
         assert_eq!(*log.last().unwrap(), 9);
         assert_eq!(u16::from_le_bytes([log[12], log[13]]), u16::MAX);
