@@ -401,10 +401,17 @@ pub fn is_trouble_line(line: &str) -> bool {
 /// one, is loaded and timed on its own). With `trace_module`, the trace
 /// module and the daemon (`--follow`: the reset starts a second epoch) run
 /// from the probe to the end, and trace.bin comes back.
-pub fn guest_script(mods: &[String], iops_reads: u32, trace_module: Option<&str>, inject_fatal: bool) -> String {
+pub fn guest_script(
+    mods: &[String],
+    iops_reads: u32,
+    trace_module: Option<&str>,
+    inject_fatal: bool,
+    pull_telemetry: bool,
+) -> String {
     let qd32_per = qd32_per(iops_reads);
     let (trace_start, trace_stop, trace_removal) = match trace_module {
-        None => (String::new(), telemetry_pull(), String::new()),
+        None if pull_telemetry => (String::new(), telemetry_pull(), String::new()),
+        None => (String::new(), String::new(), String::new()),
         Some(module) => (
             format!(
                 r#"kb=$(cat /sys/module/nvme/parameters/hmb_trace_kb 2>/dev/null) || fail "nvme.ko is not the patched one (no hmb_trace_kb)"
@@ -874,6 +881,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
             cfg.iops_reads,
             trace_parts.map(|t| t.trace_module.as_str()),
             cfg.inject_fatal,
+            cfg.controller.personality.serves_telemetry(),
         ),
     )?;
     let started = Instant::now();
@@ -1029,7 +1037,9 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         _ => None,
     };
     let telemetry = match (&ground_truth, cfg.trace) {
-        (Some(answer), false) => Some(crate::nvme_telemetry::check(&cfg.run_dir, answer, cfg.inject_fatal)?),
+        (Some(answer), false) if cfg.controller.personality.serves_telemetry() => {
+            Some(crate::nvme_telemetry::check(&cfg.run_dir, answer, cfg.inject_fatal)?)
+        }
         _ => None,
     };
     let reads = num("iops_reads")?;
@@ -1156,6 +1166,7 @@ mod tests {
             100,
             Some("/lib/hmbt/nvme-hmb-trace.ko"),
             false,
+            true,
         );
         let nvme = s.find("insmod $share/mods/nvme.ko").unwrap();
         let module = s.find("insmod /lib/hmbt/nvme-hmb-trace.ko").unwrap();
@@ -1182,7 +1193,7 @@ mod tests {
 
     #[test]
     fn the_injected_failure_shortens_the_io_timeout_and_sits_between_reset_and_reads() {
-        let s = guest_script(&["nvme_core.ko".into()], 100, None, true);
+        let s = guest_script(&["nvme_core.ko".into()], 100, None, true, true);
         assert!(s.contains("insmod $share/mods/nvme_core.ko io_timeout=3 ||"));
         let reset = s.find("checkpoint reset").unwrap();
         let fatal = s.find("checkpoint fatal").unwrap();
@@ -1210,7 +1221,7 @@ mod tests {
 
     #[test]
     fn the_script_loads_dependencies_then_times_nvme_and_has_three_checkpoints() {
-        let s = guest_script(&["nvme_core.ko".into()], 100, None, false);
+        let s = guest_script(&["nvme_core.ko".into()], 100, None, false, true);
         assert!(!s.contains("io_timeout") && !s.contains("checkpoint fatal"));
         assert!(!s.contains("hmb-trace-daemon"));
         let core = s.find("insmod $share/mods/nvme_core.ko").unwrap();
@@ -1220,6 +1231,17 @@ mod tests {
             assert!(s.contains(&format!("checkpoint {c}\n")), "{c}");
         }
         assert!(s.contains("count=100 iflag=direct"));
+    }
+
+    #[test]
+    fn the_telemetry_logs_are_pulled_only_from_a_controller_that_serves_them() {
+        let with = guest_script(&["nvme_core.ko".into()], 100, None, false, true);
+        assert!(with.contains("nvmecli telemetry-log /dev/nvme0 --output-file"));
+        assert!(with.contains("--controller-init"));
+        let without = guest_script(&["nvme_core.ko".into()], 100, None, false, false);
+        assert!(!without.contains("telemetry-log"));
+        assert!(without.contains(&format!("checkpoint {}\n", files::DONE)));
+        assert!(!Personality::Stock.serves_telemetry() && Personality::Tracing.serves_telemetry());
     }
 
     fn status(enabled: bool, returned: bool, enables: u64, resets: u64) -> Value {

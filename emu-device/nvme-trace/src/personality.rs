@@ -81,6 +81,12 @@ impl Personality {
         self != Personality::Stock
     }
 
+    /// Does the controller serve its trace through the Telemetry logs (07h, 08h)? They
+    /// come with the trace contract's vendor features (`install`): `stock` has none.
+    pub fn serves_telemetry(self) -> bool {
+        self.declares_contract()
+    }
+
     pub fn refusal(self) -> Refusal {
         match self {
             Personality::RefusingProbe => Refusal::Always,

@@ -131,6 +131,23 @@ impl AptEnv {
         }
     }
 
+    /// The newest version of `package` that `release` itself offers
+    /// (`apt-cache madison`): for `bookworm` its point releases, security
+    /// and updates, never backports. Unlike the policy's candidate it does
+    /// not depend on what is installed: apt never picks a downgrade, so on a
+    /// host with backports' qemu-system-common 10.0 (pulled in by
+    /// qemu-system-arm) the candidate of qemu-system-common "from bookworm"
+    /// is 10.0, and a QEMU 7.2 unpacked with it cannot load its TCG module.
+    pub fn version_in_release(&self, sh: &Shell, release: &str, package: &str) -> Result<String> {
+        let out = self.query(sh, &format!("apt-cache madison {package}"))?;
+        newest_in_release(&out, release).with_context(|| {
+            format!(
+                "apt ({}) offers no {package} from {release}; is the suite in the apt sources and `apt-get update` done? (`cargo xtask deps` does both)",
+                self.describe()
+            )
+        })
+    }
+
     /// Direct `Depends:` of a package (alternatives and virtual packages left out).
     pub fn depends(&self, sh: &Shell, target_release: Option<&str>, package: &str) -> Result<Vec<String>> {
         let release = target_release.map(|r| format!("-t {r} ")).unwrap_or_default();
@@ -179,6 +196,25 @@ impl AptEnv {
     }
 }
 
+/// The first (madison lists the newest first) version whose suite is
+/// `release` or one of its own updates (`release-security`,
+/// `release-updates`, `release-proposed-updates`), not `release-backports`.
+fn newest_in_release(madison: &str, release: &str) -> Option<String> {
+    let same_release = |suite: &str| {
+        suite == release
+            || suite
+                .strip_prefix(release)
+                .and_then(|rest| rest.strip_prefix('-'))
+                .is_some_and(|kind| matches!(kind, "security" | "updates" | "proposed-updates"))
+    };
+    madison.lines().find_map(|line| {
+        let mut fields = line.split('|').map(str::trim);
+        let (_, version, source) = (fields.next()?, fields.next()?, fields.next()?);
+        let suite = source.split_whitespace().nth(1)?.split('/').next()?;
+        same_release(suite).then(|| version.to_string())
+    })
+}
+
 fn parse_depends(out: &str) -> Vec<String> {
     out.lines()
         .filter_map(|l| l.trim_start().strip_prefix("Depends: "))
@@ -190,6 +226,29 @@ fn parse_depends(out: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_release_version_is_taken_not_backports_or_the_installed_one() {
+        let madison = "qemu-system-common | 1:10.0.2+ds-2+deb13u1~bpo12+1 | http://deb.debian.org/debian bookworm-backports/main amd64 Packages\n\
+qemu-system-common | 1:7.2+dfsg-7+deb12u18+b3 | http://deb.debian.org/debian bookworm/main amd64 Packages\n\
+qemu-system-common | 1:7.2+dfsg-7+deb12u15 | http://deb.debian.org/debian-security bookworm-security/main amd64 Packages\n";
+        assert_eq!(
+            newest_in_release(madison, "bookworm").as_deref(),
+            Some("1:7.2+dfsg-7+deb12u18+b3")
+        );
+        assert_eq!(
+            newest_in_release(madison, "bookworm-backports").as_deref(),
+            Some("1:10.0.2+ds-2+deb13u1~bpo12+1")
+        );
+        let security_newer = "   qemu-system-x86 | 1:7.2+dfsg-7+deb12u19 | http://deb.debian.org/debian-security bookworm-security/main amd64 Packages\n\
+   qemu-system-x86 | 1:7.2+dfsg-7+deb12u18 | http://deb.debian.org/debian bookworm/main amd64 Packages\n";
+        assert_eq!(
+            newest_in_release(security_newer, "bookworm").as_deref(),
+            Some("1:7.2+dfsg-7+deb12u19")
+        );
+        assert_eq!(newest_in_release(madison, "trixie"), None);
+        assert_eq!(newest_in_release("", "bookworm"), None);
+    }
 
     #[test]
     fn depends_skip_alternatives_and_virtuals() {

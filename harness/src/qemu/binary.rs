@@ -159,7 +159,7 @@ fn ensure_unpacked(sh: &Shell, which: QemuVersion) -> Result<QemuBinary> {
     let root = dir.join("root");
     // Warm path: apt's state is unchanged since the last unpack, so are the candidates.
     let mut state = env.apt_state()?;
-    state.add_str("recipe", "1");
+    state.add_str("recipe", "2");
     let quick = Stamp::new(dir.join("apt-state.stamp"), &state);
     if quick.is_fresh() && root.join("usr/bin/qemu-system-x86_64").exists() {
         return Ok(unpacked_binary(&root));
@@ -168,11 +168,13 @@ fn ensure_unpacked(sh: &Shell, which: QemuVersion) -> Result<QemuBinary> {
     let release = Some(release);
     let mut packages = Vec::new();
     let mut libraries = Vec::new();
+    // Each package at the version its release offers, not apt's
+    // candidate (which is whatever newer version the host has installed).
     for p in UNPACKED {
-        packages.push((p.to_string(), env.candidate(sh, release, p)?));
+        packages.push((p.to_string(), env.version_in_release(sh, suite, p)?));
     }
-    for p in &UNPACKED[..2] {
-        for dep in env.depends(sh, release, p)? {
+    for (p, version) in &packages[..2] {
+        for dep in env.depends(sh, release, &format!("{p}={version}"))? {
             if !UNPACKED.contains(&dep.as_str()) && !dep.starts_with("qemu-") && !dep.starts_with("ipxe") {
                 libraries.push(Need::new(
                     &dep,
@@ -186,7 +188,7 @@ fn ensure_unpacked(sh: &Shell, which: QemuVersion) -> Result<QemuBinary> {
     apt::ensure(sh, &libraries)?;
 
     let mut fp = Fingerprint::new();
-    fp.add_str("recipe", "1");
+    fp.add_str("recipe", "2");
     for (p, v) in &packages {
         fp.add_str(p, v);
     }
