@@ -96,24 +96,24 @@ pub fn verify_active(dmesg: &str, kfence: bool) -> Result<()> {
         }
     }
     // What each check prints when it turns on (mm/mm_init.c, mm/slub.c,
-    // mm/kfence/core.c): proof that the kernel took the parameter, not only
-    // that QEMU passed it.
-    let mut evidence = vec![
+    // mm/kfence/core.c), for each parameter the list has: proof that the
+    // kernel took it, not only that QEMU passed it.
+    const EVIDENCE: &[(&str, &str)] = &[
         (
-            "page_poison",
+            "page_poison=",
             "mem auto-init: CONFIG_PAGE_POISONING is on, will take precedence over init_on_alloc and init_on_free",
         ),
         (
-            "slub_debug",
+            "slub_debug=",
             "mem auto-init: SLAB_POISON will take precedence over init_on_alloc/init_on_free",
         ),
+        ("kfence.sample_interval=", "kfence: initialized - using "),
     ];
-    if kfence {
-        evidence.push(("kfence", "kfence: initialized - using "));
-    }
-    for (check, line) in evidence {
-        if !dmesg.contains(line) {
-            bail!("the guest's kernel log does not show {check} on (no '{line}')");
+    for (param, line) in EVIDENCE {
+        let listed = CHECKS.cmdline.iter().any(|p| p.starts_with(param));
+        let applies = listed && (kfence || !param.starts_with("kfence."));
+        if applies && !dmesg.contains(line) {
+            bail!("the guest's kernel log does not show {param}… on (no '{line}')");
         }
     }
     Ok(())
