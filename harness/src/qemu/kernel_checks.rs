@@ -134,7 +134,7 @@ mod tests {
         assert!(checks.malformed.is_empty(), "{:?}", checks.malformed);
         assert_eq!(
             checks.cmdline,
-            ["slub_debug=FZP", "page_poison=1", "kfence.sample_interval=100"]
+            ["slub_debug=FZP", "page_poison=1", "kfence.sample_interval=100", "log_buf_len=1M"]
         );
         for f in [
             "BUG:",
@@ -175,7 +175,7 @@ mod tests {
     fn verification_needs_every_check() {
         // The boot lines of a 6.12 guest with the checks on (printk.time=1).
         let boot = "\
-[    0.000000] Kernel command line: console=ttyS0 panic=-1 slub_debug=FZP page_poison=1 kfence.sample_interval=100 rdinit=/init
+[    0.000000] Kernel command line: console=ttyS0 panic=-1 slub_debug=FZP page_poison=1 kfence.sample_interval=100 log_buf_len=1M rdinit=/init
 [    0.004187] mem auto-init: SLAB_POISON will take precedence over init_on_alloc/init_on_free
 [    0.106123] mem auto-init: CONFIG_PAGE_POISONING is on, will take precedence over init_on_alloc and init_on_free
 [    0.106125] mem auto-init: stack:all(zero), heap alloc:off, heap free:off
