@@ -134,7 +134,12 @@ mod tests {
         assert!(checks.malformed.is_empty(), "{:?}", checks.malformed);
         assert_eq!(
             checks.cmdline,
-            ["slub_debug=FZP", "page_poison=1", "kfence.sample_interval=100", "log_buf_len=1M"]
+            [
+                "slub_debug=FZP",
+                "page_poison=1",
+                "kfence.sample_interval=100",
+                "log_buf_len=1M"
+            ]
         );
         for f in [
             "BUG:",
