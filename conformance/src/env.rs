@@ -74,6 +74,14 @@ impl Env {
         })
     }
 
+    /// The guest kernel has KFENCE built in (qemu::kernel_checks::verify_active).
+    pub fn kernel_has_kfence(&self) -> bool {
+        match &self.tools {
+            DeviceTools::Ivshmem(t) => t.image.has_kfence,
+            DeviceTools::Nvme(t) => t.image.has_kfence,
+        }
+    }
+
     /// The ivshmem device's tools (an error on the nvme device).
     pub fn tools(&self) -> Result<&Tools> {
         match &self.tools {

@@ -47,6 +47,13 @@ fn check(name: &str) {
         env.device.name(),
         outcome["kernel_log"]
     );
+    // The free kernel checks were on in this guest (docs/debug-checks.md):
+    // every scenario whose guest lived to save its kernel log proves it.
+    let dmesg = env.run_dir(name).join(hmb_harness::guest_script::files::DMESG);
+    if let Ok(text) = std::fs::read_to_string(&dmesg) {
+        hmb_harness::qemu::kernel_checks::verify_active(&text, env.kernel_has_kfence())
+            .unwrap_or_else(|e| panic!("scenario {name} on {} ({}): {e:#}", env.kernel, env.device.name()));
+    }
     let snapshot = if env.inject_reset && name == "streaming" {
         "streaming_with_reset".to_string()
     } else {

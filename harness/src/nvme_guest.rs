@@ -25,7 +25,7 @@ use crate::journal_truth::{self, JournalReport};
 use crate::phases::Phases;
 use crate::qemu::args::{self, MemoryBackend, PciPlace};
 use crate::qemu::binary::{self, QemuBinary, QemuVersion};
-use crate::qemu::{accel, console, Accel, Vm, VmConfig};
+use crate::qemu::{accel, console, kernel_checks, Accel, Vm, VmConfig};
 
 /// QMP id of the NVMe controller.
 pub const DEVICE_ID: &str = "nvme0";
@@ -964,6 +964,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         vm.console.tail(30)
     );
     let dmesg = std::fs::read_to_string(cfg.run_dir.join(files::DMESG)).context("the guest wrote no dmesg")?;
+    kernel_checks::verify_active(&dmesg, tools.image.has_kfence)?;
     // The injected failure must be seen by the driver, and is the only
     // trouble allowed.
     let fatal_line = dmesg

@@ -275,6 +275,7 @@ pub fn run(
             .with_context(|| format!("{k} is not a number"))
     };
     let dmesg = std::fs::read_to_string(run_dir.join(files::DMESG)).context("the guest wrote no dmesg")?;
+    crate::qemu::kernel_checks::verify_active(&dmesg, tools.image.has_kfence)?;
     let driver_recoveries = dmesg.lines().filter(|l| l.contains(FATAL_DRIVER_LINE)).count() as u64;
     // Timeouts and the driver's own CFS line are what a failure looks like;
     // anything else in the log (a WARNING, an oops, a removal) is not.

@@ -16,8 +16,9 @@ Developer harness for the module until `cargo xtask` runs the guest tests
 The guest test asks for actions by printing `REQUEST freeze` (the device
 freezes the ring) and `REQUEST device_del` (QMP hot-unplug). `--udev` runs
 the host's udevd in the guest with kmod/udev's rule. The run fails on any
-`FAIL` line, a missing summary, or a WARNING/BUG/Oops/KASAN/UBSAN/Call Trace
-line in the guest's kernel log.
+`FAIL` line, a missing summary, or a kernel log line that images/KERNEL_CHECKS
+lists as a fault; the guest's kernel command line carries that file's memory
+checks (docs/debug-checks.md).
 
 Usage:
   kmod/tests/guest-run.py --kernel /boot/vmlinuz-X --module path/nvme-hmb-trace.ko \
@@ -33,6 +34,7 @@ import json
 import mmap
 import os
 import random
+import re
 import select
 import shutil
 import socket
@@ -61,7 +63,35 @@ OFF_HEAD, OFF_FLAGS, OFF_NEXT_SEQ, OFF_DROPPED, OFF_OVERFLOWS = 64, 72, 80, 88, 
 OFF_TAIL = 128
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-KLOG_BAD = ("WARNING:", "BUG:", "Oops", "KASAN", "UBSAN", "Call Trace", "general protection")
+
+
+def kernel_checks():
+    """images/KERNEL_CHECKS, the list every guest of the project shares:
+    (kernel command-line parameters, texts that make a kernel log line a fault)."""
+    cmdline, faults = [], []
+    with open(os.path.join(REPO, "images", "KERNEL_CHECKS")) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            kind, _, value = line.partition(" ")
+            if kind == "cmdline":
+                cmdline.append(value.strip())
+            elif kind == "fault":
+                faults.append(value.strip())
+            else:
+                raise SystemExit(f"harness: images/KERNEL_CHECKS: bad line {line!r}")
+    return cmdline, faults
+
+
+CHECKS_CMDLINE, KLOG_BAD = kernel_checks()
+# SLUB reports "BUG <cache> (<taint>): <what>" (mm/slub.c slab_bug), as
+# harness/src/qemu/kernel_checks.rs is_slub_report.
+SLUB_REPORT = re.compile(r"BUG [^ ]+ \(.*\): ")
+
+
+def is_kernel_fault(text):
+    return any(b in text for b in KLOG_BAD) or SLUB_REPORT.search(text) is not None
 
 
 def u64(mm, off):
@@ -366,7 +396,7 @@ def main():
         producer = Producer(mm, args.interval, None)
         qemu = [args.qemu, "-accel", "tcg", "-m", "512", "-smp", "1", "-nographic", "-no-reboot",
                 "-kernel", args.kernel, "-initrd", initrd,
-                "-append", "console=ttyS0 panic=-1 quiet loglevel=4 oops=panic",
+                "-append", " ".join(["console=ttyS0 panic=-1 quiet loglevel=4 oops=panic"] + CHECKS_CMDLINE),
                 "-qmp", f"unix:{qmp_path},server=on,wait=off"]
         emu = None
         if args.device == "emu-device":
@@ -438,10 +468,8 @@ def main():
                 done = True
                 if emu:
                     print(f"harness: emu-device stats: {emu_ctl(args.emu_device, ctl, 'stats')}", flush=True)
-            if text.startswith("KLOG ") and any(b in text for b in KLOG_BAD):
-                klog_bad.append(text[5:])
-            elif not text.startswith("KLOG ") and any(b in text for b in KLOG_BAD[:5]):
-                klog_bad.append(text)
+            if is_kernel_fault(text):
+                klog_bad.append(text[5:] if text.startswith("KLOG ") else text)
         proc.wait()
         timer.cancel()
         producer.stop.set()

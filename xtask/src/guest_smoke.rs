@@ -8,7 +8,7 @@ use clap::Args;
 use hmb_harness::images;
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::{self, QemuVersion};
-use hmb_harness::qemu::{accel, console, Accel, Vm, VmConfig};
+use hmb_harness::qemu::{accel, console, kernel_checks, Accel, Vm, VmConfig};
 use hmb_harness::{interrupt, target_dir};
 use std::path::Path;
 use std::time::Duration;
@@ -96,6 +96,8 @@ fn smoke_script(our_modules: &[String]) -> String {
             "insmod {m}\necho \"HMBT-SMOKE insmod {m} ok\"\nlsmod > /mnt/host/lsmod\n"
         ));
     }
+    // The whole kernel log, for the host to check the kernel checks are on.
+    s.push_str("dmesg > /mnt/host/dmesg\n");
     s
 }
 
@@ -147,6 +149,19 @@ fn boot_and_check(
         bail!("guest runs {:?}, expected {}", uname.trim(), image.abi);
     }
     println!("    guest uname -r: {} (read back over 9p)", uname.trim());
+    let dmesg = std::fs::read_to_string(share.join("dmesg")).context("the guest wrote no dmesg over 9p")?;
+    kernel_checks::verify_active(&dmesg, image.has_kfence)?;
+    if kernel_checks::enabled() {
+        println!(
+            "    kernel checks on: {} (kfence {})",
+            kernel_checks::cmdline().join(" "),
+            if image.has_kfence {
+                "initialized"
+            } else {
+                "not in this kernel"
+            }
+        );
+    }
     if !image.our_modules.is_empty() {
         let lsmod = std::fs::read_to_string(share.join("lsmod")).unwrap_or_default();
         println!("    guest lsmod after insmod:\n{}", lsmod.trim_end());

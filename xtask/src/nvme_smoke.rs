@@ -103,6 +103,7 @@ fn run(args: NvmeSmoke) -> Result<()> {
     let dmesg = std::fs::read_to_string(share.join("dmesg")).context("the guest wrote no dmesg over 9p")?;
     let faults: Vec<&str> = dmesg.lines().filter(|l| is_fault_line(l)).collect();
     ensure!(faults.is_empty(), "guest kernel log has faults:\n{}", faults.join("\n"));
+    hmb_harness::qemu::kernel_checks::verify_active(&dmesg, image.has_kfence)?;
     println!(
         "nvme-smoke {}: patched nvme.ko bound QEMU's NVMe device under the stock nvme-core, data verified, unloads clean ({})",
         spec.name, series.source

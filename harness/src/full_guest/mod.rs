@@ -69,6 +69,8 @@ pub struct Outcome {
 /// Everything prepared before the guest starts.
 struct Prepared {
     boot_kernel: PathBuf,
+    /// The kernel has KFENCE (qemu::kernel_checks::verify_active).
+    has_kfence: bool,
     image: debian_root::DebianRoot,
     module: dkms_prebuilt::Prebuilt,
     qemu: binary::QemuBinary,
@@ -136,6 +138,12 @@ pub fn run(sh: &Shell, opts: &Options, phases: &mut Phases) -> Result<Outcome> {
             opts.run_dir.join(files::LOG).display()
         );
     }
+    // The journal keeps the kernel's boot lines even if a busy systemd boot
+    // has pushed them out of the kernel's ring buffer by the time of dmesg.
+    let mut kernel_log =
+        std::fs::read_to_string(opts.run_dir.join(files::DMESG)).context("the full guest saved no dmesg")?;
+    kernel_log.push_str(&std::fs::read_to_string(opts.run_dir.join(files::JOURNAL)).unwrap_or_default());
+    crate::qemu::kernel_checks::verify_active(&kernel_log, p.has_kfence)?;
     let trace = opts.run_dir.join(files::TRACE);
     let report = phases.run("ground truth", || {
         truth::check(&trace, &ground_truth.segments, truth::live_ring(&stats))
@@ -311,6 +319,9 @@ fn prepare(sh: &Shell, kernel: Option<&str>, phases: &mut Phases) -> Result<Prep
         if module.rebuilt { "built" } else { "cached" }
     );
     Ok(Prepared {
+        has_kfence: crate::qemu::kernel_checks::kernel_has_kfence(&std::fs::read_to_string(
+            images::linux_source::find_config(&kernel.root, &kernel.resolved.abi)?,
+        )?),
         boot_kernel: kernel.vmlinux.clone().unwrap_or(kernel.vmlinuz.clone()),
         image,
         module,

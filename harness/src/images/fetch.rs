@@ -29,6 +29,8 @@ impl ResolvedKernel {
 /// A fetched, unpacked kernel.
 pub struct FetchedKernel {
     pub resolved: ResolvedKernel,
+    /// Where the packages are unpacked (boot/, lib/modules/, the config).
+    pub root: PathBuf,
     pub vmlinuz: PathBuf,
     /// The same kernel uncompressed, when it has a PVH entry (faster boot).
     pub vmlinux: Option<PathBuf>,
@@ -195,6 +197,7 @@ pub fn fetch(
     }
     Ok(FetchedKernel {
         resolved,
+        root,
         vmlinuz,
         vmlinux,
         modules_dir,

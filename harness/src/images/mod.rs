@@ -36,6 +36,9 @@ pub struct Image {
     pub initramfs: PathBuf,
     /// Guest paths of our module(s), empty when kmod/ has nothing to build.
     pub our_modules: Vec<String>,
+    /// The kernel has KFENCE built in (its config), so a guest with the
+    /// kernel checks on must say "kfence: initialized" (qemu::kernel_checks).
+    pub has_kfence: bool,
 }
 
 /// Which image to prepare.
@@ -124,7 +127,12 @@ pub fn prepare(sh: &Shell, args: &ImageOptions, phases: &mut Phases) -> Result<I
     for m in &initramfs.missing_optional {
         println!("    note: not in the image (optional, not built yet): {m}");
     }
+    let config = linux_source::find_config(&kernel.root, &kernel.resolved.abi)?;
+    let has_kfence = crate::qemu::kernel_checks::kernel_has_kfence(
+        &std::fs::read_to_string(&config).with_context(|| format!("reading {}", config.display()))?,
+    );
     Ok(Image {
+        has_kfence,
         kernel_name: spec.name.clone(),
         abi: kernel.resolved.abi.clone(),
         boot_kernel: kernel.vmlinux.clone().unwrap_or_else(|| kernel.vmlinuz.clone()),

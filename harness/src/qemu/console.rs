@@ -6,20 +6,6 @@ use anyhow::{Context, Result};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-/// Kernel messages that mean the run cannot be trusted.
-const FAULT_PATTERNS: &[&str] = &[
-    "Oops",
-    "BUG:",
-    "WARNING:",
-    "KASAN",
-    "UBSAN",
-    "Kernel panic",
-    "general protection fault",
-    "Call Trace:",
-    "list_del corruption",
-    "refcount_t:",
-];
-
 /// True for a kernel log line (`[    1.234567] ...`, printk.time=1) reporting a fault.
 /// Only kernel lines are checked: the job's own output may say "WARNING:".
 pub fn is_fault_line(line: &str) -> bool {
@@ -33,9 +19,8 @@ pub fn is_fault_line(line: &str) -> bool {
     if stamp.is_empty() || !stamp.chars().all(|c| c.is_ascii_digit() || c == '.') {
         return false;
     }
-    FAULT_PATTERNS.iter().any(|p| message.contains(p))
-        || kernel_checks::REPORT_PATTERNS.iter().any(|p| message.contains(p))
-        || kernel_checks::is_slub_report(message)
+    // The list is images/KERNEL_CHECKS, shared by every kernel-log gate.
+    kernel_checks::is_fault_message(message)
 }
 
 /// `HMBT-RESULT rc=N` -> Some(N).

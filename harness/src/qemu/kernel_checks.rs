@@ -1,63 +1,127 @@
 //! The memory checks Debian's production kernels carry compiled in but off,
-//! switched on for every guest by its kernel command line (docs/images.md,
-//! "Kernel checks"). They find use-after-free, out-of-bounds writes and
-//! double frees in the module and the patched driver at a small cost, where
-//! a production kernel would go on silently; their reports are faults for
-//! the console scan (`console::is_fault_line`).
+//! switched on for every guest by its kernel command line, and the kernel
+//! log lines that fail a run (docs/debug-checks.md). Both lists live in
+//! `images/KERNEL_CHECKS`, the one source every guest and every kernel-log
+//! gate reads: `VmConfig::kernel_cmdline` adds the parameters,
+//! `console::is_fault_line` (the live console scan, conformance's dmesg
+//! check, the NVMe guests' trouble lines) matches the faults.
+
+use anyhow::{bail, Result};
+use std::sync::LazyLock;
 
 /// The environment variable that turns the checks off (`off`), to measure
 /// what they cost; anything else, or unset, leaves them on.
 pub const CHECKS_ENV: &str = "HMB_TRACE_KERNEL_CHECKS";
 
-/// Kernel command-line parameters, each with what it finds.
-const FREE_CHECKS: &[&str] = &[
-    // SLUB: sanity checks on alloc/free (F), red zones around objects (Z),
-    // poison of freed objects checked at the next allocation (P). Reports
-    // "BUG <cache> (...): Redzone/Poison overwritten". No user tracking (U):
-    // it doubles slab metadata for stack traces we do not need.
-    "slub_debug=FZP",
-    // Freed pages are poisoned and the poison checked on allocation
-    // ("pagealloc: memory corruption"). With this and SLUB's P, the kernel
-    // says "mem auto-init: ... will take precedence over init_on_alloc and
-    // init_on_free" and turns both off (they would only overwrite the
-    // poison): memory comes back poisoned, not zeroed, so a read of
-    // uninitialised memory sees 0x6b/0xaa patterns instead of zeroes.
-    // init_on_free=1 is therefore not set.
-    "page_poison=1",
-    // KFENCE samples one allocation every 100 ms into a guarded page
-    // ("BUG: KFENCE: ..."); the 6.12 and 7.x kernels have it, 6.1 does not,
-    // where the unknown module parameter is ignored.
-    "kfence.sample_interval=100",
-];
+/// `images/KERNEL_CHECKS`, compiled in: a guest must not depend on where
+/// the binary runs from.
+const SOURCE: &str = include_str!("../../../images/KERNEL_CHECKS");
+
+/// The parsed `images/KERNEL_CHECKS`.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Checks {
+    /// Kernel command-line parameters.
+    pub(crate) cmdline: Vec<String>,
+    /// Texts that make a kernel log line a fault.
+    pub(crate) faults: Vec<String>,
+    /// Lines that are neither (a unit test requires none).
+    pub(crate) malformed: Vec<String>,
+}
+
+/// Parse the `cmdline PARAM` / `fault TEXT` lines; `#` starts a comment line.
+pub(crate) fn parse(text: &str) -> Checks {
+    let mut checks = Checks::default();
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        match line.split_once(' ') {
+            Some(("cmdline", param)) if !param.trim().contains(' ') => checks.cmdline.push(param.trim().into()),
+            Some(("fault", text)) if !text.trim().is_empty() => checks.faults.push(text.trim().into()),
+            _ => checks.malformed.push(line.into()),
+        }
+    }
+    checks
+}
+
+static CHECKS: LazyLock<Checks> = LazyLock::new(|| parse(SOURCE));
+
+/// True unless `HMB_TRACE_KERNEL_CHECKS=off`.
+pub fn enabled() -> bool {
+    !std::env::var(CHECKS_ENV).is_ok_and(|v| v == "off")
+}
 
 /// The parameters to add to a guest's kernel command line.
 pub fn cmdline() -> Vec<String> {
-    if std::env::var(CHECKS_ENV).is_ok_and(|v| v == "off") {
+    if !enabled() {
         return Vec::new();
     }
-    FREE_CHECKS.iter().map(|p| p.to_string()).collect()
+    CHECKS.cmdline.clone()
 }
 
-/// Lines the checks above print when they find something (beside the
-/// generic "BUG:" that KFENCE reports begin with).
-pub(crate) const REPORT_PATTERNS: &[&str] = &[
-    "KFENCE",
-    "Poison overwritten",
-    "Redzone overwritten",
-    "Object padding overwritten",
-    "Freepointer corrupt",
-    "pagealloc: memory corruption",
-    "Padding overwritten",
-];
+/// True if a kernel message (the text after the `[ time]` stamp) reports a
+/// fault: one of the listed texts, or a SLUB report.
+pub(crate) fn is_fault_message(message: &str) -> bool {
+    CHECKS.faults.iter().any(|p| message.contains(p.as_str())) || is_slub_report(message)
+}
 
-/// SLUB's reports start "BUG <cache name> (<taint>): <what>", without the
-/// colon of the kernel's other BUG lines.
+/// SLUB's reports start "BUG <cache name> (<taint>): <what>" (mm/slub.c
+/// slab_bug), without the colon of the kernel's other BUG lines, and the
+/// reason varies (slab_err prints free-form text), so the shape is matched.
 pub(crate) fn is_slub_report(message: &str) -> bool {
     let Some(rest) = message.trim_start().strip_prefix("BUG ") else {
         return false;
     };
     rest.split_once(" (")
-        .is_some_and(|(cache, after)| !cache.contains(' ') && after.contains("):"))
+        .is_some_and(|(cache, after)| !cache.is_empty() && !cache.contains(' ') && after.contains("): "))
+}
+
+/// Lines of a guest's kernel log (`dmesg`, every level) that show each
+/// check is on. `kfence` says whether the kernel has KFENCE
+/// (`CONFIG_KFENCE=y`; see `kernel_has_kfence`).
+pub fn verify_active(dmesg: &str, kfence: bool) -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let Some(cmdline) = dmesg
+        .lines()
+        .find_map(|l| l.split_once("Kernel command line: ").map(|(_, c)| c))
+    else {
+        bail!("the guest's kernel log has no 'Kernel command line:' line (was it cut?)");
+    };
+    let params: Vec<&str> = cmdline.split_whitespace().collect();
+    for want in &CHECKS.cmdline {
+        if !params.contains(&want.as_str()) {
+            bail!("the guest kernel's command line lacks {want}: {cmdline}");
+        }
+    }
+    // What each check prints when it turns on (mm/mm_init.c, mm/slub.c,
+    // mm/kfence/core.c), for each parameter the list has: proof that the
+    // kernel took it, not only that QEMU passed it.
+    const EVIDENCE: &[(&str, &str)] = &[
+        (
+            "page_poison=",
+            "mem auto-init: CONFIG_PAGE_POISONING is on, will take precedence over init_on_alloc and init_on_free",
+        ),
+        (
+            "slub_debug=",
+            "mem auto-init: SLAB_POISON will take precedence over init_on_alloc/init_on_free",
+        ),
+        ("kfence.sample_interval=", "kfence: initialized - using "),
+    ];
+    for (param, line) in EVIDENCE {
+        let listed = CHECKS.cmdline.iter().any(|p| p.starts_with(param));
+        let applies = listed && (kfence || !param.starts_with("kfence."));
+        if applies && !dmesg.contains(line) {
+            bail!("the guest's kernel log does not show {param}… on (no '{line}')");
+        }
+    }
+    Ok(())
+}
+
+/// Whether a kernel config (`/boot/config-*`) has KFENCE built in.
+pub fn kernel_has_kfence(config: &str) -> bool {
+    config.lines().any(|l| l.trim() == "CONFIG_KFENCE=y")
 }
 
 #[cfg(test)]
@@ -65,24 +129,133 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_shared_list_parses_and_has_what_the_docs_promise() {
+        let checks = parse(SOURCE);
+        assert!(checks.malformed.is_empty(), "{:?}", checks.malformed);
+        assert_eq!(
+            checks.cmdline,
+            [
+                "slub_debug=FZP",
+                "page_poison=1",
+                "kfence.sample_interval=100",
+                "log_buf_len=1M"
+            ]
+        );
+        for f in [
+            "BUG:",
+            "WARNING:",
+            "Oops",
+            "BUG: KFENCE:",
+            "Poison overwritten",
+            "pagealloc: memory corruption",
+        ] {
+            assert!(checks.faults.iter().any(|x| x == f), "{f}");
+        }
+    }
+
+    #[test]
+    fn malformed_lines_are_reported_not_taken() {
+        let c = parse("# c\n\ncmdline a=1\nfault  x y \ncmdline a b\nfoo bar\nfault\n");
+        assert_eq!(c.cmdline, ["a=1"]);
+        assert_eq!(c.faults, ["x y"]);
+        assert_eq!(c.malformed, ["cmdline a b", "foo bar", "fault"]);
+    }
+
+    #[test]
     fn checks_are_on_unless_turned_off() {
-        // One test for both states: the environment is process-wide.
+        // One test for every use of the environment: it is process-wide.
         std::env::remove_var(CHECKS_ENV);
         let on = cmdline();
         assert!(on.contains(&"slub_debug=FZP".to_string()));
         assert!(on.contains(&"page_poison=1".to_string()));
+        assert!(verify_active("no command line here", false).is_err());
         std::env::set_var(CHECKS_ENV, "off");
         assert!(cmdline().is_empty());
+        assert!(verify_active("no command line here", false).is_ok());
         std::env::remove_var(CHECKS_ENV);
+        verification_needs_every_check();
+    }
+
+    /// Called with the checks on (see above).
+    fn verification_needs_every_check() {
+        // The boot lines of a 6.12 guest with the checks on (printk.time=1).
+        let boot = "\
+[    0.000000] Kernel command line: console=ttyS0 panic=-1 slub_debug=FZP page_poison=1 kfence.sample_interval=100 log_buf_len=1M rdinit=/init
+[    0.004187] mem auto-init: SLAB_POISON will take precedence over init_on_alloc/init_on_free
+[    0.106123] mem auto-init: CONFIG_PAGE_POISONING is on, will take precedence over init_on_alloc and init_on_free
+[    0.106125] mem auto-init: stack:all(zero), heap alloc:off, heap free:off
+[    0.180000] kfence: initialized - using 2097152 bytes for 255 objects at 0x(____ptrval____)-0x(____ptrval____)
+";
+        verify_active(boot, true).unwrap();
+        let without_kfence: String = boot
+            .lines()
+            .filter(|l| !l.contains("kfence:"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        verify_active(&without_kfence, false).unwrap();
+        let err = verify_active(&without_kfence, true).unwrap_err().to_string();
+        assert!(err.contains("kfence"), "{err}");
+        let no_poison = boot.replace("CONFIG_PAGE_POISONING is on", "x");
+        assert!(verify_active(&no_poison, true)
+            .unwrap_err()
+            .to_string()
+            .contains("page_poison"));
+        let no_param = boot.replace(" slub_debug=FZP", "");
+        assert!(verify_active(&no_param, true)
+            .unwrap_err()
+            .to_string()
+            .contains("slub_debug=FZP"));
     }
 
     #[test]
-    fn slub_reports_are_recognised() {
-        assert!(is_slub_report(
-            " BUG kmalloc-128 (Tainted: G           O      ): Poison overwritten"
+    fn kfence_config_is_read() {
+        assert!(kernel_has_kfence(
+            "CONFIG_SLUB=y\nCONFIG_KFENCE=y\nCONFIG_KFENCE_SAMPLE_INTERVAL=0\n"
         ));
-        assert!(is_slub_report("BUG kmalloc-64 (Not tainted): Redzone overwritten"));
-        assert!(!is_slub_report("BUG: kernel NULL pointer dereference, address: 0"));
-        assert!(!is_slub_report("BUG fixes in this release (none)"));
+        assert!(!kernel_has_kfence("# CONFIG_KFENCE is not set\n"));
+    }
+
+    /// Report texts as the kernels print them, built from the format
+    /// strings of mm/slub.c (slab_bug, check_bytes_and_report, slab_err,
+    /// slab_pad_check), mm/kfence/report.c (kfence_report_error) and
+    /// mm/page_poison.c (check_poison_mem).
+    #[test]
+    fn real_reports_are_faults_and_their_neighbours_are_not() {
+        let reports = [
+            // slab_bug("%s overwritten", "Poison") after a use-after-free write.
+            "BUG kmalloc-128 (Tainted: G           OE     ): Poison overwritten",
+            "BUG kmalloc-64 (Not tainted): Redzone overwritten",
+            "BUG kmalloc-rnd-05-96 (Tainted: G        W  OE     ): Left Redzone overwritten",
+            "BUG dma-kmalloc-512 (Tainted: G           O      ): Object padding overwritten",
+            // slab_err(): free-form reasons, matched by the shape.
+            "BUG kmalloc-256 (Tainted: G    B      OE     ): Object already free",
+            "BUG nvme_hmb_trace_client (Tainted: G           OE     ): Objects remaining on __kmem_cache_shutdown()",
+            "BUG kmalloc-32 (Not tainted): Padding overwritten. 0x00000000a1b2c3d4-0x00000000a1b2c3ff @offset=4064",
+            // KFENCE, every report kind.
+            "BUG: KFENCE: out-of-bounds read in hmb_trace_read+0x9c/0x1f0 [nvme_hmb_trace]",
+            "BUG: KFENCE: use-after-free write in nvme_hmb_trace_remove+0x41/0xb0 [nvme_hmb_trace]",
+            "BUG: KFENCE: memory corruption in kfree+0x7b/0x380",
+            "BUG: KFENCE: invalid read in hmb_trace_mmap_fault+0x12/0x60 [nvme_hmb_trace]",
+            "BUG: KFENCE: invalid free in nvme_free_host_mem+0x77/0x100 [nvme]",
+            // Page poisoning.
+            "pagealloc: memory corruption",
+            "pagealloc: single bit error",
+            "BUG: Bad page state in process kworker/0:1  pfn:10a3f",
+        ];
+        for r in reports {
+            assert!(is_fault_message(r), "{r}");
+        }
+        let benign = [
+            "kfence: initialized - using 2097152 bytes for 255 objects at 0x(____ptrval____)-0x(____ptrval____)",
+            "mem auto-init: SLAB_POISON will take precedence over init_on_alloc/init_on_free",
+            "mem auto-init: CONFIG_PAGE_POISONING is on, will take precedence over init_on_alloc and init_on_free",
+            "SLUB: HWalign=64, Order=0-3, MinObjects=0, CPUs=2, Nodes=1",
+            "Unknown kernel command line parameters \"kfence.sample_interval=100\", will be passed to user space.",
+            "BUG fixes in this release (none)",
+            "nvme nvme0: 2/0/0 default/read/poll queues",
+        ];
+        for b in benign {
+            assert!(!is_fault_message(b), "{b}");
+        }
     }
 }

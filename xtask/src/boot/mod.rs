@@ -293,6 +293,8 @@ pub fn boot(args: &Boot, phases: &mut Phases) -> Result<RunOutcome> {
             run_dir.join("console.log").display()
         );
     }
+    let dmesg = std::fs::read_to_string(run_dir.join(files::DMESG)).context("the guest saved no dmesg.txt")?;
+    hmb_harness::qemu::kernel_checks::verify_active(&dmesg, tools.image.has_kfence)?;
     let daemon_rc = s.daemon_exit_codes();
     if daemon_rc != [0] {
         bail!(
