@@ -31,7 +31,7 @@ Exit codes:
    7  output file error (create, write, sync), or the path holds a file that is not a trace.bin
    8  ring FROZEN (controller reset): everything before the freeze is in the file with a FROZEN marker (without --follow)
    9  re-initialisation failed, or the ring epoch changed behind the daemon's back (without --follow)
-  10  the device went away (removed)
+  10  the device went away (removed, or REINIT found it gone: ENODEV)
   11  output full (ENOSPC, EDQUOT, EFBIG): the file ends at the last whole batch, the rest stays in the ring";
 
 pub fn for_error(e: &DaemonError) -> u8 {
@@ -44,6 +44,9 @@ pub fn for_error(e: &DaemonError) -> u8 {
         DaemonError::Ring(_) => RING_CORRUPT,
         DaemonError::Output(e) if e.is_full() => OUTPUT_FULL,
         DaemonError::Output(_) => OUTPUT,
+        // The module answers ENODEV for a device that is gone or refused
+        // the slice; on NVMe also for a controller a failed reset left dead.
+        DaemonError::Reinit(e) if e.raw_os_error() == Some(nix::libc::ENODEV) => DEVICE_GONE,
         DaemonError::Reinit(_) => EPOCH,
     }
 }
@@ -70,6 +73,18 @@ mod tests {
         }
         for errno in [Errno::EIO, Errno::EACCES, Errno::EROFS] {
             assert_eq!(for_error(&output_error(errno)), OUTPUT, "{errno}");
+        }
+    }
+
+    /// A REINIT that finds the device gone is "device went away", not an
+    /// epoch problem; other REINIT failures stay exit 9.
+    #[test]
+    fn reinit_enodev_is_device_gone() {
+        use nix::errno::Errno;
+        let reinit = |errno: Errno| DaemonError::Reinit(std::io::Error::from_raw_os_error(errno as i32));
+        assert_eq!(for_error(&reinit(Errno::ENODEV)), DEVICE_GONE);
+        for errno in [Errno::EBUSY, Errno::EINVAL, Errno::EIO] {
+            assert_eq!(for_error(&reinit(errno)), EPOCH, "{errno}");
         }
     }
 }

@@ -335,6 +335,19 @@ static void nvme_hmb_trace_fill_advert(struct nvme_hmb_trace *t,
 }
 
 /*
+ * Whether @ret is the controller's answer to the advert, as opposed to the
+ * command not reaching it (an errno, or the status the host completes a
+ * command with when the controller is not ready or was reset).
+ */
+static bool nvme_hmb_trace_refused_by_ctrl(int ret)
+{
+	u16 sc = ret & 0x7ff;
+
+	return ret > 0 && sc != NVME_SC_HOST_PATH_ERROR &&
+	       sc != NVME_SC_HOST_ABORTED_CMD;
+}
+
+/*
  * Send the advert in t->advert: Set Features with the FID the controller
  * declared, the data at PRP1 (as pci.c's Doorbell Buffer Config). Caller
  * holds advert_lock, not t->lock. With @gated the command is a passthrough
@@ -369,23 +382,14 @@ static int nvme_hmb_trace_submit(struct nvme_hmb_trace *t, bool gated)
 	else
 		ret = blk_status_to_errno(status);
 	blk_mq_free_request(req);
-	if (ret)
+	if (gated && ret && !nvme_hmb_trace_refused_by_ctrl(ret))
+		dev_info(t->ctrl->device,
+			 "trace slice advert not sent (%d): sent once the HMB is enabled again\n",
+			 ret);
+	else if (ret)
 		dev_warn(t->ctrl->device,
-			 "trace slice advert not adopted (%d)\n", ret);
+			 "trace slice not adopted by the controller (%d)\n", ret);
 	return ret;
-}
-
-/*
- * Whether @ret is the controller's answer to the advert, as opposed to the
- * command not reaching it (an errno, or the status the host completes a
- * command with when the controller is not ready or was reset).
- */
-static bool nvme_hmb_trace_refused_by_ctrl(int ret)
-{
-	u16 sc = ret & 0x7ff;
-
-	return ret > 0 && sc != NVME_SC_HOST_PATH_ERROR &&
-	       sc != NVME_SC_HOST_ABORTED_CMD;
 }
 
 /*
