@@ -44,9 +44,6 @@ pub fn for_error(e: &DaemonError) -> u8 {
         DaemonError::Ring(_) => RING_CORRUPT,
         DaemonError::Output(e) if e.is_full() => OUTPUT_FULL,
         DaemonError::Output(_) => OUTPUT,
-        // The module answers ENODEV for a device that is gone or refused
-        // the slice; on NVMe also for a controller a failed reset left dead.
-        DaemonError::Reinit(e) if e.raw_os_error() == Some(nix::libc::ENODEV) => DEVICE_GONE,
         DaemonError::Reinit(_) => EPOCH,
     }
 }
@@ -73,18 +70,6 @@ mod tests {
         }
         for errno in [Errno::EIO, Errno::EACCES, Errno::EROFS] {
             assert_eq!(for_error(&output_error(errno)), OUTPUT, "{errno}");
-        }
-    }
-
-    /// A REINIT that finds the device gone is "device went away", not an
-    /// epoch problem; other REINIT failures stay exit 9.
-    #[test]
-    fn reinit_enodev_is_device_gone() {
-        use nix::errno::Errno;
-        let reinit = |errno: Errno| DaemonError::Reinit(std::io::Error::from_raw_os_error(errno as i32));
-        assert_eq!(for_error(&reinit(Errno::ENODEV)), DEVICE_GONE);
-        for errno in [Errno::EBUSY, Errno::EINVAL, Errno::EIO] {
-            assert_eq!(for_error(&reinit(errno)), EPOCH, "{errno}");
         }
     }
 }
