@@ -540,14 +540,16 @@ const DEAD_CONTROLLER_LINES: &[&str] = &[
 ];
 
 /// The controller process killed outright (SIGKILL) while the daemon has
-/// the ring mapped. The ring lives in guest RAM, so the daemon sees only
-/// that nothing new arrives; the driver notices at its next command's
-/// timeout (3 s here) and fails to reset the dead controller. 6.1 then
-/// releases the device; 6.12 and 7.x disable it and keep it bound, so the
-/// script unbinds it by hand there. Either way the module's device goes:
-/// the daemon exits with its device-gone code.
+/// the ring mapped and follows it. The ring lives in guest RAM, so the
+/// daemon sees only that nothing new arrives; the driver notices at its
+/// next command's timeout (3 s here) and fails to reset the dead
+/// controller. 6.1 then releases the device (the daemon gets POLLHUP);
+/// 6.12 and 7.x disable it and keep it bound: the series marks the ring
+/// FROZEN and the daemon's REINIT gets ENODEV, and the script unbinds the
+/// controller by hand. Either way the daemon exits with its device-gone
+/// code.
 fn controller_killed(env: &Env) -> Result<Value> {
-    let body = "load_nvme\nload_module\nio_start\nstart_daemon\n\
+    let body = "load_nvme\nload_module\nio_start\nstart_daemon --follow\n\
                 bdf=$(basename \"$(readlink /sys/class/nvme/nvme0/device)\")\n\
                 wait_file io.stop\nio_stop\nmark io.stopped\n\
                 wait_file killed\n\

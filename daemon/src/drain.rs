@@ -183,7 +183,14 @@ pub fn run(dev: &mut dyn TraceDevice, opts: &Options, stats: &mut DaemonStats) -
                 if !opts.follow {
                     return Ok(Exit::Frozen);
                 }
-                let new_epoch = dev.reinit().map_err(DaemonError::Reinit)?;
+                let new_epoch = match dev.reinit() {
+                    Ok(epoch) => epoch,
+                    // ENODEV: the device went away after the freeze (removed,
+                    // the slice refused, or on NVMe a controller a failed
+                    // reset left dead): what the file holds is complete.
+                    Err(e) if e.raw_os_error() == Some(nix::libc::ENODEV) => return Ok(Exit::DeviceGone),
+                    Err(e) => return Err(DaemonError::Reinit(e)),
+                };
                 consumer.reattach()?;
                 ring = ident(&consumer);
                 log::info!("ring re-initialised: epoch {new_epoch}");

@@ -31,7 +31,7 @@ Exit codes:
    7  output file error (create, write, sync), or the path holds a file that is not a trace.bin
    8  ring FROZEN (controller reset): everything before the freeze is in the file with a FROZEN marker (without --follow)
    9  re-initialisation failed, or the ring epoch changed behind the daemon's back (without --follow)
-  10  the device went away (removed)
+  10  the device went away (removed, or REINIT found it gone: ENODEV)
   11  output full (ENOSPC, EDQUOT, EFBIG): the file ends at the last whole batch, the rest stays in the ring";
 
 pub fn for_error(e: &DaemonError) -> u8 {

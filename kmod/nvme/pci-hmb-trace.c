@@ -23,6 +23,18 @@
  *
  * A slice whose advert the controller did not adopt is dead: the host never
  * writes it again, and the next HMB is built without a slice.
+ *
+ * The advert (Set Features with the declared FID) reaches the controller
+ * only while it has this HMB enabled: t->enabled is set once Set Features
+ * 0Dh enabled it, and cleared before EHM=0 (under advert_lock, which every
+ * advert holds until its command completed) and when the controller is
+ * disabled (nvme_dev_disable(), lockless: it runs in the timeout handler
+ * that an advert in flight may be waiting for). An advert sent outside the
+ * HMB enable path is marked as a passthrough command, so nvme-core holds it
+ * back unless the controller is LIVE (__nvme_check_ready()) and, marked
+ * failfast, fails it with a host path error instead: it is never dispatched
+ * during a reset, before the reset enabled the HMB again. No admin command
+ * is sent under t->lock, which a trace client's REINIT takes.
  */
 #include <linux/dma-mapping.h>
 #include <linux/list.h>
@@ -31,6 +43,7 @@
 #include <linux/module.h>
 #include <linux/slab.h>
 #include <linux/vmalloc.h>
+#include <linux/wait.h>
 #include <linux/workqueue.h>
 #include <uapi/linux/nvme_hmb_trace.h>
 
@@ -109,20 +122,21 @@ out:
  * preferred size, as with the stock driver.
  */
 u64 nvme_hmb_trace_cache_size(struct nvme_hmb_trace *t, struct nvme_ctrl *ctrl,
-			      struct device *dmadev, const bool *hmb_enabled,
-			      u64 preferred, u64 min)
+			      struct device *dmadev, u64 preferred, u64 min)
 {
 	u64 ring = nvme_hmb_trace_ring_size();
 	u64 max_ring, slice;
 
+	/* Once per controller: nothing else touches t before a first HMB. */
 	if (!t->ctrl) {
 		mutex_init(&t->lock);
+		mutex_init(&t->advert_lock);
+		mutex_init(&t->client_lock);
 		INIT_LIST_HEAD(&t->entry);
 		INIT_WORK(&t->advert_work, nvme_hmb_trace_advert_work);
 	}
 	t->ctrl = ctrl;
 	t->dmadev = dmadev;
-	t->hmb_enabled = hmb_enabled;
 	t->want_ring = 0;
 	if (!hmb_trace_kb || t->refused)
 		return preferred;
@@ -183,9 +197,15 @@ static void nvme_hmb_trace_free_slice(struct nvme_hmb_trace *t)
 	t->descs = NULL;
 	t->nr_descs = 0;
 	t->hsize = 0;
+	if (t->advert)
+		dma_free_coherent(t->dmadev, sizeof(*t->advert), t->advert,
+				  t->advert_dma);
+	t->advert = NULL;
 	t->dead = false;
 	t->slice.dead = false;
 	t->fresh = false;
+	t->ctrl_dead = false;
+	WRITE_ONCE(t->enabled, false);
 }
 
 static int nvme_hmb_trace_alloc_chunks(struct nvme_hmb_trace *t, u64 ring,
@@ -299,15 +319,11 @@ static void nvme_hmb_trace_mark_frozen(struct nvme_hmb_trace *t)
 			  (__force __u32)cpu_to_le32(flags | HMB_RING_FLAG_FROZEN));
 }
 
-/*
- * Tell the controller where the ring is: Set Features with the FID it
- * declared, data @adv (allocated by the caller before it wrote anything).
- * Returns 0, a negative errno, or the NVMe status the controller answered.
- */
-static int nvme_hmb_trace_advertise(struct nvme_hmb_trace *t,
-				    struct hmb_advert *adv, u64 generation)
+/* The advert for @generation, in the buffer the controller reads (PRP1). */
+static void nvme_hmb_trace_fill_advert(struct nvme_hmb_trace *t,
+				       u64 generation)
 {
-	int ret;
+	struct hmb_advert *adv = t->advert;
 
 	memset(adv, 0, sizeof(*adv));
 	adv->magic = (__force __u32)cpu_to_le32(HMB_ADVERT_MAGIC);
@@ -316,14 +332,64 @@ static int nvme_hmb_trace_advertise(struct nvme_hmb_trace *t,
 	adv->slice_offset = (__force __u64)cpu_to_le64(t->slice.hmb_offset);
 	adv->slice_len = (__force __u64)cpu_to_le64(HMB_RING_HDR_SIZE +
 						    t->slice.ring_size);
-	ret = nvme_set_features(t->ctrl, t->fid, 0, adv, sizeof(*adv), NULL);
-	if (ret) {
+}
+
+/*
+ * Whether @ret is the controller's answer to the advert, as opposed to the
+ * command not reaching it (an errno, or the status the host completes a
+ * command with when the controller is not ready or was reset).
+ */
+static bool nvme_hmb_trace_refused_by_ctrl(int ret)
+{
+	u16 sc = ret & 0x7ff;
+
+	return ret > 0 && sc != NVME_SC_HOST_PATH_ERROR &&
+	       sc != NVME_SC_HOST_ABORTED_CMD;
+}
+
+/*
+ * Send the advert in t->advert: Set Features with the FID the controller
+ * declared, the data at PRP1 (as pci.c's Doorbell Buffer Config). Caller
+ * holds advert_lock, not t->lock. With @gated the command is a passthrough
+ * as far as nvme-core is concerned: dispatched only while the controller is
+ * LIVE, else failed with a host path error. Returns 0, a negative errno
+ * (not sent, or cancelled by a reset), or the controller's NVMe status.
+ */
+static int nvme_hmb_trace_submit(struct nvme_hmb_trace *t, bool gated)
+{
+	struct nvme_command c = { };
+	struct request *req;
+	blk_status_t status;
+	int ret;
+
+	lockdep_assert_held(&t->advert_lock);
+	c.features.opcode = nvme_admin_set_features;
+	c.features.fid = cpu_to_le32(t->fid);
+	c.features.dptr.prp1 = cpu_to_le64(t->advert_dma);
+	req = blk_mq_alloc_request(t->ctrl->admin_q, REQ_OP_DRV_OUT, 0);
+	if (IS_ERR(req))
+		return PTR_ERR(req);
+	nvme_init_request(req, &c);
+	if (gated) {
+		nvme_req(req)->flags |= NVME_REQ_USERCMD;
+		req->cmd_flags |= REQ_FAILFAST_DRIVER;
+	}
+	status = blk_execute_rq(req, false);
+	if (nvme_req(req)->flags & NVME_REQ_CANCELLED)
+		ret = -EINTR;
+	else if (nvme_req(req)->status)
+		ret = nvme_req(req)->status;
+	else
+		ret = blk_status_to_errno(status);
+	blk_mq_free_request(req);
+	if (gated && ret && !nvme_hmb_trace_refused_by_ctrl(ret))
+		dev_info(t->ctrl->device,
+			 "trace slice advert not sent (%d): sent once the HMB is enabled again\n",
+			 ret);
+	else if (ret)
 		dev_warn(t->ctrl->device,
 			 "trace slice not adopted by the controller (%d)\n", ret);
-		return ret;
-	}
-	t->slice.generation = generation;
-	return 0;
+	return ret;
 }
 
 /*
@@ -333,6 +399,7 @@ static int nvme_hmb_trace_advertise(struct nvme_hmb_trace *t,
  */
 static void nvme_hmb_trace_kill(struct nvme_hmb_trace *t, int ret)
 {
+	lockdep_assert_held(&t->lock);
 	t->dead = true;
 	t->slice.dead = true;
 	t->refused = true;
@@ -370,6 +437,12 @@ bool nvme_hmb_trace_alloc(struct nvme_hmb_trace *t,
 	}
 	if (!ret)
 		ret = nvme_hmb_trace_build_descs(t, cache, nr_cache);
+	if (!ret) {
+		t->advert = dma_alloc_coherent(t->dmadev, sizeof(*t->advert),
+					       &t->advert_dma, GFP_KERNEL);
+		if (!t->advert)
+			ret = -ENOMEM;
+	}
 	if (ret) {
 		dev_warn(t->ctrl->device, "no trace slice in the HMB (%d)\n",
 			 ret);
@@ -390,12 +463,21 @@ bool nvme_hmb_trace_alloc(struct nvme_hmb_trace *t,
 	return true;
 }
 
-/* The list for Set Features 0Dh: the combined one when there is a slice. */
-void nvme_hmb_trace_host_mem(const struct nvme_hmb_trace *t, u32 *size,
+/*
+ * Set Features 0Dh with @bits follows: the list is the combined one when
+ * there is a slice. Before EHM=0 (sysfs hmb, suspend) no advert may be in
+ * flight or follow: wait for one that is, and stop the next.
+ */
+void nvme_hmb_trace_host_mem(struct nvme_hmb_trace *t, u32 bits, u32 *size,
 			     u64 *dma_addr, u32 *nr_descs)
 {
 	if (!t->descs)
 		return;
+	if (!(bits & NVME_HOST_MEM_ENABLE)) {
+		mutex_lock(&t->advert_lock);
+		WRITE_ONCE(t->enabled, false);
+		mutex_unlock(&t->advert_lock);
+	}
 	*size = t->hsize >> NVME_CTRL_PAGE_SHIFT;
 	*dma_addr = t->descs_dma;
 	*nr_descs = t->nr_descs;
@@ -404,49 +486,127 @@ void nvme_hmb_trace_host_mem(const struct nvme_hmb_trace *t, u32 *size,
 /*
  * Trace clients (one at a time, e.g. nvme-hmb-trace.ko) get every slice
  * that was advertised, the ones that existed before they registered too.
- * The client lock is held around every callback; nvme_hmb_trace_reinit()
- * does not take it, so a client may wait in remove() for its own re-init.
+ *
+ * nvme_hmb_trace_lock guards the list, the client pointer and the pins, and
+ * is never held around a callback: a client's remove() may wait (it lets an
+ * open reader drain), and a reset of one controller must not wait for that
+ * on another. Each slice's client_lock is held around its callbacks and
+ * guards t->client. register() and unregister() walk the list with the
+ * slice pinned instead of the list locked; a slice leaving the list waits
+ * until nobody pins it. Lock order: t->client_lock, then the list lock.
  */
 static DEFINE_MUTEX(nvme_hmb_trace_lock);
+static DECLARE_WAIT_QUEUE_HEAD(nvme_hmb_trace_unpinned);
 static LIST_HEAD(nvme_hmb_trace_slices);
 static struct nvme_hmb_trace_client *nvme_hmb_trace_client;
 
+/* Give the slice to @client, if there is one and the slice has none. */
+static void nvme_hmb_trace_add_to(struct nvme_hmb_trace *t,
+				  struct nvme_hmb_trace_client *client)
+{
+	lockdep_assert_held(&t->client_lock);
+	if (client && !t->client && !client->add(&t->slice))
+		t->client = client;
+}
+
 static void nvme_hmb_trace_attach(struct nvme_hmb_trace *t)
 {
+	struct nvme_hmb_trace_client *client;
+
+	mutex_lock(&t->client_lock);
 	mutex_lock(&nvme_hmb_trace_lock);
-	if (!t->listed)
+	if (list_empty(&t->entry))
 		list_add_tail(&t->entry, &nvme_hmb_trace_slices);
 	t->listed = true;
-	if (nvme_hmb_trace_client && !t->attached)
-		t->attached = !nvme_hmb_trace_client->add(&t->slice);
+	client = nvme_hmb_trace_client;
 	mutex_unlock(&nvme_hmb_trace_lock);
+	nvme_hmb_trace_add_to(t, client);
+	mutex_unlock(&t->client_lock);
 }
 
 static void nvme_hmb_trace_notify_reset(struct nvme_hmb_trace *t)
 {
-	mutex_lock(&nvme_hmb_trace_lock);
-	if (t->attached && nvme_hmb_trace_client->reset)
-		nvme_hmb_trace_client->reset(&t->slice);
-	mutex_unlock(&nvme_hmb_trace_lock);
+	mutex_lock(&t->client_lock);
+	if (t->client && t->client->reset)
+		t->client->reset(&t->slice);
+	mutex_unlock(&t->client_lock);
 }
 
 /* The client lets go of the slice before it may be freed. */
 static void nvme_hmb_trace_detach(struct nvme_hmb_trace *t)
 {
+	mutex_lock(&t->client_lock);
 	mutex_lock(&nvme_hmb_trace_lock);
-	if (t->attached)
-		nvme_hmb_trace_client->remove(&t->slice);
-	t->attached = false;
-	if (t->listed)
-		list_del(&t->entry);
-	t->listed = false;
+	t->listed = false;	/* register() no longer offers it */
 	mutex_unlock(&nvme_hmb_trace_lock);
+	if (t->client)
+		t->client->remove(&t->slice);
+	t->client = NULL;
+	mutex_unlock(&t->client_lock);
+
+	mutex_lock(&nvme_hmb_trace_lock);
+	while (t->pins) {
+		mutex_unlock(&nvme_hmb_trace_lock);
+		wait_event(nvme_hmb_trace_unpinned, !READ_ONCE(t->pins));
+		mutex_lock(&nvme_hmb_trace_lock);
+	}
+	list_del_init(&t->entry);
+	mutex_unlock(&nvme_hmb_trace_lock);
+}
+
+/*
+ * Call @fn for each slice in the list, under the slice's client_lock and
+ * not the list lock. The slice is pinned meanwhile, so it stays in the
+ * list and the walk can go on from it.
+ */
+static void nvme_hmb_trace_walk(struct nvme_hmb_trace_client *client,
+				void (*fn)(struct nvme_hmb_trace *t,
+					   struct nvme_hmb_trace_client *client))
+{
+	struct nvme_hmb_trace *t, *next;
+
+	mutex_lock(&nvme_hmb_trace_lock);
+	t = list_first_entry_or_null(&nvme_hmb_trace_slices,
+				     struct nvme_hmb_trace, entry);
+	while (t) {
+		t->pins++;
+		mutex_unlock(&nvme_hmb_trace_lock);
+		mutex_lock(&t->client_lock);
+		fn(t, client);
+		mutex_unlock(&t->client_lock);
+		mutex_lock(&nvme_hmb_trace_lock);
+		next = list_is_last(&t->entry, &nvme_hmb_trace_slices) ? NULL :
+		       list_next_entry(t, entry);
+		if (!--t->pins)
+			wake_up_all(&nvme_hmb_trace_unpinned);
+		t = next;
+	}
+	mutex_unlock(&nvme_hmb_trace_lock);
+}
+
+static void nvme_hmb_trace_replay(struct nvme_hmb_trace *t,
+				  struct nvme_hmb_trace_client *client)
+{
+	bool listed;
+
+	mutex_lock(&nvme_hmb_trace_lock);
+	listed = t->listed;
+	mutex_unlock(&nvme_hmb_trace_lock);
+	if (listed)
+		nvme_hmb_trace_add_to(t, client);
+}
+
+static void nvme_hmb_trace_unplug(struct nvme_hmb_trace *t,
+				  struct nvme_hmb_trace_client *client)
+{
+	if (t->client != client)
+		return;
+	client->remove(&t->slice);
+	t->client = NULL;
 }
 
 int nvme_hmb_trace_register(struct nvme_hmb_trace_client *client)
 {
-	struct nvme_hmb_trace *t;
-
 	if (!client->add || !client->remove)
 		return -EINVAL;
 	mutex_lock(&nvme_hmb_trace_lock);
@@ -455,63 +615,67 @@ int nvme_hmb_trace_register(struct nvme_hmb_trace_client *client)
 		return -EBUSY;
 	}
 	nvme_hmb_trace_client = client;
-	list_for_each_entry(t, &nvme_hmb_trace_slices, entry)
-		t->attached = !client->add(&t->slice);
 	mutex_unlock(&nvme_hmb_trace_lock);
+	nvme_hmb_trace_walk(client, nvme_hmb_trace_replay);
 	return 0;
 }
 EXPORT_SYMBOL_GPL(nvme_hmb_trace_register);
 
 void nvme_hmb_trace_unregister(struct nvme_hmb_trace_client *client)
 {
-	struct nvme_hmb_trace *t;
-
 	mutex_lock(&nvme_hmb_trace_lock);
-	if (nvme_hmb_trace_client == client) {
-		list_for_each_entry(t, &nvme_hmb_trace_slices, entry) {
-			if (t->attached)
-				client->remove(&t->slice);
-			t->attached = false;
-		}
-		nvme_hmb_trace_client = NULL;
+	if (nvme_hmb_trace_client != client) {
+		mutex_unlock(&nvme_hmb_trace_lock);
+		return;
 	}
+	nvme_hmb_trace_client = NULL;
 	mutex_unlock(&nvme_hmb_trace_lock);
+	nvme_hmb_trace_walk(client, nvme_hmb_trace_unplug);
 }
 EXPORT_SYMBOL_GPL(nvme_hmb_trace_unregister);
 
 /*
- * The advert of a re-initialised ring, sent from a work item so that no
+ * The advert of a re-initialised ring. Sent from a work item, so that no
  * admin command waits under the caller's locks (the trace core holds its
- * device lock around REINIT). A refusal, or no memory for the advert, kills
- * the slice and tells the client (reset callback with slice.dead set).
+ * device lock around REINIT), and gated (nvme_hmb_trace_submit()): it
+ * reaches the controller only while it is LIVE with this HMB enabled. A
+ * refusal kills the slice and tells the client (reset callback with
+ * slice.dead set); an advert that did not reach the controller stays
+ * pending, and the next enable of the HMB queues it again.
  */
 static void nvme_hmb_trace_advert_work(struct work_struct *work)
 {
 	struct nvme_hmb_trace *t = container_of(work, struct nvme_hmb_trace,
 						advert_work);
-	struct hmb_advert *adv;
 	bool killed = false;
-	int ret = -ENOMEM;
+	u64 generation;
+	int ret;
 
-	adv = kzalloc(sizeof(*adv), GFP_KERNEL);
+	mutex_lock(&t->advert_lock);
 	mutex_lock(&t->lock);
-	if (!t->pending || t->dead || !t->slice.vaddr)
-		goto out;
-	/* During a reset nvme_hmb_trace_start() or _flush() advertises it. */
-	if (nvme_ctrl_state(t->ctrl) != NVME_CTRL_LIVE || !*t->hmb_enabled)
-		goto out;
-	if (adv)
-		ret = nvme_hmb_trace_advertise(t, adv, t->pending);
+	generation = t->pending;
+	if (!generation || t->dead || t->ctrl_dead || !t->slice.vaddr ||
+	    !READ_ONCE(t->enabled)) {
+		mutex_unlock(&t->lock);
+		mutex_unlock(&t->advert_lock);
+		return;
+	}
+	nvme_hmb_trace_fill_advert(t, generation);
+	mutex_unlock(&t->lock);
+
+	ret = nvme_hmb_trace_submit(t, true);
+
+	mutex_lock(&t->lock);
 	if (!ret) {
-		t->pending = 0;
-	} else if (ret > 0 || ret == -ENOMEM) {
+		t->slice.generation = generation;
+		if (t->pending == generation)
+			t->pending = 0;
+	} else if (nvme_hmb_trace_refused_by_ctrl(ret) && !t->dead) {
 		nvme_hmb_trace_kill(t, ret);
 		killed = true;
 	}
-	/* Else not sent (a reset began): the reset advertises it. */
-out:
 	mutex_unlock(&t->lock);
-	kfree(adv);
+	mutex_unlock(&t->advert_lock);
 	if (killed)
 		nvme_hmb_trace_notify_reset(t);
 }
@@ -523,7 +687,7 @@ int nvme_hmb_trace_reinit(struct nvme_hmb_trace_slice *slice, u64 generation)
 	int ret = 0;
 
 	mutex_lock(&t->lock);
-	if (t->dead) {
+	if (t->dead || t->ctrl_dead) {
 		ret = -ENODEV;
 	} else if (generation <= max(slice->generation, t->pending)) {
 		ret = -EINVAL;
@@ -539,81 +703,96 @@ int nvme_hmb_trace_reinit(struct nvme_hmb_trace_slice *slice, u64 generation)
 EXPORT_SYMBOL_GPL(nvme_hmb_trace_reinit);
 
 /*
- * The reset is over and the controller live: a re-init that came after
- * nvme_hmb_trace_start() but before the controller was live, or whose
- * advert the reset cancelled, is advertised now.
+ * The reset is over and the controller live: a re-init that came during
+ * the reset, or whose advert the reset cancelled, is advertised now.
  */
 void nvme_hmb_trace_flush(struct nvme_hmb_trace *t)
 {
-	struct hmb_advert *adv;
-	int ret;
-
-	if (!t->slice.vaddr || !t->pending)
-		return;
-	adv = kzalloc(sizeof(*adv), GFP_KERNEL);
-	if (!adv)
-		return;
-	mutex_lock(&t->lock);
-	if (t->pending && !t->dead && *t->hmb_enabled) {
-		ret = nvme_hmb_trace_advertise(t, adv, t->pending);
-		if (ret > 0)
-			nvme_hmb_trace_kill(t, ret);
-		else if (!ret)
-			t->pending = 0;
-	}
-	mutex_unlock(&t->lock);
-	kfree(adv);
-	/* The client is told of a refusal as of a reset, with slice.dead set. */
-	if (t->dead)
-		nvme_hmb_trace_notify_reset(t);
+	if (t->slice.vaddr && READ_ONCE(t->pending))
+		schedule_work(&t->advert_work);
 }
 
 /*
- * The HMB is enabled. A fresh slice is advertised; one given back after a
- * reset (Memory Return) served an epoch that is over: the controller forgot
- * the advert with the reset, so until a re-init the slice is the host's and
- * the driver marks the ring FROZEN for a controller that died before it
- * could. A dead slice is left alone.
+ * Set Features 0Dh enabled the HMB. A fresh slice is advertised now, in
+ * the enable path (not gated: the controller may not be LIVE yet). One
+ * given back after a reset (Memory Return) served an epoch that is over:
+ * the controller forgot the advert with the reset, so until a re-init the
+ * slice is the host's and the driver marks the ring FROZEN for a
+ * controller that died before it could. A dead slice is left alone.
  */
 void nvme_hmb_trace_start(struct nvme_hmb_trace *t)
 {
-	struct hmb_advert *adv;
+	u64 generation;
 	int ret;
 
 	if (!t->slice.vaddr || t->dead)
 		return;
-	adv = kzalloc(sizeof(*adv), GFP_KERNEL);
+	mutex_lock(&t->advert_lock);
 	mutex_lock(&t->lock);
+	WRITE_ONCE(t->enabled, true);
 	if (t->fresh) {
 		t->fresh = false;
-		ret = adv ? nvme_hmb_trace_advertise(t, adv,
-						     t->slice.generation + 1) :
-			    -ENOMEM;
+		generation = t->slice.generation + 1;
+		nvme_hmb_trace_fill_advert(t, generation);
+		mutex_unlock(&t->lock);
+		ret = nvme_hmb_trace_submit(t, false);
+		mutex_lock(&t->lock);
 		if (ret)
 			nvme_hmb_trace_kill(t, ret);
+		else
+			t->slice.generation = generation;
 		mutex_unlock(&t->lock);
-		kfree(adv);
+		mutex_unlock(&t->advert_lock);
 		if (!ret)
 			nvme_hmb_trace_attach(t);
 		return;
 	}
-	/* A re-init that came during the reset is advertised now. */
-	if (t->pending && adv) {
-		ret = nvme_hmb_trace_advertise(t, adv, t->pending);
-		if (ret > 0)
-			nvme_hmb_trace_kill(t, ret);
-		else if (!ret)
-			t->pending = 0;
+	mutex_unlock(&t->advert_lock);
+	/* A re-init that came during the reset: advertised once LIVE. */
+	if (t->pending) {
 		mutex_unlock(&t->lock);
-		kfree(adv);
-		if (t->dead)
-			nvme_hmb_trace_notify_reset(t);
+		if (nvme_ctrl_state(t->ctrl) == NVME_CTRL_LIVE)
+			schedule_work(&t->advert_work);
 		return;
 	}
 	nvme_hmb_trace_mark_frozen(t);
 	mutex_unlock(&t->lock);
-	kfree(adv);
 	nvme_hmb_trace_notify_reset(t);
+}
+
+/*
+ * The controller is being disabled (reset, removal, shutdown, suspend,
+ * timeout): it loses the HMB, and no advert may reach it until the HMB is
+ * enabled again. No lock: this runs in the timeout handler too, which an
+ * advert in flight may wait for; the gate of nvme_hmb_trace_submit() stops
+ * an advert already past the check.
+ */
+void nvme_hmb_trace_disable(struct nvme_hmb_trace *t)
+{
+	WRITE_ONCE(t->enabled, false);
+}
+
+/*
+ * A reset failed and the controller stays bound but dead (disabled, its
+ * HMB back with the host). The epoch is over: mark an adopted ring FROZEN
+ * (the controller may have died before it could) and tell the client, as
+ * after a reset; a re-init fails with -ENODEV until the HMB is freed.
+ */
+void nvme_hmb_trace_ctrl_dead(struct nvme_hmb_trace *t)
+{
+	bool tell;
+
+	if (!t->slice.vaddr)
+		return;
+	mutex_lock(&t->lock);
+	t->ctrl_dead = true;
+	t->pending = 0;
+	tell = !t->dead && !t->fresh;
+	if (tell)
+		nvme_hmb_trace_mark_frozen(t);
+	mutex_unlock(&t->lock);
+	if (tell)
+		nvme_hmb_trace_notify_reset(t);
 }
 
 /*
@@ -625,6 +804,7 @@ void nvme_hmb_trace_release(struct nvme_hmb_trace *t)
 {
 	if (!t->ctrl)
 		return;
+	WRITE_ONCE(t->enabled, false);
 	nvme_hmb_trace_detach(t);
 	/*
 	 * After the client let go (a reader draining in its remove() may still

@@ -24,12 +24,17 @@ struct nvme_hmb_trace_chunk {
 	size_t size;
 };
 
-/* Per controller, inside struct nvme_dev; all zero before the first HMB. */
+/*
+ * Per controller, inside struct nvme_dev; all zero before the first HMB.
+ * Locks, in this order: advert_lock (held across every advert command),
+ * lock (the ring header, generation, pending; never held across an admin
+ * command: a client's REINIT takes it), client_lock (around the client's
+ * callbacks; pci-hmb-trace.c), the global client list lock.
+ */
 struct nvme_hmb_trace {
 	struct nvme_hmb_trace_slice slice;
 	struct nvme_ctrl *ctrl;
 	struct device *dmadev;
-	const bool *hmb_enabled;	/* the driver's "HMB is enabled" */
 	struct nvme_hmb_trace_chunk *chunks;
 	unsigned int nr_chunks;
 	u64 hsize_slice;	/* bytes of the slice chunks */
@@ -38,29 +43,37 @@ struct nvme_hmb_trace {
 	u32 descs_size;
 	u32 nr_descs;
 	u64 hsize;		/* bytes described by descs */
+	struct hmb_advert *advert;	/* the advert's data, read by the controller */
+	dma_addr_t advert_dma;
 	u64 want_ring;		/* ring the next HMB carves, 0: none */
 	u8 fid;			/* the advert FID the controller declared */
 	bool fresh;		/* ring header written, not advertised yet */
 	bool dead;		/* advert refused: never written again */
 	bool refused;		/* no slice again in this driver load */
-	bool attached;		/* the client has the slice */
-	bool listed;		/* in nvme_hmb_trace_slices (advertised) */
-	struct list_head entry;
-	struct mutex lock;	/* generation, pending, advertising */
+	bool enabled;		/* the controller has this HMB enabled */
+	bool ctrl_dead;		/* a reset failed: no more adverts */
+	bool listed;		/* offered to trace clients */
+	struct list_head entry;	/* in the client list while listed or pinned */
+	unsigned int pins;	/* client (un)registrations walking past it */
+	struct nvme_hmb_trace_client *client;	/* has the slice */
+	struct mutex advert_lock;	/* across each advert command */
+	struct mutex lock;	/* header, generation, pending */
+	struct mutex client_lock;	/* around the client's callbacks */
 	u64 pending;		/* re-initialised, not advertised yet */
 	struct work_struct advert_work;	/* sends a re-init's advert */
 };
 
 u64 nvme_hmb_trace_cache_size(struct nvme_hmb_trace *t, struct nvme_ctrl *ctrl,
-			      struct device *dmadev, const bool *hmb_enabled,
-			      u64 preferred, u64 min);
+			      struct device *dmadev, u64 preferred, u64 min);
 bool nvme_hmb_trace_alloc(struct nvme_hmb_trace *t,
 			  const struct nvme_host_mem_buf_desc *cache,
 			  u32 nr_cache);
-void nvme_hmb_trace_host_mem(const struct nvme_hmb_trace *t, u32 *size,
+void nvme_hmb_trace_host_mem(struct nvme_hmb_trace *t, u32 bits, u32 *size,
 			     u64 *dma_addr, u32 *nr_descs);
 void nvme_hmb_trace_start(struct nvme_hmb_trace *t);
 void nvme_hmb_trace_flush(struct nvme_hmb_trace *t);
+void nvme_hmb_trace_disable(struct nvme_hmb_trace *t);
+void nvme_hmb_trace_ctrl_dead(struct nvme_hmb_trace *t);
 void nvme_hmb_trace_release(struct nvme_hmb_trace *t);
 
 #endif /* _NVME_PCI_HMB_TRACE_H */

@@ -24,8 +24,6 @@ use std::path::{Path, PathBuf};
 pub const COMPAT: &[(&str, &str, &str)] = &[
     // nvme_ctrl_state() arrived in 6.7.
     ("6.1", "nvme_ctrl_state(t->ctrl)", "READ_ONCE(t->ctrl->state)"),
-    // 7.x's checkpatch asks for the typed allocators.
-    ("7.x", "kzalloc(sizeof(*adv), GFP_KERNEL)", "kzalloc_obj(*adv)"),
 ];
 
 /// New files of each patch: (path in the kernel tree, path under the repository).

@@ -33,8 +33,10 @@ struct nvme_hmb_trace_slice {
 };
 
 /*
- * Callbacks run in process context under the driver's client lock, so they
- * must not call nvme_hmb_trace_register() or _unregister().
+ * Callbacks run in process context under the slice's own client lock (one
+ * callback at a time per slice; no lock shared with other controllers is
+ * held, so remove() may wait for a reader), so they must not call
+ * nvme_hmb_trace_register() or _unregister().
  */
 struct nvme_hmb_trace_client {
 	struct module *owner;
@@ -44,6 +46,8 @@ struct nvme_hmb_trace_client {
 	 * The controller was reset and got its HMB back (Memory Return): the
 	 * epoch it served is over and the driver marked the ring FROZEN. The
 	 * controller produces again only after nvme_hmb_trace_reinit().
+	 * Also when a reset failed and the controller stays bound but dead
+	 * (the ring FROZEN by the driver; re-inits then fail with -ENODEV).
 	 * With @slice->dead set the controller refused the slice (a re-init's
 	 * advert): stop touching it; remove() follows when the HMB goes.
 	 */
