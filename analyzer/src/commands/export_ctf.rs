@@ -2,11 +2,10 @@
 //! streamed packet by packet into its stream files.
 
 use std::io::Write;
-use std::ops::ControlFlow;
 use std::path::Path;
 
 use crate::cli::ExportCtfArgs;
-use crate::commands::{walk_trace, Ctx};
+use crate::commands::{try_walk_trace, Ctx};
 use crate::ctf::CtfWriter;
 use crate::exit::{AppError, IO, USAGE};
 use crate::filter::Filter;
@@ -17,22 +16,13 @@ pub fn run(ctx: &Ctx, args: &ExportCtfArgs, out: &mut dyn Write) -> Result<(), A
     prepare_dir(dir)?;
     let io = |e: std::io::Error| AppError::new(IO, format!("{}: {e}", dir.display()));
     let writer = CtfWriter::new(dir, &ctx.catalog).map_err(io)?;
-    let mut io_err = None;
-    let (mut walked, writer) = walk_trace(
+    let (mut walked, writer) = try_walk_trace(
         ctx,
         &args.trace,
         |_| writer,
-        |w, ev| match w.feed(ev, |epoch, item| filter.keeps(epoch, item)) {
-            Ok(()) => ControlFlow::Continue(()),
-            Err(e) => {
-                io_err = Some(e);
-                ControlFlow::Break(())
-            }
-        },
+        |w, ev| w.feed(ev, |epoch, item| filter.keeps(epoch, item)),
+        io,
     )?;
-    if let Some(e) = io_err {
-        return Err(io(e));
-    }
     let h = &walked.header;
     let env = [
         ("tracer_name", "hmb-trace-analyze".to_string()),

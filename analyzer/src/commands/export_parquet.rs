@@ -2,10 +2,9 @@
 //! written row group by row group into the output file.
 
 use std::io::{BufWriter, Write};
-use std::ops::ControlFlow;
 
 use crate::cli::ExportParquetArgs;
-use crate::commands::{open_trace, walk_input, Ctx};
+use crate::commands::{open_trace, try_walk_input, Ctx};
 use crate::exit::{AppError, IO};
 use crate::filter::Filter;
 use crate::parquet_export::{ParquetExportError, ParquetWriter};
@@ -32,22 +31,13 @@ pub fn run(ctx: &Ctx, args: &ExportParquetArgs, out: &mut dyn Write) -> Result<(
     ];
     let file = std::fs::File::create(&args.output).map_err(|e| err(e.into()))?;
     let writer = ParquetWriter::new(BufWriter::with_capacity(1 << 20, file), &ctx.catalog, meta).map_err(err)?;
-    let mut write_err = None;
-    let (mut walked, writer) = walk_input(
+    let (mut walked, writer) = try_walk_input(
         ctx,
         input,
         |_| writer,
-        |w, ev| match w.feed(ev, |epoch, item| filter.keeps(epoch, item)) {
-            Ok(()) => ControlFlow::Continue(()),
-            Err(e) => {
-                write_err = Some(e);
-                ControlFlow::Break(())
-            }
-        },
-    );
-    if let Some(e) = write_err {
-        return Err(err(e));
-    }
+        |w, ev| w.feed(ev, |epoch, item| filter.keeps(epoch, item)),
+        err,
+    )?;
     // A damaged trace still gets a complete file of what precedes the damage.
     let (s, w) = writer.finish().map_err(err)?;
     let file = w.into_inner().map_err(|e| err(e.into_error().into()))?;

@@ -2,10 +2,9 @@
 //! packet by packet (crate::perfetto) into the output file.
 
 use std::io::{BufWriter, Write};
-use std::ops::ControlFlow;
 
 use crate::cli::ExportPerfettoArgs;
-use crate::commands::{walk_trace, Ctx};
+use crate::commands::{try_walk_trace, Ctx};
 use crate::exit::{AppError, IO, USAGE};
 use crate::filter::Filter;
 use crate::perfetto::PerfettoWriter;
@@ -21,28 +20,19 @@ pub fn run(ctx: &Ctx, args: &ExportPerfettoArgs, out: &mut dyn Write) -> Result<
     }
     let io = |e: std::io::Error| AppError::new(IO, format!("{}: {e}", args.output.display()));
     let file = std::fs::File::create(&args.output).map_err(io)?;
-    let mut io_err = None;
     let writer = PerfettoWriter::new(
         BufWriter::with_capacity(1 << 20, file),
         &ctx.catalog,
         args.clock_mhz,
         args.rate_bin_us.saturating_mul(1000),
     );
-    let (mut walked, writer) = walk_trace(
+    let (mut walked, writer) = try_walk_trace(
         ctx,
         &args.trace,
         |_| writer,
-        |w, ev| match w.feed(ev, |epoch, item| filter.keeps(epoch, item)) {
-            Ok(()) => ControlFlow::Continue(()),
-            Err(e) => {
-                io_err = Some(e);
-                ControlFlow::Break(())
-            }
-        },
+        |w, ev| w.feed(ev, |epoch, item| filter.keeps(epoch, item)),
+        io,
     )?;
-    if let Some(e) = io_err {
-        return Err(io(e));
-    }
     // A damaged trace still gets a complete file: open slices are closed.
     let (_, s) = writer.finish().map_err(io)?;
     writeln!(

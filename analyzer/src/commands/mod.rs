@@ -97,6 +97,41 @@ pub fn walk_input<S>(
     (input.into_walked(end), state)
 }
 
+/// `walk_trace` into a writer whose feeding can fail (the exports): the
+/// first error ends the walk and is returned through `on_err`; a damaged
+/// trace is not an error here but the `Walked` status the caller ends with.
+pub fn try_walk_trace<S, E>(
+    ctx: &Ctx,
+    path: &str,
+    init: impl FnOnce(&FileHeader) -> S,
+    f: impl FnMut(&mut S, &Event<'_, '_>) -> Result<(), E>,
+    on_err: impl FnOnce(E) -> AppError,
+) -> Result<(Walked, S), AppError> {
+    try_walk_input(ctx, open_trace(path)?, init, f, on_err)
+}
+
+/// `try_walk_trace` over an input already open.
+pub fn try_walk_input<S, E>(
+    ctx: &Ctx,
+    input: TraceInput,
+    init: impl FnOnce(&FileHeader) -> S,
+    mut f: impl FnMut(&mut S, &Event<'_, '_>) -> Result<(), E>,
+    on_err: impl FnOnce(E) -> AppError,
+) -> Result<(Walked, S), AppError> {
+    let mut failed = None;
+    let (walked, state) = walk_input(ctx, input, init, |s, ev| match f(s, ev) {
+        Ok(()) => ControlFlow::Continue(()),
+        Err(e) => {
+            failed = Some(e);
+            ControlFlow::Break(())
+        }
+    });
+    match failed {
+        Some(e) => Err(on_err(e)),
+        None => Ok((walked, state)),
+    }
+}
+
 /// Refuse to write over the trace being read: truncating a file that is
 /// memory-mapped would crash the reader (SIGBUS) and destroy the input.
 pub fn ensure_distinct(input: &str, output: &std::path::Path) -> Result<(), AppError> {
