@@ -62,7 +62,7 @@ static const struct hmb_trace_backend_ops hmb_nvme_ops = {
 static int hmb_nvme_add(struct nvme_hmb_trace_slice *s)
 {
 	struct hmb_trace_slice slice = {
-		.kva = s->vaddr,
+		.kva = s->hdr,
 		.phys = page_to_phys(s->pages[0]),
 		.pages = s->pages,
 		.ring_size = s->ring_size,

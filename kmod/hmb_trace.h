@@ -38,8 +38,9 @@ struct hmb_trace_slice {
 	phys_addr_t phys;	/* its physical address, page aligned */
 	/*
 	 * NULL: the slice is physically contiguous from phys. Else its pages
-	 * in order (header first), for a slice that spans several HMB chunks;
-	 * kva is then a virtually contiguous mapping of them.
+	 * in order (header first), for a slice that spans several HMB chunks.
+	 * The core accesses only the header at kva either way: the data area
+	 * is read by user space through its mapping.
 	 */
 	struct page **pages;
 	u64 ring_size;		/* data area bytes (power of two) */

@@ -17,9 +17,12 @@
  *   data chunks: the data area in order, all of one size (at most 4 MiB)
  *
  * The controller sees the HMB as the chunks laid end to end in list order,
- * so the data area follows the header without a gap; the driver maps the
- * same pages virtually contiguous. The bytes of the lead chunk before the
- * header are unused.
+ * so the data area follows the header without a gap. The bytes of the lead
+ * chunk before the header are unused. The kernel only accesses the header
+ * (the driver writes it, the trace client reads head and flags and writes
+ * tail), through the lead chunk's own coherent mapping: no vmap(), no page
+ * lookup for the kernel's view. The slice's page list exists for the
+ * reader's mapping only (docs/kmod.md, "Issue 26, point 5").
  *
  * A slice whose advert the controller did not adopt is dead: the host never
  * writes it again, and the next HMB is built without a slice.
@@ -167,6 +170,10 @@ u64 nvme_hmb_trace_cache_size(struct nvme_hmb_trace *t, struct nvme_ctrl *ctrl,
 	return preferred - slice;
 }
 
+/*
+ * The page behind a coherent chunk's CPU address, for the reader's mapping
+ * (a remapped allocation, e.g. behind an IOMMU, is a vmalloc address).
+ */
 static struct page *nvme_hmb_trace_page(void *addr)
 {
 	if (is_vmalloc_addr(addr))
@@ -178,9 +185,7 @@ static void nvme_hmb_trace_free_slice(struct nvme_hmb_trace *t)
 {
 	unsigned int i;
 
-	if (t->slice.vaddr)
-		vunmap(t->slice.vaddr);
-	t->slice.vaddr = NULL;
+	t->slice.hdr = NULL;
 	kvfree(t->slice.pages);
 	t->slice.pages = NULL;
 	t->slice.nr_pages = 0;
@@ -233,15 +238,15 @@ static int nvme_hmb_trace_alloc_chunks(struct nvme_hmb_trace *t, u64 ring,
 			return -ENOMEM;
 		t->nr_chunks++;
 		t->hsize_slice += c->size;
-		/* Of the lead chunk only its last page (the header) is mapped. */
+		/* Of the lead chunk only its last page (the header) is the slice's. */
 		for (off = i ? 0 : c->size - PAGE_SIZE; off < c->size;
 		     off += PAGE_SIZE)
 			t->slice.pages[p++] = nvme_hmb_trace_page(c->cpu + off);
 	}
 
-	t->slice.vaddr = vmap(t->slice.pages, t->slice.nr_pages, VM_MAP,
-			      PAGE_KERNEL);
-	return t->slice.vaddr ? 0 : -ENOMEM;
+	/* The header: the lead chunk's last page, in the chunk's own mapping. */
+	t->slice.hdr = t->chunks[0].cpu + t->chunks[0].size - HMB_RING_HDR_SIZE;
+	return 0;
 }
 
 /*
@@ -293,7 +298,7 @@ static int nvme_hmb_trace_build_descs(struct nvme_hmb_trace *t,
  */
 static void nvme_hmb_trace_init_ring(struct nvme_hmb_trace *t, u64 generation)
 {
-	struct hmb_ring_hdr *hdr = t->slice.vaddr;
+	struct hmb_ring_hdr *hdr = t->slice.hdr;
 
 	memset(hdr, 0, HMB_RING_HDR_SIZE);
 	hdr->magic = (__force __u32)cpu_to_le32(HMB_RING_MAGIC);
@@ -311,7 +316,7 @@ static void nvme_hmb_trace_init_ring(struct nvme_hmb_trace *t, u64 generation)
  */
 static void nvme_hmb_trace_mark_frozen(struct nvme_hmb_trace *t)
 {
-	struct hmb_ring_hdr *hdr = t->slice.vaddr;
+	struct hmb_ring_hdr *hdr = t->slice.hdr;
 	u32 flags = le32_to_cpu((__force __le32)READ_ONCE(hdr->flags));
 
 	/* Release: pairs with the consumer's acquire of flags (ABI rule 6). */
@@ -424,7 +429,7 @@ bool nvme_hmb_trace_alloc(struct nvme_hmb_trace *t,
 	u64 lead, chunk;
 	int ret = -ENOMEM;
 
-	if (t->slice.vaddr || !cache || !ring)
+	if (t->slice.hdr || !cache || !ring)
 		return false;
 	t->want_ring = 0;
 	lead = nvme_hmb_trace_lead_size(t);
@@ -654,7 +659,7 @@ static void nvme_hmb_trace_advert_work(struct work_struct *work)
 	mutex_lock(&t->advert_lock);
 	mutex_lock(&t->lock);
 	generation = t->pending;
-	if (!generation || t->dead || t->ctrl_dead || !t->slice.vaddr ||
+	if (!generation || t->dead || t->ctrl_dead || !t->slice.hdr ||
 	    !READ_ONCE(t->enabled)) {
 		mutex_unlock(&t->lock);
 		mutex_unlock(&t->advert_lock);
@@ -708,7 +713,7 @@ EXPORT_SYMBOL_GPL(nvme_hmb_trace_reinit);
  */
 void nvme_hmb_trace_flush(struct nvme_hmb_trace *t)
 {
-	if (t->slice.vaddr && READ_ONCE(t->pending))
+	if (t->slice.hdr && READ_ONCE(t->pending))
 		schedule_work(&t->advert_work);
 }
 
@@ -725,7 +730,7 @@ void nvme_hmb_trace_start(struct nvme_hmb_trace *t)
 	u64 generation;
 	int ret;
 
-	if (!t->slice.vaddr || t->dead)
+	if (!t->slice.hdr || t->dead)
 		return;
 	mutex_lock(&t->advert_lock);
 	mutex_lock(&t->lock);
@@ -782,7 +787,7 @@ void nvme_hmb_trace_ctrl_dead(struct nvme_hmb_trace *t)
 {
 	bool tell;
 
-	if (!t->slice.vaddr)
+	if (!t->slice.hdr)
 		return;
 	mutex_lock(&t->lock);
 	t->ctrl_dead = true;

@@ -15,15 +15,18 @@ struct page;
 
 /*
  * One controller's trace slice: the ring header page followed by the data
- * area. It is physically scattered over several HMB chunks; the driver maps
- * it virtually contiguous at @vaddr, and @pages lists its pages in order.
- * Valid from the client's add() until its remove() returns.
+ * area, physically scattered over several HMB chunks. The kernel only ever
+ * accesses the header page (the ring's payloads are for the reader), so
+ * @hdr is that page in its chunk's own coherent mapping; there is no kernel
+ * mapping of the data area. @pages lists the slice's pages in order, for
+ * the reader's mapping. Valid from the client's add() until its remove()
+ * returns.
  */
 struct nvme_hmb_trace_slice {
 	struct device *dev;	/* the controller's PCI function */
 	int instance;		/* N of nvmeN */
-	void *vaddr;		/* header page, then the data area */
-	struct page **pages;	/* nr_pages pages behind vaddr, in order */
+	void *hdr;		/* the ring header page (coherent DMA memory) */
+	struct page **pages;	/* nr_pages pages, header first, in order */
 	unsigned int nr_pages;
 	u64 ring_size;		/* data area bytes, a power of two */
 	u64 hmb_offset;		/* header page offset in the controller's HMB view */
