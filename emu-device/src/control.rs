@@ -97,6 +97,12 @@ pub enum Request {
     /// The NVMe controller's host-write audit of its HMB: enables, MR=1 re-enables,
     /// pages checked, violations, every Set Features 0Dh and vendor feature it saw.
     HmbAudit,
+    /// The NVMe controller becomes another personality (HMB limits, trace contract) while
+    /// no driver runs it, as another controller model behind the same function would be;
+    /// its HMB audit starts afresh. For issue 26's personality checks in one guest.
+    Personality {
+        personality: hmb_nvme_trace::Personality,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -350,6 +356,12 @@ mod tests {
             ),
             (json!({"cmd":"ground-truth"}), Request::GroundTruth),
             (json!({"cmd":"hmb-audit"}), Request::HmbAudit),
+            (
+                json!({"cmd":"personality","personality":"small-hmb"}),
+                Request::Personality {
+                    personality: hmb_nvme_trace::Personality::SmallHmb,
+                },
+            ),
             (json!({"cmd":"interrupt","vector":1}), Request::Interrupt { vector: 1 }),
         ];
         for (j, want) in cases {

@@ -652,6 +652,9 @@ impl Device {
                 Ok(json!({"vector": vector}))
             }
             Request::Shutdown => Ok(json!({"shutting_down": true})),
+            Request::Personality { .. } => Err(EmuError::Control(
+                "personality is the NVMe device's (serve-nvme): the ivshmem device has no controller".into(),
+            )),
             Request::HmbAudit => Err(EmuError::Control(
                 "hmb-audit is the NVMe device's (serve-nvme): the ivshmem HMB has no controller-private data".into(),
             )),

@@ -151,6 +151,32 @@ impl Controller {
         self.hmb_bits = 0;
     }
 
+    /// Take other HMB limits (Identify HMPRE, HMMIN, HMMINDS, HMMAXD) between two host
+    /// drivers, as if another controller model sat behind the function: issue 26's
+    /// personality checks run one driver after another in one guest. Only while no driver
+    /// runs it (CC.EN = 0 or shut down, no HMB held), so no host sees its Identify data
+    /// change under it. The retained list is forgotten (a Memory Return into another
+    /// controller would be meaningless), and the HMB report and audit start afresh.
+    pub fn set_hmb_limits(&mut self, hmpre: u64, hmmin: u64, hmminds: u64, hmmaxd: u16) -> Result<(), crate::Error> {
+        if self.running() || self.hmb.is_some() {
+            return Err(crate::Error::Config(
+                "HMB limits change only while no driver runs the controller (CC.EN = 0 or shut down)".into(),
+            ));
+        }
+        let mut cfg = self.cfg.clone();
+        (cfg.hmpre_bytes, cfg.hmmin_bytes, cfg.hmminds_bytes, cfg.hmmaxd) = (hmpre, hmmin, hmminds, hmmaxd);
+        cfg.validate()?;
+        self.cfg = cfg;
+        self.retained_hmb = None;
+        self.hmb_report = crate::report::HmbReport {
+            preferred_bytes: hmpre,
+            minimum_bytes: hmmin,
+            ..Default::default()
+        };
+        self.audit = Default::default();
+        Ok(())
+    }
+
     pub(crate) fn running(&self) -> bool {
         self.csts & CSTS_RDY != 0 && self.csts & (CSTS_CFS | CSTS_SHST_COMPLETE) == 0
     }

@@ -307,3 +307,39 @@ fn cfs_releases_the_hmb() {
     h.write32(0x1000, tail);
     assert_eq!(h.ctrl.report().counters.ignored_register_writes, before + 1);
 }
+
+/// Another controller's HMB limits between two drivers: refused while a driver runs it or
+/// while it holds an HMB; once shut down, Identify reports the new limits, the old list is
+/// no longer a Memory Return and the audit starts afresh.
+#[test]
+fn hmb_limits_change_only_between_drivers() {
+    let mut h = ready_host(ControllerConfig::default());
+    let c = chunks(&mut h, 2, 2 * MB);
+    let list = put_list(&mut h, &c);
+    assert!(h.admin(set_hmb(1, 1024, list, 2)).ok());
+    let refused = h.ctrl.set_hmb_limits(4 * MB, 4 * MB, 4096, 4).unwrap_err();
+    assert!(refused.to_string().contains("no driver runs"), "{refused}");
+    assert!(h.admin(set_hmb(0, 0, 0, 0)).ok());
+    assert!(h.ctrl.set_hmb_limits(4 * MB, 4 * MB, 4096, 4).is_err(), "still running");
+    assert_eq!((h.shutdown() >> 2) & 3, 2);
+    assert!(
+        h.ctrl.set_hmb_limits(2 * MB, 4 * MB, 4096, 4).is_err(),
+        "HMMIN above HMPRE is refused"
+    );
+    h.ctrl.set_hmb_limits(4 * MB, 4 * MB, 4096, 4).unwrap();
+    assert_eq!(h.ctrl.hmb_audit().enables, 0, "a fresh audit");
+    h.disable();
+    assert_eq!(h.enable(32), 1);
+    h.forget_queues();
+    let buf = h.alloc(4096);
+    assert!(h.admin(Command::identify(1, 0, buf)).ok());
+    let id = h.guest_read(buf, 4096);
+    let u32_at = |o: usize| u32::from_le_bytes(id[o..o + 4].try_into().unwrap());
+    assert_eq!((u32_at(272), u32_at(276)), (1024, 1024), "HMPRE, HMMIN in 4 KiB units");
+    assert_eq!(u16::from_le_bytes([id[336], id[337]]), 4, "HMMAXD");
+    let report = h.ctrl.report().hmb;
+    assert_eq!((report.preferred_bytes, report.enables), (4 * MB, 0));
+    // The old list with MR=1 is a fresh buffer for the new controller.
+    assert!(h.admin(set_hmb(0b11, 1024, list, 2)).ok());
+    assert!(!h.ctrl.hmb().unwrap().returned());
+}

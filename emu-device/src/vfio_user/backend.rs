@@ -45,6 +45,17 @@ pub trait PciFunction: Send + 'static {
     /// The command register's Bus Master Enable as the client just wrote it (an NVMe
     /// controller stops all its memory accesses while it is 0).
     fn set_bus_master(&mut self, _on: bool) {}
+    /// Become `personality` (its limits applied to `base`, the served configuration
+    /// before any personality) with `trace`'s contract, on the control socket's
+    /// `personality`; Err says why not (a driver runs the function, or it has none).
+    fn switch_personality(
+        &mut self,
+        _personality: hmb_nvme_trace::Personality,
+        _base: &hmb_nvme::ControllerConfig,
+        _trace: &hmb_nvme_trace::NvmeTrace,
+    ) -> Result<(), String> {
+        Err("this function has no personalities".into())
+    }
 }
 
 /// Counters of the transport, for `status`/`stats`.

@@ -35,6 +35,8 @@ pub struct NvmeControl<F> {
     socket: String,
     shutdown: ShutdownFn,
     trace: Option<NvmeTrace>,
+    /// The served configuration before any personality, for `personality`.
+    base: Option<hmb_nvme::ControllerConfig>,
 }
 
 impl<F: PciFunction> NvmeControl<F> {
@@ -50,6 +52,7 @@ impl<F: PciFunction> NvmeControl<F> {
             socket: socket.display().to_string(),
             shutdown,
             trace: None,
+            base: None,
         }
     }
 
@@ -58,6 +61,22 @@ impl<F: PciFunction> NvmeControl<F> {
     pub fn with_trace(mut self, trace: NvmeTrace) -> Self {
         self.trace = Some(trace);
         self
+    }
+
+    /// Answer `personality`: the function may become another personality of `base`.
+    pub fn with_personalities(mut self, base: hmb_nvme::ControllerConfig) -> Self {
+        self.base = Some(base);
+        self
+    }
+
+    fn switch_personality(&self, personality: hmb_nvme_trace::Personality) -> Response {
+        let (Some(trace), Some(base)) = (&self.trace, &self.base) else {
+            return Response::err("this nvme device has no personalities to switch between");
+        };
+        match self.shared.function().switch_personality(personality, base, trace) {
+            Ok(()) => Response::ok(json!({ "personality": personality.name() })),
+            Err(e) => Response::err(format!("cannot become {personality}: {e}")),
+        }
     }
 
     fn trace_status(&self) -> serde_json::Value {
@@ -130,6 +149,7 @@ where
                 | Fault::RewindHeader
                 | Fault::Hostile),
             ) => self.ring_fault(fault),
+            Request::Personality { personality } => self.switch_personality(personality),
             Request::HmbAudit => match self.shared.function().hmb_audit() {
                 Some(a) => Response::ok(a),
                 None => Response::err("this function keeps no HMB audit"),

@@ -54,6 +54,25 @@ impl PciFunction for Controller {
                 .unwrap_or_else(|e| serde_json::json!({ "error": format!("audit not serialisable: {e}") })),
         )
     }
+    fn switch_personality(
+        &mut self,
+        personality: Personality,
+        base: &ControllerConfig,
+        trace: &hmb_nvme_trace::NvmeTrace,
+    ) -> Result<(), String> {
+        let cfg = personality.apply(base.clone());
+        self.set_hmb_limits(cfg.hmpre_bytes, cfg.hmmin_bytes, cfg.hmminds_bytes, cfg.hmmaxd)
+            .map_err(|e| e.to_string())?;
+        trace.install(self, personality);
+        log::info!(
+            "emu-device NVMe controller is now the {personality} personality (HMPRE {} HMMIN {} HMMINDS {} HMMAXD {})",
+            cfg.hmpre_bytes,
+            cfg.hmmin_bytes,
+            cfg.hmminds_bytes,
+            cfg.hmmaxd
+        );
+        Ok(())
+    }
 }
 
 impl From<PciIdentity> for Identity {
@@ -92,7 +111,12 @@ pub struct NvmeServeOptions {
 
 impl NvmeServeOptions {
     pub fn controller_config(&self) -> ControllerConfig {
-        self.personality.apply(ControllerConfig {
+        self.personality.apply(self.base_config())
+    }
+
+    /// The served configuration before the personality's limits.
+    fn base_config(&self) -> ControllerConfig {
+        ControllerConfig {
             namespace_bytes: self.namespace_bytes,
             backing: match &self.backing {
                 Some(p) => Backing::SparseFile(p.clone()),
@@ -101,7 +125,7 @@ impl NvmeServeOptions {
             hmpre_bytes: self.hmb_preferred,
             hmmin_bytes: self.hmb_minimum,
             ..ControllerConfig::default()
-        })
+        }
     }
 }
 
@@ -182,7 +206,8 @@ impl NvmeServing {
         let handler = NvmeControl::new(shared.clone(), &opts.socket, move |why| {
             control_tx.send(Event::Shutdown(why)).is_ok()
         })
-        .with_trace(trace);
+        .with_trace(trace)
+        .with_personalities(opts.base_config());
         let control = ControlServer::start(&opts.control_socket, Arc::new(handler))?;
         log::info!(
             "emu-device serving an NVMe controller ({}, {} producer): vfio-user {} control {} namespace {} bytes, HMB preferred {} bytes",
