@@ -36,6 +36,7 @@ pub mod journal_truth;
 pub mod matrix;
 pub mod nvme_cli;
 pub mod nvme_guest;
+pub mod nvme_personalities;
 pub mod nvme_session;
 pub mod nvme_telemetry;
 pub mod output_disk;

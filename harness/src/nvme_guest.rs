@@ -348,6 +348,8 @@ pub struct NvmeOutcome {
     pub trace: Option<TraceOutcome>,
     /// Stock driver: the Telemetry logs nvme-cli pulled, against the journal.
     pub telemetry: Option<crate::nvme_telemetry::TelemetryOutcome>,
+    /// With the trace: the drivers against the controller's other personalities.
+    pub personalities: Option<Vec<crate::nvme_personalities::PhaseOutcome>>,
     /// With the injected failure: the driver's line and the guest time
     /// from the read that found the failed controller to its completion.
     pub fatal_recovery: Option<FatalRecovery>,
@@ -471,8 +473,9 @@ rmmod nvme_hmb_trace || fail "rmmod nvme-hmb-trace after the daemon"
 rmmod nvme || fail "rmmod nvme after nvme-hmb-trace"
 [ ! -e /dev/nvme0n1 ] || fail "/dev/nvme0n1 still there after rmmod nvme"
 note removal ok
-"#,
+{personalities}"#,
                 stderr = files::DAEMON_STDERR,
+                personalities = crate::nvme_personalities::guest_script(module),
             ),
         ),
     };
@@ -652,6 +655,8 @@ pub(crate) fn stage_modules(tools: &NvmeTools, share: &Path, with_trace: bool) -
     // the trace it is the series' replacement, under the stock nvme-core.
     names.pop();
     if let (true, Some(trace)) = (with_trace, &tools.trace) {
+        // The stock one stays, for the differential (nvme_personalities).
+        std::fs::rename(mods.join("nvme.ko"), mods.join("nvme-stock.ko"))?;
         std::fs::copy(&trace.patched_nvme, mods.join("nvme.ko"))
             .with_context(|| format!("copying {}", trace.patched_nvme.display()))?;
     }
@@ -934,6 +939,12 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         std::fs::write(share.join(format!("{}.ok", files::DONE)), b"")?;
         Ok((s, truth))
     })?;
+    let persona_audits = match cfg.trace {
+        true => Some(phases.run("personalities (issue 26)", || {
+            crate::nvme_personalities::serve(&mut vm, &mut dev, &share, &cfg.run_dir)
+        })?),
+        false => None,
+    };
     let line = phases.run("guest power-off", || {
         let line = vm.wait_for("HMBT-RESULT", Duration::from_secs(60), |l| {
             console::parse_result(l).is_some()
@@ -1043,6 +1054,10 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         }
         _ => None,
     };
+    let personalities = match &persona_audits {
+        Some(audits) => Some(crate::nvme_personalities::check(audits, &share, &results)?),
+        None => None,
+    };
     let reads = num("iops_reads")?;
     let cs = num("iops_centiseconds")?.max(1);
     let qd32_reads = num("qd32_reads")?;
@@ -1076,6 +1091,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         guest_seconds,
         trace,
         telemetry,
+        personalities,
         fatal_recovery: match fatal_line {
             Some(driver_line) => Some(FatalRecovery {
                 driver_line,

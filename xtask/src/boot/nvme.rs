@@ -149,6 +149,12 @@ pub fn print(outcome: &NvmeOutcome, run_dir: &Path) {
             hmb_harness::nvme_guest::WAKE_ROUNDS
         );
     }
+    for p in outcome.personalities.iter().flatten() {
+        println!("  personality {}", p.summary());
+        if !p.driver_line.is_empty() {
+            println!("    driver: {}", p.driver_line);
+        }
+    }
     for name in [
         "nvme-run.json",
         "trace.bin",

@@ -1,0 +1,539 @@
+//! Issue 26 in the trace guest run (`cargo xtask boot`, no extra boot): after
+//! the trace checks, with nvme unloaded, the guest loads a driver once per
+//! phase below against emu-device's controller turned into another
+//! personality (serve-nvme's control request `personality`, honoured only
+//! while no driver runs the controller). Each load reads, resets the
+//! controller (`reset_controller`: an MR=1 re-enable the controller audits),
+//! loads nvme-hmb-trace.ko with the series' driver, and unloads. At each
+//! checkpoint the host takes the controller's HMB audit of the load before
+//! (the switch starts a fresh one), so every load is judged on its own:
+//!
+//! - the differential: the kernel's stock nvme.ko and the series' nvme.ko
+//!   on the `stock` personality send the same Set Features 0Dh lists (size,
+//!   descriptor count, chunk sizes), no command with FID C0h and no vendor
+//!   feature, write nothing into the controller's HMB, and the series
+//!   reserves no slice (no `HMB trace slice` line, no trace device);
+//! - `refusing-probe`: the advert is refused, the driver says so, no trace
+//!   device, and nothing is written into the HMB after the refusal (across
+//!   the reset too: issue 26 point 2);
+//! - `small-hmb` (HMPRE = HMMIN) and `few-descriptors` (HMMAXD = 4): no
+//!   slice, the log names the limit, no C0h, the list inside the limits;
+//! - `big-chunks` (HMMINDS = 2 MiB): a slice (every chunk at least HMMINDS)
+//!   adopted, one trace device;
+//! - `refusing-reinit`: the slice adopted at probe, the daemon (`--follow`)
+//!   drains the epoch the reset froze and REINITs, the controller refuses
+//!   the re-advert: the reader is detached and the daemon exits 10 (device
+//!   gone, docs/daemon.md), the driver says why, and nothing is written into
+//!   the dead slice afterwards.
+//!
+//! Every load's list must keep its personality's HMPRE, HMMIN, HMMAXD and
+//! HMMINDS, as the controller saw it.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use hmb_emu_device::control::Request;
+use hmb_nvme_trace::Personality;
+use serde_json::Value;
+
+use crate::nvme_guest::NvmeDevice;
+use crate::qemu::Vm;
+
+/// Which nvme.ko a phase loads: `$share/mods/<file>.ko`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    /// The kernel's own nvme.ko (staged as nvme-stock.ko).
+    Stock,
+    /// The series' nvme.ko.
+    Series,
+}
+
+impl Driver {
+    pub fn file(self) -> &'static str {
+        match self {
+            Driver::Stock => "nvme-stock",
+            Driver::Series => "nvme",
+        }
+    }
+}
+
+/// One driver load against one personality.
+#[derive(Debug, Clone, Copy)]
+pub struct Phase {
+    pub personality: Personality,
+    pub driver: Driver,
+}
+
+pub const PHASES: [Phase; 7] = [
+    Phase {
+        personality: Personality::Stock,
+        driver: Driver::Stock,
+    },
+    Phase {
+        personality: Personality::Stock,
+        driver: Driver::Series,
+    },
+    Phase {
+        personality: Personality::RefusingProbe,
+        driver: Driver::Series,
+    },
+    Phase {
+        personality: Personality::SmallHmb,
+        driver: Driver::Series,
+    },
+    Phase {
+        personality: Personality::FewDescriptors,
+        driver: Driver::Series,
+    },
+    Phase {
+        personality: Personality::BigChunks,
+        driver: Driver::Series,
+    },
+    Phase {
+        personality: Personality::RefusingReinit,
+        driver: Driver::Series,
+    },
+];
+
+/// The daemon's exit code when its device goes away (docs/daemon.md), which
+/// a refused REINIT looks like to the reader.
+pub const DAEMON_DEVICE_GONE: u64 = 10;
+
+/// The last checkpoint: the host takes the last phase's audit.
+const END: &str = "persona-end";
+
+impl Phase {
+    /// Its checkpoint (the guest waits there for the switch) and log's stem.
+    pub fn name(&self) -> String {
+        format!("persona-{}-{}", self.personality.name(), self.driver.file())
+    }
+}
+
+/// The guest script's part, run after the trace checks with nvme unloaded.
+/// Uses the script's `checkpoint`, `wait_live`, `note` and `fail`.
+pub fn guest_script(trace_module: &str) -> String {
+    let calls: String = PHASES
+        .iter()
+        .map(|p| format!("persona {} {}\n", p.personality.name(), p.driver.file()))
+        .collect();
+    format!(
+        r#"# Issue 26: the drivers against the controller's other personalities, one
+# load each (harness/src/nvme_personalities.rs). At each checkpoint the host
+# audits the load before and switches the controller (no driver runs it).
+persona() {{
+    checkpoint persona-$1-$2
+    n0=$(dmesg | wc -l)
+    insmod $share/mods/$2.ko || fail "insmod $2.ko on the $1 controller"
+    i=0
+    while [ ! -b /dev/nvme0n1 ]; do
+        i=$((i + 1)); [ $i -lt 1200 ] || fail "$1: no /dev/nvme0n1 after 120 s"
+        sleep 0.05
+    done
+    wait_live
+    dd if=/dev/nvme0n1 of=/dev/null bs=4096 count=64 iflag=direct 2>/dev/null || fail "$1: reads"
+    if [ "$1" = refusing-reinit ]; then
+        # The daemon drains the epoch the reset freezes and REINITs; the
+        # controller refuses the re-advert: the daemon must exit 10.
+        insmod {trace_module} || fail "$1: insmod nvme-hmb-trace.ko"
+        note persona-$1-trace-devices "$(ls /sys/class/nvme-hmb-trace | wc -l)"
+        [ -c /dev/nvme-hmb-trace0 ] || fail "$1: no /dev/nvme-hmb-trace0"
+        /bin/hmb-trace-daemon --device /dev/nvme-hmb-trace0 --output /tmp/persona.bin --follow 2>>$share/persona-$1.stderr &
+        d=$!
+        sleep 0.5
+        kill -0 $d 2>/dev/null || fail "$1: the daemon did not start"
+        echo 1 > /sys/class/nvme/nvme0/reset_controller || fail "$1: reset_controller"
+        wait_live
+        i=0
+        while kill -0 $d 2>/dev/null; do
+            i=$((i + 1)); [ $i -lt 300 ] || fail "$1: the daemon still runs 30 s after the refused REINIT"
+            sleep 0.1
+        done
+        wait $d
+        note persona-$1-daemon-rc $?
+        dd if=/dev/nvme0n1 of=/dev/null bs=4096 count=64 iflag=direct 2>/dev/null || fail "$1: reads after the reset"
+        rmmod nvme_hmb_trace || fail "$1: rmmod nvme-hmb-trace"
+    else
+        echo 1 > /sys/class/nvme/nvme0/reset_controller || fail "$1: reset_controller"
+        wait_live
+        dd if=/dev/nvme0n1 of=/dev/null bs=4096 count=64 iflag=direct 2>/dev/null || fail "$1: reads after the reset"
+        if [ "$2" = nvme ]; then
+            insmod {trace_module} || fail "$1: insmod nvme-hmb-trace.ko"
+            note persona-$1-trace-devices "$(ls /sys/class/nvme-hmb-trace | wc -l)"
+            rmmod nvme_hmb_trace || fail "$1: rmmod nvme-hmb-trace"
+        fi
+    fi
+    rmmod nvme || fail "$1: rmmod nvme"
+    dmesg | tail -n +$((n0 + 1)) > $share/persona-$1-$2.log
+}}
+{calls}checkpoint {END}
+"#
+    )
+}
+
+/// What one phase left: the controller's audit and the guest's kernel log.
+#[derive(Debug, Clone)]
+pub struct PhaseAudit {
+    pub phase: Phase,
+    pub audit: Value,
+}
+
+/// Answer the guest's persona checkpoints: at each, take the audit of the
+/// load before (if any), make the controller the next personality, answer.
+pub fn serve(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, run_dir: &Path) -> Result<Vec<PhaseAudit>> {
+    let mut audits = Vec::new();
+    let names: Vec<String> = PHASES.iter().map(Phase::name).chain([END.to_string()]).collect();
+    for (i, name) in names.iter().enumerate() {
+        crate::share_wait::wait_share_file(vm, share, name, PHASE_TIMEOUT, || dev.check_alive())
+            .with_context(|| format!("waiting for the guest at {name}"))?;
+        if i > 0 {
+            let phase = PHASES[i - 1];
+            let audit = dev.request(&Request::HmbAudit)?;
+            std::fs::write(
+                run_dir.join(format!("{}.audit.json", phase.name())),
+                serde_json::to_string_pretty(&audit)?,
+            )?;
+            audits.push(PhaseAudit { phase, audit });
+        }
+        if let Some(next) = PHASES.get(i) {
+            dev.request(&Request::Personality {
+                personality: next.personality,
+            })
+            .with_context(|| format!("making the controller {}", next.personality))?;
+        }
+        std::fs::write(share.join(format!("{name}.ok")), b"")?;
+    }
+    Ok(audits)
+}
+
+/// One phase as the report shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PhaseOutcome {
+    pub personality: String,
+    pub driver: String,
+    pub hmb_bytes: u64,
+    pub descriptors: u64,
+    pub c0h: bool,
+    pub slice: bool,
+    pub trace_devices: u64,
+    pub mr_reenables: u64,
+    pub pages_checked: u64,
+    pub violations: u64,
+    /// The driver's line that says why there is no slice (or that there is one).
+    pub driver_line: String,
+}
+
+impl PhaseOutcome {
+    pub fn summary(&self) -> String {
+        format!(
+            "{} with {}: {} bytes in {} descriptors, C0h {}, slice {}, {} trace device(s), {} MR=1 re-enable(s), {} pages checked, {} violations",
+            self.personality,
+            self.driver,
+            self.hmb_bytes,
+            self.descriptors,
+            if self.c0h { "sent" } else { "none" },
+            if self.slice { "yes" } else { "no" },
+            self.trace_devices,
+            self.mr_reenables,
+            self.pages_checked,
+            self.violations
+        )
+    }
+}
+
+/// The successful EHM=1 lists of an audit, the first (the probe's) first.
+fn enabled_lists(audit: &Value) -> Result<Vec<&Value>> {
+    Ok(audit["set_features_0d"]
+        .as_array()
+        .context("the audit has no set_features_0d")?
+        .iter()
+        .filter(|c| c["ehm"] == true && c["status"] == "sct 0x0 sc 0x00")
+        .collect())
+}
+
+fn shape(c: &Value) -> (Value, Value, Value) {
+    (c["bytes"].clone(), c["descriptors"].clone(), c["chunk_sizes"].clone())
+}
+
+/// Check every phase (see the module's comment). `results` are the guest's
+/// KEY=VALUE notes; the phase logs are `share/<phase>.log`.
+pub fn check(
+    audits: &[PhaseAudit],
+    share: &Path,
+    results: &std::collections::BTreeMap<String, String>,
+) -> Result<Vec<PhaseOutcome>> {
+    ensure!(
+        audits.len() == PHASES.len(),
+        "{} of {} personality phases audited",
+        audits.len(),
+        PHASES.len()
+    );
+    let mut out = Vec::new();
+    let mut stock_list = None;
+    for PhaseAudit { phase, audit } in audits {
+        let p = phase.personality;
+        let name = phase.name();
+        let log = std::fs::read_to_string(share.join(format!("{name}.log")))
+            .with_context(|| format!("the guest left no {name}.log"))?;
+        let u = |key: &str| {
+            audit[key]
+                .as_u64()
+                .with_context(|| format!("{name}: the audit has no {key}: {audit}"))
+        };
+        let lists = enabled_lists(audit)?;
+        let probe = *lists
+            .first()
+            .with_context(|| format!("{name}: no HMB enabled: {audit}"))?;
+        ensure!(
+            lists.iter().all(|c| shape(c) == shape(probe)),
+            "{name}: the list changed across the reset: {lists:?}"
+        );
+        ensure!(
+            lists.iter().skip(1).all(|c| c["returned"] == true) && u("mr_reenables")? >= 1,
+            "{name}: reset_controller did not give the same HMB back with MR=1: {audit}"
+        );
+        ensure!(
+            u("violations")? == 0,
+            "{name}: the host wrote into the controller's HMB: {}",
+            audit["first_violations"]
+        );
+        ensure!(u("pages_checked")? > 0, "{name}: no page checked: {audit}");
+        // The personality's limits, as serve-nvme is started (default sizes).
+        let lim = p.apply(hmb_nvme::ControllerConfig::default());
+        let (bytes, count) = (
+            probe["bytes"].as_u64().unwrap_or(0),
+            probe["descriptors"].as_u64().unwrap_or(0),
+        );
+        let chunks: Vec<u64> = probe["chunk_sizes"]
+            .as_array()
+            .context("no chunk sizes")?
+            .iter()
+            .map(|c| c["bytes"].as_u64().unwrap_or(0))
+            .collect();
+        ensure!(
+            (lim.hmmin_bytes..=lim.hmpre_bytes).contains(&bytes)
+                && (lim.hmmaxd == 0 || count <= u64::from(lim.hmmaxd))
+                && chunks.iter().all(|&b| b >= lim.hmminds_bytes),
+            "{name}: the list {probe} breaks {p}'s limits (HMMIN {}, HMPRE {}, HMMAXD {}, HMMINDS {})",
+            lim.hmmin_bytes,
+            lim.hmpre_bytes,
+            lim.hmmaxd,
+            lim.hmminds_bytes
+        );
+        let c0h = audit["c0h_received"] == true;
+        let slice = log.contains("HMB trace slice:");
+        let devices: u64 = match phase.driver {
+            Driver::Stock => 0,
+            Driver::Series => results
+                .get(&format!("persona-{p}-trace-devices"))
+                .with_context(|| format!("{name}: the guest counted no trace devices"))?
+                .parse()
+                .context("trace device count")?,
+        };
+        let find = |pat: &str| log.lines().find(|l| l.contains(pat)).map(str::to_string);
+        let driver_line = match (phase.driver, p) {
+            (Driver::Stock, _) => String::new(),
+            (_, Personality::Stock) => String::new(),
+            (_, Personality::RefusingProbe) => find("trace slice not adopted by the controller")
+                .with_context(|| format!("{name}: the driver did not log the refusal:\n{log}"))?,
+            (_, Personality::SmallHmb) => find("exceed the HMB size")
+                .with_context(|| format!("{name}: no 'no trace slice: ... exceed the HMB size' line:\n{log}"))?,
+            (_, Personality::FewDescriptors) => find("exceed HMMAXD")
+                .with_context(|| format!("{name}: no 'no trace slice: ... exceed HMMAXD' line:\n{log}"))?,
+            (_, Personality::RefusingReinit) => find("trace slice not adopted by the controller")
+                .with_context(|| format!("{name}: the driver did not log the refused re-advert:\n{log}"))?,
+            _ => find("HMB trace slice:").with_context(|| format!("{name}: no slice reserved:\n{log}"))?,
+        };
+        match (phase.driver, p) {
+            (Driver::Stock, _) | (_, Personality::Stock) => {
+                ensure!(
+                    !c0h && u("vendor_feature_commands")? == 0,
+                    "{name}: a vendor feature reached a controller that declares none: {audit}"
+                );
+                ensure!(
+                    !slice && devices == 0,
+                    "{name}: a trace slice on the stock personality:\n{log}"
+                );
+                match (phase.driver, &stock_list) {
+                    (Driver::Stock, _) => stock_list = Some(shape(probe)),
+                    (_, Some(stock)) => ensure!(
+                        *stock == shape(probe),
+                        "{name}: the series' list {:?} differs from the stock driver's {stock:?}",
+                        shape(probe)
+                    ),
+                    (_, None) => anyhow::bail!("the stock driver's phase must come first"),
+                }
+            }
+            (_, Personality::RefusingProbe) => {
+                ensure!(c0h, "{name}: the series sent no advert: {audit}");
+                ensure!(
+                    log.contains("trace slice dead") && devices == 0,
+                    "{name}: a refused slice is not dead, or has a trace device ({devices}):\n{log}"
+                );
+            }
+            (_, Personality::RefusingReinit) => {
+                let rc: u64 = results
+                    .get(&format!("persona-{p}-daemon-rc"))
+                    .with_context(|| format!("{name}: the guest noted no daemon exit code"))?
+                    .parse()
+                    .context("daemon exit code")?;
+                ensure!(
+                    c0h && slice && devices == 1,
+                    "{name}: expected the slice adopted at probe and one trace device ({devices}): {audit}\n{log}"
+                );
+                ensure!(
+                    rc == DAEMON_DEVICE_GONE && log.contains("reader detached") && log.contains("trace slice dead"),
+                    "{name}: after the refused REINIT the daemon exited {rc} (want {DAEMON_DEVICE_GONE}) \
+                     or the log does not say the slice is dead and the reader detached:\n{log}"
+                );
+            }
+            (_, Personality::SmallHmb | Personality::FewDescriptors) => {
+                ensure!(
+                    !c0h && !slice && devices == 0,
+                    "{name}: a slice (or an advert) that does not fit the limits: {audit}\n{log}"
+                );
+            }
+            _ => {
+                ensure!(
+                    c0h && slice && devices == 1,
+                    "{name}: expected an adopted slice and one trace device ({devices}): {audit}\n{log}"
+                );
+            }
+        }
+        out.push(PhaseOutcome {
+            personality: p.name().to_string(),
+            driver: phase.driver.file().to_string(),
+            hmb_bytes: bytes,
+            descriptors: count,
+            c0h,
+            slice,
+            trace_devices: devices,
+            mr_reenables: u("mr_reenables")?,
+            pages_checked: u("pages_checked")?,
+            violations: u("violations")?,
+            driver_line: driver_line
+                .split_once("] ")
+                .map_or(driver_line.as_str(), |(_, m)| m)
+                .to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// How long the host waits for one persona checkpoint.
+pub const PHASE_TIMEOUT: Duration = Duration::from_secs(180);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stock_driver_comes_first_and_every_checkpoint_is_in_the_script() {
+        assert_eq!(
+            (PHASES[0].personality, PHASES[0].driver),
+            (Personality::Stock, Driver::Stock)
+        );
+        let script = guest_script("/lib/nvme-hmb-trace.ko");
+        for p in PHASES {
+            assert!(
+                script.contains(&format!("persona {} {}\n", p.personality.name(), p.driver.file())),
+                "{script}"
+            );
+            // The guest's checkpoint name is the host's.
+            assert_eq!(
+                format!("persona-{}-{}", p.personality.name(), p.driver.file()),
+                p.name()
+            );
+        }
+        assert!(script.contains("checkpoint persona-end"));
+    }
+
+    fn audit(c0h: bool, lists: &[(u64, u64, u64)], violations: u64) -> Value {
+        let l: Vec<Value> = lists
+            .iter()
+            .enumerate()
+            .map(|(i, &(bytes, n, chunk))| {
+                serde_json::json!({"ehm": true, "status": "sct 0x0 sc 0x00", "bytes": bytes,
+                    "descriptors": n, "chunk_sizes": [{"bytes": chunk, "count": n}], "returned": i > 0})
+            })
+            .collect();
+        serde_json::json!({"set_features_0d": l, "c0h_received": c0h, "vendor_feature_commands": u64::from(c0h),
+            "violations": violations, "first_violations": [], "mr_reenables": lists.len() as u64 - 1,
+            "pages_checked": 100})
+    }
+
+    /// The checks fail on what they exist for: a C0h or a different list on the stock
+    /// personality, a host write, a slice on a controller whose limits leave no room.
+    #[test]
+    fn check_refuses_each_defect() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut results = std::collections::BTreeMap::new();
+        let m = 4u64 << 20;
+        let mut good = Vec::new();
+        for p in PHASES {
+            let (log, list, c0h, devices) = match p.personality {
+                Personality::Stock => ("", (32 * m / 4, 8, m), false, 0),
+                Personality::RefusingProbe => (
+                    "trace slice not adopted by the controller (2)\ntrace slice dead (2)",
+                    (32 * m / 4, 13, m),
+                    true,
+                    0,
+                ),
+                Personality::SmallHmb => (
+                    "no trace slice: 16384 KiB ring + HMMIN 4096 KiB exceed the HMB size 4096 KiB",
+                    (m, 1, m),
+                    false,
+                    0,
+                ),
+                Personality::FewDescriptors => (
+                    "no trace slice: 4 cache + 5 slice descriptors exceed HMMAXD 4",
+                    (4 * m, 4, m),
+                    false,
+                    0,
+                ),
+                Personality::RefusingReinit => (
+                    "HMB trace slice: 16384 KiB ring\ntrace slice not adopted by the controller (2)\n\
+                     trace slice dead (2)\nthe device refused the trace slice: reader detached",
+                    (32 * m / 4, 13, m),
+                    true,
+                    1,
+                ),
+                _ => ("HMB trace slice: 16384 KiB ring", (8 * m, 6, 2 << 20), true, 1),
+            };
+            std::fs::write(dir.path().join(format!("{}.log", p.name())), log).unwrap();
+            if p.driver == Driver::Series {
+                results.insert(format!("persona-{}-trace-devices", p.personality), devices.to_string());
+            }
+            good.push(PhaseAudit {
+                phase: p,
+                audit: audit(c0h, &[list, list], 0),
+            });
+        }
+        results.insert("persona-refusing-reinit-daemon-rc".into(), "10".into());
+        let out = check(&good, dir.path(), &results).unwrap();
+        assert_eq!(out.len(), PHASES.len());
+        let broken = |i: usize, a: Value| {
+            let mut v = good.clone();
+            v[i].audit = a;
+            check(&v, dir.path(), &results).unwrap_err().to_string()
+        };
+        let stock_list = (32 * m / 4, 8, m);
+        assert!(broken(1, audit(true, &[stock_list, stock_list], 0)).contains("vendor feature"));
+        let e = broken(1, audit(false, &[(4 * m, 4, m), (4 * m, 4, m)], 0));
+        assert!(e.contains("differs"), "{e}");
+        assert!(broken(2, audit(true, &[stock_list, stock_list], 3)).contains("wrote into"));
+        assert!(broken(3, audit(false, &[(8 * m, 2, m), (8 * m, 2, m)], 0)).contains("limits"));
+        let mut wedged = results.clone();
+        wedged.insert("persona-refusing-reinit-daemon-rc".into(), "9".into());
+        let e = check(&good, dir.path(), &wedged).unwrap_err().to_string();
+        assert!(e.contains("exited 9"), "{e}");
+        let _ = std::fs::write(
+            dir.path().join(format!("{}.log", PHASES[4].name())),
+            "no trace slice: exceed HMMAXD 4\nHMB trace slice: 16384 KiB",
+        );
+        assert!(check(&good, dir.path(), &results)
+            .unwrap_err()
+            .to_string()
+            .contains("does not fit"));
+    }
+}
