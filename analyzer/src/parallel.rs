@@ -474,14 +474,20 @@ mod tests {
         )
     }
 
+    /// The builtin catalog, parsed once for all the splits.
+    fn catalog() -> &'static Catalog {
+        static CATALOG: std::sync::OnceLock<Catalog> = std::sync::OnceLock::new();
+        CATALOG.get_or_init(Catalog::builtin)
+    }
+
     /// One walk, with the latencies of the implementation before the split
     /// (`latency::reference`, kept for this comparison).
     fn sequential(bytes: &[u8]) -> String {
-        let catalog = Catalog::builtin();
+        let catalog = catalog();
         let header = FileHeader::parse(bytes).unwrap();
         let mut walker = Walker::new(&header);
         let mut stats = Stats::new(header.first_epoch, header.ring_size);
-        let mut lat = reference::Latency::new(&catalog);
+        let mut lat = reference::Latency::new(catalog);
         let end = walk_bytes(
             bytes,
             header.header_size as u64,
@@ -508,15 +514,15 @@ mod tests {
     /// The split at `target` with the latencies, the later part logging at
     /// most `log_cap` pairs.
     fn split(bytes: &[u8], target: u64, log_cap: usize) -> (String, bool) {
-        let catalog = Catalog::builtin();
+        let catalog = catalog();
         let header = FileHeader::parse(bytes).unwrap();
         let (end, stats, lat, merged) = split_at(
             bytes,
             &header,
             target,
             &Progress::hidden(),
-            Latency::new(&catalog),
-            |start| Latency::new_part_capped(&catalog, start, log_cap),
+            Latency::new(catalog),
+            |start| Latency::new_part_capped(catalog, start, log_cap),
         );
         (text(&end, &stats, latency_text(&lat)), merged)
     }
