@@ -18,7 +18,11 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use crate::perfetto_proto::{ArgValue, Data, DebugAnnotation, EventType, TracePacket, TrackDescriptor, TrackEvent};
+use prost::Message;
+
+use crate::perfetto_proto::{
+    ArgValue, CounterDescriptor, Data, DebugAnnotation, EventType, Trace, TracePacket, TrackDescriptor, TrackEvent,
+};
 use hmb_trace_file::Item;
 
 use crate::catalog::{read_field, Catalog, OpcodeEntry, PccxMap, MAX_PAIR_KEY};
@@ -126,30 +130,32 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
         }
     }
 
-    fn write(&mut self, timestamp: Option<u64>, data: Data<'_>) -> std::io::Result<()> {
+    fn write(&mut self, timestamp: Option<u64>, data: Data) -> std::io::Result<()> {
         let p = TracePacket {
             timestamp,
             sequence_flags: (self.summary.packets == 0).then_some(SEQ_INCREMENTAL_STATE_CLEARED),
-            data,
-            trusted_packet_sequence_id: SEQUENCE_ID,
+            data: Some(data),
+            trusted_packet_sequence_id: Some(SEQUENCE_ID),
         };
         self.summary.packets += 1;
-        let mut buf = Vec::new();
-        p.encode_as_trace_field(&mut buf);
-        self.out.write_all(&buf)
+        // A `Trace` of this one packet: the file is their concatenation,
+        // which protobuf reads as one `Trace` with every packet.
+        self.out.write_all(&Trace { packet: vec![p] }.encode_to_vec())
     }
 
     fn new_track(&mut self, name: &str, parent: Option<u64>, counter: Option<&str>) -> std::io::Result<u64> {
         let uuid = self.next_uuid;
         self.next_uuid += 1;
         let d = TrackDescriptor {
-            uuid,
-            name,
+            uuid: Some(uuid),
+            name: Some(name.to_string()),
             parent_uuid: parent,
-            counter_unit: counter,
+            counter: counter.map(|unit| CounterDescriptor {
+                unit_name: Some(unit.to_string()),
+            }),
         };
         self.summary.tracks += 1;
-        self.write(None, Data::Track(d))?;
+        self.write(None, Data::TrackDescriptor(d))?;
         Ok(uuid)
     }
 
@@ -162,25 +168,25 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
         args: Vec<DebugAnnotation>,
     ) -> std::io::Result<()> {
         let e = TrackEvent {
-            ty,
-            track_uuid: track,
-            name,
-            args: &args,
+            r#type: Some(ty as i32),
+            track_uuid: Some(track),
+            name: name.map(str::to_string),
+            debug_annotations: args,
             counter_value: None,
         };
-        self.write(Some(ts), Data::Event(e))
+        self.write(Some(ts), Data::TrackEvent(e))
     }
 
     fn counter(&mut self, ts: u64, track: u64, value: i64) -> std::io::Result<()> {
         let e = TrackEvent {
-            ty: EventType::Counter,
-            track_uuid: track,
+            r#type: Some(EventType::Counter as i32),
+            track_uuid: Some(track),
             name: None,
-            args: &[],
+            debug_annotations: Vec::new(),
             counter_value: Some(value),
         };
         self.summary.counter_values += 1;
-        self.write(Some(ts), Data::Event(e))
+        self.write(Some(ts), Data::TrackEvent(e))
     }
 
     /// The source's index, its track created on first use. Ends whose
@@ -646,15 +652,15 @@ fn fields(op: &OpcodeEntry, p: &[u8], skip: &[String]) -> Vec<DebugAnnotation> {
 
 fn arg_u(name: &str, v: u64) -> DebugAnnotation {
     DebugAnnotation {
-        name: name.to_string(),
-        value: ArgValue::Uint(v),
+        name: Some(name.to_string()),
+        value: Some(ArgValue::Uint(v)),
     }
 }
 
 fn arg_bool(name: &str, v: bool) -> DebugAnnotation {
     DebugAnnotation {
-        name: name.to_string(),
-        value: ArgValue::Bool(v),
+        name: Some(name.to_string()),
+        value: Some(ArgValue::Bool(v)),
     }
 }
 

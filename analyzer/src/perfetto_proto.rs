@@ -1,260 +1,203 @@
-//! The part of Perfetto's trace schema that `export perfetto` writes, encoded
-//! here instead of compiling Perfetto's whole schema (the `perfetto_protos`
-//! crate: 226 generated files, most of the analyzer's release build time,
-//! docs/performance.md). Field numbers are those of Perfetto's .proto files
-//! (protos/perfetto/trace/trace_packet.proto, track_event/track_event.proto,
-//! track_event/track_descriptor.proto, track_event/counter_descriptor.proto,
-//! track_event/debug_annotation.proto); fields are written in the order
-//! rust-protobuf's generated code wrote them (plain fields in declaration
-//! order, then each oneof), so the files are byte for byte what they were.
-//! `tests/perfetto.rs` decodes them with Perfetto's own Python bindings.
+//! The part of Perfetto's trace schema that `export perfetto` writes, as
+//! `prost` messages (derived here, no build script, no protoc) instead of
+//! compiling Perfetto's whole schema (the `perfetto_protos` crate: 226
+//! generated files, most of the analyzer's release build time,
+//! docs/performance.md). Each message lists only the fields the export
+//! sets; names, numbers and types are copied from Perfetto's .proto files
+//! (v51, google/perfetto `protos/perfetto/trace/...`, named per message).
+//! A one-field `oneof` upstream (`name_field`, `counter_value_field`,
+//! `static_or_dynamic_name`, `optional_trusted_packet_sequence_id`) has the
+//! same wire form as an `optional` field and is declared as one.
+//!
+//! Every field is `optional` (Perfetto's schema is proto2), so a zero
+//! counter value or uuid is still written. prost writes fields in
+//! field-number order (a `oneof` in the place of its lowest number). `tests/perfetto.rs` decodes
+//! the files with Perfetto's own Python bindings.
+
+/// `Trace` (trace.proto). The export writes one packet per `Trace`: a file
+/// of concatenated `Trace` messages is one `Trace` with all the packets.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct Trace {
+    #[prost(message, repeated, tag = "1")]
+    pub(crate) packet: Vec<TracePacket>,
+}
+
+/// `TracePacket` (trace_packet.proto).
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct TracePacket {
+    #[prost(uint64, optional, tag = "8")]
+    pub(crate) timestamp: Option<u64>,
+    /// The one field of upstream's `oneof optional_trusted_packet_sequence_id`.
+    #[prost(uint32, optional, tag = "10")]
+    pub(crate) trusted_packet_sequence_id: Option<u32>,
+    /// `SequenceFlags` bits.
+    #[prost(uint32, optional, tag = "13")]
+    pub(crate) sequence_flags: Option<u32>,
+    #[prost(oneof = "Data", tags = "11, 60")]
+    pub(crate) data: Option<Data>,
+}
+
+/// `TracePacket`'s `oneof data` (the two members the export writes).
+#[derive(Clone, PartialEq, prost::Oneof)]
+pub(crate) enum Data {
+    #[prost(message, tag = "11")]
+    TrackEvent(TrackEvent),
+    #[prost(message, tag = "60")]
+    TrackDescriptor(TrackDescriptor),
+}
+
+/// `TrackDescriptor` (track_event/track_descriptor.proto).
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct TrackDescriptor {
+    #[prost(uint64, optional, tag = "1")]
+    pub(crate) uuid: Option<u64>,
+    /// The `static_or_dynamic_name` member the export uses.
+    #[prost(string, optional, tag = "2")]
+    pub(crate) name: Option<String>,
+    #[prost(uint64, optional, tag = "5")]
+    pub(crate) parent_uuid: Option<u64>,
+    #[prost(message, optional, tag = "8")]
+    pub(crate) counter: Option<CounterDescriptor>,
+}
+
+/// `CounterDescriptor` (track_event/counter_descriptor.proto).
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct CounterDescriptor {
+    #[prost(string, optional, tag = "6")]
+    pub(crate) unit_name: Option<String>,
+}
+
+/// `TrackEvent` (track_event/track_event.proto).
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct TrackEvent {
+    #[prost(message, repeated, tag = "4")]
+    pub(crate) debug_annotations: Vec<DebugAnnotation>,
+    #[prost(enumeration = "EventType", optional, tag = "9")]
+    pub(crate) r#type: Option<i32>,
+    #[prost(uint64, optional, tag = "11")]
+    pub(crate) track_uuid: Option<u64>,
+    /// The one field of upstream's `oneof name_field`.
+    #[prost(string, optional, tag = "23")]
+    pub(crate) name: Option<String>,
+    /// The one field of upstream's `oneof counter_value_field`.
+    #[prost(int64, optional, tag = "30")]
+    pub(crate) counter_value: Option<i64>,
+}
 
 /// `TrackEvent.Type`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
 pub(crate) enum EventType {
+    Unspecified = 0,
     SliceBegin = 1,
     SliceEnd = 2,
     Instant = 3,
     Counter = 4,
 }
 
-/// A `DebugAnnotation` with a name and an unsigned or boolean value.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `DebugAnnotation` (track_event/debug_annotation.proto).
+#[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct DebugAnnotation {
-    pub(crate) name: String,
-    pub(crate) value: ArgValue,
+    #[prost(oneof = "ArgValue", tags = "2, 3")]
+    pub(crate) value: Option<ArgValue>,
+    /// The `name_field` member the export uses.
+    #[prost(string, optional, tag = "10")]
+    pub(crate) name: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `DebugAnnotation`'s `oneof value` (the members the export writes).
+#[derive(Clone, Copy, PartialEq, prost::Oneof)]
 pub(crate) enum ArgValue {
+    #[prost(bool, tag = "2")]
     Bool(bool),
+    #[prost(uint64, tag = "3")]
     Uint(u64),
-}
-
-/// A `TrackDescriptor` (its `counter` a `CounterDescriptor` with a unit).
-pub(crate) struct TrackDescriptor<'a> {
-    pub(crate) uuid: u64,
-    pub(crate) name: &'a str,
-    pub(crate) parent_uuid: Option<u64>,
-    pub(crate) counter_unit: Option<&'a str>,
-}
-
-/// A `TrackEvent`.
-pub(crate) struct TrackEvent<'a> {
-    pub(crate) ty: EventType,
-    pub(crate) track_uuid: u64,
-    pub(crate) name: Option<&'a str>,
-    pub(crate) args: &'a [DebugAnnotation],
-    pub(crate) counter_value: Option<i64>,
-}
-
-/// A `TracePacket`'s `data`.
-pub(crate) enum Data<'a> {
-    Track(TrackDescriptor<'a>),
-    Event(TrackEvent<'a>),
-}
-
-/// A `TracePacket`.
-pub(crate) struct TracePacket<'a> {
-    pub(crate) timestamp: Option<u64>,
-    pub(crate) sequence_flags: Option<u32>,
-    pub(crate) data: Data<'a>,
-    pub(crate) trusted_packet_sequence_id: u32,
-}
-
-/// `Trace.packet`.
-const TRACE_PACKET: u32 = 1;
-const VARINT: u32 = 0;
-const LEN: u32 = 2;
-
-/// `TracePacket` field numbers.
-const PACKET_TIMESTAMP: u32 = 8;
-const PACKET_SEQUENCE_FLAGS: u32 = 13;
-const PACKET_TRACK_EVENT: u32 = 11;
-const PACKET_TRACK_DESCRIPTOR: u32 = 60;
-const PACKET_TRUSTED_SEQUENCE_ID: u32 = 10;
-/// `TrackDescriptor`.
-const TRACK_UUID: u32 = 1;
-const TRACK_PARENT_UUID: u32 = 5;
-const TRACK_COUNTER: u32 = 8;
-const TRACK_NAME: u32 = 2;
-/// `CounterDescriptor.unit_name`.
-const COUNTER_UNIT_NAME: u32 = 6;
-/// `TrackEvent`.
-const EVENT_TYPE: u32 = 9;
-const EVENT_TRACK_UUID: u32 = 11;
-const EVENT_DEBUG_ANNOTATIONS: u32 = 4;
-const EVENT_NAME: u32 = 23;
-const EVENT_COUNTER_VALUE: u32 = 30;
-/// `DebugAnnotation`.
-const ARG_NAME: u32 = 10;
-const ARG_BOOL: u32 = 2;
-const ARG_UINT: u32 = 3;
-
-fn varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn tag(out: &mut Vec<u8>, field: u32, wire: u32) {
-    varint(out, ((field << 3) | wire) as u64);
-}
-
-fn uint(out: &mut Vec<u8>, field: u32, v: u64) {
-    tag(out, field, VARINT);
-    varint(out, v);
-}
-
-fn bytes(out: &mut Vec<u8>, field: u32, b: &[u8]) {
-    tag(out, field, LEN);
-    varint(out, b.len() as u64);
-    out.extend_from_slice(b);
-}
-
-/// A message field: `body` encoded on its own (its length comes first),
-/// then framed into `out`.
-fn message(out: &mut Vec<u8>, field: u32, body: impl FnOnce(&mut Vec<u8>)) {
-    let mut inner = Vec::new();
-    body(&mut inner);
-    bytes(out, field, &inner);
-}
-
-impl TracePacket<'_> {
-    /// The packet as one `Trace.packet` field (field 1), appended to `out`.
-    pub(crate) fn encode_as_trace_field(&self, out: &mut Vec<u8>) {
-        message(out, TRACE_PACKET, |p| self.encode(p));
-    }
-
-    fn encode(&self, p: &mut Vec<u8>) {
-        if let Some(ts) = self.timestamp {
-            uint(p, PACKET_TIMESTAMP, ts);
-        }
-        if let Some(f) = self.sequence_flags {
-            uint(p, PACKET_SEQUENCE_FLAGS, f as u64);
-        }
-        match &self.data {
-            Data::Event(e) => message(p, PACKET_TRACK_EVENT, |m| e.encode(m)),
-            Data::Track(t) => message(p, PACKET_TRACK_DESCRIPTOR, |m| t.encode(m)),
-        }
-        uint(p, PACKET_TRUSTED_SEQUENCE_ID, self.trusted_packet_sequence_id as u64);
-    }
-}
-
-impl TrackDescriptor<'_> {
-    fn encode(&self, m: &mut Vec<u8>) {
-        uint(m, TRACK_UUID, self.uuid);
-        if let Some(p) = self.parent_uuid {
-            uint(m, TRACK_PARENT_UUID, p);
-        }
-        if let Some(unit) = self.counter_unit {
-            message(m, TRACK_COUNTER, |c| bytes(c, COUNTER_UNIT_NAME, unit.as_bytes()));
-        }
-        bytes(m, TRACK_NAME, self.name.as_bytes());
-    }
-}
-
-impl TrackEvent<'_> {
-    fn encode(&self, m: &mut Vec<u8>) {
-        // An enum is an int32: the values here are positive.
-        uint(m, EVENT_TYPE, self.ty as u64);
-        uint(m, EVENT_TRACK_UUID, self.track_uuid);
-        for a in self.args {
-            message(m, EVENT_DEBUG_ANNOTATIONS, |d| a.encode(d));
-        }
-        if let Some(n) = self.name {
-            bytes(m, EVENT_NAME, n.as_bytes());
-        }
-        if let Some(v) = self.counter_value {
-            // int64: a negative value is its 64-bit two's complement.
-            uint(m, EVENT_COUNTER_VALUE, v as u64);
-        }
-    }
-}
-
-impl DebugAnnotation {
-    fn encode(&self, d: &mut Vec<u8>) {
-        bytes(d, ARG_NAME, self.name.as_bytes());
-        match self.value {
-            ArgValue::Bool(b) => uint(d, ARG_BOOL, b as u64),
-            ArgValue::Uint(v) => uint(d, ARG_UINT, v),
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prost::Message;
 
     /// Bytes worked out by hand from the protobuf wire format.
     #[test]
     fn a_slice_begin_with_an_argument() {
-        let args = [DebugAnnotation {
-            name: "qid".into(),
-            value: ArgValue::Uint(300),
-        }];
         let p = TracePacket {
             timestamp: Some(5),
             sequence_flags: None,
-            data: Data::Event(TrackEvent {
-                ty: EventType::SliceBegin,
-                track_uuid: 2,
-                name: Some("R"),
-                args: &args,
+            data: Some(Data::TrackEvent(TrackEvent {
+                r#type: Some(EventType::SliceBegin as i32),
+                track_uuid: Some(2),
+                name: Some("R".into()),
+                debug_annotations: vec![DebugAnnotation {
+                    name: Some("qid".into()),
+                    value: Some(ArgValue::Uint(300)),
+                }],
                 counter_value: None,
-            }),
-            trusted_packet_sequence_id: 1,
+            })),
+            trusted_packet_sequence_id: Some(1),
         };
-        let mut out = Vec::new();
-        p.encode_as_trace_field(&mut out);
-        let arg = [0x52, 3, b'q', b'i', b'd', 0x18, 0xac, 0x02];
-        let mut event = vec![0x48, 1, 0x58, 2, 0x22, arg.len() as u8];
+        let trace = Trace { packet: vec![p] };
+        let out = trace.encode_to_vec();
+        // Fields in number order: uint_value (3) before name (10).
+        let arg = [0x18, 0xac, 0x02, 0x52, 3, b'q', b'i', b'd'];
+        let mut event = vec![0x22, arg.len() as u8];
         event.extend_from_slice(&arg);
-        event.extend_from_slice(&[0xba, 0x01, 1, b'R']);
-        let mut packet = vec![0x40, 5, 0x5a, event.len() as u8];
+        event.extend_from_slice(&[0x48, 1, 0x58, 2, 0xba, 0x01, 1, b'R']);
+        // timestamp (8), sequence id (10), track_event (11).
+        let mut packet = vec![0x40, 5, 0x50, 1, 0x5a, event.len() as u8];
         packet.extend_from_slice(&event);
-        packet.extend_from_slice(&[0x50, 1]);
         let mut want = vec![0x0a, packet.len() as u8];
         want.extend_from_slice(&packet);
         assert_eq!(out, want);
+        assert_eq!(Trace::decode(want.as_slice()).unwrap(), trace);
     }
 
     #[test]
     fn a_counter_track_and_a_negative_counter() {
-        let mut out = Vec::new();
-        TracePacket {
+        let out = TracePacket {
             timestamp: None,
             sequence_flags: Some(1),
-            data: Data::Track(TrackDescriptor {
-                uuid: 7,
-                name: "n",
+            data: Some(Data::TrackDescriptor(TrackDescriptor {
+                uuid: Some(7),
+                name: Some("n".into()),
                 parent_uuid: Some(1),
-                counter_unit: Some("u"),
-            }),
-            trusted_packet_sequence_id: 1,
+                counter: Some(CounterDescriptor {
+                    unit_name: Some("u".into()),
+                }),
+            })),
+            trusted_packet_sequence_id: Some(1),
         }
-        .encode(&mut out);
-        // flags, track descriptor (60: tag 0xe2 0x03), sequence id.
-        let track = [0x08, 7, 0x28, 1, 0x42, 3, 0x32, 1, b'u', 0x12, 1, b'n'];
-        let mut want = vec![0x68, 1, 0xe2, 0x03, track.len() as u8];
+        .encode_to_vec();
+        // sequence id (10), track descriptor (60: tag 0xe2 0x03, in the
+        // place of the `data` oneof's lowest number, 11), flags (13).
+        let track = [0x08, 7, 0x12, 1, b'n', 0x28, 1, 0x42, 3, 0x32, 1, b'u'];
+        let mut want = vec![0x50, 1, 0xe2, 0x03, track.len() as u8];
         want.extend_from_slice(&track);
-        want.extend_from_slice(&[0x50, 1]);
+        want.extend_from_slice(&[0x68, 1]);
         assert_eq!(out, want);
 
-        let mut m = Vec::new();
-        TrackEvent {
-            ty: EventType::Counter,
-            track_uuid: 3,
+        let m = TrackEvent {
+            r#type: Some(EventType::Counter as i32),
+            track_uuid: Some(3),
             name: None,
-            args: &[],
+            debug_annotations: Vec::new(),
             counter_value: Some(-1),
         }
-        .encode(&mut m);
+        .encode_to_vec();
+        // int64: a negative value is its 64-bit two's complement.
         let mut want = vec![0x48, 4, 0x58, 3, 0xf0, 0x01];
         want.extend_from_slice(&[0xff; 9]);
         want.push(0x01);
         assert_eq!(m, want);
+
+        // A zero counter value is still written (proto2 presence).
+        let zero = TrackEvent {
+            r#type: Some(EventType::Counter as i32),
+            track_uuid: Some(3),
+            name: None,
+            debug_annotations: Vec::new(),
+            counter_value: Some(0),
+        };
+        assert_eq!(zero.encode_to_vec(), [0x48, 4, 0x58, 3, 0xf0, 0x01, 0]);
     }
 }
