@@ -18,6 +18,7 @@ use hmb_trace_file::{
 
 use zerocopy::FromBytes;
 
+use crate::exit::{from_file_error, AppError};
 use crate::progress::Progress;
 
 enum Source {
@@ -43,6 +44,30 @@ pub struct WalkEnd {
     pub error: Option<FileError>,
     /// The visitor asked to stop (e.g. a record limit).
     pub stopped: bool,
+}
+
+/// A finished walk.
+pub struct Walked {
+    pub name: String,
+    pub header: FileHeader,
+    pub file_len: Option<u64>,
+    pub end: WalkEnd,
+}
+
+impl Walked {
+    /// The reading error, if any, as the command's final error. Commands
+    /// print what they could read first, then return this.
+    pub fn status(&mut self) -> Result<(), AppError> {
+        match self.end.error.take() {
+            Some(e) => Err(from_file_error(&self.name, e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Human description of how the walk ended, for summaries.
+    pub fn ending(&self) -> Option<String> {
+        self.end.error.as_ref().map(|e| e.to_string())
+    }
 }
 
 impl TraceInput {
@@ -93,8 +118,8 @@ impl TraceInput {
     }
 
     /// Done: the walk's outcome with the input's name and header.
-    pub fn into_walked(self, end: WalkEnd) -> crate::commands::Walked {
-        crate::commands::Walked {
+    pub fn into_walked(self, end: WalkEnd) -> Walked {
+        Walked {
             name: self.name,
             header: self.header,
             file_len: self.file_len,

@@ -13,6 +13,7 @@ pub mod latency;
 pub mod parallel;
 pub mod parquet_export;
 pub mod perfetto;
+mod perfetto_proto;
 pub mod progress;
 pub mod spill_sort;
 pub mod stats;

@@ -1,5 +1,5 @@
 //! The Perfetto timeline (`export perfetto`): walk events become
-//! Perfetto `TracePacket`s (crate `perfetto_protos`, generated from
+//! Perfetto `TracePacket`s (the schema subset in `perfetto_proto.rs`, from
 //! Perfetto's own .proto files), each written as one `Trace.packet` field
 //! as soon as it is known, so memory stays bounded on any trace size.
 //!
@@ -18,13 +18,12 @@
 use std::collections::HashMap;
 use std::io::Write;
 
+use prost::Message;
+
+use crate::perfetto_proto::{
+    ArgValue, CounterDescriptor, Data, DebugAnnotation, EventType, Trace, TracePacket, TrackDescriptor, TrackEvent,
+};
 use hmb_trace_file::Item;
-use perfetto_protos::counter_descriptor::CounterDescriptor;
-use perfetto_protos::debug_annotation::DebugAnnotation;
-use perfetto_protos::trace_packet::TracePacket;
-use perfetto_protos::track_descriptor::TrackDescriptor;
-use perfetto_protos::track_event::{track_event::Type as EventType, TrackEvent};
-use protobuf::CodedOutputStream;
 
 use crate::catalog::{read_field, Catalog, OpcodeEntry, PccxMap, MAX_PAIR_KEY};
 use crate::walk::Event;
@@ -35,8 +34,6 @@ pub const MAX_LANES: usize = 64;
 pub const MAX_SOURCES: usize = 4096;
 /// Open begins remembered at most (as in `export pccx`).
 const MAX_OPEN: usize = 1 << 20;
-/// `Trace.packet` is field 1.
-const TRACE_PACKET_FIELD: u32 = 1;
 const SEQUENCE_ID: u32 = 1;
 /// TracePacket.SequenceFlags.SEQ_INCREMENTAL_STATE_CLEARED.
 const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
@@ -133,36 +130,32 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
         }
     }
 
-    fn write(&mut self, mut p: TracePacket) -> std::io::Result<()> {
-        p.set_trusted_packet_sequence_id(SEQUENCE_ID);
-        if self.summary.packets == 0 {
-            p.set_sequence_flags(SEQ_INCREMENTAL_STATE_CLEARED);
-        }
+    fn write(&mut self, timestamp: Option<u64>, data: Data) -> std::io::Result<()> {
+        let p = TracePacket {
+            timestamp,
+            sequence_flags: (self.summary.packets == 0).then_some(SEQ_INCREMENTAL_STATE_CLEARED),
+            data: Some(data),
+            trusted_packet_sequence_id: Some(SEQUENCE_ID),
+        };
         self.summary.packets += 1;
-        let mut os = CodedOutputStream::new(&mut self.out);
-        os.write_message(TRACE_PACKET_FIELD, &p)
-            .map_err(std::io::Error::other)?;
-        os.flush().map_err(std::io::Error::other)
+        // A `Trace` of this one packet: the file is their concatenation,
+        // which protobuf reads as one `Trace` with every packet.
+        self.out.write_all(&Trace { packet: vec![p] }.encode_to_vec())
     }
 
     fn new_track(&mut self, name: &str, parent: Option<u64>, counter: Option<&str>) -> std::io::Result<u64> {
         let uuid = self.next_uuid;
         self.next_uuid += 1;
-        let mut d = TrackDescriptor::new();
-        d.set_uuid(uuid);
-        d.set_name(name.to_string());
-        if let Some(p) = parent {
-            d.set_parent_uuid(p);
-        }
-        if let Some(unit) = counter {
-            let mut c = CounterDescriptor::new();
-            c.set_unit_name(unit.to_string());
-            d.counter = Some(c).into();
-        }
-        let mut p = TracePacket::new();
-        p.set_track_descriptor(d);
+        let d = TrackDescriptor {
+            uuid: Some(uuid),
+            name: Some(name.to_string()),
+            parent_uuid: parent,
+            counter: counter.map(|unit| CounterDescriptor {
+                unit_name: Some(unit.to_string()),
+            }),
+        };
         self.summary.tracks += 1;
-        self.write(p)?;
+        self.write(None, Data::TrackDescriptor(d))?;
         Ok(uuid)
     }
 
@@ -174,29 +167,26 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
         name: Option<&str>,
         args: Vec<DebugAnnotation>,
     ) -> std::io::Result<()> {
-        let mut e = TrackEvent::new();
-        e.set_type(ty);
-        e.set_track_uuid(track);
-        if let Some(n) = name {
-            e.set_name(n.to_string());
-        }
-        e.debug_annotations = args;
-        let mut p = TracePacket::new();
-        p.set_timestamp(ts);
-        p.set_track_event(e);
-        self.write(p)
+        let e = TrackEvent {
+            r#type: Some(ty as i32),
+            track_uuid: Some(track),
+            name: name.map(str::to_string),
+            debug_annotations: args,
+            counter_value: None,
+        };
+        self.write(Some(ts), Data::TrackEvent(e))
     }
 
     fn counter(&mut self, ts: u64, track: u64, value: i64) -> std::io::Result<()> {
-        let mut e = TrackEvent::new();
-        e.set_type(EventType::TYPE_COUNTER);
-        e.set_track_uuid(track);
-        e.set_counter_value(value);
-        let mut p = TracePacket::new();
-        p.set_timestamp(ts);
-        p.set_track_event(e);
+        let e = TrackEvent {
+            r#type: Some(EventType::Counter as i32),
+            track_uuid: Some(track),
+            name: None,
+            debug_annotations: Vec::new(),
+            counter_value: Some(value),
+        };
         self.summary.counter_values += 1;
-        self.write(p)
+        self.write(Some(ts), Data::TrackEvent(e))
     }
 
     /// The source's index, its track created on first use. Ends whose
@@ -314,8 +304,8 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
         let lane = &mut self.sources[s].lanes[l];
         lane.last_end = end;
         let uuid = lane.uuid;
-        self.event(start, uuid, EventType::TYPE_SLICE_BEGIN, Some(name), args)?;
-        self.event(end, uuid, EventType::TYPE_SLICE_END, None, Vec::new())?;
+        self.event(start, uuid, EventType::SliceBegin, Some(name), args)?;
+        self.event(end, uuid, EventType::SliceEnd, None, Vec::new())?;
         self.summary.slices += 1;
         Ok(())
     }
@@ -334,7 +324,7 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
     fn marker(&mut self, name: &str, args: Vec<DebugAnnotation>) -> std::io::Result<()> {
         let t = self.markers()?;
         self.summary.instants += 1;
-        self.event(self.last_ts, t, EventType::TYPE_INSTANT, Some(name), args)
+        self.event(self.last_ts, t, EventType::Instant, Some(name), args)
     }
 
     fn lost(&mut self, count: u64) -> std::io::Result<()> {
@@ -488,7 +478,7 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
             return self.event(
                 ts,
                 uuid,
-                EventType::TYPE_INSTANT,
+                EventType::Instant,
                 Some(&name),
                 vec![arg_u("seq", item.seq())],
             );
@@ -513,7 +503,7 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
                 self.event(
                     ts,
                     uuid,
-                    EventType::TYPE_SLICE_BEGIN,
+                    EventType::SliceBegin,
                     Some(&slice_name(op, p)),
                     fields(op, p, &[]),
                 )?;
@@ -534,7 +524,7 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
                     lane.open = false;
                     lane.last_end = ts;
                     let uuid = lane.uuid;
-                    self.event(ts, uuid, EventType::TYPE_SLICE_END, None, fields(op, p, key))?;
+                    self.event(ts, uuid, EventType::SliceEnd, None, fields(op, p, key))?;
                     self.summary.slices += 1;
                     return self.depth(o.source, -1, ts);
                 }
@@ -589,7 +579,7 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
         self.event(
             ts,
             uuid,
-            EventType::TYPE_SLICE_END,
+            EventType::SliceEnd,
             None,
             vec![arg_bool("unterminated", true)],
         )?;
@@ -600,7 +590,7 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
     fn instant(&mut self, s: usize, ts: u64, op: &OpcodeEntry, p: &[u8]) -> std::io::Result<()> {
         let uuid = self.sources[s].uuid;
         self.summary.instants += 1;
-        self.event(ts, uuid, EventType::TYPE_INSTANT, Some(&op.name), fields(op, p, &[]))
+        self.event(ts, uuid, EventType::Instant, Some(&op.name), fields(op, p, &[]))
     }
 
     /// Close what is open, write the last rate bin and flush.
@@ -661,17 +651,17 @@ fn fields(op: &OpcodeEntry, p: &[u8], skip: &[String]) -> Vec<DebugAnnotation> {
 }
 
 fn arg_u(name: &str, v: u64) -> DebugAnnotation {
-    let mut a = DebugAnnotation::new();
-    a.set_name(name.to_string());
-    a.set_uint_value(v);
-    a
+    DebugAnnotation {
+        name: Some(name.to_string()),
+        value: Some(ArgValue::Uint(v)),
+    }
 }
 
 fn arg_bool(name: &str, v: bool) -> DebugAnnotation {
-    let mut a = DebugAnnotation::new();
-    a.set_name(name.to_string());
-    a.set_bool_value(v);
-    a
+    DebugAnnotation {
+        name: Some(name.to_string()),
+        value: Some(ArgValue::Bool(v)),
+    }
 }
 
 #[cfg(test)]

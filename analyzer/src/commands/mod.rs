@@ -21,7 +21,8 @@ use hmb_trace_file::FileHeader;
 use crate::catalog::Catalog;
 use crate::exit::{from_file_error, AppError};
 use crate::format::Style;
-use crate::input::{TraceInput, WalkEnd};
+use crate::input::TraceInput;
+pub use crate::input::Walked;
 use crate::parallel::{default_target, stats_split, PARALLEL_MIN_BYTES};
 use crate::progress::Progress;
 use crate::stats::Stats;
@@ -32,30 +33,6 @@ pub struct Ctx {
     pub catalog: Catalog,
     pub style: Style,
     pub progress: bool,
-}
-
-/// A finished walk.
-pub struct Walked {
-    pub name: String,
-    pub header: FileHeader,
-    pub file_len: Option<u64>,
-    pub end: WalkEnd,
-}
-
-impl Walked {
-    /// The reading error, if any, as the command's final error. Commands
-    /// print what they could read first, then return this.
-    pub fn status(&mut self) -> Result<(), AppError> {
-        match self.end.error.take() {
-            Some(e) => Err(from_file_error(&self.name, e)),
-            None => Ok(()),
-        }
-    }
-
-    /// Human description of how the walk ended, for summaries.
-    pub fn ending(&self) -> Option<String> {
-        self.end.error.as_ref().map(|e| e.to_string())
-    }
 }
 
 /// Open `path`, build a state from its header with `init`, and feed every

@@ -8,12 +8,10 @@ use serde_json::json;
 use crate::commands::{open_trace, walk_input, Ctx, Walked};
 use crate::exit::AppError;
 use crate::format::{duration_ns, thousands};
-use crate::input::walk_bytes;
 use crate::latency::{Latency, Measure};
-use crate::parallel::{stats_one_walk, PARALLEL_MIN_BYTES};
+use crate::parallel::{latency_target, stats_latency_split, PARALLEL_MIN_BYTES};
 use crate::progress::Progress;
 use crate::stats::{bucket_floor, Stats};
-use crate::walk::Walker;
 
 pub fn run(ctx: &Ctx, path: &str, as_json: bool, out: &mut dyn Write) -> Result<(), AppError> {
     let (mut walked, s, lat) = compute(ctx, path)?;
@@ -31,34 +29,16 @@ pub fn run(ctx: &Ctx, path: &str, as_json: bool, out: &mut dyn Write) -> Result<
 }
 
 /// What `stats` prints, before printing: the accounting (finished) and the
-/// latencies. For a mapped file of some size the latencies are walked on a
-/// thread of their own over the whole file while this thread does the
-/// accounting; the result is the one walk's either way. The accounting is
-/// not cut in two here as in `collect_stats`: the latencies cost about ten
-/// times as much per record (docs/performance.md), so the latency thread
-/// sets the pace and a third thread would only take CPU from it.
+/// latencies. A mapped file of some size is cut in two and walked on both
+/// cores, each part's accounting and latencies in one walk, then merged
+/// (`parallel.rs`, `Latency::merge`); the result is the one walk's either
+/// way.
 pub fn compute<'c>(ctx: &'c Ctx, path: &str) -> Result<(Walked, Stats, Latency<'c>), AppError> {
     let input = open_trace(path)?;
-    let header = input.header;
     if let Some(bytes) = input.mapped_bytes().filter(|b| b.len() >= PARALLEL_MIN_BYTES) {
         let progress = Progress::new(input.file_len, ctx.progress);
-        let (end, stats, lat) = std::thread::scope(|s| {
-            let lat = s.spawn(|| {
-                let mut lat = Latency::new(&ctx.catalog);
-                let mut walker = Walker::new(&header);
-                let start = header.header_size as u64;
-                walk_bytes(bytes, start, bytes.len() as u64, &progress, |item| {
-                    walker.feed(item, &mut |ev| lat.add(&ev));
-                    ControlFlow::Continue(())
-                });
-                lat
-            });
-            let (end, stats) = stats_one_walk(bytes, &header, &Progress::hidden());
-            match lat.join() {
-                Ok(lat) => (end, stats, lat),
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        });
+        let target = latency_target(&input.header, bytes.len());
+        let (end, stats, lat) = stats_latency_split(bytes, &input.header, target, &progress, &ctx.catalog);
         progress.finish();
         return Ok((input.into_walked(end), stats, lat));
     }

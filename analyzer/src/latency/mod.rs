@@ -1,0 +1,588 @@
+//! Latency percentiles and queue depth over time, for `stats` and the
+//! report. Two measures per opcode:
+//!
+//! * `field`: the latency the record itself declares, i.e. the catalog's
+//!   `duration_field` of a `span` or `end` mapping (NAND `latency_ns`,
+//!   CMD_COMPLETE `latency_ns`, GC_END `duration_ns`, FTL_MAP_MISS
+//!   `fetch_ns`);
+//! * `paired`: end timestamp − begin timestamp of a matched begin/end pair
+//!   (fetch → completion), attributed to the begin's source.
+//!
+//! Each is kept overall and per source in HDR histograms (2 significant
+//! digits: a percentile is within 1 % of the exact value; `max` is exact).
+//! Queue depth is the number of open pairs per begin source, its maximum
+//! kept per time bin (at most [`DEPTH_BINS`] bins; the bin width doubles as
+//! the trace grows, as the report's rate bins do).
+//!
+//! Per record the work is what `plan` resolved for its opcode once (field
+//! offsets, the pair's number) and a dense table lookup for the series of
+//! a small source. `stats` splits a mapped file over two threads
+//! (`parallel.rs`): the later part's [`Latency::new_part`] keeps its field
+//! latencies (HDR histograms add exactly) and logs its begin/end records
+//! and epoch starts, which [`Latency::merge`] replays in file order on the
+//! earlier part's state; docs/performance.md states the rule.
+
+mod plan;
+#[cfg(test)]
+pub(crate) mod reference;
+
+use std::ops::ControlFlow;
+
+use rustc_hash::FxHashMap;
+
+use hdrhistogram::Histogram;
+use hmb_trace_file::{FileHeader, Item};
+use serde::Serialize;
+
+use crate::catalog::{Catalog, MAX_PAIR_KEY};
+use crate::walk::{Event, Walker};
+use plan::{Action, Plans};
+
+/// Largest latency tracked (ns); above it values are clamped (≈ 18 min).
+const MAX_NS: u64 = 1 << 40;
+/// (opcode, measure, source) series kept at most; beyond, only the overall
+/// series of an opcode grows and the rest are counted.
+const MAX_SERIES: usize = 1024;
+const MAX_OPEN: usize = 1 << 20;
+pub const DEPTH_BINS: usize = 128;
+/// Sources whose queue depth is tracked at most.
+const MAX_DEPTH_SOURCES: usize = 256;
+const FIRST_BIN_NS: u64 = 1_000;
+/// Sources below this find their series in a flat table.
+const DENSE_SOURCES: u32 = 1 << 16;
+/// Begin/end records a later part logs at most (24 bytes each); the rest of
+/// its part is walked again for its pairs by the merge.
+const MAX_LOGGED_PAIRS: usize = (64 << 20) / std::mem::size_of::<PairOp>();
+const NO_SERIES: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Measure {
+    Field,
+    Paired,
+}
+
+/// One row of percentiles.
+#[derive(Debug, Clone, Serialize)]
+pub struct Percentiles {
+    pub opcode: u16,
+    pub name: String,
+    pub measure: Measure,
+    /// None: every source together.
+    pub source: Option<u32>,
+    pub count: u64,
+    pub p50: u64,
+    pub p90: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub max: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DepthSeries {
+    /// The begin record's opcode: sources of different opcodes are
+    /// different things (queue 0 is not FTL core 0).
+    pub opcode: u16,
+    pub name: String,
+    pub source: u32,
+    pub bin_ns: u64,
+    pub first_ns: u64,
+    /// Highest number of open pairs seen in each bin.
+    pub max: Vec<u32>,
+}
+
+type Key = (u16, Measure, Option<u32>);
+
+struct Depth {
+    open: u32,
+    max: Vec<u32>,
+}
+
+/// A histogram and the exact maximum of one series.
+struct Series {
+    key: Key,
+    hist: Histogram<u64>,
+    max: u64,
+}
+
+/// The series of one (action, measure): overall, and per small source.
+#[derive(Default, Clone)]
+struct Slots {
+    overall: Option<u32>,
+    by_source: Vec<u32>,
+}
+
+/// A begin/end record or an epoch start of a later part, for the merge.
+#[derive(Debug, Clone, Copy)]
+struct PairOp {
+    ts: u64,
+    /// The key packed into 64 bits (`KeyAt::pack`).
+    key: u64,
+    source: u32,
+    /// The action's index; `EPOCH` for an epoch start.
+    action: u16,
+}
+
+const EPOCH: u16 = u16::MAX;
+
+/// The open pair of a key: begin timestamp, source, opcode.
+type Open = (u64, u32, u16);
+
+pub struct Latency<'c> {
+    catalog: &'c Catalog,
+    plans: Plans,
+    series: Vec<Series>,
+    /// Every series by key (the dense slots are a cache of it).
+    index: FxHashMap<Key, u32>,
+    /// `[action][measure]`.
+    slots: Vec<[Slots; 2]>,
+    pub series_dropped: u64,
+    /// Open pairs by (pair number, key).
+    open: FxHashMap<(u16, [u64; MAX_PAIR_KEY]), Open>,
+    depth: Vec<((u16, u32), Depth)>,
+    depth_index: FxHashMap<(u16, u32), u32>,
+    first_ns: Option<u64>,
+    bin_ns: u64,
+    /// A later part (`new_part`): pairs are logged, not matched.
+    part: Option<PartLog>,
+}
+
+struct PartLog {
+    ops: Vec<PairOp>,
+    /// Most entries of `ops`.
+    cap: usize,
+    /// The offset of the first item not logged once the log was full.
+    full_at: Option<u64>,
+}
+
+impl<'c> Latency<'c> {
+    pub fn new(catalog: &'c Catalog) -> Self {
+        let plans = Plans::new(catalog);
+        let slots = vec![[Slots::default(), Slots::default()]; plans.len()];
+        Self {
+            catalog,
+            plans,
+            series: Vec::new(),
+            index: FxHashMap::default(),
+            slots,
+            series_dropped: 0,
+            open: FxHashMap::default(),
+            depth: Vec::new(),
+            depth_index: FxHashMap::default(),
+            first_ns: None,
+            bin_ns: FIRST_BIN_NS,
+            part: None,
+        }
+    }
+
+    /// The latencies of a file's later part, which starts at file offset
+    /// `start`: `merge` appends it to those of everything before.
+    pub(crate) fn new_part(catalog: &'c Catalog, start: u64) -> Self {
+        let mut lat = Self::new(catalog);
+        lat.part = Some(PartLog {
+            ops: Vec::new(),
+            cap: MAX_LOGGED_PAIRS,
+            // Keys that do not pack are not logged: the merge walks the
+            // part again for its pairs.
+            full_at: (!lat.plans.keys_pack).then_some(start),
+        });
+        lat
+    }
+
+    /// `new_part` with a log of at most `cap` entries (tests: the merge's
+    /// walk over the rest of a part).
+    #[cfg(test)]
+    pub(crate) fn new_part_capped(catalog: &'c Catalog, start: u64, cap: usize) -> Self {
+        let mut lat = Self::new_part(catalog, start);
+        if let Some(log) = &mut lat.part {
+            log.cap = cap;
+        }
+        lat
+    }
+
+    fn new_series(&mut self, key: Key, v: u64) -> Option<u32> {
+        let mut hist = Histogram::new_with_bounds(1, MAX_NS, 2).ok()?;
+        hist.saturating_record(v);
+        let i = self.series.len() as u32;
+        self.series.push(Series { key, hist, max: v });
+        self.index.insert(key, i);
+        Some(i)
+    }
+
+    #[inline(always)]
+    fn add_to(&mut self, i: u32, v: u64) {
+        let s = &mut self.series[i as usize];
+        s.hist.saturating_record(v);
+        s.max = s.max.max(v);
+    }
+
+    /// A value for the overall and the per-source series of (action, m):
+    /// the overall one is always kept, a source's only while there are
+    /// fewer than `MAX_SERIES` series (else counted as dropped).
+    fn both(&mut self, action: usize, opcode: u16, m: Measure, source: u32, v: u64) {
+        let v = v.clamp(1, MAX_NS);
+        let mi = m as usize;
+        match self.slots[action][mi].overall {
+            Some(i) => self.add_to(i, v),
+            None => {
+                let key = (opcode, m, None);
+                let i = match self.index.get(&key) {
+                    Some(&i) => {
+                        self.add_to(i, v);
+                        Some(i)
+                    }
+                    None => self.new_series(key, v),
+                };
+                self.slots[action][mi].overall = i;
+            }
+        }
+        if source < DENSE_SOURCES {
+            let i = self.slots[action][mi]
+                .by_source
+                .get(source as usize)
+                .copied()
+                .unwrap_or(NO_SERIES);
+            if i != NO_SERIES {
+                self.add_to(i, v);
+                return;
+            }
+        }
+        let key = (opcode, m, Some(source));
+        let i = match self.index.get(&key) {
+            Some(&i) => {
+                self.add_to(i, v);
+                i
+            }
+            None if self.series.len() >= MAX_SERIES => {
+                self.series_dropped += 1;
+                return;
+            }
+            None => match self.new_series(key, v) {
+                Some(i) => i,
+                None => return,
+            },
+        };
+        if source < DENSE_SOURCES {
+            let table = &mut self.slots[action][mi].by_source;
+            if table.len() <= source as usize {
+                table.resize(source as usize + 1, NO_SERIES);
+            }
+            table[source as usize] = i;
+        }
+    }
+
+    /// The bin of `ts`, widening bins (pairwise max) until it fits.
+    fn bin(&mut self, ts: u64) -> usize {
+        let first = *self.first_ns.get_or_insert(ts);
+        let mut b = (ts.saturating_sub(first) / self.bin_ns) as usize;
+        while b >= DEPTH_BINS {
+            self.bin_ns *= 2;
+            for (_, d) in &mut self.depth {
+                let merged: Vec<u32> = d.max.chunks(2).map(|c| c.iter().copied().max().unwrap_or(0)).collect();
+                d.max = merged;
+            }
+            b = (ts.saturating_sub(first) / self.bin_ns) as usize;
+        }
+        b
+    }
+
+    fn depth_change(&mut self, opcode: u16, source: u32, ts: u64, up: bool) {
+        let b = self.bin(ts);
+        let key = (opcode, source);
+        let i = match self.depth_index.get(&key) {
+            Some(&i) => i as usize,
+            None if self.depth.len() >= MAX_DEPTH_SOURCES => return,
+            None => {
+                self.depth_index.insert(key, self.depth.len() as u32);
+                self.depth.push((
+                    key,
+                    Depth {
+                        open: 0,
+                        max: Vec::new(),
+                    },
+                ));
+                self.depth.len() - 1
+            }
+        };
+        let d = &mut self.depth[i].1;
+        d.open = if up { d.open + 1 } else { d.open.saturating_sub(1) };
+        if d.max.len() <= b {
+            // An idle stretch keeps the depth it had.
+            let carry = d.open.min(if up { d.open - 1 } else { d.open + 1 });
+            d.max.resize(b + 1, carry);
+        }
+        d.max[b] = d.max[b].max(d.open);
+    }
+
+    pub fn add(&mut self, ev: &Event<'_, '_>) {
+        match *ev {
+            Event::Record { item, .. } => self.add_record(item),
+            Event::EpochStart { offset, .. } => match &mut self.part {
+                Some(log) => log_op(log, offset, || {
+                    Some(PairOp {
+                        ts: 0,
+                        key: 0,
+                        source: 0,
+                        action: EPOCH,
+                    })
+                }),
+                None => self.epoch_start(),
+            },
+            _ => {}
+        }
+    }
+
+    /// Pairs never span epochs: the ring restarted, nothing is open.
+    fn epoch_start(&mut self) {
+        self.open.clear();
+        self.depth.iter_mut().for_each(|(_, d)| d.open = 0);
+    }
+
+    #[inline]
+    fn add_record(&mut self, item: &Item<'_>) {
+        let Some((ai, opcode, &action)) = self.plans.get(item.opcode()) else {
+            return;
+        };
+        let p = item.payload;
+        match action {
+            Action::Span { duration } => {
+                if let Some(v) = duration.read(p) {
+                    self.both(ai, opcode, Measure::Field, item.source(), v);
+                }
+            }
+            Action::Begin { pair, key } => {
+                if let Some(log) = &mut self.part {
+                    log_op(log, item.offset, || {
+                        key.read(p).map(|k| PairOp {
+                            ts: item.timestamp_ns(),
+                            key: key.pack(&k),
+                            source: item.source(),
+                            action: ai as u16,
+                        })
+                    });
+                } else if let Some(k) = key.read(p) {
+                    self.begin(opcode, pair, k, item.timestamp_ns(), item.source());
+                }
+            }
+            Action::End { pair, key, duration } => {
+                if let Some(v) = duration.and_then(|f| f.read(p)) {
+                    self.both(ai, opcode, Measure::Field, item.source(), v);
+                }
+                if let Some(log) = &mut self.part {
+                    log_op(log, item.offset, || {
+                        key.read(p).map(|k| PairOp {
+                            ts: item.timestamp_ns(),
+                            key: key.pack(&k),
+                            source: item.source(),
+                            action: ai as u16,
+                        })
+                    });
+                } else if let Some(k) = key.read(p) {
+                    self.end(ai, opcode, pair, k, item.timestamp_ns());
+                }
+            }
+        }
+    }
+
+    fn begin(&mut self, opcode: u16, pair: u16, k: [u64; MAX_PAIR_KEY], ts: u64, source: u32) {
+        if self.open.len() < MAX_OPEN && self.open.insert((pair, k), (ts, source, opcode)).is_none() {
+            self.depth_change(opcode, source, ts, true);
+        }
+    }
+
+    fn end(&mut self, action: usize, opcode: u16, pair: u16, k: [u64; MAX_PAIR_KEY], ts: u64) {
+        if let Some((begin, source, begin_op)) = self.open.remove(&(pair, k)) {
+            self.both(action, opcode, Measure::Paired, source, ts.saturating_sub(begin));
+            self.depth_change(begin_op, source, ts, false);
+        }
+    }
+
+    /// Append the latencies of the later part of a file (`new_part`, fed
+    /// every event of that part). `bytes` is the whole mapped file and
+    /// `header` its header; `later_end` is where the later part's walk
+    /// ended. The result is what one walk over both parts gives:
+    ///
+    /// * its begin/end records and epoch starts are replayed here in file
+    ///   order (from the log, then, if the log filled up, by walking the
+    ///   rest of the part again for them), so pairs open across the cut,
+    ///   the open-pair limit and every queue-depth bin come out as in one
+    ///   walk;
+    /// * its field latencies are added histogram to histogram (HDR counts
+    ///   add; the maximum is the larger).
+    ///
+    /// Which per-source series exist depends on the order values arrive in
+    /// once `MAX_SERIES` is reached; when the parts together reach it (or
+    /// either dropped a value) the latencies are computed again in one walk
+    /// of the whole file.
+    pub(crate) fn merge(&mut self, later: Latency<'c>, bytes: &[u8], header: &FileHeader, later_end: u64) {
+        let Some(log) = later.part.as_ref() else {
+            return;
+        };
+        for op in &log.ops {
+            if op.action == EPOCH {
+                self.epoch_start();
+                continue;
+            }
+            let (opcode, &action) = self.plans.action(op.action as usize);
+            match action {
+                Action::Begin { pair, key } => self.begin(opcode, pair, key.unpack(op.key), op.ts, op.source),
+                Action::End { pair, key, .. } => self.end(op.action as usize, opcode, pair, key.unpack(op.key), op.ts),
+                Action::Span { .. } => {}
+            }
+        }
+        if let Some(from) = log.full_at {
+            self.pairs_from(bytes, header, from, later_end);
+        }
+        let union = self.series.len() + later.series.iter().filter(|s| !self.index.contains_key(&s.key)).count();
+        if self.series_dropped > 0 || later.series_dropped > 0 || union > MAX_SERIES {
+            *self = Self::one_walk(self.catalog, bytes, header);
+            return;
+        }
+        for s in later.series {
+            match self.index.get(&s.key) {
+                Some(&i) => {
+                    let mine = &mut self.series[i as usize];
+                    // Same bounds and precision: cannot fail.
+                    let _ = mine.hist.add(&s.hist);
+                    mine.max = mine.max.max(s.max);
+                }
+                None => {
+                    self.index.insert(s.key, self.series.len() as u32);
+                    self.series.push(s);
+                }
+            }
+        }
+        // The dense caches stay right: a series' index does not change, and
+        // one they do not name is found through `index`.
+    }
+
+    /// The begin/end records and epoch starts of `bytes[from..to)` (item
+    /// boundaries of a part already walked without error), matched here.
+    fn pairs_from(&mut self, bytes: &[u8], header: &FileHeader, from: u64, to: u64) {
+        let mut walker = Walker::new(header);
+        crate::input::walk_bytes(bytes, from, to, &crate::progress::Progress::hidden(), |item| {
+            walker.feed(item, &mut |ev| match ev {
+                Event::Record { item, .. } => {
+                    if let Some((_, Action::Begin { .. } | Action::End { .. })) =
+                        self.plans.get(item.opcode()).map(|(i, _, a)| (i, *a))
+                    {
+                        self.pair_record(item);
+                    }
+                }
+                Event::EpochStart { .. } => self.epoch_start(),
+                _ => {}
+            });
+            ControlFlow::Continue(())
+        });
+    }
+
+    /// The pair part of a begin or end record (its field latency is the
+    /// later part's).
+    fn pair_record(&mut self, item: &Item<'_>) {
+        let Some((ai, opcode, &action)) = self.plans.get(item.opcode()) else {
+            return;
+        };
+        match action {
+            Action::Begin { pair, key } => {
+                if let Some(k) = key.read(item.payload) {
+                    self.begin(opcode, pair, k, item.timestamp_ns(), item.source());
+                }
+            }
+            Action::End { pair, key, .. } => {
+                if let Some(k) = key.read(item.payload) {
+                    self.end(ai, opcode, pair, k, item.timestamp_ns());
+                }
+            }
+            Action::Span { .. } => {}
+        }
+    }
+
+    /// The latencies of a whole mapped file in one walk.
+    fn one_walk(catalog: &'c Catalog, bytes: &[u8], header: &FileHeader) -> Self {
+        let mut lat = Self::new(catalog);
+        let mut walker = Walker::new(header);
+        crate::input::walk_bytes(
+            bytes,
+            header.header_size as u64,
+            bytes.len() as u64,
+            &crate::progress::Progress::hidden(),
+            |item| {
+                walker.feed(item, &mut |ev| lat.add(&ev));
+                ControlFlow::Continue(())
+            },
+        );
+        lat
+    }
+
+    /// Rows sorted by opcode, measure, then overall before per source.
+    pub fn percentiles(&self) -> Vec<Percentiles> {
+        let mut rows: Vec<&Series> = self.series.iter().collect();
+        rows.sort_by_key(|s| (s.key.0, s.key.1, s.key.2.map_or(0, |x| x as u64 + 1)));
+        rows.into_iter()
+            .map(|s| {
+                let (k, h) = (s.key, &s.hist);
+                Percentiles {
+                    opcode: k.0,
+                    name: self.catalog.name(k.0),
+                    measure: k.1,
+                    source: k.2,
+                    count: h.len(),
+                    p50: h.value_at_quantile(0.5),
+                    p90: h.value_at_quantile(0.9),
+                    p99: h.value_at_quantile(0.99),
+                    p999: h.value_at_quantile(0.999),
+                    max: s.max,
+                }
+            })
+            .collect()
+    }
+
+    /// By begin opcode, then source.
+    pub fn depth_series(&self) -> Vec<DepthSeries> {
+        let mut rows: Vec<&((u16, u32), Depth)> = self.depth.iter().collect();
+        rows.sort_by_key(|(k, _)| *k);
+        rows.into_iter()
+            .map(|&((opcode, source), ref d)| DepthSeries {
+                opcode,
+                name: self.catalog.name(opcode),
+                source,
+                bin_ns: self.bin_ns,
+                first_ns: self.first_ns.unwrap_or(0),
+                max: d.max.clone(),
+            })
+            .collect()
+    }
+
+    /// The histogram of one overall series as (upper bound ns, count)
+    /// buckets on a log2 scale, for charts.
+    pub fn log2_buckets(&self, opcode: u16, m: Measure) -> Vec<(u64, u64)> {
+        let Some(&i) = self.index.get(&(opcode, m, None)) else {
+            return Vec::new();
+        };
+        self.series[i as usize]
+            .hist
+            .iter_log(1, 2.0)
+            .map(|v| (v.value_iterated_to(), v.count_since_last_iteration()))
+            .collect()
+    }
+}
+
+/// Log one begin/end record or epoch start of a later part (`make`: None
+/// when the record has no key to match), until the log is full; from then
+/// on only where the rest of the part starts is kept.
+#[inline(always)]
+fn log_op(log: &mut PartLog, offset: u64, make: impl FnOnce() -> Option<PairOp>) {
+    if log.full_at.is_some() {
+        return;
+    }
+    if log.ops.len() >= log.cap {
+        log.full_at = Some(offset);
+        return;
+    }
+    if let Some(op) = make() {
+        log.ops.push(op);
+    }
+}
+
+#[cfg(test)]
+mod tests;
