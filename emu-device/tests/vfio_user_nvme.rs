@@ -489,20 +489,24 @@ fn guest_mistakes_get_an_nvme_status_and_the_device_carries_on() {
     h2.enable();
 }
 
-/// Issue 14 over the real transport: the slice as the patched Linux driver
-/// lays it out (a cache chunk, then a 4 KiB lead chunk holding the ring
-/// header and two data chunks apart in guest RAM), the advert by Set
-/// Features C0h, real I/O producing records in the memfd, `ground-truth`
-/// returning the producer's journal, and FROZEN when CC.EN goes 1 -> 0.
-#[test]
-fn trace_slice_in_the_hmb_records_real_commands_and_freezes_on_reset() {
+/// Ring bytes of the slice [`adopt_trace_slice`] lays out.
+const TRACE_RING: u64 = 64 << 10;
+
+/// Guest addresses of the trace slice's pieces: the 4 KiB lead chunk with the
+/// ring header, then the ring's two halves (apart in guest RAM, in reverse order).
+struct TraceSlice {
+    lead: u64,
+    d0: u64,
+    d1: u64,
+}
+
+/// The slice as the patched Linux driver lays it out (a cache chunk, then a
+/// 4 KiB lead chunk holding the ring header and two data chunks apart in
+/// guest RAM), the HMB enabled and the advert (generation 1) adopted.
+fn adopt_trace_slice(h: &mut Host) -> TraceSlice {
     use hmb_trace_abi::*;
-    use zerocopy::{FromBytes, FromZeros, IntoBytes};
-    const RING: u64 = 64 << 10;
-    let dev = Device::start();
-    let mut h = Host::connect(&dev.socket);
-    h.enable();
-    h.create_io_queue();
+    use zerocopy::{FromZeros, IntoBytes};
+    const RING: u64 = TRACE_RING;
     let cache = h.alloc(4 << 20);
     let lead = h.alloc(PAGE);
     let d1 = h.alloc(RING / 2);
@@ -535,6 +539,23 @@ fn trace_slice_in_the_hmb_records_real_commands_and_freezes_on_reset() {
     let c = h.admin(Command::set_features(HMB_NVME_FID_TRACE, 0).prp1(buf));
     assert!(c.status.is_success(), "advert: {:?}", c.status);
     assert_eq!(c.dw0, 1);
+    TraceSlice { lead, d0, d1 }
+}
+
+/// Issue 14 over the real transport: the slice as the patched Linux driver
+/// lays it out (a cache chunk, then a 4 KiB lead chunk holding the ring
+/// header and two data chunks apart in guest RAM), the advert by Set
+/// Features C0h, real I/O producing records in the memfd, `ground-truth`
+/// returning the producer's journal, and FROZEN when CC.EN goes 1 -> 0.
+#[test]
+fn trace_slice_in_the_hmb_records_real_commands_and_freezes_on_reset() {
+    use hmb_trace_abi::*;
+    use zerocopy::FromBytes;
+    let dev = Device::start();
+    let mut h = Host::connect(&dev.socket);
+    h.enable();
+    h.create_io_queue();
+    let TraceSlice { lead, d0, d1 } = adopt_trace_slice(&mut h);
     assert_eq!(dev.status()["trace"]["adopted_generation"], 1);
 
     let page = h.alloc(PAGE);
@@ -557,7 +578,11 @@ fn trace_slice_in_the_hmb_records_real_commands_and_freezes_on_reset() {
         .find(|e| e["opcode"] == 0x0101 && e["source"] == 1)
         .expect("a fetch on queue 1");
     assert_eq!(first_io["payload"][4], 0x01, "NVMe Write");
-    let data: Vec<u8> = [h.get(d0, (RING / 2) as usize), h.get(d1, (RING / 2) as usize)].concat();
+    let data: Vec<u8> = [
+        h.get(d0, (TRACE_RING / 2) as usize),
+        h.get(d1, (TRACE_RING / 2) as usize),
+    ]
+    .concat();
     let seq = first_io["seq"].as_u64().unwrap();
     let mut pos = 0u64;
     let mut found = false;
@@ -593,6 +618,85 @@ fn trace_slice_in_the_hmb_records_real_commands_and_freezes_on_reset() {
         !refused.ok && refused.error.unwrap().contains("no trace slice is adopted"),
         "a fault needs an adopted slice"
     );
+}
+
+/// Issue 28: QEMU takes guest memory away from the device (DMA_UNMAP) under
+/// the adopted trace slice. An unmap elsewhere changes nothing; one over a
+/// piece withdraws the advert before QEMU gets its answer: no byte of the
+/// slice changes afterwards (no record, no FROZEN: the memory is no longer
+/// the device's), Get Features C0h reports no advert, the control socket
+/// reports the epoch as withdrawn, and the controller goes on serving I/O
+/// with the records kept in its own history.
+#[test]
+fn a_dma_unmap_under_the_trace_slice_withdraws_the_advert_and_stops_the_producer() {
+    use hmb_trace_abi::HMB_NVME_FID_TRACE;
+    let dev = Device::start();
+    let mut h = Host::connect(&dev.socket);
+    h.enable();
+    h.create_io_queue();
+    let TraceSlice { lead, d0, d1 } = adopt_trace_slice(&mut h);
+    let page = h.alloc(PAGE);
+    let elsewhere = h.alloc(PAGE);
+    h.put(page, &pattern(9, PAGE as usize));
+    let slice_bytes = |h: &Host| {
+        [
+            h.get(lead, PAGE as usize),
+            h.get(d0, (TRACE_RING / 2) as usize),
+            h.get(d1, (TRACE_RING / 2) as usize),
+        ]
+        .concat()
+    };
+    let journal = || {
+        let r = call(&dev.control, &Request::GroundTruth, Duration::from_secs(10)).unwrap();
+        assert!(r.ok, "{r:?}");
+        r.result.unwrap()["journal"].clone()
+    };
+
+    // An unmap that misses every piece: the producer carries on.
+    h.c.dma_unmap(elsewhere, PAGE).unwrap();
+    assert!(h.rw(true, 8, &[page]).status.is_success());
+    let before = slice_bytes(&h);
+    assert_eq!(dev.status()["trace"]["adopted_generation"], 1);
+    let records = journal()["entries"].as_array().unwrap().len();
+    assert!(records >= 2, "the write's fetch and completion are in the ring");
+
+    // QEMU unmaps the second data chunk (the ring's first half is d0).
+    h.c.dma_unmap(d1, TRACE_RING / 2).unwrap();
+    let trace = &dev.status()["trace"];
+    assert_eq!(trace["adopted_generation"], serde_json::Value::Null);
+    assert_eq!(trace["withdrawn"], serde_json::json!([1]));
+    assert_eq!(
+        trace["frozen"],
+        serde_json::json!([]),
+        "no FROZEN into memory the device lost"
+    );
+
+    // The controller carries on, and writes nothing more into any piece.
+    for lba in [8, 16, 24] {
+        assert!(h.rw(true, lba, &[page]).status.is_success());
+        assert!(h.rw(false, lba, &[page]).status.is_success());
+    }
+    let buf = h.alloc(PAGE);
+    let c = h.admin(Command::get_features(HMB_NVME_FID_TRACE).prp1(buf));
+    assert!(c.status.is_success(), "{:?}", c.status);
+    assert_eq!(c.dw0, 0, "Get Features C0h: no advert adopted");
+    assert!(slice_bytes(&h) == before, "a byte of the slice changed after the unmap");
+    let j = journal();
+    assert_eq!(
+        j["entries"].as_array().unwrap().len(),
+        records,
+        "no record of the withdrawn epoch after the unmap"
+    );
+    assert!(
+        j["unadopted"].as_array().unwrap().len() >= 12,
+        "the commands after it are in the controller's own history"
+    );
+    assert_eq!(j["withdrawn"], serde_json::json!([1]));
+
+    // A reset now freezes nothing (no slice): the withdrawn epoch stays as it was.
+    h.w32(0x14, 0);
+    assert!(slice_bytes(&h) == before);
+    assert_eq!(dev.status()["trace"]["frozen"], serde_json::json!([]));
 }
 
 /// The `stock` personality over vfio-user: its HMB holds controller-private data, the

@@ -71,6 +71,7 @@ impl<F: PciFunction> NvmeControl<F> {
                     "dropped": j.entries.iter().filter(|e| !e.written).count(),
                     "epochs": j.epochs,
                     "frozen": j.frozen,
+                    "withdrawn": j.withdrawn,
                 })
             }
         }

@@ -142,6 +142,12 @@ pub fn controller_with(
         .map_err(|e| EmuError::Control(format!("the NVMe controller cannot be built: {e}")))?;
     let trace = hmb_nvme_trace::NvmeTrace::with_producer(dma.guest_mem(), producer);
     trace.install(&mut controller, personality);
+    // The slice view maps guest RAM on its own: it must stop when QEMU takes
+    // part of it away (docs/nvme-controller.md, "Transport").
+    let unmapped = trace.clone();
+    dma.on_unmap(move |address, size| {
+        unmapped.dma_unmapped(address, size);
+    });
     Ok((Shared::new(controller, dma, irqs), trace))
 }
 
