@@ -208,7 +208,8 @@ impl Host {
         self.io = None;
     }
 
-    fn submit(&mut self, io: bool, mut cmd: Command) -> Cqe {
+    /// Put `cmd` on a queue and ring its doorbell; returns its CID.
+    fn post(&mut self, io: bool, mut cmd: Command) -> u16 {
         let cid = self.cid;
         self.cid = self.cid.wrapping_add(1).max(1);
         cmd.0[0] = (cmd.0[0] & 0xffff) | u32::from(cid) << 16;
@@ -219,10 +220,18 @@ impl Host {
         let tail = q.tail;
         self.put(sq_at, &raw);
         self.w32(0x1000 + 8 * qid, tail);
+        cid
+    }
+
+    /// The next completion of a queue, if the controller has posted one.
+    fn take(&mut self, io: bool) -> Option<Cqe> {
+        let qid = u64::from(io);
         let q = if io { self.io.as_ref().unwrap() } else { &self.admin };
         let cqe = self.get(q.cq + u64::from(q.head) * 16, 16);
         let dw = |i: usize| u32::from_le_bytes(cqe[i * 4..i * 4 + 4].try_into().unwrap());
-        assert_eq!((dw(3) >> 16) & 1, u32::from(q.phase), "the controller completes inline");
+        if (dw(3) >> 16) & 1 != u32::from(q.phase) {
+            return None;
+        }
         let c = Cqe {
             dw0: dw(0),
             cid: dw(3) as u16,
@@ -236,6 +245,12 @@ impl Host {
         }
         let head = q.head;
         self.w32(0x1000 + 8 * qid + 4, head);
+        Some(c)
+    }
+
+    fn submit(&mut self, io: bool, cmd: Command) -> Cqe {
+        let cid = self.post(io, cmd);
+        let c = self.take(io).expect("the controller completes inline");
         assert_eq!(c.cid, cid);
         c
     }
@@ -697,6 +712,95 @@ fn a_dma_unmap_under_the_trace_slice_withdraws_the_advert_and_stops_the_producer
     h.w32(0x14, 0);
     assert!(slice_bytes(&h) == before);
     assert_eq!(dev.status()["trace"]["frozen"], serde_json::json!([]));
+}
+
+/// Issue 29: `inject firmware-assert` on the control socket. The controller
+/// captures Controller-Initiated Telemetry (log 08h) and completes the
+/// outstanding AER with Telemetry Log Changed (an MSI-X interrupt), with no
+/// command from the host, and keeps running; the capture is a trace.bin
+/// stream whose records are the controller's own (the journal's, byte for
+/// byte); while it is unreleased a second assert is refused with the reason.
+#[test]
+fn an_injected_firmware_assert_captures_controller_telemetry_and_sends_its_notice() {
+    let inject = |dev: &Device| {
+        call(
+            &dev.control,
+            &Request::Inject(Fault::FirmwareAssert),
+            Duration::from_secs(10),
+        )
+        .unwrap()
+    };
+    let dev = Device::start();
+    let mut h = Host::connect(&dev.socket);
+    h.enable();
+    h.create_io_queue();
+    let page = h.alloc(PAGE);
+    assert!(h.rw(true, 0, &[page]).status.is_success());
+    assert!(h.admin(Command::set_features(0x0B, 1 << 10)).status.is_success());
+    let aer = h.post(false, Command::new(0x0C));
+    assert!(h.take(false).is_none(), "no event yet");
+    h.irqs(0); // Drain the counter: the next read counts only what follows.
+
+    let r = inject(&dev);
+    assert!(r.ok, "{r:?}");
+    assert_eq!(r.result.unwrap()["controller_telemetry_generation"], 1);
+    let c = h.take(false).expect("the AER completed at the assert");
+    assert_eq!((c.cid, c.status, c.dw0), (aer, Status::SUCCESS, 0x08_02_02));
+    assert_eq!(h.irqs(0), 1, "one interrupt, for the AER's completion");
+    assert_eq!(h.r32(0x1c) & 0b11, 1, "still ready, no fatal status");
+
+    // nvme-cli's way: the header (RAE = 1), then the whole log.
+    let get_log = |h: &mut Host, bytes: u32| {
+        let pages: Vec<u64> = (0..u64::from(bytes).div_ceil(PAGE)).map(|_| h.alloc(PAGE)).collect();
+        let (p1, p2) = h.prps(&pages);
+        let numd = bytes / 4 - 1;
+        let c = h.admin(
+            Command::new(0x02)
+                .prp1(p1)
+                .prp2(p2)
+                .cdw(10, 0x08 | 1 << 15 | (numd & 0xffff) << 16)
+                .cdw(11, numd >> 16),
+        );
+        assert!(c.status.is_success(), "{:?}", c.status);
+        let mut log: Vec<u8> = pages.iter().flat_map(|&p| h.get(p, PAGE as usize)).collect();
+        log.truncate(bytes as usize);
+        log
+    };
+    let hdr = get_log(&mut h, 512);
+    let last = u16::from_le_bytes([hdr[12], hdr[13]]);
+    assert!(last > 0, "the capture holds data");
+    let log = get_log(&mut h, (u32::from(last) + 1) * 512);
+    let t = hmb_trace_file::TelemetryLog::parse(&log).unwrap();
+    assert_eq!(
+        (t.lid, t.controller_available, t.controller_generation),
+        (0x08, true, 1)
+    );
+    let truth = call(&dev.control, &Request::GroundTruth, Duration::from_secs(10)).unwrap();
+    let journal: hmb_nvme_trace::Journal = serde_json::from_value(truth.result.unwrap()["journal"].clone()).unwrap();
+    let mut records = 0u64;
+    for item in hmb_trace_file::SliceReader::new(t.stream).unwrap() {
+        let item = item.unwrap();
+        let mut bytes = zerocopy::IntoBytes::as_bytes(&item.hdr).to_vec();
+        bytes.extend_from_slice(item.payload);
+        assert!(
+            journal.unadopted.iter().any(|e| e.record_bytes() == bytes),
+            "record {} of the capture is not in the journal",
+            item.hdr.seq.get()
+        );
+        records += 1;
+    }
+    assert!(records >= 4, "the write's and the queue creations' records");
+    assert_eq!(records, t.reason.records);
+
+    // Unreleased (nvme-cli reads with RAE = 1): the next assert captures nothing.
+    let again = inject(&dev);
+    assert!(!again.ok && again.error.unwrap().contains("not released"));
+    // A controller without telemetry (the stock personality) has nothing to capture.
+    let stock = Device::start_as(Personality::Stock);
+    let mut s = Host::connect(&stock.socket);
+    s.enable();
+    let refused = inject(&stock);
+    assert!(!refused.ok && refused.error.unwrap().contains("no telemetry"));
 }
 
 /// The `stock` personality over vfio-user: its HMB holds controller-private data, the

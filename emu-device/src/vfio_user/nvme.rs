@@ -45,6 +45,9 @@ impl PciFunction for Controller {
     fn inject_fatal(&mut self, why: &str) -> bool {
         Controller::inject_fatal(self, why)
     }
+    fn firmware_assert(&mut self, why: &str) -> Result<u8, String> {
+        Controller::firmware_assert(self, why).map_err(|e| e.to_string())
+    }
     fn set_bus_master(&mut self, on: bool) {
         Controller::set_bus_master(self, on);
     }
