@@ -35,6 +35,10 @@ pub const DONE: &str = "nvme-tools.done";
 pub const OK: &str = "nvme-tools.ok";
 /// The controller's report at `DONE`, in the run folder.
 pub const STATUS_FILE: &str = "nvme-status.json";
+/// The host has injected a firmware assert (the guest waits for it, then
+/// pulls the Controller-Initiated log into `TELEMETRY_CONTROLLER`).
+pub const ASSERTED: &str = "nvme-assert.done";
+pub const TELEMETRY_CONTROLLER: &str = "telemetry-controller.bin";
 
 /// fio jobs: name, iodepth, offset and size in MiB (4 KiB random writes,
 /// then fio's own read-back with crc32c verification).
@@ -76,6 +80,9 @@ wait_for 120 "no $ns: the stock nvme driver did not bind emu-device's controller
 nvme_live() { [ "$(cat /sys/class/nvme/nvme0/state)" = live ]; }
 wait_for 60 "nvme0 is not live" nvme_live
 step "nvme: $ns on $(basename "$(readlink /sys/class/nvme/nvme0/device/driver)"), $(nvme version | head -n 1), $(fio --version)"
+wait_for 120 "the host injected no firmware assert" test -e $share/@ASSERTED@
+step "nvme: nvme telemetry-log --controller-init (the host injected a firmware assert)"
+run nvme telemetry-log $ctrl --controller-init --output-file=$out/@TELEMETRY@
 # nv FILE ARGS...: nvme-cli's answer into $out/FILE.
 nv() { f=$1; shift; nvme "$@" > $out/$f 2>>$log || fail "nvme $* (exit $?)"; }
 smart() { nv smart-$1.bin smart-log $ctrl -b; }
@@ -214,6 +221,8 @@ step "nvme: the host checked every answer against the controller"
     .replace("@RSTMIB@", &RESET_JOB_MIB.to_string())
     .replace("@RSTAFTER@", &RESET_AFTER_WRITES.to_string())
     .replace("@DONE@", DONE)
+    .replace("@ASSERTED@", ASSERTED)
+    .replace("@TELEMETRY@", TELEMETRY_CONTROLLER)
     .replace("@OK@", OK)
 }
 
@@ -230,6 +239,9 @@ pub struct ToolsOutcome {
     pub data_units_written: u128,
     pub host_write_commands: u128,
     pub error_log_entries: u128,
+    /// The Controller-Initiated log of the injected firmware assert
+    /// ([`check_assert_capture`], set once the ground truth is in).
+    pub assert_capture: Option<crate::nvme_telemetry::ControllerLogOutcome>,
 }
 
 impl ToolsOutcome {
@@ -250,8 +262,32 @@ impl ToolsOutcome {
             self.data_units_written,
             self.host_write_commands,
             self.error_log_entries
-        )
+        ) + &match &self.assert_capture {
+            Some(c) => format!(
+                "; firmware assert: log 08h generation {}, {} records of the journal",
+                c.generation, c.records
+            ),
+            None => String::new(),
+        }
     }
+}
+
+/// Before the guest's tools: a recovered firmware assert on the controller
+/// (`inject firmware-assert`), then `ASSERTED` for the guest.
+pub fn inject_firmware_assert(nvme: &mut crate::nvme_guest::NvmeDevice, share: &Path) -> Result<()> {
+    use hmb_emu_device::control::{Fault, Request};
+    let answer = nvme.request(&Request::Inject(Fault::FirmwareAssert))?;
+    ensure!(
+        answer["controller_telemetry_generation"] == 1,
+        "the firmware assert's capture: {answer}; want generation 1, the controller's first"
+    );
+    std::fs::write(share.join(ASSERTED), b"").context("writing the assert's file to the share")
+}
+
+/// The assert's capture as the guest pulled it, against the controller's
+/// journal (`ground-truth`, taken at `DONE`).
+pub fn check_assert_capture(dir: &Path, ground_truth: &Value) -> Result<crate::nvme_telemetry::ControllerLogOutcome> {
+    crate::nvme_telemetry::check_assert_capture(&dir.join(TELEMETRY_CONTROLLER), ground_truth)
 }
 
 fn read(dir: &Path, name: &str) -> Result<Vec<u8>> {
@@ -613,6 +649,7 @@ pub fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
         data_units_written: last.data_units_written,
         host_write_commands: last.host_write_commands,
         error_log_entries: last.error_log_entries,
+        assert_capture: None,
     })
 }
 
