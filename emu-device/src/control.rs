@@ -55,6 +55,11 @@ pub enum Fault {
     /// Hostile device: rewrite the module's own header fields, `tail` to 0
     /// and `epoch` one lower. The module must go by its own copies.
     RewindHeader,
+    /// NVMe controller only: a firmware assert the firmware recovers from. The
+    /// controller captures Controller-Initiated Telemetry (log 08h) and sends
+    /// the Telemetry Log Changed notice, then carries on (the ring is not
+    /// frozen; a fatal failure is `reset`).
+    FirmwareAssert,
     /// Surprise removal as the host sees the memory: stop producing and
     /// overwrite the advert, the device block and the ring header with
     /// all-ones, as a vanished device's BAR reads. The device answers no

@@ -502,6 +502,13 @@ impl Device {
                 self.faults.push(eff.clone());
                 return Ok(serde_json::to_value(eff).unwrap_or(Value::Null));
             }
+            Fault::FirmwareAssert => {
+                return Err(EmuError::Control(
+                    "firmware-assert is a fault of the NVMe controller (Controller-Initiated Telemetry); \
+                     the ivshmem device serves no telemetry"
+                        .into(),
+                ))
+            }
             Fault::Hostile => {
                 let slice = self.live_slice()?;
                 self.stop_production("hostile");

@@ -215,6 +215,9 @@ enum FaultCmd {
     RewindHeader,
     /// Stop and make the advert, device block and ring header read all-ones.
     Vanish,
+    /// NVMe: a recovered firmware assert: Controller-Initiated Telemetry
+    /// captured and announced, the controller carries on.
+    FirmwareAssert,
 }
 
 #[derive(Subcommand)]
@@ -368,6 +371,7 @@ fn ctl(control: PathBuf, timeout: u64, cmd: CtlCmd) -> Result<()> {
             FaultCmd::LateStop { ms } => Fault::LateStop { ms },
             FaultCmd::RewindHeader => Fault::RewindHeader,
             FaultCmd::Vanish => Fault::Vanish,
+            FaultCmd::FirmwareAssert => Fault::FirmwareAssert,
         }),
         CtlCmd::Stats => Request::Stats,
         CtlCmd::GroundTruth => Request::GroundTruth,

@@ -208,7 +208,8 @@ impl Host {
         self.io = None;
     }
 
-    fn submit(&mut self, io: bool, mut cmd: Command) -> Cqe {
+    /// Put `cmd` on a queue and ring its doorbell; returns its CID.
+    fn post(&mut self, io: bool, mut cmd: Command) -> u16 {
         let cid = self.cid;
         self.cid = self.cid.wrapping_add(1).max(1);
         cmd.0[0] = (cmd.0[0] & 0xffff) | u32::from(cid) << 16;
@@ -219,10 +220,18 @@ impl Host {
         let tail = q.tail;
         self.put(sq_at, &raw);
         self.w32(0x1000 + 8 * qid, tail);
+        cid
+    }
+
+    /// The next completion of a queue, if the controller has posted one.
+    fn take(&mut self, io: bool) -> Option<Cqe> {
+        let qid = u64::from(io);
         let q = if io { self.io.as_ref().unwrap() } else { &self.admin };
         let cqe = self.get(q.cq + u64::from(q.head) * 16, 16);
         let dw = |i: usize| u32::from_le_bytes(cqe[i * 4..i * 4 + 4].try_into().unwrap());
-        assert_eq!((dw(3) >> 16) & 1, u32::from(q.phase), "the controller completes inline");
+        if (dw(3) >> 16) & 1 != u32::from(q.phase) {
+            return None;
+        }
         let c = Cqe {
             dw0: dw(0),
             cid: dw(3) as u16,
@@ -236,6 +245,12 @@ impl Host {
         }
         let head = q.head;
         self.w32(0x1000 + 8 * qid + 4, head);
+        Some(c)
+    }
+
+    fn submit(&mut self, io: bool, cmd: Command) -> Cqe {
+        let cid = self.post(io, cmd);
+        let c = self.take(io).expect("the controller completes inline");
         assert_eq!(c.cid, cid);
         c
     }
@@ -489,20 +504,24 @@ fn guest_mistakes_get_an_nvme_status_and_the_device_carries_on() {
     h2.enable();
 }
 
-/// Issue 14 over the real transport: the slice as the patched Linux driver
-/// lays it out (a cache chunk, then a 4 KiB lead chunk holding the ring
-/// header and two data chunks apart in guest RAM), the advert by Set
-/// Features C0h, real I/O producing records in the memfd, `ground-truth`
-/// returning the producer's journal, and FROZEN when CC.EN goes 1 -> 0.
-#[test]
-fn trace_slice_in_the_hmb_records_real_commands_and_freezes_on_reset() {
+/// Ring bytes of the slice [`adopt_trace_slice`] lays out.
+const TRACE_RING: u64 = 64 << 10;
+
+/// Guest addresses of the trace slice's pieces: the 4 KiB lead chunk with the
+/// ring header, then the ring's two halves (apart in guest RAM, in reverse order).
+struct TraceSlice {
+    lead: u64,
+    d0: u64,
+    d1: u64,
+}
+
+/// The slice as the patched Linux driver lays it out (a cache chunk, then a
+/// 4 KiB lead chunk holding the ring header and two data chunks apart in
+/// guest RAM), the HMB enabled and the advert (generation 1) adopted.
+fn adopt_trace_slice(h: &mut Host) -> TraceSlice {
     use hmb_trace_abi::*;
-    use zerocopy::{FromBytes, FromZeros, IntoBytes};
-    const RING: u64 = 64 << 10;
-    let dev = Device::start();
-    let mut h = Host::connect(&dev.socket);
-    h.enable();
-    h.create_io_queue();
+    use zerocopy::{FromZeros, IntoBytes};
+    const RING: u64 = TRACE_RING;
     let cache = h.alloc(4 << 20);
     let lead = h.alloc(PAGE);
     let d1 = h.alloc(RING / 2);
@@ -535,6 +554,23 @@ fn trace_slice_in_the_hmb_records_real_commands_and_freezes_on_reset() {
     let c = h.admin(Command::set_features(HMB_NVME_FID_TRACE, 0).prp1(buf));
     assert!(c.status.is_success(), "advert: {:?}", c.status);
     assert_eq!(c.dw0, 1);
+    TraceSlice { lead, d0, d1 }
+}
+
+/// Issue 14 over the real transport: the slice as the patched Linux driver
+/// lays it out (a cache chunk, then a 4 KiB lead chunk holding the ring
+/// header and two data chunks apart in guest RAM), the advert by Set
+/// Features C0h, real I/O producing records in the memfd, `ground-truth`
+/// returning the producer's journal, and FROZEN when CC.EN goes 1 -> 0.
+#[test]
+fn trace_slice_in_the_hmb_records_real_commands_and_freezes_on_reset() {
+    use hmb_trace_abi::*;
+    use zerocopy::FromBytes;
+    let dev = Device::start();
+    let mut h = Host::connect(&dev.socket);
+    h.enable();
+    h.create_io_queue();
+    let TraceSlice { lead, d0, d1 } = adopt_trace_slice(&mut h);
     assert_eq!(dev.status()["trace"]["adopted_generation"], 1);
 
     let page = h.alloc(PAGE);
@@ -557,7 +593,11 @@ fn trace_slice_in_the_hmb_records_real_commands_and_freezes_on_reset() {
         .find(|e| e["opcode"] == 0x0101 && e["source"] == 1)
         .expect("a fetch on queue 1");
     assert_eq!(first_io["payload"][4], 0x01, "NVMe Write");
-    let data: Vec<u8> = [h.get(d0, (RING / 2) as usize), h.get(d1, (RING / 2) as usize)].concat();
+    let data: Vec<u8> = [
+        h.get(d0, (TRACE_RING / 2) as usize),
+        h.get(d1, (TRACE_RING / 2) as usize),
+    ]
+    .concat();
     let seq = first_io["seq"].as_u64().unwrap();
     let mut pos = 0u64;
     let mut found = false;
@@ -593,6 +633,174 @@ fn trace_slice_in_the_hmb_records_real_commands_and_freezes_on_reset() {
         !refused.ok && refused.error.unwrap().contains("no trace slice is adopted"),
         "a fault needs an adopted slice"
     );
+}
+
+/// Issue 28: QEMU takes guest memory away from the device (DMA_UNMAP) under
+/// the adopted trace slice. An unmap elsewhere changes nothing; one over a
+/// piece withdraws the advert before QEMU gets its answer: no byte of the
+/// slice changes afterwards (no record, no FROZEN: the memory is no longer
+/// the device's), Get Features C0h reports no advert, the control socket
+/// reports the epoch as withdrawn, and the controller goes on serving I/O
+/// with the records kept in its own history.
+#[test]
+fn a_dma_unmap_under_the_trace_slice_withdraws_the_advert_and_stops_the_producer() {
+    use hmb_trace_abi::HMB_NVME_FID_TRACE;
+    let dev = Device::start();
+    let mut h = Host::connect(&dev.socket);
+    h.enable();
+    h.create_io_queue();
+    let TraceSlice { lead, d0, d1 } = adopt_trace_slice(&mut h);
+    let page = h.alloc(PAGE);
+    let elsewhere = h.alloc(PAGE);
+    h.put(page, &pattern(9, PAGE as usize));
+    let slice_bytes = |h: &Host| {
+        [
+            h.get(lead, PAGE as usize),
+            h.get(d0, (TRACE_RING / 2) as usize),
+            h.get(d1, (TRACE_RING / 2) as usize),
+        ]
+        .concat()
+    };
+    let journal = || {
+        let r = call(&dev.control, &Request::GroundTruth, Duration::from_secs(10)).unwrap();
+        assert!(r.ok, "{r:?}");
+        r.result.unwrap()["journal"].clone()
+    };
+
+    // An unmap that misses every piece: the producer carries on.
+    h.c.dma_unmap(elsewhere, PAGE).unwrap();
+    assert!(h.rw(true, 8, &[page]).status.is_success());
+    let before = slice_bytes(&h);
+    assert_eq!(dev.status()["trace"]["adopted_generation"], 1);
+    let records = journal()["entries"].as_array().unwrap().len();
+    assert!(records >= 2, "the write's fetch and completion are in the ring");
+
+    // QEMU unmaps the second data chunk (the ring's first half is d0).
+    h.c.dma_unmap(d1, TRACE_RING / 2).unwrap();
+    let trace = &dev.status()["trace"];
+    assert_eq!(trace["adopted_generation"], serde_json::Value::Null);
+    assert_eq!(trace["withdrawn"], serde_json::json!([1]));
+    assert_eq!(
+        trace["frozen"],
+        serde_json::json!([]),
+        "no FROZEN into memory the device lost"
+    );
+
+    // The controller carries on, and writes nothing more into any piece.
+    for lba in [8, 16, 24] {
+        assert!(h.rw(true, lba, &[page]).status.is_success());
+        assert!(h.rw(false, lba, &[page]).status.is_success());
+    }
+    let buf = h.alloc(PAGE);
+    let c = h.admin(Command::get_features(HMB_NVME_FID_TRACE).prp1(buf));
+    assert!(c.status.is_success(), "{:?}", c.status);
+    assert_eq!(c.dw0, 0, "Get Features C0h: no advert adopted");
+    assert!(slice_bytes(&h) == before, "a byte of the slice changed after the unmap");
+    let j = journal();
+    assert_eq!(
+        j["entries"].as_array().unwrap().len(),
+        records,
+        "no record of the withdrawn epoch after the unmap"
+    );
+    assert!(
+        j["unadopted"].as_array().unwrap().len() >= 12,
+        "the commands after it are in the controller's own history"
+    );
+    assert_eq!(j["withdrawn"], serde_json::json!([1]));
+
+    // A reset now freezes nothing (no slice): the withdrawn epoch stays as it was.
+    h.w32(0x14, 0);
+    assert!(slice_bytes(&h) == before);
+    assert_eq!(dev.status()["trace"]["frozen"], serde_json::json!([]));
+}
+
+/// Issue 29: `inject firmware-assert` on the control socket. The controller
+/// captures Controller-Initiated Telemetry (log 08h) and completes the
+/// outstanding AER with Telemetry Log Changed (an MSI-X interrupt), with no
+/// command from the host, and keeps running; the capture is a trace.bin
+/// stream whose records are the controller's own (the journal's, byte for
+/// byte); while it is unreleased a second assert is refused with the reason.
+#[test]
+fn an_injected_firmware_assert_captures_controller_telemetry_and_sends_its_notice() {
+    let inject = |dev: &Device| {
+        call(
+            &dev.control,
+            &Request::Inject(Fault::FirmwareAssert),
+            Duration::from_secs(10),
+        )
+        .unwrap()
+    };
+    let dev = Device::start();
+    let mut h = Host::connect(&dev.socket);
+    h.enable();
+    h.create_io_queue();
+    let page = h.alloc(PAGE);
+    assert!(h.rw(true, 0, &[page]).status.is_success());
+    assert!(h.admin(Command::set_features(0x0B, 1 << 10)).status.is_success());
+    let aer = h.post(false, Command::new(0x0C));
+    assert!(h.take(false).is_none(), "no event yet");
+    h.irqs(0); // Drain the counter: the next read counts only what follows.
+
+    let r = inject(&dev);
+    assert!(r.ok, "{r:?}");
+    assert_eq!(r.result.unwrap()["controller_telemetry_generation"], 1);
+    let c = h.take(false).expect("the AER completed at the assert");
+    assert_eq!((c.cid, c.status, c.dw0), (aer, Status::SUCCESS, 0x08_02_02));
+    assert_eq!(h.irqs(0), 1, "one interrupt, for the AER's completion");
+    assert_eq!(h.r32(0x1c) & 0b11, 1, "still ready, no fatal status");
+
+    // nvme-cli's way: the header (RAE = 1), then the whole log.
+    let get_log = |h: &mut Host, bytes: u32| {
+        let pages: Vec<u64> = (0..u64::from(bytes).div_ceil(PAGE)).map(|_| h.alloc(PAGE)).collect();
+        let (p1, p2) = h.prps(&pages);
+        let numd = bytes / 4 - 1;
+        let c = h.admin(
+            Command::new(0x02)
+                .prp1(p1)
+                .prp2(p2)
+                .cdw(10, 0x08 | 1 << 15 | (numd & 0xffff) << 16)
+                .cdw(11, numd >> 16),
+        );
+        assert!(c.status.is_success(), "{:?}", c.status);
+        let mut log: Vec<u8> = pages.iter().flat_map(|&p| h.get(p, PAGE as usize)).collect();
+        log.truncate(bytes as usize);
+        log
+    };
+    let hdr = get_log(&mut h, 512);
+    let last = u16::from_le_bytes([hdr[12], hdr[13]]);
+    assert!(last > 0, "the capture holds data");
+    let log = get_log(&mut h, (u32::from(last) + 1) * 512);
+    let t = hmb_trace_file::TelemetryLog::parse(&log).unwrap();
+    assert_eq!(
+        (t.lid, t.controller_available, t.controller_generation),
+        (0x08, true, 1)
+    );
+    let truth = call(&dev.control, &Request::GroundTruth, Duration::from_secs(10)).unwrap();
+    let journal: hmb_nvme_trace::Journal = serde_json::from_value(truth.result.unwrap()["journal"].clone()).unwrap();
+    let mut records = 0u64;
+    for item in hmb_trace_file::SliceReader::new(t.stream).unwrap() {
+        let item = item.unwrap();
+        let mut bytes = zerocopy::IntoBytes::as_bytes(&item.hdr).to_vec();
+        bytes.extend_from_slice(item.payload);
+        assert!(
+            journal.unadopted.iter().any(|e| e.record_bytes() == bytes),
+            "record {} of the capture is not in the journal",
+            item.hdr.seq.get()
+        );
+        records += 1;
+    }
+    assert!(records >= 4, "the write's and the queue creations' records");
+    assert_eq!(records, t.reason.records);
+
+    // Unreleased (nvme-cli reads with RAE = 1): the next assert captures nothing.
+    let again = inject(&dev);
+    assert!(!again.ok && again.error.unwrap().contains("not released"));
+    // A controller without telemetry (the stock personality) has nothing to capture.
+    let stock = Device::start_as(Personality::Stock);
+    let mut s = Host::connect(&stock.socket);
+    s.enable();
+    let refused = inject(&stock);
+    assert!(!refused.ok && refused.error.unwrap().contains("no telemetry"));
 }
 
 /// The `stock` personality over vfio-user: its HMB holds controller-private data, the

@@ -300,6 +300,7 @@ mod tests {
             entries: (0..4).map(|s| entry(s, true)).collect(),
             epochs: vec![1],
             frozen: vec![],
+            withdrawn: vec![],
             unadopted: Default::default(),
         };
         let good: Vec<Vec<u8>> = journal.entries.iter().map(JournalEntry::record_bytes).collect();

@@ -9,7 +9,8 @@
 //! at Controller Fatal Status, whose records are also a run of that journal;
 //! without, no event happens in the guest and it is a header saying no
 //! capture. Either way bytes 382/383 of all three headers agree.
-//! docs/nvme-controller.md, "Telemetry".
+//! The full guest's check of the capture an injected firmware assert makes
+//! ([`check_assert_capture`]). docs/nvme-controller.md, "Telemetry".
 
 use std::path::Path;
 
@@ -160,6 +161,48 @@ fn check_controller_log(
     })
 }
 
+/// An I/O queue's fetch of a Flush (NVM opcode 00h).
+fn is_flush_fetch(e: &JournalEntry) -> bool {
+    e.opcode == hmb_firmware_model::catalog::OP_CMD_FETCH && e.source != 0 && e.payload.get(4) == Some(&0x00)
+}
+
+/// The Controller-Initiated log (`nvme telemetry-log --controller-init`)
+/// that the full guest pulled after the host's `inject firmware-assert` and
+/// before its one `nvme flush`: the controller's only capture (Data
+/// Available 1, generation 1: nvme-cli reads with RAE = 1), whose records
+/// are a run of the ground truth's journal, byte for byte, taken at the
+/// assert: the guest's Flush, sent after, is in the journal but not in it.
+pub fn check_assert_capture(path: &Path, ground_truth: &serde_json::Value) -> Result<ControllerLogOutcome> {
+    let name = path.display().to_string();
+    let bytes = std::fs::read(path).with_context(|| format!("the guest left no {name}"))?;
+    ensure!(bytes.len() >= 512, "{name}: {} bytes, no header", bytes.len());
+    ensure!(bytes[0] == 0x08, "{name}: log identifier {:#x}, not 08h", bytes[0]);
+    let (available, generation) = (bytes[382], bytes[383]);
+    ensure!(
+        (available, generation) == (1, 1),
+        "{name}: Data Available {available}, generation {generation}; want the firmware assert's capture (1, 1)"
+    );
+    let journal = journal_from_ground_truth(ground_truth)?;
+    let unadopted: Vec<JournalEntry> = journal.unadopted.into_iter().collect();
+    let (_, recs, log_bytes) = records_of(path, 0x08)?;
+    let at = position(&recs, &unadopted, &name)?;
+    let end = at + recs.len();
+    ensure!(
+        !unadopted[at..end].iter().any(is_flush_fetch),
+        "{name}: the capture holds a Flush: it was not taken at the assert, before the guest's nvme flush"
+    );
+    ensure!(
+        unadopted[end..].iter().any(is_flush_fetch),
+        "the journal has no Flush after the capture: the guest's nvme flush did not reach the controller"
+    );
+    Ok(ControllerLogOutcome {
+        available: true,
+        generation,
+        records: recs.len() as u64,
+        log_bytes,
+    })
+}
+
 /// `injected`: the run injected a controller failure (`--inject reset`).
 pub fn check(run_dir: &Path, ground_truth: &serde_json::Value, injected: bool) -> Result<TelemetryOutcome> {
     let journal = journal_from_ground_truth(ground_truth)?;
@@ -198,4 +241,88 @@ pub fn check(run_dir: &Path, ground_truth: &serde_json::Value, injected: bool) -
         log_bytes: [b1, b2],
         controller,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hmb_nvme::fake_host::{Command, FakeHost};
+    use hmb_nvme::ControllerConfig;
+    use hmb_nvme_trace::{NvmeTrace, Personality};
+
+    /// The full guest's sequence on the controller model with the trace
+    /// producer (no slice adopted, as with the stock driver): I/O, the
+    /// assert, the whole 08h log read as nvme-cli reads it (RAE = 1), then
+    /// one Flush; `flush_first` sends the Flush before the assert instead.
+    fn assert_then_flush(dir: &Path, flush_first: bool) -> (std::path::PathBuf, serde_json::Value) {
+        let mut h = FakeHost::new(ControllerConfig::default(), 8 << 20);
+        let trace = NvmeTrace::new(h.mem.clone());
+        trace.install(&mut h.ctrl, Personality::Tracing);
+        h.enable(32);
+        h.create_io_queue(1, 16).unwrap();
+        let buf = h.alloc(64 << 10);
+        for lba in 0..4 {
+            assert!(h
+                .submit(1, Command::new(0x02).nsid(1).prp1(buf).cdw(10, lba))
+                .unwrap()
+                .ok());
+        }
+        let flush = |h: &mut FakeHost| assert!(h.submit(1, Command::new(0x00).nsid(1)).unwrap().ok());
+        if flush_first {
+            flush(&mut h);
+        }
+        assert_eq!(h.ctrl.firmware_assert("test"), Ok(1));
+        let get = |h: &mut FakeHost, bytes: u32| {
+            let numd = bytes / 4 - 1;
+            let c = h.admin(Command::new(0x02).prp1(buf).cdw(10, 0x08 | 1 << 15 | numd << 16));
+            assert!(c.ok());
+            h.guest_read(buf, bytes as usize)
+        };
+        let hdr = get(&mut h, 512);
+        let last = u32::from(u16::from_le_bytes([hdr[12], hdr[13]]));
+        let log = get(&mut h, (last + 1) * 512);
+        if !flush_first {
+            flush(&mut h);
+        }
+        let path = dir.join("telemetry-controller.bin");
+        std::fs::write(&path, log).unwrap();
+        (path, serde_json::json!({ "journal": trace.journal() }))
+    }
+
+    #[test]
+    fn the_assert_capture_passes_and_each_altered_one_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, truth) = assert_then_flush(dir.path(), false);
+        let seen = check_assert_capture(&path, &truth).unwrap();
+        assert!(seen.records >= 10, "{seen:?}");
+        assert_eq!((seen.available, seen.generation), (true, 1));
+
+        let fails = |f: &dyn Fn(&mut Vec<u8>), want: &str| {
+            let mut b = std::fs::read(&path).unwrap();
+            f(&mut b);
+            let p = dir.path().join("altered.bin");
+            std::fs::write(&p, b).unwrap();
+            let e = format!("{:#}", check_assert_capture(&p, &truth).unwrap_err());
+            assert!(e.contains(want), "{want}: {e}");
+        };
+        fails(&|b| b[383] = 2, "generation 2");
+        fails(&|b| b[382] = 0, "Data Available 0");
+        fails(&|b| b[0] = 7, "not 08h");
+        // A byte of the first record's payload (after the 64-byte stream header
+        // and its 32-byte record header).
+        fails(&|b| b[512 + 64 + 32] ^= 1, "not in the controller's journal");
+
+        // The Flush before the assert: in the capture.
+        let other = tempfile::tempdir().unwrap();
+        let (p, t) = assert_then_flush(other.path(), true);
+        let e = check_assert_capture(&p, &t).unwrap_err().to_string();
+        assert!(e.contains("the capture holds a Flush"), "{e}");
+        // No Flush at all after it.
+        let mut j: hmb_nvme_trace::Journal = serde_json::from_value(truth["journal"].clone()).unwrap();
+        j.unadopted.retain(|e| !is_flush_fetch(e));
+        let e = check_assert_capture(&path, &serde_json::json!({ "journal": j }))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no Flush after the capture"), "{e}");
+    }
 }

@@ -85,6 +85,11 @@ pub struct Journal {
     /// Epochs that ended with FROZEN written by the controller.
     #[serde(default)]
     pub frozen: Vec<u64>,
+    /// Epochs that ended because the transport took part of the slice's guest
+    /// memory away from the device (a DMA unmap): no FROZEN, since the memory
+    /// is no longer the device's to write.
+    #[serde(default)]
+    pub withdrawn: Vec<u64>,
     /// Records produced while no slice was adopted (epoch 0, kept for
     /// Telemetry only): the newest [`UNADOPTED_JOURNAL_MAX`].
     #[serde(default)]
@@ -202,6 +207,31 @@ impl NvmeTrace {
     /// The generation being produced into, if any.
     pub fn adopted_generation(&self) -> Option<u64> {
         self.lock().adopted.as_ref().map(|a| a.advert.generation.get())
+    }
+
+    /// The transport took guest memory `address..address + size` away from
+    /// the device (vfio-user DMA_UNMAP; `0, u64::MAX` for UNMAP_ALL). The
+    /// slice view maps the guest-RAM file itself, so without this the
+    /// producer would go on reading `tail` and writing records into memory
+    /// the device no longer has (where the controller's own HMB accesses
+    /// already fail). If any piece of the adopted slice is in the range, the
+    /// advert is withdrawn at once, under the producer's lock (no record is
+    /// half-written and none follows): Get Features C0h reports none, later
+    /// records go to the controller's own history only, and no FROZEN is
+    /// written. Returns the generation withdrawn.
+    pub fn dma_unmapped(&self, address: u64, size: u64) -> Option<u64> {
+        let mut st = self.lock();
+        if !st.adopted.as_ref()?.view.overlaps(address, size) {
+            return None;
+        }
+        let a = st.adopted.take()?;
+        let generation = a.advert.generation.get();
+        st.journal.withdrawn.push(generation);
+        log::error!(
+            "trace slice of generation {generation} withdrawn: guest memory {address:#x}+{size:#x} was unmapped \
+             from the device under it; no more records go to the ring and FROZEN is not written"
+        );
+        Some(generation)
     }
 
     /// The adopted slice as the controller maps it, for the control

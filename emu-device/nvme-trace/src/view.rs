@@ -30,6 +30,9 @@ const PAGE: u64 = 4096;
 pub struct SliceView {
     base: *mut u8,
     len: usize,
+    /// The guest ranges (address, length) it maps, in view order: what a DMA
+    /// unmap is checked against ([`SliceView::overlaps`]).
+    pieces: Vec<(u64, u64)>,
 }
 
 // SAFETY: the view is plain shared memory; who writes what is the ring
@@ -78,7 +81,11 @@ impl SliceView {
         if base == nix::libc::MAP_FAILED {
             return Err(ViewError::Mmap(std::io::Error::last_os_error().to_string()));
         }
-        let view = SliceView { base: base.cast(), len };
+        let view = SliceView {
+            base: base.cast(),
+            len,
+            pieces: pieces.to_vec(),
+        };
         let mut at = 0usize;
         for (fd, offset, plen) in ranges {
             // SAFETY: MAP_FIXED inside our own reservation; the file stays
@@ -111,6 +118,17 @@ impl SliceView {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Whether any byte of guest memory `address..address + size` backs the
+    /// view. The view maps the guest-RAM file itself, so it would go on
+    /// reaching a range QEMU no longer lends the device: the owner asks this on
+    /// every DMA unmap and stops using the view if so.
+    pub fn overlaps(&self, address: u64, size: u64) -> bool {
+        let end = address.saturating_add(size);
+        self.pieces
+            .iter()
+            .any(|&(a, l)| a < end && address < a.saturating_add(l))
     }
 
     /// One acquire load of the 8-aligned u64 at `offset` (a header field
@@ -168,6 +186,28 @@ mod tests {
         assert_eq!(m.read_obj::<u8>(GuestAddress(0x10_8000)).unwrap(), 0xaa);
         assert_eq!(m.read_obj::<u8>(GuestAddress(0x10_2000)).unwrap(), 0xbb);
         assert_eq!(m.read_obj::<u8>(GuestAddress(0x10_3fff)).unwrap(), 0xcc);
+    }
+
+    #[test]
+    fn overlaps_any_byte_of_any_piece_and_nothing_else() {
+        let mem = file_backed(1 << 20);
+        let pieces = [(0x10_8000, 0x1000), (0x10_2000, 0x2000)];
+        let view = SliceView::map(&mem, &pieces).unwrap();
+        for (address, size, want) in [
+            (0x10_8000, 0x1000, true),
+            (0x10_8fff, 1, true),
+            (0x10_7000, 0x1001, true),
+            (0x10_3fff, 0x10, true),
+            (0, u64::MAX, true),
+            (0x10_7000, 0x1000, false),
+            (0x10_9000, 0x1000, false),
+            (0x10_4000, 0x4000, false),
+            (0x10_0000, 0x2000, false),
+            (0x10_8000, 0, false),
+            (u64::MAX - 1, 0x10, false),
+        ] {
+            assert_eq!(view.overlaps(address, size), want, "{address:#x}+{size:#x}");
+        }
     }
 
     #[test]

@@ -32,7 +32,7 @@ mod regs;
 mod report;
 mod status;
 
-pub use admin::TelemetryData;
+pub use admin::{CaptureRefused, TelemetryData};
 pub use audit::{AuditPhase, ChunkSizes, HmbAuditReport, HmbRange, HmbViolation, SetHmbSeen, VendorFeatureSeen};
 pub use config::{Backing, ControllerConfig, PciIdentity};
 pub use controller::Controller;

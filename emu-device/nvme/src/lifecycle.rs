@@ -130,7 +130,7 @@ impl Controller {
         self.counters.fatal_errors += 1;
         // The state of a failure is what controller-initiated telemetry is for (a no-op
         // if release_hmb just captured the trace ring's FROZEN and it is not released).
-        self.capture_controller_telemetry("controller fatal status");
+        let _ = self.capture_controller_telemetry("controller fatal status");
     }
 
     /// Release the HMB. If a slice of it was shared (the trace ring), the ring goes FROZEN
@@ -140,7 +140,7 @@ impl Controller {
             let shared = self.vendor.shared_slice().is_some();
             self.observer.on_hmb_disabling(&h);
             if shared {
-                self.capture_controller_telemetry("the shared HMB slice was released: trace ring FROZEN");
+                let _ = self.capture_controller_telemetry("the shared HMB slice was released: trace ring FROZEN");
             }
             self.audit.losing(&h);
             self.retained_hmb = Some(h.descriptors().to_vec());

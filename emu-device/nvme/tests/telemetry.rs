@@ -1,13 +1,14 @@
 //! Telemetry through the admin queue, as nvme-cli reads it: the Host-Initiated log (07h),
 //! the header with create, then the data in 512-byte multiples at increasing offsets; the
 //! Controller-Initiated log (08h), its capture on Controller Fatal Status, the Telemetry
-//! Log Changed notice (AEC bit 10), RAE, and the fields both headers share.
+//! Log Changed notice (AEC bit 10), RAE, the fields both headers share, and the capture an
+//! injected firmware assert makes while the controller carries on.
 
 mod common;
 
 use common::ready_host;
 use hmb_nvme::fake_host::{Command, FakeHost};
-use hmb_nvme::{ControllerConfig, HostMemoryBuffer, Status, TelemetryData, VendorFeatures};
+use hmb_nvme::{CaptureRefused, ControllerConfig, HostMemoryBuffer, Status, TelemetryData, VendorFeatures};
 
 /// Vendor telemetry whose snapshot is `n` bytes of a counter, n growing per create.
 struct Counting {
@@ -260,5 +261,62 @@ fn no_notice_without_aec_bit_10_and_a_queued_notice_survives_a_reset() {
     assert!(h.reap(0).is_none(), "AEC is 0 after the reset");
     assert!(h.admin(Command::set_features(0x0B, 1 << 10)).ok());
     let c = h.reap(0).expect("the owed notice, after the Set Features CQE");
+    assert_eq!((c.cid, c.dw0), (aer, TELEMETRY_CHANGED));
+}
+
+#[test]
+fn a_firmware_assert_captures_announces_at_once_and_the_controller_carries_on() {
+    let mut plain = ready_host(ControllerConfig::default());
+    assert_eq!(
+        plain.ctrl.firmware_assert("no telemetry"),
+        Err(CaptureRefused::NoTelemetry)
+    );
+
+    let (mut h, buf) = telemetry_host();
+    assert!(h.admin(Command::set_features(0x0B, 1 << 10)).ok());
+    let aer = h.push(0, Command::new(0x0C));
+    h.ring(0);
+    assert!(h.reap(0).is_none(), "no event yet");
+    assert_eq!(h.ctrl.firmware_assert("test"), Ok(1));
+    // The outstanding AER completes with the notice without any host command.
+    let c = h.reap(0).expect("Telemetry Log Changed at the assert");
+    assert_eq!((c.cid, c.status, c.dw0), (aer, Status::SUCCESS, TELEMETRY_CHANGED));
+    assert_eq!(h.csts() & 0b11, 1, "still ready, no fatal status");
+    let (status, hdr) = controller_log(&mut h, buf, 0, 512, true);
+    assert_eq!(status, Status::SUCCESS);
+    assert_eq!(
+        (hdr[0], hdr[382], hdr[383], hdr[384]),
+        (0x08, 1, 1, 1),
+        "available, generation 1, the vendor's snapshot taken at the assert"
+    );
+    assert_eq!(le16(&hdr, 12), 3, "1500 bytes: blocks 1..=3");
+
+    // Unreleased: a second assert keeps the first capture and sends nothing.
+    assert_eq!(
+        h.ctrl.firmware_assert("again"),
+        Err(CaptureRefused::NotReleased { generation: 1 })
+    );
+    assert!(h.reap(0).is_none());
+    let (_, hdr) = controller_log(&mut h, buf, 0, 512, true);
+    assert_eq!((hdr[383], hdr[384]), (1, 1), "the first capture, unchanged");
+
+    // The controller serves commands as before; a read with RAE = 0 releases the capture
+    // (and unmasks notices), and the next assert captures and announces anew.
+    let (status, _) = controller_log(&mut h, buf, 0, 512, false);
+    assert_eq!(status, Status::SUCCESS);
+    let aer = h.push(0, Command::new(0x0C));
+    h.ring(0);
+    assert_eq!(h.ctrl.firmware_assert("third"), Ok(2));
+    let c = h.reap(0).expect("the second capture's notice");
+    assert_eq!((c.cid, c.dw0), (aer, TELEMETRY_CHANGED));
+    let (_, hdr) = controller_log(&mut h, buf, 0, 512, true);
+    assert_eq!((hdr[382], hdr[383], hdr[384]), (1, 2, 2));
+
+    // Asserted while disabled: captured, and announced once the host asks for notices.
+    controller_log(&mut h, buf, 0, 512, false);
+    h.disable();
+    assert_eq!(h.ctrl.firmware_assert("while disabled"), Ok(3));
+    let aer = recover(&mut h, 1 << 10);
+    let c = h.reap(0).expect("the owed notice");
     assert_eq!((c.cid, c.dw0), (aer, TELEMETRY_CHANGED));
 }

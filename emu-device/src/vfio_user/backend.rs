@@ -37,6 +37,12 @@ pub trait PciFunction: Send + 'static {
     fn inject_fatal(&mut self, _why: &str) -> bool {
         false
     }
+    /// A recovered firmware assert (the control socket's `inject firmware-assert`): an
+    /// NVMe controller captures Controller-Initiated Telemetry and announces it. Returns
+    /// the capture's generation number, or why nothing was captured.
+    fn firmware_assert(&mut self, _why: &str) -> Result<u8, String> {
+        Err("this function has no firmware to assert".into())
+    }
     /// The function's host-write audit of its HMB (an NVMe controller: hmb-nvme's
     /// `HmbAuditReport`), for the control socket's `hmb-audit`; None if it keeps none.
     fn hmb_audit(&self) -> Option<serde_json::Value> {

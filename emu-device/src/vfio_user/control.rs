@@ -5,7 +5,9 @@
 //! their counters, the HMB state) and the trace producer's (hmb-nvme-trace:
 //! adopted generation, records, epochs). `ground-truth` returns the
 //! producer's journal: every record the controller produced or dropped.
-//! `inject reset` sets the controller's fatal status (CSTS.CFS). The ring
+//! `inject reset` sets the controller's fatal status (CSTS.CFS); `inject
+//! firmware-assert` makes it capture Controller-Initiated Telemetry and send
+//! the Telemetry Log Changed notice, and carry on. The ring
 //! faults of a hostile controller (`corrupt-magic`, `bump-version`,
 //! `unknown-flag`, `rewind-header`, `hostile`) are written into the adopted
 //! trace slice by the same functions as on the ivshmem device (faults.rs),
@@ -90,6 +92,7 @@ impl<F: PciFunction> NvmeControl<F> {
                     "dropped": j.entries.iter().filter(|e| !e.written).count(),
                     "epochs": j.epochs,
                     "frozen": j.frozen,
+                    "withdrawn": j.withdrawn,
                 })
             }
         }
@@ -141,6 +144,11 @@ where
             Request::Inject(Fault::Reset) => match self.shared.function().inject_fatal("control request") {
                 true => Response::ok(json!({ "fatal_status": true })),
                 false => Response::err("the controller is not running (disabled, shut down or already failed)"),
+            },
+            // A recovered firmware assert: Controller-Initiated Telemetry and its notice.
+            Request::Inject(Fault::FirmwareAssert) => match self.shared.function().firmware_assert("control request") {
+                Ok(generation) => Response::ok(json!({ "controller_telemetry_generation": generation })),
+                Err(why) => Response::err(format!("firmware assert: nothing captured: {why}")),
             },
             Request::Inject(
                 fault @ (Fault::CorruptMagic

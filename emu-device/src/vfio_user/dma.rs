@@ -12,7 +12,7 @@
 //! whose IOMMU has no mapping would.
 
 use std::fs::File;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use vm_memory::{
     FileOffset, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryBackend, GuestMemoryMmap,
@@ -46,9 +46,16 @@ pub struct Mapping {
     pub size: u64,
 }
 
+/// Told of every DMA_UNMAP before it takes effect: the range's guest address
+/// and size, `(0, u64::MAX)` for UNMAP_ALL and a disconnect.
+pub type UnmapListener = Box<dyn Fn(u64, u64) + Send + Sync>;
+
 /// Applies DMA_MAP / DMA_UNMAP to a [`GuestMem`].
 pub struct DmaMap {
     mem: GuestMem,
+    /// Users that map guest memory on their own and must stop at an unmap
+    /// (the trace slice's view: hmb-nvme-trace's `NvmeTrace::dma_unmapped`).
+    listeners: Mutex<Vec<UnmapListener>>,
 }
 
 impl DmaMap {
@@ -56,6 +63,22 @@ impl DmaMap {
     pub fn new() -> DmaMap {
         DmaMap {
             mem: GuestMemoryAtomic::new(GuestMemoryMmap::new()),
+            listeners: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Call `f` at every unmap, before the range goes (docs/nvme-controller.md,
+    /// "Transport": a user of its own mapping of guest RAM stops first).
+    pub fn on_unmap(&self, f: impl Fn(u64, u64) + Send + Sync + 'static) {
+        self.listeners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Box::new(f));
+    }
+
+    fn tell_unmap(&self, address: u64, size: u64) {
+        for f in self.listeners.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            f(address, size);
         }
     }
 
@@ -95,6 +118,7 @@ impl DmaMap {
     /// partly inside keep their outside parts (re-mapped from the same file).
     /// Returns how many bytes were unmapped.
     pub fn unmap(&self, address: u64, size: u64) -> u64 {
+        self.tell_unmap(address, size);
         let end = address.saturating_add(size);
         let guard = self.mem.lock().unwrap_or_else(|p| p.into_inner());
         let current = self.mem.memory();
@@ -134,6 +158,7 @@ impl DmaMap {
 
     /// DMA_UNMAP with UNMAP_ALL, a reset of the connection, a disconnect.
     pub fn unmap_all(&self) {
+        self.tell_unmap(0, u64::MAX);
         let guard = self.mem.lock().unwrap_or_else(|p| p.into_inner());
         guard.replace(GuestMemoryMmap::new());
     }
@@ -286,5 +311,22 @@ mod tests {
         dma.unmap_all();
         assert!(dma.mappings().is_empty());
         assert!(mem.memory().read_obj::<u8>(GuestAddress(0x20_0000)).is_err());
+    }
+
+    #[test]
+    fn listeners_hear_every_unmap_before_it_takes_effect() {
+        let dma = Arc::new(DmaMap::new());
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let (h, d) = (heard.clone(), dma.clone());
+        // What the listener sees of the range: still mapped when it is told.
+        dma.on_unmap(move |a, s| h.lock().unwrap().push((a, s, d.mappings().len())));
+        dma.map(0x10_0000, 0x4000, 0, Some(memfd(0x4000))).unwrap();
+        dma.unmap(0x10_1000, 0x1000);
+        dma.unmap(0x50_0000, 0x1000);
+        dma.unmap_all();
+        assert_eq!(
+            *heard.lock().unwrap(),
+            [(0x10_1000, 0x1000, 1), (0x50_0000, 0x1000, 2), (0, u64::MAX, 2)]
+        );
     }
 }

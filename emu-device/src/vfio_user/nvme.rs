@@ -45,6 +45,9 @@ impl PciFunction for Controller {
     fn inject_fatal(&mut self, why: &str) -> bool {
         Controller::inject_fatal(self, why)
     }
+    fn firmware_assert(&mut self, why: &str) -> Result<u8, String> {
+        Controller::firmware_assert(self, why).map_err(|e| e.to_string())
+    }
     fn set_bus_master(&mut self, on: bool) {
         Controller::set_bus_master(self, on);
     }
@@ -166,6 +169,12 @@ pub fn controller_with(
         .map_err(|e| EmuError::Control(format!("the NVMe controller cannot be built: {e}")))?;
     let trace = hmb_nvme_trace::NvmeTrace::with_producer(dma.guest_mem(), producer);
     trace.install(&mut controller, personality);
+    // The slice view maps guest RAM on its own: it must stop when QEMU takes
+    // part of it away (docs/nvme-controller.md, "Transport").
+    let unmapped = trace.clone();
+    dma.on_unmap(move |address, size| {
+        unmapped.dma_unmapped(address, size);
+    });
     Ok((Shared::new(controller, dma, irqs), trace))
 }
 

@@ -176,13 +176,17 @@ type Driven = (
 /// taken once the ring was drained.
 fn drive(guest: &mut Guest, opts: &Options, phases: &mut Phases) -> Result<Driven> {
     let tools = phases.run("nvme-cli, fio, blkdiscard, mkfs.ext4 on the NVMe controller", || {
+        nvme_tools::inject_firmware_assert(guest.nvme, guest.share)?;
         guest.wait_file(nvme_tools::DONE, Duration::from_secs(900))?;
         let status = guest.nvme.status()?;
         std::fs::write(
             opts.run_dir.join(nvme_tools::STATUS_FILE),
             serde_json::to_string_pretty(&status)?,
         )?;
-        let tools = nvme_tools::check_outputs(&guest.share.join(nvme_tools::DIR), &status)?;
+        let dir = guest.share.join(nvme_tools::DIR);
+        let mut tools = nvme_tools::check_outputs(&dir, &status)?;
+        let truth = guest.nvme.request(&hmb_emu_device::control::Request::GroundTruth)?;
+        tools.assert_capture = Some(nvme_tools::check_assert_capture(&dir, &truth)?);
         std::fs::write(guest.share.join(nvme_tools::OK), b"")?;
         Ok(tools)
     })?;

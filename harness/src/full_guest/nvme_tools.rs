@@ -35,6 +35,10 @@ pub const DONE: &str = "nvme-tools.done";
 pub const OK: &str = "nvme-tools.ok";
 /// The controller's report at `DONE`, in the run folder.
 pub const STATUS_FILE: &str = "nvme-status.json";
+/// The host has injected a firmware assert (the guest waits for it, then
+/// pulls the Controller-Initiated log into `TELEMETRY_CONTROLLER`).
+pub const ASSERTED: &str = "nvme-assert.done";
+pub const TELEMETRY_CONTROLLER: &str = "telemetry-controller.bin";
 
 /// fio jobs: name, iodepth, offset and size in MiB (4 KiB random writes,
 /// then fio's own read-back with crc32c verification).
@@ -43,6 +47,18 @@ const FIO_JOBS: [(&str, u32, u64, u64); 2] = [("qd1", 1, 0, 4), ("qd32", 32, 8, 
 const DSM_AT_MIB: u64 = 32;
 const WZ_AT_MIB: u64 = 40;
 const RANGE_MIB: u64 = 4;
+/// Where nvme-cli's own compare and dsm work (MiB): one 4 KiB block compared,
+/// 1 MiB deallocated.
+const COMPARE_AT_MIB: u64 = 48;
+const NVME_DSM_AT_MIB: u64 = 52;
+/// fio's verifying job across `nvme reset`: where (MiB), how much (MiB, in
+/// 4 KiB writes), and its write rate (IOPS), slow enough that the reset
+/// lands among the writes (about 3.4 s of writing).
+const RESET_JOB_AT_MIB: u64 = 56;
+const RESET_JOB_MIB: u64 = 4;
+const RESET_JOB_WRITE_IOPS: u64 = 300;
+/// Writes of that job completed before the guest sends the reset.
+const RESET_AFTER_WRITES: u64 = 64;
 /// The random file the host reads back from the media with debugfs.
 const PROBE_FILE: &str = "data/r3";
 
@@ -64,6 +80,9 @@ wait_for 120 "no $ns: the stock nvme driver did not bind emu-device's controller
 nvme_live() { [ "$(cat /sys/class/nvme/nvme0/state)" = live ]; }
 wait_for 60 "nvme0 is not live" nvme_live
 step "nvme: $ns on $(basename "$(readlink /sys/class/nvme/nvme0/device/driver)"), $(nvme version | head -n 1), $(fio --version)"
+wait_for 120 "the host injected no firmware assert" test -e $share/@ASSERTED@
+step "nvme: nvme telemetry-log --controller-init (the host injected a firmware assert)"
+run nvme telemetry-log $ctrl --controller-init --output-file=$out/@TELEMETRY@
 # nv FILE ARGS...: nvme-cli's answer into $out/FILE.
 nv() { f=$1; shift; nvme "$@" > $out/$f 2>>$log || fail "nvme $* (exit $?)"; }
 smart() { nv smart-$1.bin smart-log $ctrl -b; }
@@ -85,6 +104,32 @@ nv feature-0d.bin get-feature $ctrl -f 0x0d -b
     echo "bytes=$(blockdev --getsize64 $ns)"
 } > $out/guest.txt
 
+step "nvme: nvme flush, nvme compare (equal, then one byte off), nvme dsm --ad"
+ss=$(blockdev --getss $ns)
+cmp_lba=$(( (@CMP@ << 20) / ss ))
+echo "compare_lba=$cmp_lba" >> $out/guest.txt
+nv flush.txt flush $ns
+head -c 4096 /dev/urandom > /tmp/cmp-r
+{ head -c 100 /tmp/cmp-r; printf A; tail -c +102 /tmp/cmp-r; } > /tmp/cmp
+{ head -c 100 /tmp/cmp-r; printf B; tail -c +102 /tmp/cmp-r; } > /tmp/cmp-off
+dd if=/tmp/cmp of=$ns bs=4096 seek=$(( (@CMP@ << 20) / 4096 )) count=1 oflag=direct conv=fsync 2>>$log || fail "write at @CMP@ MiB"
+nv compare-equal.txt compare $ns --start-block=$cmp_lba --block-count=$((4096 / ss - 1)) --data-size=4096 --data=/tmp/cmp
+if nvme compare $ns --start-block=$cmp_lba --block-count=$((4096 / ss - 1)) --data-size=4096 \
+    --data=/tmp/cmp-off > $out/compare-differ.txt 2>&1; then
+    fail "nvme compare of data one byte off succeeded"
+fi
+head -c 1048576 /dev/urandom > /tmp/dsm-pattern
+head -c 1048576 /dev/zero > /tmp/dsm-zeroes
+dd if=/tmp/dsm-pattern of=$ns bs=1M seek=@NDSM@ count=1 oflag=direct conv=fsync 2>>$log || fail "write at @NDSM@ MiB"
+dsm_back() {
+    rm -f /tmp/dsm-back
+    dd if=$ns of=/tmp/dsm-back bs=1M skip=@NDSM@ count=1 iflag=direct 2>>$log || fail "read back at @NDSM@ MiB"
+    cmp /tmp/dsm-back $1 >> $log 2>&1
+}
+dsm_back /tmp/dsm-pattern || fail "the pattern at @NDSM@ MiB did not read back"
+nv dsm.txt dsm $ns --namespace-id=1 --ad --slbs=$(( (@NDSM@ << 20) / ss )) --blocks=$(( 1048576 / ss ))
+dsm_back /tmp/dsm-zeroes || fail "nvme dsm --ad: the deallocated range does not read back as zeroes"
+
 step "nvme: an error on purpose (read past the end), error-log"
 lbas=$(( $(blockdev --getsize64 $ns) / $(blockdev --getss $ns) ))
 if nvme read $ns --start-block=$lbas --block-count=0 --data-size=$(blockdev --getss $ns) --data=/tmp/past-end.bin >> $log 2>&1; then
@@ -102,6 +147,20 @@ fio_job() {
 }
 smart before-fio
 @FIO@smart after-fio
+
+step "nvme: fio randwrite + crc32c verify through nvme reset"
+writes() { awk '{print $5}' /sys/block/nvme0n1/stat; }
+w0=$(writes)
+fio --name=reset --filename=$ns --ioengine=libaio --direct=1 --rw=randwrite --bs=4k --iodepth=8 \
+    --rate_iops=,@RSTIOPS@ --offset=@RSTAT@M --size=@RSTMIB@M --verify=crc32c --verify_fatal=1 --do_verify=1 \
+    --output-format=json --output=$out/fio-reset.json >> $log 2>&1 &
+fio_pid=$!
+writing() { [ $(( $(writes) - w0 )) -ge @RSTAFTER@ ]; }
+wait_for 60 "fio made no @RSTAFTER@ writes" writing
+echo "reset_after_writes=$(( $(writes) - w0 ))" >> $out/guest.txt
+run nvme reset $ctrl
+wait $fio_pid || fail "fio through nvme reset (exit $?)"
+wait_for 60 "nvme0 is not live after nvme reset" nvme_live
 
 step "nvme: blkdiscard (DSM deallocate) and blkdiscard -z (Write Zeroes), read back"
 # range_check MIB FILE: the 4 MiB at MIB read back (O_DIRECT) equal FILE.
@@ -155,7 +214,15 @@ step "nvme: the host checked every answer against the controller"
     .replace("@DSM@", &DSM_AT_MIB.to_string())
     .replace("@WZ@", &WZ_AT_MIB.to_string())
     .replace("@PROBE@", PROBE_FILE)
+    .replace("@CMP@", &COMPARE_AT_MIB.to_string())
+    .replace("@NDSM@", &NVME_DSM_AT_MIB.to_string())
+    .replace("@RSTIOPS@", &RESET_JOB_WRITE_IOPS.to_string())
+    .replace("@RSTAT@", &RESET_JOB_AT_MIB.to_string())
+    .replace("@RSTMIB@", &RESET_JOB_MIB.to_string())
+    .replace("@RSTAFTER@", &RESET_AFTER_WRITES.to_string())
     .replace("@DONE@", DONE)
+    .replace("@ASSERTED@", ASSERTED)
+    .replace("@TELEMETRY@", TELEMETRY_CONTROLLER)
     .replace("@OK@", OK)
 }
 
@@ -172,6 +239,9 @@ pub struct ToolsOutcome {
     pub data_units_written: u128,
     pub host_write_commands: u128,
     pub error_log_entries: u128,
+    /// The Controller-Initiated log of the injected firmware assert
+    /// ([`check_assert_capture`], set once the ground truth is in).
+    pub assert_capture: Option<crate::nvme_telemetry::ControllerLogOutcome>,
 }
 
 impl ToolsOutcome {
@@ -192,8 +262,32 @@ impl ToolsOutcome {
             self.data_units_written,
             self.host_write_commands,
             self.error_log_entries
-        )
+        ) + &match &self.assert_capture {
+            Some(c) => format!(
+                "; firmware assert: log 08h generation {}, {} records of the journal",
+                c.generation, c.records
+            ),
+            None => String::new(),
+        }
     }
+}
+
+/// Before the guest's tools: a recovered firmware assert on the controller
+/// (`inject firmware-assert`), then `ASSERTED` for the guest.
+pub fn inject_firmware_assert(nvme: &mut crate::nvme_guest::NvmeDevice, share: &Path) -> Result<()> {
+    use hmb_emu_device::control::{Fault, Request};
+    let answer = nvme.request(&Request::Inject(Fault::FirmwareAssert))?;
+    ensure!(
+        answer["controller_telemetry_generation"] == 1,
+        "the firmware assert's capture: {answer}; want generation 1, the controller's first"
+    );
+    std::fs::write(share.join(ASSERTED), b"").context("writing the assert's file to the share")
+}
+
+/// The assert's capture as the guest pulled it, against the controller's
+/// journal (`ground-truth`, taken at `DONE`).
+pub fn check_assert_capture(dir: &Path, ground_truth: &Value) -> Result<crate::nvme_telemetry::ControllerLogOutcome> {
+    crate::nvme_telemetry::check_assert_capture(&dir.join(TELEMETRY_CONTROLLER), ground_truth)
 }
 
 fn read(dir: &Path, name: &str) -> Result<Vec<u8>> {
@@ -418,32 +512,61 @@ pub fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
         "get-feature 0Dh: HSIZE {hsize} bytes, {hmdlec} descriptors at {list_addr:#x}; the controller: {hmb_bytes} bytes, {descriptors} descriptors"
     );
 
-    // Error log: the newest entry is the read past the end.
+    // Error log: the newest entry is the read past the end, the one before it
+    // nvme compare's miscompare.
     let past_end: u128 = g("past_end_lba")?.parse().context("past_end_lba")?;
+    let compare_lba: u128 = g("compare_lba")?.parse().context("compare_lba")?;
     let errors = read(dir, "error-log.bin")?;
     ensure!(
-        errors.len() >= 64 && errors.len() % 64 == 0,
-        "error-log gave {} bytes",
+        errors.len() >= 128 && errors.len() % 64 == 0,
+        "error-log gave {} bytes, want at least two 64-byte entries",
         errors.len()
     );
     let count = le(&errors, 0, 8)?;
-    let sqid = le(&errors, 8, 2)?;
-    let sf = le(&errors, 12, 2)? >> 1;
-    let (sct, sc) = ((sf >> 8) & 7, sf & 0xff);
-    let lba = le(&errors, 16, 8)?;
-    let nsid = le(&errors, 24, 4)?;
+    for (entry, want_count, (want_sct, want_sc), want_lba, what) in [
+        (0, count, (0, 0x80), past_end, "0/80h (LBA Out of Range)"),
+        (
+            1,
+            count.wrapping_sub(1),
+            (2, 0x85),
+            compare_lba,
+            "2/85h (Compare Failure)",
+        ),
+    ] {
+        let at = entry * 64;
+        let n = le(&errors, at, 8)?;
+        let sqid = le(&errors, at + 8, 2)?;
+        let sf = le(&errors, at + 12, 2)? >> 1;
+        let (sct, sc) = ((sf >> 8) & 7, sf & 0xff);
+        let lba = le(&errors, at + 16, 8)?;
+        let nsid = le(&errors, at + 24, 4)?;
+        ensure!(
+            n == want_count && sct == want_sct && sc == want_sc && lba == want_lba && nsid == 1 && sqid != 0,
+            "error-log entry {entry}: number {n}, SQ {sqid}, status {sct:#x}/{sc:#x}, LBA {lba}, NSID {nsid}; want number {want_count}, an I/O queue, {what}, LBA {want_lba}, NSID 1"
+        );
+    }
+
+    // nvme flush: with no volatile write cache (VWC bit 0) the kernel sends
+    // no flush of its own, so the controller saw exactly nvme-cli's.
+    let vwc = ctrl[525] & 1;
+    let flushes = u64_at(status, "/controller/counters/flushes")?;
     ensure!(
-        sct == 0 && sc == 0x80 && lba == past_end && nsid == 1 && sqid != 0,
-        "error-log entry 0: SQ {sqid}, status {sct:#x}/{sc:#x}, LBA {lba}, NSID {nsid}; want an I/O queue, 0/80h (LBA Out of Range), LBA {past_end}, NSID 1"
+        if vwc == 0 { flushes == 1 } else { flushes >= 1 },
+        "the controller saw {flushes} Flush commands (VWC {vwc}); the guest sent one with nvme flush"
     );
 
     // SMART: the counters against the tools' own actions and the controller.
     let s = |n: &str| smart(&read(dir, &format!("smart-{n}.bin"))?);
     let (before_fio, after_fio) = (s("before-fio")?, s("after-fio")?);
     let (before_dsm, after_dsm, after_wz, last) = (s("before-dsm")?, s("after-dsm")?, s("after-wz")?, s("final")?);
+    // The driver's re-initialisation after nvme reset may fail commands the
+    // controller does not support (as at the probe), after error-log was read:
+    // the final count is the controller's own.
+    let failed = u64_at(status, "/controller/counters/errors")?;
+    let bad_doorbells = u64_at(status, "/controller/counters/invalid_doorbells")?;
     ensure!(
-        last.error_log_entries == count,
-        "SMART counts {} error log entries, error-log's newest entry is number {count}",
+        last.error_log_entries >= count && last.error_log_entries == u128::from(failed + bad_doorbells),
+        "SMART counts {} error log entries; error-log's newest entry was number {count}, the controller logged {failed} failed commands and {bad_doorbells} invalid doorbells",
         last.error_log_entries
     );
     let mut fio_bytes = Vec::new();
@@ -454,6 +577,17 @@ pub fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
         fio_total += b;
         fio_bytes.push((name.to_string(), b));
     }
+    // The job across nvme reset: every byte verified, and the reset sent
+    // while it was still writing.
+    let json = String::from_utf8_lossy(&read(dir, "fio-reset.json")?).into_owned();
+    let reset_job = fio_written(&json, RESET_JOB_MIB << 20).context("fio job across nvme reset")?;
+    fio_bytes.push(("reset".to_string(), reset_job));
+    let reset_after: u64 = g("reset_after_writes")?.parse().context("reset_after_writes")?;
+    ensure!(
+        (RESET_AFTER_WRITES..reset_job / 4096).contains(&reset_after),
+        "nvme reset was sent after {reset_after} of the job's {} writes: not while it was writing",
+        reset_job / 4096
+    );
     let commands = rise(before_fio.host_write_commands, after_fio.host_write_commands)?;
     let units = rise(before_fio.data_units_written, after_fio.data_units_written)?;
     ensure!(
@@ -486,8 +620,8 @@ pub fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
     );
     let deallocations = u64_at(status, "/controller/counters/deallocations")?;
     ensure!(
-        deallocations >= 2,
-        "the controller saw {deallocations} Dataset Management deallocations; blkdiscard and mkfs.ext4 each send at least one"
+        deallocations >= 3,
+        "the controller saw {deallocations} Dataset Management deallocations; nvme dsm, blkdiscard and mkfs.ext4 each send at least one"
     );
 
     // The kernel log: nothing but the one error asked for.
@@ -498,6 +632,12 @@ pub fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
         .filter(|l| crate::nvme_guest::is_trouble_line(l) && !l.contains(&asked))
         .collect();
     ensure!(trouble.is_empty(), "the guest's kernel log: {}", trouble.join("\n"));
+    // The recovery from nvme reset: the driver set its I/O queues up again.
+    let queue_setups = dmesg.lines().filter(|l| l.contains("default/read/poll queues")).count();
+    ensure!(
+        queue_setups == 2,
+        "the guest's kernel log sets the I/O queues up {queue_setups} times; want 2 (the probe and the recovery from nvme reset)"
+    );
 
     Ok(ToolsOutcome {
         model,
@@ -509,6 +649,7 @@ pub fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
         data_units_written: last.data_units_written,
         host_write_commands: last.host_write_commands,
         error_log_entries: last.error_log_entries,
+        assert_capture: None,
     })
 }
 
@@ -633,6 +774,8 @@ mod tests {
             ("/controller/namespace/bytes", 4096, "serve-nvme was given"),
             ("/controller/hmb/preferred_bytes", 4096, "HMPRE"),
             ("/controller/counters/deallocations", -100, "deallocations"),
+            ("/controller/counters/flushes", 1, "Flush commands"),
+            ("/controller/counters/errors", 1, "error log entries"),
         ] {
             let mut s = status.clone();
             bump(&mut s, path, by);
@@ -661,6 +804,45 @@ mod tests {
         alter("smart-before-fio.bin", &|b| b[95] = 0xff, "went back");
         alter("error-log.bin", &|b| b[16] ^= 1, "error-log entry 0");
         alter("error-log.bin", &|b| b[13] = 0, "error-log entry 0");
+        // The miscompare: another LBA, another status, missing.
+        alter("error-log.bin", &|b| b[64 + 16] ^= 1, "error-log entry 1");
+        alter("error-log.bin", &|b| b[64 + 13] = 0, "error-log entry 1");
+        alter("error-log.bin", &|b| b.truncate(64), "two 64-byte entries");
+        alter(
+            "fio-reset.json",
+            &|b| {
+                *b = String::from_utf8_lossy(b)
+                    .replacen("\"error\" : 0", "\"error\" : 5", 1)
+                    .into_bytes()
+            },
+            "across nvme reset",
+        );
+        let set_reset_after = |n: u64| {
+            move |b: &mut Vec<u8>| {
+                let text: String = String::from_utf8_lossy(b)
+                    .lines()
+                    .map(|l| match l.starts_with("reset_after_writes=") {
+                        true => format!("reset_after_writes={n}\n"),
+                        false => format!("{l}\n"),
+                    })
+                    .collect();
+                *b = text.into_bytes();
+            }
+        };
+        alter("guest.txt", &set_reset_after(4096), "not while it was writing");
+        alter("guest.txt", &set_reset_after(3), "not while it was writing");
+        alter(
+            "dmesg-nvme.txt",
+            &|b| {
+                let text: String = String::from_utf8_lossy(b)
+                    .lines()
+                    .filter(|l| !l.contains("default/read/poll queues"))
+                    .map(|l| format!("{l}\n"))
+                    .collect();
+                *b = text.into_bytes();
+            },
+            "sets the I/O queues up 0 times",
+        );
         alter("id-ns.bin", &|b| b[33] = 0, "DLFEAT");
         alter("id-ctrl.bin", &|b| b[520] = 0, "ONCS");
         alter("id-ctrl.bin", &|b| b[256] = 2, "OACS");
@@ -711,6 +893,11 @@ mod tests {
             "blkdiscard -z --offset $((40 << 20))",
             "touch $share/nvme-tools.done",
             "fsck.ext4 -fn $ns",
+            "nv flush.txt flush $ns",
+            "--data=/tmp/cmp-off",
+            "dsm $ns --namespace-id=1 --ad --slbs=$(( (52 << 20) / ss ))",
+            "--rate_iops=,300 --offset=56M --size=4M",
+            "run nvme reset $ctrl",
         ] {
             assert!(s.contains(want), "{want} missing");
         }

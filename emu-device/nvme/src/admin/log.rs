@@ -8,7 +8,8 @@
 use super::done;
 use super::identify::{IEEE_OUI, TEMPERATURE};
 use super::telemetry::{
-    AEC_TELEMETRY_NOTICES, BLOCK, LID_TELEMETRY_CONTROLLER, LID_TELEMETRY_HOST, LSP_CREATE, NOTICE_TELEMETRY_CHANGED,
+    CaptureRefused, AEC_TELEMETRY_NOTICES, BLOCK, LID_TELEMETRY_CONTROLLER, LID_TELEMETRY_HOST, LSP_CREATE,
+    NOTICE_TELEMETRY_CHANGED,
 };
 use crate::controller::{Outcome, Sqe};
 use crate::{Controller, Status};
@@ -99,18 +100,38 @@ impl Controller {
 
     /// A controller-initiated telemetry capture (log 08h), when the vendor has telemetry
     /// and the last capture was released; announced as docs/nvme-controller.md says.
-    pub(crate) fn capture_controller_telemetry(&mut self, why: &str) {
+    /// Returns the capture's generation number.
+    pub(crate) fn capture_controller_telemetry(&mut self, why: &str) -> Result<u8, CaptureRefused> {
         if !self.vendor.has_telemetry() {
-            return;
+            return Err(CaptureRefused::NoTelemetry);
         }
         if self.controller_telemetry.available() {
             log::info!("nvme: controller-initiated telemetry not captured ({why}): the last capture is not released");
-            return;
+            return Err(CaptureRefused::NotReleased {
+                generation: self.controller_telemetry.generation(),
+            });
         }
         let snapshot = self.vendor.telemetry();
         self.controller_telemetry.capture(snapshot, IEEE_OUI);
         log::info!("nvme: controller-initiated telemetry captured ({why})");
         self.announce_controller_telemetry();
+        Ok(self.controller_telemetry.generation())
+    }
+
+    /// An injected firmware assert (the control socket's `inject firmware-assert`):
+    /// what an SSD's firmware does when one of its internal checks fails and it
+    /// recovers: it captures its state as Controller-Initiated Telemetry and tells the
+    /// host (Telemetry Log Changed, at once if an AER is outstanding), then carries on.
+    /// Nothing else changes: no fatal status, the HMB and the trace ring stay as they
+    /// are (a fatal assert is `inject reset`). Returns the capture's generation; an
+    /// unreleased capture is kept, as for every other event.
+    pub fn firmware_assert(&mut self, why: &str) -> Result<u8, CaptureRefused> {
+        log::warn!("nvme: firmware assert: {why}");
+        let generation = self.capture_controller_telemetry(&format!("firmware assert: {why}"))?;
+        if self.running() {
+            self.deliver_events();
+        }
+        Ok(generation)
     }
 
     /// Queue the Telemetry Log Changed notice of an unannounced capture if the host asked

@@ -9,7 +9,7 @@ mod queues;
 mod telemetry;
 
 pub(crate) use error_log::{ErrorLog, ErrorRecord, NOT_A_COMMAND};
-pub use telemetry::TelemetryData;
+pub use telemetry::{CaptureRefused, TelemetryData};
 pub(crate) use telemetry::{ControllerTelemetry, HostTelemetry};
 
 pub(crate) use identify::WCTEMP;

@@ -29,6 +29,18 @@ impl Default for TelemetryData {
     }
 }
 
+/// Why the controller took no Controller-Initiated capture (log 08h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CaptureRefused {
+    #[error("the controller has no telemetry (its vendor features declare none)")]
+    NoTelemetry,
+    #[error(
+        "controller-initiated capture {generation} is not released yet (a Get Log Page 08h with RAE = 0 \
+         releases it): it is kept unchanged"
+    )]
+    NotReleased { generation: u8 },
+}
+
 /// The Host-Initiated log as the host last created it: unchanged until the next create,
 /// so a reader that re-reads the header at the end sees the same generation.
 #[derive(Debug, Default)]
@@ -78,6 +90,11 @@ impl ControllerTelemetry {
     /// Controller-Initiated Data Available: a capture not yet released.
     pub(crate) fn available(&self) -> bool {
         self.available
+    }
+
+    /// Controller-Initiated Data Generation Number of the last capture (0: none yet).
+    pub(crate) fn generation(&self) -> u8 {
+        self.generation
     }
 
     /// Take `snapshot` as a new capture; false (nothing changes) while the last one is
