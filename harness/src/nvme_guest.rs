@@ -18,6 +18,8 @@ use hmb_nvme_trace::{Personality, ProducerKind};
 use serde_json::Value;
 use xshell::{cmd, Shell};
 
+use crate::guest::boot;
+use crate::guest_script::{self, Script};
 use crate::host::{cache_dir, target_dir, workspace_root};
 use crate::images::guest_modules::{self, ModuleIndex};
 use crate::images::{self, initramfs, kernels, nvme_series, Image, ImageOptions};
@@ -408,221 +410,44 @@ pub fn guest_script(
     inject_fatal: bool,
     pull_telemetry: bool,
 ) -> String {
-    let qd32_per = qd32_per(iops_reads);
-    let (trace_start, trace_stop, trace_removal) = match trace_module {
-        None if pull_telemetry => (String::new(), telemetry_pull(), String::new()),
-        None => (String::new(), String::new(), String::new()),
-        Some(module) => (
-            format!(
-                r#"kb=$(cat /sys/module/nvme/parameters/hmb_trace_kb 2>/dev/null) || fail "nvme.ko is not the patched one (no hmb_trace_kb)"
-note hmb_trace_kb "$kb"
-slice=$(dmesg | grep -o 'HMB trace slice: .*' | tail -n 1)
-[ -n "$slice" ] || fail "the patched driver reserved no trace slice"
-note slice "$slice"
-insmod {module} || fail "insmod nvme-hmb-trace.ko"
-i=0
-while [ ! -c /dev/nvme-hmb-trace0 ]; do
-    i=$((i + 1)); [ $i -lt 100 ] || fail "no /dev/nvme-hmb-trace0"
-    sleep 0.1
-done
-/bin/hmb-trace-daemon --device /dev/nvme-hmb-trace0 --output /tmp/{trace} --stats --follow 2>>$share/{stderr} &
-daemon=$!
-"#,
-                trace = files::TRACE,
-                stderr = files::DAEMON_STDERR,
-            ),
-            format!(
-                r#"# Nothing reaches the controller now: the module samples the ring
-# every poll_ms (10 ms), give the daemon time to take the last batch.
-sleep 1
-kill -0 $daemon 2>/dev/null || fail "the daemon died (see daemon.stderr)"
-kill -TERM $daemon
-wait $daemon
-note daemon_rc $?
-cp /tmp/{trace} $share/{trace} || fail "no trace.bin"
-"#,
-                trace = files::TRACE,
-            ),
-            format!(
-                r#"# Removal with a reader, in either order: both are refused while the
-# daemon has the device open (nvme is held by the trace module, the trace
-# module by the open file) and the daemon keeps running; once it is
-# stopped (exit 0) the trace module goes, then nvme. After the done
-# checkpoint: the journal is already taken.
-# First, with no daemon: poll(2)'s wake-up latency over this device (the
-# module's timed sampler, docs/abi.md wake-ups), measured by the test
-# program around single 4 KiB reads; the records it causes come after the
-# journal, so the trace check is not affected.
-/bin/hmbtrace-test --wake-latency {WAKE_ROUNDS} --block /dev/nvme0n1 > /tmp/wake.txt 2>&1 || {{ cat /tmp/wake.txt; fail "wake latency"; }}
-for kv in $(grep wake_latency_us /tmp/wake.txt); do
-    case $kv in min=*|p50=*|p90=*|p99=*|max=*) note wake_${{kv%%=*}}_us ${{kv#*=}} ;; esac
-done
-/bin/hmb-trace-daemon --device /dev/nvme-hmb-trace0 --output /tmp/removal.bin --follow 2>>$share/{stderr} &
-d2=$!
-sleep 0.5
-kill -0 $d2 2>/dev/null || fail "the second daemon did not start"
-if rmmod nvme 2>/dev/null; then fail "rmmod nvme succeeded while nvme-hmb-trace holds it"; fi
-if rmmod nvme_hmb_trace 2>/dev/null; then fail "rmmod nvme-hmb-trace succeeded under an open device"; fi
-kill -0 $d2 2>/dev/null || fail "the daemon died during the refused rmmods"
-kill -TERM $d2
-wait $d2
-note daemon_removal_rc $?
-rmmod nvme_hmb_trace || fail "rmmod nvme-hmb-trace after the daemon"
-rmmod nvme || fail "rmmod nvme after nvme-hmb-trace"
-[ ! -e /dev/nvme0n1 ] || fail "/dev/nvme0n1 still there after rmmod nvme"
-note removal ok
-"#,
-                stderr = files::DAEMON_STDERR,
-            ),
-        ),
-    };
-    let insmods: String = mods
-        .iter()
-        .map(|m| {
-            let name = m.trim_end_matches(".ko");
-            let params = match (inject_fatal, name) {
-                (true, "nvme_core") => format!(" io_timeout={FATAL_IO_TIMEOUT_S}"),
-                _ => String::new(),
-            };
-            format!("[ -d /sys/module/{name} ] || insmod $share/mods/{m}{params} || fail insmod {m}\n")
-        })
-        .collect();
-    let fatal = match inject_fatal {
-        false => String::new(),
-        true => format!(
-            r#"# The host fails the controller (CSTS.CFS) before answering: the next
-# command is never fetched; at the I/O timeout the driver finds CFS,
-# resets and retries the read.
-checkpoint {fatal}
-t0=$(now_cs)
-rm -f /tmp/back
-dd if=/dev/nvme0n1 of=/tmp/back bs=4096 skip={seek} count={blocks} iflag=direct 2>/dev/null || fail "read across the controller failure"
-cmp /tmp/pattern /tmp/back || fail "data read back across the controller failure differs"
-wait_live
-note recovered_ms $(( ($(now_cs) - t0) * 10 ))
-checkpoint {recovered}
-"#,
-            fatal = files::FATAL,
-            recovered = files::RECOVERED,
-            seek = PATTERN_OFFSET / 4096,
-            blocks = PATTERN_BYTES / 4096,
-        ),
-    };
-    let blocks = PATTERN_BYTES / 4096;
-    let seek = PATTERN_OFFSET / 4096;
-    format!(
-        r#"#!/bin/sh
-# Written by the host (harness/src/nvme_guest.rs); the stock nvme driver on
-# emu-device's controller. Results as KEY=VALUE lines in {results}.
-share=/mnt/host
-fail() {{ echo "HMBT-NVME FAIL $*"; dmesg > $share/{dmesg}; exit 1; }}
-note() {{ echo "$1=$2" >> $share/{results}; echo "HMBT-NVME $1=$2"; }}
-# Guest uptime in centiseconds.
-now_cs() {{ read up _ < /proc/uptime; echo "${{up%.*}}${{up#*.}}"; }}
-# checkpoint NAME: tell the host, wait (60 s at most) for its NAME.ok.
-checkpoint() {{
-    touch $share/$1
-    i=0
-    while [ ! -e $share/$1.ok ]; do
-        i=$((i + 1)); [ $i -lt 600 ] || fail "no answer from the host at checkpoint $1"
-        sleep 0.1
-    done
-}}
-wait_live() {{
-    i=0
-    while [ "$(cat /sys/class/nvme/nvme0/state 2>/dev/null)" != live ]; do
-        i=$((i + 1)); [ $i -lt 600 ] || fail "nvme0 not live after 60 s ($(cat /sys/class/nvme/nvme0/state 2>&1))"
-        sleep 0.1
-    done
-}}
-rm -f $share/{results}
-{insmods}t0=$(now_cs)
-insmod $share/mods/nvme.ko || fail insmod nvme.ko
-i=0
-while [ ! -b /dev/nvme0n1 ]; do
-    i=$((i + 1)); [ $i -lt 1200 ] || fail "no /dev/nvme0n1 after 120 s"
-    sleep 0.05
-done
-t1=$(now_cs)
-note probe_ms $(( (t1 - t0) * 10 ))
-wait_live
-pci=$(basename "$(readlink /sys/class/nvme/nvme0/device)")
-note pci "$pci"
-note driver "$(basename "$(readlink /sys/class/nvme/nvme0/device/driver)")"
-note model "$(cat /sys/class/nvme/nvme0/model)"
-{trace_start}hmb=$(dmesg | grep -o 'allocated .* host memory buffer.*' | tail -n 1)
-[ -n "$hmb" ] || fail "no 'allocated ... host memory buffer' in the kernel log"
-note hmb "$hmb"
-checkpoint {probed}
-
-dd if=/dev/urandom of=/tmp/pattern bs=4096 count={blocks} 2>/dev/null || fail pattern
-dd if=/tmp/pattern of=/dev/nvme0n1 bs=4096 seek={seek} oflag=direct conv=fsync 2>/dev/null || fail write
-dd if=/dev/nvme0n1 of=/tmp/back bs=4096 skip={seek} count={blocks} iflag=direct 2>/dev/null || fail read
-cmp /tmp/pattern /tmp/back || fail "data read back differs"
-cp /tmp/pattern $share/{pattern}
-note verified_bytes $(( {blocks} * 4096 ))
-
-# A host-initiated controller reset: synchronous (nvme_reset_ctrl_sync).
-echo 1 > /sys/class/nvme/nvme0/reset_controller || fail reset_controller
-wait_live
-rm -f /tmp/back
-dd if=/dev/nvme0n1 of=/tmp/back bs=4096 skip={seek} count={blocks} iflag=direct 2>/dev/null || fail read after reset
-cmp /tmp/pattern /tmp/back || fail "data read back after the reset differs"
-note verified_after_reset yes
-checkpoint {reset}
-{fatal}
-t0=$(now_cs)
-dd if=/dev/nvme0n1 of=/dev/null bs=4096 count={iops_reads} iflag=direct 2>/dev/null || fail read loop
-t1=$(now_cs)
-note iops_centiseconds $((t1 - t0))
-note iops_reads {iops_reads}
-# QD32: 32 busybox dd processes, one O_DIRECT read in flight each, on
-# disjoint ranges (busybox has no fio).
-# Wait for these pids only: a plain `wait` would also wait for the daemon.
-rm -f /tmp/qd32-failed
-t0=$(now_cs)
-q=0
-pids=
-while [ $q -lt 32 ]; do
-    dd if=/dev/nvme0n1 of=/dev/null bs=4096 skip=$((q * {qd32_per})) count={qd32_per} iflag=direct 2>/dev/null || touch /tmp/qd32-failed &
-    pids="$pids $!"
-    q=$((q + 1))
-done
-wait $pids
-t1=$(now_cs)
-[ ! -e /tmp/qd32-failed ] || fail "read loop at QD32"
-note qd32_centiseconds $((t1 - t0))
-note qd32_reads $((32 * {qd32_per}))
-{trace_stop}checkpoint {done}
-{trace_removal}dmesg > $share/{dmesg}
-"#,
-        results = files::RESULTS,
-        dmesg = files::DMESG,
-        pattern = files::PATTERN,
-        probed = files::PROBED,
-        reset = files::RESET,
-        done = files::DONE,
-    )
-}
-
-/// Stock driver: the trace through NVMe Telemetry with Debian's nvme-cli
-/// (no series, no module), twice, with 16 reads between the two creates,
-/// then the Controller-Initiated log (a capture only if a failure was
-/// injected: the controller takes it at Controller Fatal Status).
-fn telemetry_pull() -> String {
-    format!(
-        r#"{nvmecli}nvmecli telemetry-log /dev/nvme0 --output-file=$share/{t1} > /tmp/tel.txt 2>&1 || {{ cat /tmp/tel.txt; fail "nvme telemetry-log"; }}
-dd if=/dev/nvme0n1 of=/dev/null bs=4096 count={between} iflag=direct 2>/dev/null || fail "reads between the telemetry logs"
-nvmecli telemetry-log /dev/nvme0 --output-file=$share/{t2} > /tmp/tel.txt 2>&1 || {{ cat /tmp/tel.txt; fail "second nvme telemetry-log"; }}
-note telemetry_reads_between {between}
-nvmecli telemetry-log /dev/nvme0 --controller-init --output-file=$share/{tc} > /tmp/tel.txt 2>&1 || {{ cat /tmp/tel.txt; fail "nvme telemetry-log --controller-init"; }}
-"#,
-        nvmecli = crate::nvme_cli::guest_function(),
-        t1 = files::TELEMETRY[0],
-        t2 = files::TELEMETRY[1],
-        tc = files::TELEMETRY_CONTROLLER,
-        between = TELEMETRY_READS_BETWEEN,
-    )
+    let flag = |on: bool| if on { "1" } else { "0" };
+    Script::new()
+        .set("RESULTS", files::RESULTS)
+        .set("MODS", mods.join(" "))
+        .set(
+            "NVME_CORE_PARAMS",
+            if inject_fatal {
+                format!("io_timeout={FATAL_IO_TIMEOUT_S}")
+            } else {
+                String::new()
+            },
+        )
+        .set("DMESG", files::DMESG)
+        .set("PATTERN", files::PATTERN)
+        .set("TRACE", files::TRACE)
+        .set("DAEMON_STDERR", files::DAEMON_STDERR)
+        .set("PROBED", files::PROBED)
+        .set("RESET", files::RESET)
+        .set("FATAL", files::FATAL)
+        .set("RECOVERED", files::RECOVERED)
+        .set("DONE", files::DONE)
+        .set("TRACE_MODULE", trace_module.unwrap_or_default())
+        .set("PULL_TELEMETRY", flag(pull_telemetry))
+        .set("TELEMETRY_1", files::TELEMETRY[0])
+        .set("TELEMETRY_2", files::TELEMETRY[1])
+        .set("TELEMETRY_CONTROLLER", files::TELEMETRY_CONTROLLER)
+        .set("TELEMETRY_READS_BETWEEN", TELEMETRY_READS_BETWEEN)
+        .set("NVME_CLI", crate::nvme_cli::SHARE_DIR)
+        .set("NVME_CLI_LOADER", crate::nvme_cli::LOADER)
+        .set("INJECT_FATAL", flag(inject_fatal))
+        .set("PATTERN_SEEK", PATTERN_OFFSET / 4096)
+        .set("PATTERN_BLOCKS", PATTERN_BYTES / 4096)
+        .set("IOPS_READS", iops_reads)
+        .set("QD32_PER", qd32_per(iops_reads))
+        .set("WAKE_ROUNDS", WAKE_ROUNDS)
+        .file(&guest_script::NVME_LIB)
+        .file(&guest_script::NVME_BOOT)
+        .build()
 }
 
 /// Reads between the two telemetry logs of a stock run.
@@ -694,10 +519,10 @@ pub fn hmb_line_bytes(line: &str) -> Option<u64> {
 }
 
 /// Start emu-device and QEMU and wait for the guest's init; a boot that
-/// hangs (or faults) before init is retried once from scratch, as in
-/// `session` (nothing of ours has run yet).
+/// hangs (or faults) before init is retried once from scratch
+/// (`guest::boot`: nothing of ours has run yet).
 pub(crate) fn start(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path) -> Result<(NvmeDevice, Vm)> {
-    for attempt in 1..=2 {
+    boot::retry_early_hang(|_| {
         let backing = cfg.run_dir.join("namespace.img");
         let _ = std::fs::remove_file(&backing);
         let dev = NvmeDevice::start(&tools.emu_bin, &cfg.run_dir, &backing, &cfg.controller)?;
@@ -715,26 +540,11 @@ pub(crate) fn start(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path) -> Res
             .extra_args
             .extend(args::vfio_user_pci(&dev.socket, DEVICE_ID, PciPlace::Bus("hmbrp")));
         let mut vm = Vm::start(&vm_cfg)?;
-        match vm.wait_for("HMBT-INIT", Duration::from_secs(120), |l| l.contains("HMBT-INIT")) {
-            Ok(_) => return Ok((dev, vm)),
-            Err(e)
-                if attempt == 1
-                    && (e.to_string().starts_with("timeout") || e.to_string().starts_with("guest kernel fault")) =>
-            {
-                println!(
-                    "    the guest did not reach init ({}); retrying the boot once",
-                    first_line(&e)
-                );
-                vm.kill();
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    unreachable!("the second attempt returns")
-}
-
-fn first_line(e: &anyhow::Error) -> String {
-    e.to_string().lines().next().unwrap_or_default().to_string()
+        boot::wait_started(&mut vm, "HMBT-INIT", Duration::from_secs(120), |l| {
+            l.contains("HMBT-INIT")
+        })?;
+        Ok((dev, vm))
+    })
 }
 
 /// Wait for the guest to create `name` in the share, watching QEMU, the
@@ -1160,6 +970,11 @@ mod tests {
         assert_eq!(hmb_line_bytes("allocated lots of host memory buffer"), None);
     }
 
+    /// The main sequence of nvme-boot.sh: after the function definitions.
+    fn main_part(s: &str) -> &str {
+        &s[s.find("rm -f \"$SHARE/$RESULTS\"").unwrap()..]
+    }
+
     #[test]
     fn the_trace_script_starts_the_daemon_after_the_probe_and_stops_it_before_done() {
         let s = guest_script(
@@ -1169,16 +984,18 @@ mod tests {
             false,
             true,
         );
-        let nvme = s.find("insmod $share/mods/nvme.ko").unwrap();
-        let module = s.find("insmod /lib/hmbt/nvme-hmb-trace.ko").unwrap();
-        let daemon = s.find("/bin/hmb-trace-daemon").unwrap();
-        let reset = s.find("reset_controller").unwrap();
-        let stop = s.find("kill -TERM $daemon").unwrap();
-        let done = s.find("checkpoint done").unwrap();
-        assert!(nvme < module && module < daemon && daemon < reset && reset < stop && stop < done);
-        let removal = s.find("rmmod nvme_hmb_trace").unwrap();
-        assert!(done < removal && removal < s.find("rmmod nvme ||").unwrap());
-        assert!(s.contains("--follow"));
+        assert!(s.contains("TRACE_MODULE='/lib/hmbt/nvme-hmb-trace.ko'\n"));
+        let m = main_part(&s);
+        let at = |w: &str| m.find(w).unwrap_or_else(|| panic!("{w} missing"));
+        let nvme = at("insmod \"$SHARE/mods/nvme.ko\"");
+        let start = at("|| trace_start");
+        let reset = at("reset_controller");
+        let stop = at("    trace_stop\n");
+        let done = at("checkpoint \"$DONE\"");
+        let removal = at("|| trace_removal");
+        assert!(nvme < start && start < reset && reset < stop && stop < done && done < removal);
+        let removal = s.find("trace_removal() {").unwrap();
+        assert!(s[removal..].find("rmmod nvme_hmb_trace").unwrap() < s[removal..].find("rmmod nvme ||").unwrap());
     }
 
     #[test]
@@ -1195,12 +1012,13 @@ mod tests {
     #[test]
     fn the_injected_failure_shortens_the_io_timeout_and_sits_between_reset_and_reads() {
         let s = guest_script(&["nvme_core.ko".into()], 100, None, true, true);
-        assert!(s.contains("insmod $share/mods/nvme_core.ko io_timeout=3 ||"));
-        let reset = s.find("checkpoint reset").unwrap();
-        let fatal = s.find("checkpoint fatal").unwrap();
-        let recovered = s.find("checkpoint recovered").unwrap();
-        let reads = s.find("count=100 iflag=direct").unwrap();
-        assert!(reset < fatal && fatal < recovered && recovered < reads);
+        assert!(s.contains("NVME_CORE_PARAMS='io_timeout=3'\n") && s.contains("INJECT_FATAL='1'\n"));
+        let m = main_part(&s);
+        let reset = m.find("checkpoint \"$RESET\"").unwrap();
+        let fatal = m.find("|| fatal\n").unwrap();
+        let reads = m.find("count=\"$IOPS_READS\"").unwrap();
+        assert!(reset < fatal && fatal < reads);
+        assert!(s.contains("IOPS_READS='100'\n"));
     }
 
     #[test]
@@ -1222,26 +1040,34 @@ mod tests {
 
     #[test]
     fn the_script_loads_dependencies_then_times_nvme_and_has_three_checkpoints() {
-        let s = guest_script(&["nvme_core.ko".into()], 100, None, false, true);
-        assert!(!s.contains("io_timeout") && !s.contains("checkpoint fatal"));
-        assert!(!s.contains("hmb-trace-daemon"));
-        let core = s.find("insmod $share/mods/nvme_core.ko").unwrap();
-        let nvme = s.find("insmod $share/mods/nvme.ko").unwrap();
-        assert!(core < nvme);
-        for c in [files::PROBED, files::RESET, files::DONE] {
-            assert!(s.contains(&format!("checkpoint {c}\n")), "{c}");
+        let s = guest_script(&["nvme_core.ko".into(), "nvme_auth.ko".into()], 100, None, false, true);
+        for want in [
+            "MODS='nvme_core.ko nvme_auth.ko'\n",
+            "NVME_CORE_PARAMS=''\n",
+            "INJECT_FATAL='0'\n",
+            "TRACE_MODULE=''\n",
+        ] {
+            assert!(s.contains(want), "{want} missing");
         }
-        assert!(s.contains("count=100 iflag=direct"));
+        let m = main_part(&s);
+        assert!(m.find("insmod_stock\n").unwrap() < m.find("insmod \"$SHARE/mods/nvme.ko\"").unwrap());
+        for (var, c) in [
+            ("PROBED", files::PROBED),
+            ("RESET", files::RESET),
+            ("DONE", files::DONE),
+        ] {
+            assert!(s.contains(&format!("{var}='{c}'\n")), "{c}");
+            assert!(m.contains(&format!("checkpoint \"${var}\"\n")), "{c}");
+        }
     }
 
     #[test]
     fn the_telemetry_logs_are_pulled_only_from_a_controller_that_serves_them() {
         let with = guest_script(&["nvme_core.ko".into()], 100, None, false, true);
-        assert!(with.contains("nvmecli telemetry-log /dev/nvme0 --output-file"));
-        assert!(with.contains("--controller-init"));
+        assert!(with.contains("PULL_TELEMETRY='1'\n"));
         let without = guest_script(&["nvme_core.ko".into()], 100, None, false, false);
-        assert!(!without.contains("telemetry-log"));
-        assert!(without.contains(&format!("checkpoint {}\n", files::DONE)));
+        assert!(without.contains("PULL_TELEMETRY='0'\n"));
+        assert!(main_part(&with).contains("elif [ \"$PULL_TELEMETRY\" = 1 ]; then\n    telemetry_pull\n"));
         assert!(!Personality::Stock.serves_telemetry() && Personality::Tracing.serves_telemetry());
     }
 

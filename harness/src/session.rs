@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use xshell::{cmd, Shell};
 
 use crate::emu::EmuDevice;
+use crate::guest::boot;
 use crate::guest_script::files;
 use crate::host::{target_dir, workspace_root};
 use crate::images::{self, Image, ImageOptions};
@@ -69,23 +70,6 @@ pub fn prepare(sh: &Shell, kernel: Option<&str>, qemu: QemuVersion, phases: &mut
     })
 }
 
-/// The guest never reached its init within the deadline: a hang of the
-/// emulated boot, before any of our code ran.
-#[derive(Debug)]
-pub struct EarlyBootHang(pub String);
-
-impl std::fmt::Display for EarlyBootHang {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "the guest kernel did not reach init within 90 s (last console line: {:?})",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for EarlyBootHang {}
-
 pub struct SessionConfig {
     pub run_dir: PathBuf,
     /// `Auto` is resolved (KVM probe) when the session starts.
@@ -111,17 +95,8 @@ pub struct Session {
 impl Session {
     /// Start emu-device and the guest, and wait until the guest runs its script.
     pub fn start(tools: &Tools, cfg: &SessionConfig, phases: &mut Phases) -> Result<Session> {
-        // A TCG guest very rarely hangs in early boot (seen once on 7.x,
-        // stuck after "tsc: Unable to calibrate against PIT") before any of
-        // our code runs (or faults there). Such a boot is retried once, from scratch; anything
-        // after the guest's init has started is never retried.
-        match Self::start_once(tools, cfg, phases) {
-            Err(e) if e.downcast_ref::<EarlyBootHang>().is_some() => {
-                println!("    {e}; retrying the boot once");
-                Self::start_once(tools, cfg, phases)
-            }
-            other => other,
-        }
+        // An early-boot hang is retried once, from scratch (guest::boot).
+        boot::retry_early_hang(|_| Self::start_once(tools, cfg, phases))
     }
 
     fn start_once(tools: &Tools, cfg: &SessionConfig, phases: &mut Phases) -> Result<Session> {
@@ -161,16 +136,10 @@ impl Session {
         };
         phases.run("guest boot", || {
             let vm = &mut session.vm;
-            match vm.wait_for("HMBT-INIT", Duration::from_secs(90), |l| l.contains("HMBT-INIT")) {
-                // Before HMBT-INIT nothing of ours has run (the module loads later, from
-                // the script), so a kernel fault there is TCG's early-boot flake too (seen:
-                // an int3 Oops in sched_clock_cpu at 2.5 s on 6.12 under load).
-                Err(e) if e.to_string().starts_with("timeout") || e.to_string().starts_with("guest kernel fault") => {
-                    let last = vm.console.tail(1);
-                    return Err(anyhow::Error::new(EarlyBootHang(last.trim().to_string())));
-                }
-                other => other?,
-            };
+            // Before HMBT-INIT nothing of ours has run (the module loads later,
+            // from the script), so a timeout or a kernel fault there is TCG's
+            // early-boot flake.
+            boot::wait_started(vm, "HMBT-INIT", Duration::from_secs(90), |l| l.contains("HMBT-INIT"))?;
             vm.wait_for("HMBT-READY", Duration::from_secs(90), |l| l.contains("HMBT-READY"))
                 .map(drop)
         })?;

@@ -320,20 +320,21 @@ fn soak_script(module: &str, output: Output) -> String {
             String::new(),
             format!(
                 "step copy\n\
-                 dd if=/tmp/{trace} of=$share/{trace} bs=1048576 2>/dev/null || fail \"copying trace.bin\"\n\
+                 dd if=/tmp/{trace} of=\"$SHARE/{trace}\" bs=1048576 2>/dev/null || fail \"copying trace.bin\"\n\
                  rm -f /tmp/{trace}\n",
                 trace = files::TRACE
             ),
         ),
     };
     guest_script::prelude(module)
-        + &mount
-        + &format!(
+        .body(&mount)
+        .body(&format!(
             "step output \"$(grep ' /tmp ' /proc/mounts | tail -n 1 | cut -d ' ' -f 1-3), $(df -k | grep ' /tmp$' | tail -n 1)\"\n\
              load_module ring_size={RING}\nstart_daemon --follow\nwait_stop\nstop_daemon\n"
-        )
-        + &unmount_or_copy
-        + "collect\nexit 0\n"
+        ))
+        .body(&unmount_or_copy)
+        .body("collect\nexit 0\n")
+        .build()
 }
 
 /// Produce for the whole run, a controller reset at every reset time.
@@ -451,7 +452,9 @@ mod tests {
         // The body, after the prelude's function definitions.
         let daemon = s.rfind("start_daemon --follow").unwrap();
         let stop = s.rfind("stop_daemon\n").unwrap();
-        let copy = s.rfind("dd if=/tmp/trace.bin of=$share/trace.bin bs=1048576").unwrap();
+        let copy = s
+            .rfind("dd if=/tmp/trace.bin of=\"$SHARE/trace.bin\" bs=1048576")
+            .unwrap();
         assert!(daemon < stop && stop < copy && copy < s.rfind("\ncollect\n").unwrap());
     }
 

@@ -76,6 +76,10 @@ pub fn test_needs() -> Vec<Need> {
             "gcc-arm-none-eabi",
             "firmware-sdk: cross-builds the C producer and its test firmware for Cortex-M",
         ),
+        (
+            "shellcheck",
+            "checks the guest scripts of harness/guest-scripts/ (harness/tests/guest_scripts.rs)",
+        ),
     ]
     .iter()
     .map(|(p, w)| Need::new(p, w))

@@ -1,0 +1,53 @@
+# shellcheck shell=sh
+# Functions of every guest on emu-device's NVMe controller (the boot,
+# the soak, the conformance sessions). Each script defines `fail` itself.
+# Set by the host before it:
+#   SHARE             the 9p share
+#   RESULTS           the KEY=VALUE notes file in the share
+#   MODS              the stock modules nvme.ko needs, file names in load order
+#   NVME_CORE_PARAMS  nvme_core's module parameters (may be empty)
+
+# note KEY VALUE: a result for the host.
+note() { echo "$1=$2" >> "$SHARE/$RESULTS"; echo "HMBT-NVME $1=$2"; }
+
+# Guest uptime in centiseconds.
+now_cs() { read -r up _ < /proc/uptime; echo "${up%.*}${up#*.}"; }
+
+# checkpoint NAME: tell the host, wait (60 s at most) for its NAME.ok.
+checkpoint() {
+    touch "$SHARE/$1"
+    i=0
+    while [ ! -e "$SHARE/$1.ok" ]; do
+        i=$((i + 1)); [ $i -lt 600 ] || fail "no answer from the host at checkpoint $1"
+        sleep 0.1
+    done
+}
+
+wait_live() {
+    i=0
+    while [ "$(cat /sys/class/nvme/nvme0/state 2>/dev/null)" != live ]; do
+        i=$((i + 1)); [ $i -lt 600 ] || fail "nvme0 not live after 60 s ($(cat /sys/class/nvme/nvme0/state 2>&1))"
+        sleep 0.1
+    done
+}
+
+# insmod_stock: the stock modules of $MODS not built in or loaded yet.
+insmod_stock() {
+    for m in $MODS; do
+        name=${m%.ko}
+        params=
+        [ "$name" = nvme_core ] && params=$NVME_CORE_PARAMS
+        # $params unquoted: zero or more PARAM=VALUE words.
+        # shellcheck disable=SC2086
+        [ -d "/sys/module/$name" ] || insmod "$SHARE/mods/$m" $params || fail insmod "$m"
+    done
+}
+
+# wait_namespace: until /dev/nvme0n1 appears (120 s at most).
+wait_namespace() {
+    i=0
+    while [ ! -b /dev/nvme0n1 ]; do
+        i=$((i + 1)); [ $i -lt 1200 ] || fail "no /dev/nvme0n1 after 120 s"
+        sleep 0.05
+    done
+}
