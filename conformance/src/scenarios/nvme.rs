@@ -13,13 +13,14 @@ use hmb_emu_device::control::Fault;
 use hmb_harness::guest_script::files;
 use hmb_harness::journal_truth::{self, pair_io, Journal, JournalReport};
 use hmb_harness::nvme_guest::ControllerOptions;
-use hmb_harness::nvme_guest::{is_trouble_line, FATAL_DRIVER_LINE, FATAL_IO_TIMEOUT_S};
+use hmb_harness::nvme_guest::{FATAL_DRIVER_LINE, FATAL_IO_TIMEOUT_S};
 use hmb_harness::nvme_session::{NvmeGuestOptions, NvmeSession};
 use hmb_nvme_trace::ProducerKind;
 use serde_json::{json, Value};
 
-use crate::env::{Env, FINISH};
-use crate::outcome::{daemon_error, kernel_log_problems};
+use super::header_faults::header_fault_of;
+use crate::env::{Device, Env, FINISH};
+use crate::outcome::{daemon_error, kernel_log, truth_facts};
 
 const STARTED: Duration = Duration::from_secs(90);
 /// The guest's signal that it stopped the daemon and handed over its files;
@@ -27,8 +28,9 @@ const STARTED: Duration = Duration::from_secs(90);
 const COLLECTED: &str = "collected";
 const JOURNAL_TAKEN: &str = "journal_taken";
 
+/// Run one scenario on the NVMe controller.
 pub fn run(env: &Env, name: &str) -> Result<Value> {
-    if let Some(fault) = crate::scenarios::header_fault_of(name) {
+    if let Some(fault) = header_fault_of(name) {
         return header_fault(env, name, fault);
     }
     match name {
@@ -74,37 +76,6 @@ fn check_journal(s: &NvmeSession, journal: &Journal) -> Result<JournalReport> {
     journal_truth::check(&s.run_dir.join(files::TRACE), journal)
 }
 
-/// The journal verdict as the same snapshot facts as `outcome::truth_facts`.
-fn truth_facts(r: &JournalReport) -> Value {
-    json!({
-        "passed": r.passed(),
-        "epochs": r.epochs.len(),
-        "uncounted_gaps": r.uncounted_gaps.len(),
-        "missing_at_end": r.missing.len(),
-        "duplicates": r.duplicates,
-        "mismatches": r.mismatches.len() + r.unknown.len(),
-    })
-}
-
-/// The kernel log by the console's fault rule and the nvme driver's trouble
-/// lines (timeouts, I/O errors), but for lines the scenario causes on purpose.
-fn kernel_log(s: &NvmeSession, expected: &[&str]) -> Value {
-    let mut bad = kernel_log_problems(&s.run_dir);
-    let dmesg = std::fs::read_to_string(s.run_dir.join(files::DMESG)).unwrap_or_default();
-    bad.extend(
-        dmesg
-            .lines()
-            .filter(|l| is_trouble_line(l) && !hmb_harness::qemu::console::is_fault_line(l))
-            .map(|l| format!("dmesg.txt: {l}")),
-    );
-    bad.retain(|l| !expected.iter().any(|e| l.contains(e)));
-    if bad.is_empty() {
-        json!("clean")
-    } else {
-        json!(bad)
-    }
-}
-
 /// What every scenario whose daemon may stop on its own reports: how the
 /// guest script and each daemon run ended, the daemon's error line, and
 /// the kernel log (only `expected` lines allowed).
@@ -113,7 +84,7 @@ fn daemon_facts(s: &NvmeSession, rc: i32, expected: &[&str]) -> Value {
         "guest_rc": rc,
         "daemon_exit_codes": s.daemon_exit_codes(),
         "daemon_error": daemon_error(&s.run_dir),
-        "kernel_log": kernel_log(s, expected),
+        "kernel_log": kernel_log(&s.run_dir, Device::Nvme, expected),
     })
 }
 
@@ -181,7 +152,7 @@ fn streaming(env: &Env) -> Result<Value> {
         "guest_rc": rc,
         "daemon_exit_codes": s.daemon_exit_codes(),
         "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s, expected),
+        "kernel_log": kernel_log(&s.run_dir, Device::Nvme, expected),
     }))
 }
 
@@ -216,7 +187,7 @@ fn frozen(env: &Env, follow: bool) -> Result<Value> {
         "daemon_exit_codes": s.daemon_exit_codes(),
         "epochs_in_trace": truth.epochs.len(),
         "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s, &[]),
+        "kernel_log": kernel_log(&s.run_dir, Device::Nvme, &[]),
     }))
 }
 
@@ -261,7 +232,7 @@ fn unknown_flag(env: &Env) -> Result<Value> {
         "daemon_exit_codes": s.daemon_exit_codes(),
         "unknown_flag_logged_once": stderr.matches("unknown bits 0x200").count() == 1,
         "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s, &[]),
+        "kernel_log": kernel_log(&s.run_dir, Device::Nvme, &[]),
     }))
 }
 
@@ -292,7 +263,7 @@ fn crash_safety(env: &Env) -> Result<Value> {
         "guest_rc": rc,
         "daemon_exit_codes_after_kills": s.daemon_exit_codes(),
         "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s, &[]),
+        "kernel_log": kernel_log(&s.run_dir, Device::Nvme, &[]),
     }))
 }
 
@@ -358,7 +329,7 @@ fn traced_io(env: &Env) -> Result<Value> {
         "traced_writes_equal_controller_writes": pairing.writes == writes,
         "traced_completions_equal_controller": pairing.paired == completions,
         "traced_latency_sum_equals_controller": pairing.latency_ns_total == latency,
-        "kernel_log": kernel_log(&s, &[]),
+        "kernel_log": kernel_log(&s.run_dir, Device::Nvme, &[]),
     }))
 }
 
@@ -434,7 +405,7 @@ fn resets(env: &Env) -> Result<Value> {
         "controller_fatal_errors": controller_status_u64(&recovered, "/controller/counters/fatal_errors")?,
         "epochs_frozen_by_controller": journal.frozen.len(),
         "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s, &[FATAL_DRIVER_LINE]),
+        "kernel_log": kernel_log(&s.run_dir, Device::Nvme, &[FATAL_DRIVER_LINE]),
     }))
 }
 
@@ -491,7 +462,7 @@ fn hmb_toggle(env: &Env) -> Result<Value> {
         "tracing_after_on": on.pointer("/trace/adopted_generation").is_some_and(|g| !g.is_null()),
         "epochs_frozen_by_controller": journal.frozen.len(),
         "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s, &[]),
+        "kernel_log": kernel_log(&s.run_dir, Device::Nvme, &[]),
     }))
 }
 

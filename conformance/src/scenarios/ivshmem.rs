@@ -4,13 +4,14 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use hmb_emu_device::control::{Fault, VersionPart};
+use hmb_emu_device::control::Fault;
 use hmb_emu_device::report::{GroundTruth, HeaderView, Stats};
 use hmb_harness::guest_script::files;
 use hmb_harness::qemu::console;
 use hmb_harness::session::Session;
 use serde_json::{json, Value};
 
+use super::header_faults::header_fault_of;
 use crate::env::{Device, Env, Extra, FINISH};
 use crate::outcome::{check_truth, daemon_error, kernel_log, truth_facts};
 
@@ -26,26 +27,8 @@ const BIG_RING: u64 = 512 << 20;
 const LATE_STOP_MS: u64 = 2000;
 const STARTED: Duration = Duration::from_secs(60);
 
-/// Run one scenario on the environment's device.
-/// The scenarios whose fault is a damaged or newer ring header written
-/// before the daemon starts, on either device.
-pub(crate) fn header_fault_of(name: &str) -> Option<Fault> {
-    match name {
-        "bad_magic" => Some(Fault::CorruptMagic),
-        "too_new_major" => Some(Fault::BumpVersion {
-            part: VersionPart::Major,
-        }),
-        "newer_minor" => Some(Fault::BumpVersion {
-            part: VersionPart::Minor,
-        }),
-        _ => None,
-    }
-}
-
+/// Run one scenario on the ivshmem device.
 pub fn run(env: &Env, name: &str) -> Result<Value> {
-    if env.device == Device::Nvme {
-        return crate::nvme_scenarios::run(env, name);
-    }
     if let Some(fault) = header_fault_of(name) {
         return header_fault(env, name, fault);
     }
@@ -143,7 +126,7 @@ fn streaming(env: &Env) -> Result<Value> {
         "guest_rc": rc,
         "daemon_exit_codes": s.daemon_exit_codes(),
         "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -174,7 +157,7 @@ fn overflow(env: &Env) -> Result<Value> {
         "overflowed_while_stopped": during.overflowed(),
         "overflowed_after_drain": after.overflowed(),
         "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -201,7 +184,7 @@ fn frozen(env: &Env, follow: bool) -> Result<Value> {
         "daemon_exit_codes": s.daemon_exit_codes(),
         "epochs_in_trace": truth.epochs,
         "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -228,7 +211,7 @@ fn header_fault(env: &Env, name: &str, fault: Fault) -> Result<Value> {
         "guest_rc": rc,
         "daemon_exit_codes": codes,
         "daemon_error": daemon_error(&s.run_dir),
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     });
     if codes == [0] {
         let truth = check_truth(&s.run_dir, &gt, &stats)?;
@@ -256,7 +239,7 @@ fn unknown_flag(env: &Env) -> Result<Value> {
         "daemon_exit_codes": s.daemon_exit_codes(),
         "unknown_flag_logged_once": stderr.matches("unknown bits 0x200").count() == 1,
         "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -335,7 +318,7 @@ fn access_rules(env: &Env) -> Result<Value> {
         "outsider_open_refused": outsider.contains("Permission denied") && !outsider.contains("opened"),
         "group_member_open_allowed": member.contains("opened"),
         "checks": checks,
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -449,7 +432,7 @@ fn binding(env: &Env) -> Result<Value> {
         "fuzz_rc": test_rc,
         "fuzz_checks": checks,
         "withdrawn_at_poweroff": last_generation_acknowledged(&emu_log),
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -496,7 +479,7 @@ fn no_msix(env: &Env) -> Result<Value> {
             .is_some_and(|n| n.trim() != "0"),
         "hmbtrace_test_rc": test_rc,
         "checks": checks,
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -521,7 +504,7 @@ fn big_ring(env: &Env) -> Result<Value> {
         "guest_rc": rc,
         "hmbtrace_test_rc": test_rc,
         "checks": checks,
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -552,7 +535,7 @@ fn crash_safety(env: &Env) -> Result<Value> {
         "guest_rc": rc,
         "daemon_exit_codes_after_kills": s.daemon_exit_codes(),
         "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -591,7 +574,7 @@ fn removal(env: &Env) -> Result<Value> {
         "unbind_while_open_and_mapped": if console.contains("HMBT-UNBIND done") { "done" } else { "failed" },
         "daemon_exit_codes": s.daemon_exit_codes(),
         "daemon_error": daemon_error(&s.run_dir),
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -610,7 +593,7 @@ fn hostile(env: &Env) -> Result<Value> {
         "guest_rc": rc,
         "daemon_exit_codes": s.daemon_exit_codes(),
         "daemon_error": daemon_error(&s.run_dir),
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -694,7 +677,7 @@ fn format_rules(env: &Env) -> Result<Value> {
             "huge_header": code(&[&huge_header], &["pccx", "verify"])?,
             "truncated": code(&[&pccx_truncated], &["pccx", "verify"])?,
         },
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -772,7 +755,7 @@ fn pci_error(env: &Env) -> Result<Value> {
         "truth": truth_facts(&truth),
         "vanished_sysfs": tagged("HMBT-GONE "),
         "unbind_after_vanish": tagged("HMBT-UNBOUND "),
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -908,7 +891,7 @@ fn suspend(env: &Env) -> Result<Value> {
         "rings_adopted": ready,
         "withdrawals_acknowledged": acked,
         "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
