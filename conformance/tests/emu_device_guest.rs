@@ -74,7 +74,7 @@ fn the_module_handshakes_and_receives_msix_interrupts() {
     // QEMU powered off: emu-device exits cleanly by itself.
     let exit = s.emu.wait_exit(Duration::from_secs(10)).unwrap();
     assert!(exit.is_some_and(|st| st.success()), "emu-device after QEMU: {exit:?}");
-    assert!(!s.emu.ivshmem_socket.exists() && !s.emu.control_socket.exists());
+    assert!(!s.emu.ivshmem_socket.exists() && !s.emu.control_socket().exists());
     let log = conformance::outcome::kernel_log(&s.run_dir, conformance::env::Device::Ivshmem, &[]);
     assert_eq!(log, "clean", "kernel log: {log}");
 }

@@ -9,15 +9,16 @@
 //! side. docs/nvme-controller.md ("Guest runs") has the decisions.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context, Result};
-use hmb_emu_device::control::{call, Fault, Request};
+use anyhow::{ensure, Context, Result};
+use hmb_emu_device::control::{Fault, Request};
 use hmb_nvme_trace::{Personality, ProducerKind};
 use serde_json::Value;
 use xshell::{cmd, Shell};
 
+use crate::emu::EmuProcess;
 use crate::guest::boot;
 use crate::guest_script::{self, Script};
 use crate::host::{cache_dir, target_dir, workspace_root};
@@ -156,12 +157,10 @@ pub fn stock_modules_dir(kernel: &str, abi: &str) -> Result<PathBuf> {
         .with_context(|| format!("no modules.dep for {abi} under {}", root.display()))
 }
 
-/// emu-device `serve-nvme` as a child process: its vfio-user and control
-/// sockets and its log in the run folder; stopped on drop.
+/// emu-device's NVMe controller (`serve-nvme`).
 pub struct NvmeDevice {
-    child: Option<Child>,
+    process: EmuProcess,
     pub socket: PathBuf,
-    pub control_socket: PathBuf,
 }
 
 impl NvmeDevice {
@@ -208,32 +207,23 @@ impl NvmeDevice {
             .env_remove("HMB_EMU_NVME_PERSONALITY")
             .env_remove("HMB_EMU_NVME_PRODUCER")
             .env("RUST_LOG", "info");
-        let child = crate::emu::spawn_child(command, &run_dir.join(format!("{prefix}emu-device.log")))?;
-        let mut dev = NvmeDevice {
-            child: Some(child),
-            socket,
+        let process = EmuProcess::spawn(
+            "emu-device serve-nvme",
+            command,
+            run_dir,
+            &format!("{prefix}emu-device.log"),
             control_socket,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !(dev.socket.exists() && dev.control_socket.exists()) {
-            dev.check_alive()?;
-            ensure!(
-                Instant::now() < deadline,
-                "emu-device serve-nvme made no sockets within 10 s; see emu-device.log"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(dev)
+            &[&socket],
+        )?;
+        Ok(NvmeDevice { process, socket })
+    }
+
+    pub fn control_socket(&self) -> &Path {
+        &self.process.control_socket
     }
 
     pub fn check_alive(&mut self) -> Result<()> {
-        if let Some(child) = self.child.as_mut() {
-            if let Some(status) = child.try_wait()? {
-                self.child = None;
-                bail!("emu-device serve-nvme exited unexpectedly ({status}); see emu-device.log");
-            }
-        }
-        Ok(())
+        self.process.check_alive()
     }
 
     /// `status` over the control socket: transport, controller report, trace.
@@ -242,47 +232,19 @@ impl NvmeDevice {
     }
 
     pub fn request(&mut self, req: &Request) -> Result<Value> {
-        self.check_alive()?;
-        let resp = call(&self.control_socket, req, Duration::from_secs(10))
-            .with_context(|| format!("emu-device control request {req:?}"))?;
-        ensure!(
-            resp.ok,
-            "emu-device refused {req:?}: {}",
-            resp.error.unwrap_or_default()
-        );
-        Ok(resp.result.unwrap_or(Value::Null))
+        self.process.request(req)
     }
 
     /// SIGKILL, as a crashed controller: no clean shutdown, QEMU loses its
     /// vfio-user server mid-flight. Later `check_alive` calls pass (the death
     /// was asked for).
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
     }
 
     /// Ask for a clean shutdown, then make sure the process is gone.
     pub fn shutdown(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = call(&self.control_socket, &Request::Shutdown, Duration::from_secs(2));
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for NvmeDevice {
-    fn drop(&mut self) {
-        self.shutdown();
+        self.process.shutdown();
     }
 }
 
