@@ -19,7 +19,7 @@ use serde_json::Value;
 use xshell::{cmd, Shell};
 
 use crate::emu::EmuProcess;
-use crate::guest::boot;
+use crate::guest::{boot, share};
 use crate::guest_script::{self, Script};
 use crate::host::{cache_dir, target_dir, workspace_root};
 use crate::images::guest_modules::{self, ModuleIndex};
@@ -669,14 +669,14 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         wait(&mut vm, &mut dev, files::PROBED)?;
         let s = snapshot(&mut dev, &cfg.run_dir, files::PROBED)?;
         check_probed(&s)?;
-        std::fs::write(share.join(format!("{}.ok", files::PROBED)), b"")?;
+        share::answer(&share, files::PROBED)?;
         Ok(s)
     })?;
     let after_reset = phases.run("data + reset_controller", || {
         wait(&mut vm, &mut dev, files::RESET)?;
         let s = snapshot(&mut dev, &cfg.run_dir, files::RESET)?;
         check_reset(&s, &probed)?;
-        std::fs::write(share.join(format!("{}.ok", files::RESET)), b"")?;
+        share::answer(&share, files::RESET)?;
         Ok(s)
     })?;
     if cfg.inject_fatal {
@@ -685,11 +685,11 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
             dev.request(&Request::Inject(Fault::Reset))?;
             let failed = snapshot(&mut dev, &cfg.run_dir, files::FATAL)?;
             check_failed(&failed)?;
-            std::fs::write(share.join(format!("{}.ok", files::FATAL)), b"")?;
+            share::answer(&share, files::FATAL)?;
             wait(&mut vm, &mut dev, files::RECOVERED)?;
             let s = snapshot(&mut dev, &cfg.run_dir, files::RECOVERED)?;
             check_recovered(&s, &after_reset)?;
-            std::fs::write(share.join(format!("{}.ok", files::RECOVERED)), b"")?;
+            share::answer(&share, files::RECOVERED)?;
             Ok(())
         })?;
     }
@@ -703,33 +703,28 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         let t = dev.request(&Request::GroundTruth)?;
         std::fs::write(cfg.run_dir.join(files::GROUND_TRUTH), serde_json::to_string_pretty(&t)?)?;
         let truth = Some(t);
-        std::fs::write(share.join(format!("{}.ok", files::DONE)), b"")?;
+        share::answer(&share, files::DONE)?;
         Ok((s, truth))
     })?;
     let line = phases.run("guest power-off", || {
-        let line = vm.wait_for("HMBT-RESULT", Duration::from_secs(60), |l| {
-            console::parse_result(l).is_some()
-        })?;
-        vm.wait_exit(Duration::from_secs(60))?;
-        Ok(line)
+        share::wait_result(&mut vm, Duration::from_secs(60), Duration::from_secs(60))
     })?;
     let guest_seconds = started.elapsed().as_secs_f64();
     dev.shutdown();
-    for name in [
-        files::RESULTS,
-        files::DMESG,
-        files::PATTERN,
-        files::TRACE,
-        files::DAEMON_STDERR,
-        files::TELEMETRY[0],
-        files::TELEMETRY[1],
-        files::TELEMETRY_CONTROLLER,
-    ] {
-        let from = share.join(name);
-        if from.exists() {
-            std::fs::rename(&from, cfg.run_dir.join(name))?;
-        }
-    }
+    share::move_artifacts(
+        &share,
+        &cfg.run_dir,
+        &[
+            files::RESULTS,
+            files::DMESG,
+            files::PATTERN,
+            files::TRACE,
+            files::DAEMON_STDERR,
+            files::TELEMETRY[0],
+            files::TELEMETRY[1],
+            files::TELEMETRY_CONTROLLER,
+        ],
+    )?;
     ensure!(
         console::parse_result(&line) == Some(0),
         "the guest script failed: {line}\n{}",

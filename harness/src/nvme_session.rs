@@ -15,10 +15,12 @@ use hmb_emu_device::control::{Fault, Request};
 use hmb_emu_device::report::Journal;
 use serde_json::Value;
 
+use crate::guest::share;
 use crate::guest_script::{self, files};
 use crate::journal_truth;
 use crate::nvme_guest::{self, ControllerOptions, NvmeDevice, NvmeRunConfig, NvmeTools};
-use crate::qemu::{console, Accel, Vm};
+use crate::qemu::{Accel, Vm};
+use crate::session::SESSION_FILES;
 
 /// Namespace offset (in 4 KiB blocks) and size of the I/O loop's pattern:
 /// not LBA 0, and small enough that a round is a few commands.
@@ -130,34 +132,16 @@ impl NvmeSession {
     /// Wait for the script's result and QEMU's exit, stop the controller,
     /// and move the guest's files into the run folder. The script's exit code.
     pub fn finish(&mut self, timeout: Duration) -> Result<i32> {
-        let line = self
-            .vm
-            .wait_for("HMBT-RESULT", timeout, |l| console::parse_result(l).is_some())?;
-        self.vm.wait_exit(Duration::from_secs(30))?;
+        let line = share::wait_result(&mut self.vm, timeout, Duration::from_secs(30))?;
         self.dev.shutdown();
-        for name in [
-            files::TRACE,
-            files::DAEMON_STDERR,
-            files::DMESG,
-            files::SYSFS,
-            files::DAEMON_RC,
-            nvme_guest::files::RESULTS,
-        ] {
-            let from = self.share.join(name);
-            if from.exists() {
-                std::fs::rename(&from, self.run_dir.join(name))?;
-            }
-        }
-        Ok(console::parse_result(&line).unwrap_or(-1))
+        share::move_artifacts(&self.share, &self.run_dir, &SESSION_FILES)?;
+        share::move_artifacts(&self.share, &self.run_dir, &[nvme_guest::files::RESULTS])?;
+        Ok(share::exit_code(&line))
     }
 
     /// Exit codes of every daemon run of the script, in order.
     pub fn daemon_exit_codes(&self) -> Vec<i32> {
-        std::fs::read_to_string(self.run_dir.join(files::DAEMON_RC))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect()
+        share::read_codes(&self.run_dir.join(files::DAEMON_RC))
     }
 
     /// KEY=VALUE notes of the guest (`note`), after `finish`.

@@ -2,21 +2,21 @@
 //! and a 9p share, a guest script, and the host-side handles to drive them.
 //! Dropping a session stops QEMU and emu-device.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use xshell::{cmd, Shell};
 
 use crate::emu::EmuDevice;
-use crate::guest::boot;
+use crate::guest::{boot, share};
 use crate::guest_script::files;
 use crate::host::{target_dir, workspace_root};
 use crate::images::{self, Image, ImageOptions};
 use crate::phases::Phases;
 use crate::qemu::args::{self, PciPlace};
 use crate::qemu::binary::{self, QemuBinary, QemuVersion};
-use crate::qemu::{accel, console, Accel, Vm, VmConfig};
+use crate::qemu::{accel, Accel, Vm, VmConfig};
 
 /// QMP id of the emulated controller (`device_del` names it).
 pub const DEVICE_ID: &str = "hmb0";
@@ -84,6 +84,15 @@ pub struct SessionConfig {
     /// More guest kernel command line words (e.g. `pci=nomsi`).
     pub extra_cmdline: Vec<String>,
 }
+
+/// The files a session's guest hands over through the share.
+pub const SESSION_FILES: [&str; 5] = [
+    files::TRACE,
+    files::DAEMON_STDERR,
+    files::DMESG,
+    files::SYSFS,
+    files::DAEMON_RC,
+];
 
 pub struct Session {
     pub run_dir: PathBuf,
@@ -170,29 +179,15 @@ impl Session {
     /// and move the guest's files from the share into the run folder.
     /// Returns the script's exit code.
     pub fn finish(&mut self, timeout: Duration) -> Result<i32> {
-        let line = self
-            .vm
-            .wait_for("HMBT-RESULT", timeout, |l| console::parse_result(l).is_some())?;
-        self.vm.wait_exit(Duration::from_secs(30))?;
+        let line = share::wait_result(&mut self.vm, timeout, Duration::from_secs(30))?;
         self.emu.shutdown();
-        for name in [
-            files::TRACE,
-            files::DAEMON_STDERR,
-            files::DMESG,
-            files::SYSFS,
-            files::DAEMON_RC,
-        ] {
-            let from = self.share.join(name);
-            if from.exists() {
-                std::fs::rename(&from, self.run_dir.join(name))?;
-            }
-        }
-        Ok(console::parse_result(&line).unwrap_or(-1))
+        share::move_artifacts(&self.share, &self.run_dir, &SESSION_FILES)?;
+        Ok(share::exit_code(&line))
     }
 
     /// Exit codes of every daemon run of the script, in order.
     pub fn daemon_exit_codes(&self) -> Vec<i32> {
-        read_codes(&self.run_dir.join(files::DAEMON_RC))
+        share::read_codes(&self.run_dir.join(files::DAEMON_RC))
     }
 
     /// Fail if the guest's daemon has already exited (the script records
@@ -200,7 +195,7 @@ impl Session {
     /// waiting on for a drain that cannot come would only end in a
     /// timeout or in "emu-device exited" once the script powers off.
     pub fn check_daemon_running(&self) -> Result<()> {
-        let codes = read_codes(&self.share_file(files::DAEMON_RC));
+        let codes = share::read_codes(&self.share_file(files::DAEMON_RC));
         if let Some(code) = codes.last() {
             let stderr = std::fs::read_to_string(self.share_file(files::DAEMON_STDERR)).unwrap_or_default();
             let last = stderr
@@ -226,12 +221,4 @@ impl Session {
             }
         }
     }
-}
-
-fn read_codes(path: &Path) -> Vec<i32> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
 }

@@ -17,6 +17,7 @@ use anyhow::{bail, ensure, Context, Result};
 use hmb_emu_device::control::{Fault, Request};
 use serde::Serialize;
 
+use crate::guest::share;
 use crate::guest_script::{self, Script};
 use crate::interrupt;
 use crate::journal_truth;
@@ -182,23 +183,18 @@ pub fn run(
             serde_json::to_string_pretty(&answer)?,
         )?;
         std::fs::write(run_dir.join("emu-stats.json"), serde_json::to_string_pretty(&status)?)?;
-        std::fs::write(share.join(format!("{}.ok", files::DONE)), b"")?;
+        share::answer(&share, files::DONE)?;
         Ok((status, answer))
     })?;
     let line = phases.run("guest power-off", || {
-        let line = vm.wait_for("HMBT-RESULT", Duration::from_secs(60), |l| {
-            console::parse_result(l).is_some()
-        })?;
-        vm.wait_exit(Duration::from_secs(60))?;
-        Ok(line)
+        share::wait_result(&mut vm, Duration::from_secs(60), Duration::from_secs(60))
     })?;
     dev.shutdown();
-    for name in [files::RESULTS, files::DMESG, files::TRACE, files::DAEMON_STDERR] {
-        let from = share.join(name);
-        if from.exists() {
-            std::fs::rename(&from, run_dir.join(name))?;
-        }
-    }
+    share::move_artifacts(
+        &share,
+        run_dir,
+        &[files::RESULTS, files::DMESG, files::TRACE, files::DAEMON_STDERR],
+    )?;
     ensure!(
         console::parse_result(&line) == Some(0),
         "the guest script failed: {line}\n{}",

@@ -1,5 +1,6 @@
 //! What every guest run of the project shares, whichever device it has:
-//! for now the boot with its one retry (`boot`); the share protocol and
-//! the emu-device child are to follow (issue 31).
+//! the boot with its one early-boot retry (`boot`) and the end of a script
+//! run through the share (`share`). emu-device's child is `emu::EmuProcess`.
 
 pub mod boot;
+pub mod share;
