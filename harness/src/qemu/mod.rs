@@ -220,6 +220,7 @@ impl Vm {
             if let Some(status) = exited {
                 return Err(WaitError::Exited {
                     status: status.to_string(),
+                    signal: std::os::unix::process::ExitStatusExt::signal(&status),
                     what: what.to_string(),
                     tail: self.console.tail(30),
                 }

@@ -21,9 +21,14 @@ pub enum WaitError {
         console: String,
         tail: String,
     },
-    /// QEMU exited while the wait went on.
+    /// QEMU exited while the wait went on (`signal`: killed by one, a crash).
     #[error("QEMU exited ({status}) while waiting for {what}; console:\n{tail}")]
-    Exited { status: String, what: String, tail: String },
+    Exited {
+        status: String,
+        signal: Option<i32>,
+        what: String,
+        tail: String,
+    },
     /// Ctrl-C.
     #[error("interrupted while waiting for {0}")]
     Interrupted(String),
@@ -38,6 +43,17 @@ impl WaitError {
         matches!(e.downcast_ref::<WaitError>(), Some(WaitError::Timeout { .. }))
     }
 
+    /// Somewhere in `e`'s chain, QEMU itself died of a signal (a crash of
+    /// QEMU, not of the guest).
+    pub fn is_qemu_crash(e: &anyhow::Error) -> bool {
+        e.chain().any(|c| {
+            matches!(
+                c.downcast_ref::<WaitError>(),
+                Some(WaitError::Exited { signal: Some(_), .. })
+            )
+        })
+    }
+
     /// `e` is a timeout or a kernel fault: before the guest's init has run,
     /// TCG's rare early-boot flake (nothing of ours has run yet).
     pub fn is_hang_or_fault(e: &anyhow::Error) -> bool {
@@ -45,5 +61,40 @@ impl WaitError {
             e.downcast_ref::<WaitError>(),
             Some(WaitError::Timeout { .. } | WaitError::Fault { .. })
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::Context;
+
+    fn exited(signal: Option<i32>) -> anyhow::Error {
+        WaitError::Exited {
+            status: "signal: 11 (SIGSEGV)".into(),
+            signal,
+            what: "HMBT-RESULT".into(),
+            tail: String::new(),
+        }
+        .into()
+    }
+
+    #[test]
+    fn kinds_are_told_by_type_through_context() {
+        let crash = Err::<(), _>(exited(Some(11))).context("scenario removal").unwrap_err();
+        assert!(WaitError::is_qemu_crash(&crash));
+        assert!(!WaitError::is_qemu_crash(&exited(None)));
+        let timeout: anyhow::Error = WaitError::Timeout {
+            what: "no HMBT-INIT".into(),
+            after: Duration::from_secs(90),
+            console: String::new(),
+        }
+        .into();
+        assert!(WaitError::is_timeout(&timeout) && WaitError::is_hang_or_fault(&timeout));
+        assert!(timeout.to_string().starts_with("timeout: no HMBT-INIT within 90s"));
+        assert!(!WaitError::is_hang_or_fault(&exited(Some(11))));
+        assert!(!WaitError::is_timeout(&anyhow::anyhow!(
+            "timeout: a look-alike message"
+        )));
     }
 }
