@@ -112,6 +112,9 @@ pub const FULL_GUEST_CHECK: ScriptFile = script_file!("full-guest-check.sh");
 /// The full guest's NVMe tools section: a function the check calls.
 pub const FULL_GUEST_NVME_TOOLS: ScriptFile = script_file!("full-guest-nvme-tools.sh");
 
+/// `cargo xtask bench --nvme`'s fio jobs in the full guest.
+pub const FULL_GUEST_NVME_BENCH: ScriptFile = script_file!("full-guest-nvme-bench.sh");
+
 /// Every file of harness/guest-scripts/ (the shellcheck test checks that
 /// this list and the folder agree).
 pub const ALL_FILES: &[ScriptFile] = &[
@@ -123,6 +126,7 @@ pub const ALL_FILES: &[ScriptFile] = &[
     NVME_SMOKE,
     FULL_GUEST_CHECK,
     FULL_GUEST_NVME_TOOLS,
+    FULL_GUEST_NVME_BENCH,
 ];
 
 /// The prelude every ivshmem guest script starts with. `module` is the
