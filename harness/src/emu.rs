@@ -130,6 +130,18 @@ impl Drop for EmuProcess {
     }
 }
 
+impl crate::guest::GuestDevice for EmuDevice {
+    const MORE_FILES: &'static [&'static str] = &[];
+
+    fn check_alive(&mut self) -> Result<()> {
+        self.process.check_alive()
+    }
+
+    fn shutdown(&mut self) {
+        self.process.shutdown();
+    }
+}
+
 /// emu-device's ivshmem device (`serve`).
 pub struct EmuDevice {
     process: EmuProcess,

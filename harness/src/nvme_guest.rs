@@ -157,6 +157,18 @@ pub fn stock_modules_dir(kernel: &str, abi: &str) -> Result<PathBuf> {
         .with_context(|| format!("no modules.dep for {abi} under {}", root.display()))
 }
 
+impl crate::guest::GuestDevice for NvmeDevice {
+    const MORE_FILES: &'static [&'static str] = &[files::RESULTS];
+
+    fn check_alive(&mut self) -> Result<()> {
+        self.process.check_alive()
+    }
+
+    fn shutdown(&mut self) {
+        self.process.shutdown();
+    }
+}
+
 /// emu-device's NVMe controller (`serve-nvme`).
 pub struct NvmeDevice {
     process: EmuProcess,

@@ -7,20 +7,19 @@
 //! nvme-lib.sh and nvme-session.sh (load_nvme, io_start, io_stop, wait_live). The host meets it at files
 //! in the share and drives the controller over its control socket.
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use hmb_emu_device::control::{Fault, Request};
 use hmb_emu_device::report::Journal;
 use serde_json::Value;
 
-use crate::guest::share;
+use crate::guest::Guest;
 use crate::guest_script::{self, files};
 use crate::journal_truth;
 use crate::nvme_guest::{self, ControllerOptions, NvmeDevice, NvmeRunConfig, NvmeTools};
-use crate::qemu::{Accel, Vm};
-use crate::session::SESSION_FILES;
+use crate::qemu::Accel;
 
 /// Namespace offset (in 4 KiB blocks) and size of the I/O loop's pattern:
 /// not LBA 0, and small enough that a round is a few commands.
@@ -38,14 +37,10 @@ pub struct NvmeGuestOptions {
     pub controller: ControllerOptions,
 }
 
-pub struct NvmeSession {
-    pub run_dir: PathBuf,
-    pub share: PathBuf,
-    pub dev: NvmeDevice,
-    pub vm: Vm,
-}
+/// A guest on emu-device's NVMe controller.
+pub type NvmeSession = Guest<NvmeDevice>;
 
-impl NvmeSession {
+impl Guest<NvmeDevice> {
     /// Start the controller and the guest (the boot retried once if it
     /// hangs before init, as `nvme_guest` does), running the nvme prelude
     /// and then `body`.
@@ -79,32 +74,6 @@ impl NvmeSession {
         })
     }
 
-    pub fn share_file(&self, name: &str) -> PathBuf {
-        self.share.join(name)
-    }
-
-    /// Create `name` in the share: a signal to the guest script.
-    pub fn signal(&self, name: &str) -> Result<()> {
-        std::fs::write(self.share_file(name), b"").with_context(|| format!("signalling {name}"))
-    }
-
-    /// Wait until the guest creates `name`, watching the controller process
-    /// and the console (a fault, or the script ending first, is an error).
-    pub fn wait_share_file(&mut self, name: &str, timeout: Duration) -> Result<()> {
-        let dev = &mut self.dev;
-        crate::share_wait::wait_share_file(&mut self.vm, &self.share, name, timeout, || dev.check_alive())
-    }
-
-    /// Let the guest run for `secs`, keeping an eye on the controller.
-    pub fn run_for(&mut self, secs: f64) -> Result<()> {
-        let end = Instant::now() + Duration::from_secs_f64(secs);
-        while Instant::now() < end {
-            self.dev.check_alive()?;
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(())
-    }
-
     pub fn inject(&mut self, fault: Fault) -> Result<Value> {
         self.dev.request(&Request::Inject(fault))
     }
@@ -123,25 +92,6 @@ impl NvmeSession {
             serde_json::to_string_pretty(&answer)?,
         )?;
         journal_truth::journal_from_ground_truth(&answer)
-    }
-
-    pub fn qmp(&self) -> Result<hmb_qmp::Qmp> {
-        Ok(hmb_qmp::Qmp::connect(&self.vm.qmp_socket, Duration::from_secs(5))?)
-    }
-
-    /// Wait for the script's result and QEMU's exit, stop the controller,
-    /// and move the guest's files into the run folder. The script's exit code.
-    pub fn finish(&mut self, timeout: Duration) -> Result<i32> {
-        let line = share::wait_result(&mut self.vm, timeout, Duration::from_secs(30))?;
-        self.dev.shutdown();
-        share::move_artifacts(&self.share, &self.run_dir, &SESSION_FILES)?;
-        share::move_artifacts(&self.share, &self.run_dir, &[nvme_guest::files::RESULTS])?;
-        Ok(share::exit_code(&line))
-    }
-
-    /// Exit codes of every daemon run of the script, in order.
-    pub fn daemon_exit_codes(&self) -> Vec<i32> {
-        share::read_codes(&self.run_dir.join(files::DAEMON_RC))
     }
 
     /// KEY=VALUE notes of the guest (`note`), after `finish`.

@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use xshell::{cmd, Shell};
 
 use crate::emu::EmuDevice;
-use crate::guest::{boot, share};
+use crate::guest::{boot, share, Guest};
 use crate::guest_script::files;
 use crate::host::{target_dir, workspace_root};
 use crate::images::{self, Image, ImageOptions};
@@ -85,23 +85,10 @@ pub struct SessionConfig {
     pub extra_cmdline: Vec<String>,
 }
 
-/// The files a session's guest hands over through the share.
-pub const SESSION_FILES: [&str; 5] = [
-    files::TRACE,
-    files::DAEMON_STDERR,
-    files::DMESG,
-    files::SYSFS,
-    files::DAEMON_RC,
-];
+/// A guest on the ivshmem device.
+pub type Session = Guest<EmuDevice>;
 
-pub struct Session {
-    pub run_dir: PathBuf,
-    pub share: PathBuf,
-    pub emu: EmuDevice,
-    pub vm: Vm,
-}
-
-impl Session {
+impl Guest<EmuDevice> {
     /// Start emu-device and the guest, and wait until the guest runs its script.
     pub fn start(tools: &Tools, cfg: &SessionConfig, phases: &mut Phases) -> Result<Session> {
         // An early-boot hang is retried once, from scratch (guest::boot).
@@ -140,7 +127,7 @@ impl Session {
         let mut session = Session {
             run_dir: cfg.run_dir.clone(),
             share,
-            emu,
+            dev: emu,
             vm,
         };
         phases.run("guest boot", || {
@@ -153,41 +140,6 @@ impl Session {
                 .map(drop)
         })?;
         Ok(session)
-    }
-
-    pub fn share_file(&self, name: &str) -> PathBuf {
-        self.share.join(name)
-    }
-
-    /// Create `name` in the share: a signal to the guest script.
-    pub fn signal(&self, name: &str) -> Result<()> {
-        std::fs::write(self.share_file(name), b"").with_context(|| format!("signalling {name}"))
-    }
-
-    /// Wait until the guest creates `name` in the share, watching the
-    /// console for faults and for the script ending first.
-    pub fn wait_share_file(&mut self, name: &str, timeout: Duration) -> Result<()> {
-        let emu = &mut self.emu;
-        crate::share_wait::wait_share_file(&mut self.vm, &self.share, name, timeout, || emu.check_alive())
-    }
-
-    pub fn qmp(&self) -> Result<hmb_qmp::Qmp> {
-        Ok(hmb_qmp::Qmp::connect(&self.vm.qmp_socket, Duration::from_secs(5))?)
-    }
-
-    /// Wait for the guest script's result and QEMU's exit, stop emu-device,
-    /// and move the guest's files from the share into the run folder.
-    /// Returns the script's exit code.
-    pub fn finish(&mut self, timeout: Duration) -> Result<i32> {
-        let line = share::wait_result(&mut self.vm, timeout, Duration::from_secs(30))?;
-        self.emu.shutdown();
-        share::move_artifacts(&self.share, &self.run_dir, &SESSION_FILES)?;
-        Ok(share::exit_code(&line))
-    }
-
-    /// Exit codes of every daemon run of the script, in order.
-    pub fn daemon_exit_codes(&self) -> Vec<i32> {
-        share::read_codes(&self.run_dir.join(files::DAEMON_RC))
     }
 
     /// Fail if the guest's daemon has already exited (the script records
@@ -214,7 +166,7 @@ impl Session {
         let deadline = Instant::now() + timeout;
         loop {
             self.check_daemon_running()?;
-            match self.emu.wait_drained(Duration::ZERO) {
+            match self.dev.wait_drained(Duration::ZERO) {
                 Ok(()) => return Ok(()),
                 Err(e) if Instant::now() > deadline => return Err(e),
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),

@@ -1,7 +1,7 @@
 //! The scenarios. Each drives one guest session and returns its normalised
 //! outcome; `tests/conformance.rs` snapshots it.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use hmb_emu_device::control::Fault;
@@ -60,16 +60,6 @@ fn stream_body(ring: u64, daemon_args: &str) -> String {
     format!("load_module ring_size={ring}\nstart_daemon {daemon_args}\nwait_stop\nstop_daemon\ncollect\nwait_file stop\nexit 0\n")
 }
 
-/// Let production run for `secs`, keeping an eye on emu-device.
-fn run_for(s: &mut Session, secs: f64) -> Result<()> {
-    let end = Instant::now() + Duration::from_secs_f64(secs);
-    while Instant::now() < end {
-        s.emu.check_alive()?;
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
-}
-
 /// The ring header of a `stats` answer: there is one once the guest advertised.
 fn header_of(stats: &Stats) -> Result<HeaderView> {
     stats
@@ -83,12 +73,12 @@ fn header_of(stats: &Stats) -> Result<HeaderView> {
 fn wind_down(s: &mut Session) -> Result<(GroundTruth, Stats, i32)> {
     // A daemon that already exited cannot drain; its exit code tells why.
     let daemon_running = !s.share_file(files::DAEMON_RC).exists();
-    s.emu.stop_workload()?;
+    s.dev.stop_workload()?;
     if daemon_running {
-        s.emu.wait_drained(Duration::from_secs(60))?;
+        s.dev.wait_drained(Duration::from_secs(60))?;
     }
-    let truth = s.emu.ground_truth()?;
-    let stats = s.emu.stats()?;
+    let truth = s.dev.ground_truth()?;
+    let stats = s.dev.stats()?;
     std::fs::write(
         s.run_dir.join("ground-truth.json"),
         serde_json::to_string_pretty(&truth)?,
@@ -103,12 +93,12 @@ fn streaming(env: &Env) -> Result<Value> {
     let follow = if env.inject_reset { "--follow" } else { "" };
     let mut s = env.start("streaming", RING, &stream_body(RING, follow))?;
     s.wait_share_file(files::STARTED, STARTED)?;
-    s.emu.start_workload("sizes", 7, 4000)?;
-    run_for(&mut s, 1.5)?;
+    s.dev.start_workload("sizes", 7, 4000)?;
+    s.run_for(1.5)?;
     if env.inject_reset {
-        s.emu.inject(Fault::Reset)?;
+        s.dev.inject(Fault::Reset)?;
     }
-    run_for(&mut s, 1.5)?;
+    s.run_for(1.5)?;
     let (gt, stats, rc) = wind_down(&mut s)?;
     let truth = check_truth(&s.run_dir, &gt, &stats)?;
     anyhow::ensure!(
@@ -134,15 +124,15 @@ fn streaming(env: &Env) -> Result<Value> {
 fn overflow(env: &Env) -> Result<Value> {
     let mut s = env.start("overflow", SMALL_RING, &stream_body(SMALL_RING, ""))?;
     s.wait_share_file(files::STARTED, STARTED)?;
-    s.emu.start_workload("ssd", 3, 20_000)?;
-    run_for(&mut s, 0.5)?;
+    s.dev.start_workload("ssd", 3, 20_000)?;
+    s.run_for(0.5)?;
     let mut qmp = s.qmp()?;
     qmp.stop(Duration::from_secs(5))?;
     std::thread::sleep(Duration::from_millis(1500));
-    let during = s.emu.stats()?;
+    let during = s.dev.stats()?;
     qmp.cont(Duration::from_secs(5))?;
-    run_for(&mut s, 1.5)?;
-    let after_stats = s.emu.stats()?;
+    s.run_for(1.5)?;
+    let after_stats = s.dev.stats()?;
     let (gt, stats, rc) = wind_down(&mut s)?;
     let truth = check_truth(&s.run_dir, &gt, &stats)?;
     let (during, after) = (header_of(&during)?, header_of(&after_stats)?);
@@ -167,11 +157,11 @@ fn frozen(env: &Env, follow: bool) -> Result<Value> {
     let name = if follow { "frozen_follow" } else { "frozen_exit" };
     let mut s = env.start(name, RING, &stream_body(RING, if follow { "--follow" } else { "" }))?;
     s.wait_share_file(files::STARTED, STARTED)?;
-    s.emu.start_workload("ssd", 5, 3000)?;
-    run_for(&mut s, 1.0)?;
-    s.emu.inject(Fault::Reset)?;
+    s.dev.start_workload("ssd", 5, 3000)?;
+    s.run_for(1.0)?;
+    s.dev.inject(Fault::Reset)?;
     if follow {
-        run_for(&mut s, 1.5)?;
+        s.run_for(1.5)?;
     } else {
         s.wait_share_file(files::DAEMON_RC, Duration::from_secs(30))
             .context("daemon did not exit on FROZEN")?;
@@ -199,12 +189,12 @@ fn staged_body(ring: u64) -> String {
 fn header_fault(env: &Env, name: &str, fault: Fault) -> Result<Value> {
     let mut s = env.start(name, RING, &staged_body(RING))?;
     s.wait_share_file("loaded", STARTED)?;
-    s.emu.start_workload("ssd", 9, 2000)?;
-    run_for(&mut s, 0.3)?;
-    s.emu.inject(fault)?;
+    s.dev.start_workload("ssd", 9, 2000)?;
+    s.run_for(0.3)?;
+    s.dev.inject(fault)?;
     s.signal("go")?;
     s.wait_share_file(files::STARTED, STARTED)?;
-    run_for(&mut s, 1.0)?;
+    s.run_for(1.0)?;
     let (gt, stats, rc) = wind_down(&mut s)?;
     let codes = s.daemon_exit_codes();
     let mut out = json!({
@@ -226,10 +216,10 @@ fn header_fault(env: &Env, name: &str, fault: Fault) -> Result<Value> {
 fn unknown_flag(env: &Env) -> Result<Value> {
     let mut s = env.start("unknown_flag", RING, &stream_body(RING, ""))?;
     s.wait_share_file(files::STARTED, STARTED)?;
-    s.emu.start_workload("ssd", 29, 3000)?;
-    run_for(&mut s, 0.5)?;
-    s.emu.inject(Fault::UnknownFlag)?;
-    run_for(&mut s, 1.0)?;
+    s.dev.start_workload("ssd", 29, 3000)?;
+    s.run_for(0.5)?;
+    s.dev.inject(Fault::UnknownFlag)?;
+    s.run_for(1.0)?;
     let (gt, stats, rc) = wind_down(&mut s)?;
     let truth = check_truth(&s.run_dir, &gt, &stats)?;
     anyhow::ensure!(truth.passed(), "{}", truth.summary());
@@ -252,11 +242,11 @@ fn serve_test_program(s: &mut Session, timeout: Duration) -> Result<()> {
             l.contains("REQUEST ") || l.contains("HMBT-TEST") || console::parse_result(l).is_some()
         })?;
         if line.contains("REQUEST freeze") {
-            s.emu.inject(Fault::Reset)?;
+            s.dev.inject(Fault::Reset)?;
         } else if line.contains("REQUEST rewind_header") {
-            s.emu.inject(Fault::RewindHeader)?;
+            s.dev.inject(Fault::RewindHeader)?;
         } else if line.contains("REQUEST late_stop") {
-            s.emu.inject(Fault::LateStop { ms: LATE_STOP_MS })?;
+            s.dev.inject(Fault::LateStop { ms: LATE_STOP_MS })?;
         } else if line.contains("REQUEST device_del") {
             s.qmp()?.device_del("hmb0", Duration::from_secs(5))?;
         } else {
@@ -305,7 +295,7 @@ fn access_rules(env: &Env) -> Result<Value> {
          collect\nexit 0\n"
     );
     let mut s = env.start("access_rules", RING, &body)?;
-    s.emu.start_workload("ssd", 11, 2000)?;
+    s.dev.start_workload("ssd", 11, 2000)?;
     serve_test_program(&mut s, Duration::from_secs(180))?;
     let rc = s.finish(FINISH)?;
     let console = std::fs::read_to_string(s.run_dir.join("console.log"))?;
@@ -384,7 +374,7 @@ fn binding(env: &Env) -> Result<Value> {
         cmdline: Vec::new(),
     };
     let mut s = env.start_with(name, RING, &body, extra)?;
-    s.emu.start_workload("ssd", 31, 2000)?;
+    s.dev.start_workload("ssd", 31, 2000)?;
     serve_test_program(&mut s, Duration::from_secs(600))?;
     let rc = s.finish(FINISH)?;
     let console = std::fs::read_to_string(s.run_dir.join("console.log"))?;
@@ -466,7 +456,7 @@ fn no_msix(env: &Env) -> Result<Value> {
         cmdline: vec!["pci=nomsi".into()],
     };
     let mut s = env.start_with("no_msix", RING, &body, extra)?;
-    s.emu.start_workload("ssd", 37, 2000)?;
+    s.dev.start_workload("ssd", 37, 2000)?;
     serve_test_program(&mut s, Duration::from_secs(180))?;
     let rc = s.finish(FINISH)?;
     let console = std::fs::read_to_string(s.run_dir.join("console.log"))?;
@@ -495,7 +485,7 @@ fn big_ring(env: &Env) -> Result<Value> {
          collect\nexit 0\n"
     );
     let mut s = env.start("big_ring", BIG_RING, &body)?;
-    s.emu.start_workload("ssd", 41, 1000)?;
+    s.dev.start_workload("ssd", 41, 1000)?;
     serve_test_program(&mut s, Duration::from_secs(300))?;
     let rc = s.finish(FINISH)?;
     let console = std::fs::read_to_string(s.run_dir.join("console.log"))?;
@@ -525,9 +515,9 @@ fn crash_safety(env: &Env) -> Result<Value> {
     );
     let mut s = env.start("crash_safety", RING, &body)?;
     s.wait_share_file(files::STARTED, STARTED)?;
-    s.emu.start_workload("sizes", 13, 3000)?;
+    s.dev.start_workload("sizes", 13, 3000)?;
     s.wait_share_file("kills.done", Duration::from_secs(120))?;
-    run_for(&mut s, 0.5)?;
+    s.run_for(0.5)?;
     let (gt, stats, rc) = wind_down(&mut s)?;
     let truth = check_truth(&s.run_dir, &gt, &stats)?;
     anyhow::ensure!(truth.passed(), "{}", truth.summary());
@@ -559,12 +549,12 @@ fn removal(env: &Env) -> Result<Value> {
     );
     let mut s = env.start("removal", RING, &body)?;
     s.wait_share_file(files::STARTED, STARTED)?;
-    s.emu.start_workload("ssd", 17, 2000)?;
-    run_for(&mut s, 1.5)?;
+    s.dev.start_workload("ssd", 17, 2000)?;
+    s.run_for(1.5)?;
     s.signal("unbind")?;
     s.wait_share_file(files::DAEMON_RC, Duration::from_secs(30))
         .context("the daemon did not notice the removal")?;
-    s.emu.stop_workload()?;
+    s.dev.stop_workload()?;
     s.signal(files::STOP)?;
     let rc = s.finish(FINISH)?;
     let console = std::fs::read_to_string(s.run_dir.join("console.log"))?;
@@ -582,9 +572,9 @@ fn removal(env: &Env) -> Result<Value> {
 fn hostile(env: &Env) -> Result<Value> {
     let mut s = env.start("hostile_firmware", RING, &stream_body(RING, ""))?;
     s.wait_share_file(files::STARTED, STARTED)?;
-    s.emu.start_workload("ssd", 19, 2000)?;
-    run_for(&mut s, 0.5)?;
-    s.emu.inject(Fault::Hostile)?;
+    s.dev.start_workload("ssd", 19, 2000)?;
+    s.run_for(0.5)?;
+    s.dev.inject(Fault::Hostile)?;
     s.wait_share_file(files::DAEMON_RC, Duration::from_secs(30))
         .context("the daemon did not stop on a hostile record")?;
     s.signal(files::STOP)?;
@@ -602,8 +592,8 @@ fn hostile(env: &Env) -> Result<Value> {
 fn format_rules(env: &Env) -> Result<Value> {
     let mut s = env.start("format_rules", RING, &stream_body(RING, ""))?;
     s.wait_share_file(files::STARTED, STARTED)?;
-    s.emu.start_workload("npu", 23, 3000)?;
-    run_for(&mut s, 1.5)?;
+    s.dev.start_workload("npu", 23, 3000)?;
+    s.run_for(1.5)?;
     let (gt, stats, rc) = wind_down(&mut s)?;
     let truth = check_truth(&s.run_dir, &gt, &stats)?;
     anyhow::ensure!(truth.passed(), "{}", truth.summary());
@@ -716,8 +706,8 @@ fn pci_error(env: &Env) -> Result<Value> {
     };
     let mut s = env.start_with("pci_error", RING, &body, extra)?;
     s.wait_share_file(files::STARTED, STARTED)?;
-    s.emu.start_workload("ssd", 47, 2000)?;
-    run_for(&mut s, 1.0)?;
+    s.dev.start_workload("ssd", 47, 2000)?;
+    s.run_for(1.0)?;
     // Data link protocol error: uncorrectable, fatal by default severity.
     let out = s
         .qmp()?
@@ -725,14 +715,14 @@ fn pci_error(env: &Env) -> Result<Value> {
     anyhow::ensure!(out.starts_with("OK id: hmbrp"), "pcie_aer_inject_error: {out}");
     s.signal("injected")?;
     s.wait_share_file("recovered", Duration::from_secs(120))?;
-    run_for(&mut s, 1.0)?;
-    s.emu.stop_workload()?;
-    s.emu.wait_drained(Duration::from_secs(60))?;
-    let gt = s.emu.ground_truth()?;
-    let stats = s.emu.stats()?;
+    s.run_for(1.0)?;
+    s.dev.stop_workload()?;
+    s.dev.wait_drained(Duration::from_secs(60))?;
+    let gt = s.dev.ground_truth()?;
+    let stats = s.dev.stats()?;
     s.signal(files::STOP)?;
     s.wait_share_file("collected", Duration::from_secs(60))?;
-    s.emu.inject(Fault::Vanish)?;
+    s.dev.inject(Fault::Vanish)?;
     s.signal("vanished")?;
     let rc = s.finish(FINISH)?;
     let truth = check_truth(&s.run_dir, &gt, &stats)?;
@@ -853,15 +843,15 @@ fn suspend(env: &Env) -> Result<Value> {
     );
     let mut s = env.start("suspend", RING, &body)?;
     s.wait_share_file(files::STARTED, STARTED)?;
-    s.emu.start_workload("ssd", 43, 500)?;
-    run_for(&mut s, 1.0)?;
+    s.dev.start_workload("ssd", 43, 500)?;
+    s.run_for(1.0)?;
     s.signal("suspend")?;
     s.vm.wait_for("HMBT-RESUMED", Duration::from_secs(120), |l| l.contains("HMBT-RESUMED"))?;
-    run_for(&mut s, 1.0)?;
-    s.emu.stop_workload()?;
-    s.emu.wait_drained(Duration::from_secs(60))?;
-    let gt = s.emu.ground_truth()?;
-    let stats = s.emu.stats()?;
+    s.run_for(1.0)?;
+    s.dev.stop_workload()?;
+    s.dev.wait_drained(Duration::from_secs(60))?;
+    let gt = s.dev.ground_truth()?;
+    let stats = s.dev.stats()?;
     let rc = s.finish(Duration::from_secs(180))?;
     let console = std::fs::read_to_string(s.run_dir.join("console.log"))?;
     let trace = console_block(&console, "TRACE")
