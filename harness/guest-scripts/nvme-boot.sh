@@ -21,34 +21,15 @@ nvmecli() {
     "$SHARE/$NVME_CLI/$NVME_CLI_LOADER" --library-path "$SHARE/$NVME_CLI" "$SHARE/$NVME_CLI/nvme" "$@"
 }
 
-# trace_start: the module on the series' nvme.ko and the daemon
-# (`--follow`: the reset starts a second epoch), from the probe to the end.
+# trace_start: the series' trace slice checked, then trace_follow (the
+# reset starts a second epoch), from the probe to the end.
 trace_start() {
     kb=$(cat /sys/module/nvme/parameters/hmb_trace_kb 2>/dev/null) || fail "nvme.ko is not the patched one (no hmb_trace_kb)"
     note hmb_trace_kb "$kb"
     slice=$(dmesg | grep -o 'HMB trace slice: .*' | tail -n 1)
     [ -n "$slice" ] || fail "the patched driver reserved no trace slice"
     note slice "$slice"
-    insmod "$TRACE_MODULE" || fail "insmod nvme-hmb-trace.ko"
-    i=0
-    while [ ! -c /dev/nvme-hmb-trace0 ]; do
-        i=$((i + 1)); [ $i -lt 100 ] || fail "no /dev/nvme-hmb-trace0"
-        sleep 0.1
-    done
-    /bin/hmb-trace-daemon --device /dev/nvme-hmb-trace0 --output "/tmp/$TRACE" --stats --follow 2>>"$SHARE/$DAEMON_STDERR" &
-    daemon=$!
-}
-
-# trace_stop: the daemon's last batch, its exit code, trace.bin to the host.
-trace_stop() {
-    # Nothing reaches the controller now: the module samples the ring
-    # every poll_ms (10 ms), give the daemon time to take the last batch.
-    sleep 1
-    kill -0 "$daemon" 2>/dev/null || fail "the daemon died (see daemon.stderr)"
-    kill -TERM "$daemon"
-    wait "$daemon"
-    note daemon_rc $?
-    cp "/tmp/$TRACE" "$SHARE/$TRACE" || fail "no trace.bin"
+    trace_follow
 }
 
 # trace_removal: removal with a reader, in either order: both are refused

@@ -6,6 +6,9 @@
 #   RESULTS           the KEY=VALUE notes file in the share
 #   MODS              the stock modules nvme.ko needs, file names in load order
 #   NVME_CORE_PARAMS  nvme_core's module parameters (may be empty)
+#   TRACE_MODULE, TRACE, DAEMON_STDERR  for trace_follow and trace_stop: the
+#                     module's guest path, trace.bin's and the daemon's
+#                     stderr's names in the share
 
 # note KEY VALUE: a result for the host.
 note() { echo "$1=$2" >> "$SHARE/$RESULTS"; echo "HMBT-NVME $1=$2"; }
@@ -50,4 +53,29 @@ wait_namespace() {
         i=$((i + 1)); [ $i -lt 1200 ] || fail "no /dev/nvme0n1 after 120 s"
         sleep 0.05
     done
+}
+
+# trace_follow: nvme-hmb-trace.ko on the series' nvme.ko, and the daemon
+# in the background with --follow (a controller reset starts a new epoch).
+trace_follow() {
+    insmod "$TRACE_MODULE" || fail "insmod nvme-hmb-trace.ko"
+    i=0
+    while [ ! -c /dev/nvme-hmb-trace0 ]; do
+        i=$((i + 1)); [ $i -lt 100 ] || fail "no /dev/nvme-hmb-trace0"
+        sleep 0.1
+    done
+    /bin/hmb-trace-daemon --device /dev/nvme-hmb-trace0 --output "/tmp/$TRACE" --stats --follow 2>>"$SHARE/$DAEMON_STDERR" &
+    daemon=$!
+}
+
+# trace_stop: the daemon's last batch, its exit code, trace.bin to the host.
+trace_stop() {
+    # Nothing reaches the controller now: the module samples the ring
+    # every poll_ms (10 ms), give the daemon time to take the last batch.
+    sleep 1
+    kill -0 "$daemon" 2>/dev/null || fail "the daemon died (see daemon.stderr)"
+    kill -TERM "$daemon"
+    wait "$daemon"
+    note daemon_rc $?
+    cp "/tmp/$TRACE" "$SHARE/$TRACE" || fail "no trace.bin"
 }

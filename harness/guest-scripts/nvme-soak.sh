@@ -15,14 +15,7 @@ insmod "$SHARE/mods/nvme.ko" || fail insmod nvme.ko
 wait_namespace
 kb=$(cat /sys/module/nvme/parameters/hmb_trace_kb 2>/dev/null) || fail "nvme.ko is not the patched one"
 note hmb_trace_kb "$kb"
-insmod "$TRACE_MODULE" || fail "insmod nvme-hmb-trace.ko"
-i=0
-while [ ! -c /dev/nvme-hmb-trace0 ]; do
-    i=$((i + 1)); [ $i -lt 100 ] || fail "no /dev/nvme-hmb-trace0"
-    sleep 0.1
-done
-/bin/hmb-trace-daemon --device /dev/nvme-hmb-trace0 --output "/tmp/$TRACE" --stats --follow 2>>"$SHARE/$DAEMON_STDERR" &
-daemon=$!
+trace_follow
 dd if=/dev/urandom of=/tmp/pattern bs=4096 count="$ROUND_BLOCKS" 2>/dev/null || fail pattern
 # The I/O loop: write a round, read it back, compare; failures are counted
 # (a command caught by a controller failure is retried by the driver, so
@@ -47,12 +40,7 @@ read -r rounds failed < /tmp/io-count
 note io_rounds "$rounds"
 note io_failed "$failed"
 note driver_state "$(cat /sys/class/nvme/nvme0/state)"
-sleep 1
-kill -0 $daemon 2>/dev/null || fail "the daemon died (see daemon.stderr)"
-kill -TERM $daemon
-wait $daemon
-note daemon_rc $?
-cp "/tmp/$TRACE" "$SHARE/$TRACE" || fail "no trace.bin"
+trace_stop
 dmesg > "$SHARE/$DMESG"
 touch "$SHARE/$DONE"
 while [ ! -e "$SHARE/$DONE.ok" ]; do sleep 0.1; done

@@ -283,13 +283,12 @@ mod tests {
         }
         let body = &s[s.find("# ---- nvme-soak.sh ----").unwrap()..];
         let at = |w: &str| body.find(w).unwrap_or_else(|| panic!("{w} missing"));
-        let daemon = at("/bin/hmb-trace-daemon");
+        let daemon = at("trace_follow\n");
         let io = at("while [ ! -e /tmp/stop-io ]");
         let running = at("touch \"$SHARE/$RUNNING\"");
         let stop = at("touch /tmp/stop-io");
-        let term = at("kill -TERM $daemon");
-        let copy = at("cp \"/tmp/$TRACE\" \"$SHARE/$TRACE\"");
+        let term = at("trace_stop\n");
         let done = at("touch \"$SHARE/$DONE\"");
-        assert!(daemon < io && io < running && running < stop && stop < term && term < copy && copy < done);
+        assert!(daemon < io && io < running && running < stop && stop < term && term < done);
     }
 }
