@@ -124,12 +124,7 @@ pub fn prepare(sh: &Shell, kernel: Option<&str>, trace: bool, phases: &mut Phase
             let specs = kernels::load(&workspace_root().join("images/KERNELS"))?;
             let spec = kernels::select(&specs, Some(&image.kernel_name))?;
             let series = phases.run("nvme series", || nvme_series::prepare_cached(sh, &spec))?;
-            let trace_module = image
-                .our_modules
-                .iter()
-                .find(|m| m.contains("nvme-hmb-trace") || m.contains("nvme_hmb_trace"))
-                .cloned()
-                .context("the image has no nvme-hmb-trace.ko")?;
+            let trace_module = image.trace_module()?;
             Some(TraceParts {
                 patched_nvme: series.nvme_ko.context("the series built no nvme.ko")?,
                 trace_module,

@@ -54,12 +54,7 @@ fn run(args: NvmeSmoke) -> Result<()> {
         with_daemon: false,
     };
     let image = images::prepare(&sh, &image_args, &mut phases)?;
-    let trace_ko = image
-        .our_modules
-        .iter()
-        .find(|m| m.contains("nvme-hmb-trace") || m.contains("nvme_hmb_trace"))
-        .cloned()
-        .context("the image has no nvme-hmb-trace.ko")?;
+    let trace_ko = image.trace_module()?;
     let qemu = phases.run("qemu binary", || binary::ensure(&sh, QemuVersion::V7_2))?;
 
     let run_dir = target_dir().join("hmb-trace/nvme-smoke").join(&spec.name);
