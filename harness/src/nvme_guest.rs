@@ -19,7 +19,7 @@ use serde_json::Value;
 use xshell::{cmd, Shell};
 
 use crate::emu::EmuProcess;
-use crate::guest::{boot, share};
+use crate::guest::{boot, share, Guest};
 use crate::guest_script::{self, Script};
 use crate::host::{cache_dir, target_dir, workspace_root};
 use crate::images::guest_modules::{self, ModuleIndex};
@@ -490,7 +490,7 @@ pub fn hmb_line_bytes(line: &str) -> Option<u64> {
 /// Start emu-device and QEMU and wait for the guest's init; a boot that
 /// hangs (or faults) before init is retried once from scratch
 /// (`guest::boot`: nothing of ours has run yet).
-pub(crate) fn start(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path) -> Result<(NvmeDevice, Vm)> {
+pub(crate) fn start(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path) -> Result<Guest<NvmeDevice>> {
     boot::retry_early_hang(|_| {
         let backing = cfg.run_dir.join("namespace.img");
         let _ = std::fs::remove_file(&backing);
@@ -512,14 +512,13 @@ pub(crate) fn start(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path) -> Res
         boot::wait_started(&mut vm, "HMBT-INIT", Duration::from_secs(120), |l| {
             l.contains("HMBT-INIT")
         })?;
-        Ok((dev, vm))
+        Ok(Guest {
+            run_dir: cfg.run_dir.clone(),
+            share: share.to_path_buf(),
+            dev,
+            vm,
+        })
     })
-}
-
-/// Wait for the guest to create `name` in the share, watching QEMU, the
-/// console and emu-device.
-fn wait_checkpoint(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, name: &str, timeout: Duration) -> Result<()> {
-    crate::share_wait::wait_share_file(vm, share, name, timeout, || dev.check_alive())
 }
 
 /// The controller's report at a checkpoint, saved as `emu-<name>.json`.
@@ -664,8 +663,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         ),
     )?;
     let started = Instant::now();
-    let (mut dev, mut vm) = phases.run("guest boot", || start(tools, cfg, &share))?;
-    let wait = |vm: &mut Vm, dev: &mut NvmeDevice, name: &str| wait_checkpoint(vm, dev, &share, name, cfg.timeout);
+    let mut g = phases.run("guest boot", || start(tools, cfg, &share))?;
 
     let probe_phase = if cfg.trace {
         "probe (patched nvme)"
@@ -673,51 +671,51 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         "probe (stock nvme)"
     };
     let probed = phases.run(probe_phase, || {
-        wait(&mut vm, &mut dev, files::PROBED)?;
-        let s = snapshot(&mut dev, &cfg.run_dir, files::PROBED)?;
+        g.wait_share_file(files::PROBED, cfg.timeout)?;
+        let s = snapshot(&mut g.dev, &cfg.run_dir, files::PROBED)?;
         check_probed(&s)?;
         share::answer(&share, files::PROBED)?;
         Ok(s)
     })?;
     let after_reset = phases.run("data + reset_controller", || {
-        wait(&mut vm, &mut dev, files::RESET)?;
-        let s = snapshot(&mut dev, &cfg.run_dir, files::RESET)?;
+        g.wait_share_file(files::RESET, cfg.timeout)?;
+        let s = snapshot(&mut g.dev, &cfg.run_dir, files::RESET)?;
         check_reset(&s, &probed)?;
         share::answer(&share, files::RESET)?;
         Ok(s)
     })?;
     if cfg.inject_fatal {
         phases.run("controller failure (CFS) + driver recovery", || {
-            wait(&mut vm, &mut dev, files::FATAL)?;
-            dev.request(&Request::Inject(Fault::Reset))?;
-            let failed = snapshot(&mut dev, &cfg.run_dir, files::FATAL)?;
+            g.wait_share_file(files::FATAL, cfg.timeout)?;
+            g.dev.request(&Request::Inject(Fault::Reset))?;
+            let failed = snapshot(&mut g.dev, &cfg.run_dir, files::FATAL)?;
             check_failed(&failed)?;
             share::answer(&share, files::FATAL)?;
-            wait(&mut vm, &mut dev, files::RECOVERED)?;
-            let s = snapshot(&mut dev, &cfg.run_dir, files::RECOVERED)?;
+            g.wait_share_file(files::RECOVERED, cfg.timeout)?;
+            let s = snapshot(&mut g.dev, &cfg.run_dir, files::RECOVERED)?;
             check_recovered(&s, &after_reset)?;
             share::answer(&share, files::RECOVERED)?;
             Ok(())
         })?;
     }
     let (done, ground_truth) = phases.run("4 KiB QD1 reads", || {
-        wait(&mut vm, &mut dev, files::DONE)?;
-        let s = snapshot(&mut dev, &cfg.run_dir, "stats")?;
+        g.wait_share_file(files::DONE, cfg.timeout)?;
+        let s = snapshot(&mut g.dev, &cfg.run_dir, "stats")?;
         // The journal while the controller still runs: power-off ends the
         // epoch and QEMU's disconnect resets the controller.
         // Stock driver: the journal of what was produced with no slice,
         // which the telemetry logs are checked against.
-        let t = dev.request(&Request::GroundTruth)?;
+        let t = g.dev.request(&Request::GroundTruth)?;
         std::fs::write(cfg.run_dir.join(files::GROUND_TRUTH), serde_json::to_string_pretty(&t)?)?;
         let truth = Some(t);
         share::answer(&share, files::DONE)?;
         Ok((s, truth))
     })?;
     let line = phases.run("guest power-off", || {
-        share::wait_result(&mut vm, Duration::from_secs(60), Duration::from_secs(60))
+        share::wait_result(&mut g.vm, Duration::from_secs(60), Duration::from_secs(60))
     })?;
     let guest_seconds = started.elapsed().as_secs_f64();
-    dev.shutdown();
+    g.dev.shutdown();
     share::move_artifacts(
         &share,
         &cfg.run_dir,
@@ -735,7 +733,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
     ensure!(
         console::parse_result(&line) == Some(0),
         "the guest script failed: {line}\n{}",
-        vm.console.tail(30)
+        g.vm.console.tail(30)
     );
     let dmesg = std::fs::read_to_string(cfg.run_dir.join(files::DMESG)).context("the guest wrote no dmesg")?;
     kernel_checks::verify_active(&dmesg, tools.image.has_kfence)?;

@@ -65,13 +65,7 @@ impl Guest<NvmeDevice> {
             inject_fatal: false,
             controller: opts.controller,
         };
-        let (dev, vm) = nvme_guest::start(tools, &cfg, &share)?;
-        Ok(NvmeSession {
-            run_dir: run_dir.to_path_buf(),
-            share,
-            dev,
-            vm,
-        })
+        nvme_guest::start(tools, &cfg, &share)
     }
 
     pub fn inject(&mut self, fault: Fault) -> Result<Value> {

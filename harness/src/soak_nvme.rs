@@ -22,11 +22,11 @@ use crate::guest_script::{self, Script};
 use crate::interrupt;
 use crate::journal_truth;
 use crate::nvme_guest::{
-    self, files, is_trouble_line, parse_results, stage_modules, NvmeDevice, NvmeRunConfig, NvmeTools,
-    FATAL_DRIVER_LINE, FATAL_IO_TIMEOUT_S,
+    self, files, is_trouble_line, parse_results, stage_modules, NvmeRunConfig, NvmeTools, FATAL_DRIVER_LINE,
+    FATAL_IO_TIMEOUT_S,
 };
 use crate::phases::Phases;
-use crate::qemu::{console, Accel, Vm, WaitError};
+use crate::qemu::{console, Accel, WaitError};
 
 /// The host tells the guest to stop its I/O loop and the daemon.
 const STOP: &str = "soak-stop";
@@ -83,12 +83,6 @@ fn guest_script(mods: &[String], trace_module: &str) -> String {
         .build()
 }
 
-/// Wait for the guest to create `name` in the share, watching QEMU, the
-/// console and emu-device.
-fn wait_file(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, name: &str, timeout: Duration) -> Result<()> {
-    crate::share_wait::wait_share_file(vm, share, name, timeout, || dev.check_alive())
-}
-
 fn counter(status: &serde_json::Value, name: &str) -> u64 {
     status
         .pointer(&format!("/controller/counters/{name}"))
@@ -123,9 +117,9 @@ pub fn run(
         inject_fatal: true,
         controller: Default::default(),
     };
-    let (mut dev, mut vm) = phases.run("guest boot", || nvme_guest::start(tools, &cfg, &share))?;
+    let mut g = phases.run("guest boot", || nvme_guest::start(tools, &cfg, &share))?;
     phases.run("probe + daemon + I/O loop", || {
-        wait_file(&mut vm, &mut dev, &share, RUNNING, Duration::from_secs(300))
+        g.wait_share_file(RUNNING, Duration::from_secs(300))
     })?;
     let start = Instant::now();
     let resets = phases.run("soak", || {
@@ -134,7 +128,7 @@ pub fn run(
         let mut last_report = Instant::now();
         while start.elapsed() < duration {
             if start.elapsed() >= next && next < duration {
-                dev.request(&Request::Inject(Fault::Reset))?;
+                g.dev.request(&Request::Inject(Fault::Reset))?;
                 resets += 1;
                 next += reset_every;
                 println!(
@@ -142,13 +136,13 @@ pub fn run(
                     start.elapsed().as_secs_f64()
                 );
             }
-            dev.check_alive()?;
-            match vm.wait_for("guest failure", Duration::from_millis(200), |l| {
+            g.dev.check_alive()?;
+            match g.vm.wait_for("guest failure", Duration::from_millis(200), |l| {
                 l.contains("HMBT-NVME FAIL") || l.contains("HMBT-RESULT") || l.contains("HMBT-ERROR")
             }) {
                 Ok(line) => bail!(
                     "the guest script stopped during the soak: {line}\n{}",
-                    vm.console.tail(30)
+                    g.vm.console.tail(30)
                 ),
                 Err(e) if WaitError::is_timeout(&e) => {}
                 Err(e) => return Err(e),
@@ -158,7 +152,7 @@ pub fn run(
             }
             if last_report.elapsed() >= Duration::from_secs(30) {
                 last_report = Instant::now();
-                let s = dev.status()?;
+                let s = g.dev.status()?;
                 println!(
                     "    {:>4.0} s: controller resets {}, reads {}, writes {}",
                     start.elapsed().as_secs_f64(),
@@ -173,11 +167,11 @@ pub fn run(
     let seconds = start.elapsed().as_secs_f64();
     std::fs::write(share.join(STOP), b"")?;
     let (status, answer) = phases.run("stop + journal", || {
-        wait_file(&mut vm, &mut dev, &share, files::DONE, Duration::from_secs(300))?;
+        g.wait_share_file(files::DONE, Duration::from_secs(300))?;
         // The journal while the controller still runs: QEMU's disconnect
         // resets it.
-        let status = dev.status()?;
-        let answer = dev.request(&Request::GroundTruth)?;
+        let status = g.dev.status()?;
+        let answer = g.dev.request(&Request::GroundTruth)?;
         std::fs::write(
             run_dir.join(files::GROUND_TRUTH),
             serde_json::to_string_pretty(&answer)?,
@@ -187,9 +181,9 @@ pub fn run(
         Ok((status, answer))
     })?;
     let line = phases.run("guest power-off", || {
-        share::wait_result(&mut vm, Duration::from_secs(60), Duration::from_secs(60))
+        share::wait_result(&mut g.vm, Duration::from_secs(60), Duration::from_secs(60))
     })?;
-    dev.shutdown();
+    g.dev.shutdown();
     share::move_artifacts(
         &share,
         run_dir,
@@ -198,7 +192,7 @@ pub fn run(
     ensure!(
         console::parse_result(&line) == Some(0),
         "the guest script failed: {line}\n{}",
-        vm.console.tail(30)
+        g.vm.console.tail(30)
     );
     let results = parse_results(&std::fs::read_to_string(run_dir.join(files::RESULTS))?);
     let num = |k: &str| -> Result<u64> {
