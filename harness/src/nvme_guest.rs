@@ -50,12 +50,8 @@ pub mod files {
     pub const TRACE: &str = "trace.bin";
     pub const DAEMON_STDERR: &str = "daemon.stderr";
     pub const GROUND_TRUTH: &str = "ground-truth.json";
-    /// Stock driver: two Telemetry Host-Initiated logs by `nvme telemetry-log`,
-    /// with a few reads between them.
-    pub const TELEMETRY: [&str; 2] = ["telemetry-1.bin", "telemetry-2.bin"];
-    /// Stock driver: the Telemetry Controller-Initiated log
-    /// (`nvme telemetry-log --controller-init`), after the two above.
-    pub const TELEMETRY_CONTROLLER: &str = "telemetry-controller.bin";
+    /// Stock driver: the Telemetry logs (`nvme_telemetry` names them).
+    pub use crate::nvme_telemetry::{TELEMETRY, TELEMETRY_CONTROLLER};
     /// Checkpoints: the guest creates NAME and waits for NAME.ok.
     pub const PROBED: &str = "probed";
     pub const RESET: &str = "reset";
@@ -419,8 +415,7 @@ pub fn guest_script(
         .build()
 }
 
-/// Reads between the two telemetry logs of a stock run.
-pub const TELEMETRY_READS_BETWEEN: u64 = 16;
+pub use crate::nvme_telemetry::TELEMETRY_READS_BETWEEN;
 
 /// Rounds of the poll wake-up latency measurement in trace runs.
 pub const WAKE_ROUNDS: u32 = 200;
