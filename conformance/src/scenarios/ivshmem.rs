@@ -11,9 +11,10 @@ use hmb_harness::qemu::console;
 use hmb_harness::session::Session;
 use serde_json::{json, Value};
 
-use super::header_faults::header_fault_of;
+use super::shared::{self, Verdict};
 use crate::env::{Device, Env, Extra, FINISH};
 use crate::outcome::{check_truth, daemon_error, kernel_log, truth_facts};
+use hmb_harness::emu::EmuDevice;
 
 /// Ring of the streaming scenarios: big enough never to overflow at their rates.
 const RING: u64 = 1 << 20;
@@ -27,24 +28,63 @@ const BIG_RING: u64 = 512 << 20;
 const LATE_STOP_MS: u64 = 2000;
 const STARTED: Duration = Duration::from_secs(60);
 
+/// The ivshmem device's side of the shared scenarios.
+impl shared::Side for EmuDevice {
+    const DEVICE: Device = Device::Ivshmem;
+    const STARTED: Duration = STARTED;
+    /// `load_module ring_size={RING}` (checked by a test).
+    const UP: &'static str = "load_module ring_size=1048576\n";
+    const DOWN: &'static str = "stop_daemon\ncollect\nwait_file stop\nexit 0\n";
+    type Truth = (GroundTruth, Stats);
+
+    fn start(env: &Env, name: &str, body: &str) -> Result<Session> {
+        env.start(name, RING, body)
+    }
+
+    fn produce(g: &mut Session, workload: &str, seed: u64, rate: u64) -> Result<()> {
+        g.dev.start_workload(workload, seed, rate)
+    }
+
+    fn inject(g: &mut Session, fault: Fault) -> Result<()> {
+        g.dev.inject(fault).map(drop)
+    }
+
+    fn wind_down(g: &mut Session) -> Result<(Self::Truth, i32)> {
+        let (gt, stats, rc) = wind_down(g)?;
+        Ok(((gt, stats), rc))
+    }
+
+    fn finish_unchecked(g: &mut Session) -> Result<i32> {
+        g.signal(files::STOP)?;
+        g.finish(FINISH)
+    }
+
+    fn check(g: &Session, (gt, stats): &Self::Truth) -> Result<Verdict> {
+        let truth = check_truth(&g.run_dir, gt, stats)?;
+        Ok(Verdict {
+            passed: truth.passed(),
+            summary: truth.summary(),
+            facts: truth_facts(&truth),
+        })
+    }
+
+    fn after(_: &Session) -> Result<()> {
+        Ok(())
+    }
+}
+
 /// Run one scenario on the ivshmem device.
 pub fn run(env: &Env, name: &str) -> Result<Value> {
-    if let Some(fault) = header_fault_of(name) {
-        return header_fault(env, name, fault);
-    }
     match name {
         "streaming" => streaming(env),
         "overflow" => overflow(env),
         "frozen_exit" => frozen(env, false),
         "frozen_follow" => frozen(env, true),
-        "unknown_flag" => unknown_flag(env),
         "access_rules" => access_rules(env),
         "binding" => binding(env),
         "no_msix" => no_msix(env),
         "big_ring" => big_ring(env),
-        "crash_safety" => crash_safety(env),
         "removal" => removal(env),
-        "hostile_firmware" => hostile(env),
         "format_rules" => format_rules(env),
         "pci_error" => pci_error(env),
         "suspend" => suspend(env),
@@ -173,61 +213,6 @@ fn frozen(env: &Env, follow: bool) -> Result<Value> {
         "guest_rc": rc,
         "daemon_exit_codes": s.daemon_exit_codes(),
         "epochs_in_trace": truth.epochs,
-        "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
-    }))
-}
-
-/// Script body: load, wait for the host to damage the header, then start the daemon.
-fn staged_body(ring: u64) -> String {
-    format!(
-        "load_module ring_size={ring}\nmark loaded\nwait_file go\nstart_daemon\nwait_stop\nstop_daemon\ncollect\nwait_file stop\nexit 0\n"
-    )
-}
-
-/// A damaged or newer header before the daemon starts.
-fn header_fault(env: &Env, name: &str, fault: Fault) -> Result<Value> {
-    let mut s = env.start(name, RING, &staged_body(RING))?;
-    s.wait_share_file("loaded", STARTED)?;
-    s.dev.start_workload("ssd", 9, 2000)?;
-    s.run_for(0.3)?;
-    s.dev.inject(fault)?;
-    s.signal("go")?;
-    s.wait_share_file(files::STARTED, STARTED)?;
-    s.run_for(1.0)?;
-    let (gt, stats, rc) = wind_down(&mut s)?;
-    let codes = s.daemon_exit_codes();
-    let mut out = json!({
-        "guest_rc": rc,
-        "daemon_exit_codes": codes,
-        "daemon_error": daemon_error(&s.run_dir),
-        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
-    });
-    if codes == [0] {
-        let truth = check_truth(&s.run_dir, &gt, &stats)?;
-        anyhow::ensure!(truth.passed(), "{}", truth.summary());
-        out["truth"] = truth_facts(&truth);
-    }
-    Ok(out)
-}
-
-/// A flag bit ABI v1 does not define appears mid-stream: the daemon logs it
-/// once and keeps streaming, losing nothing.
-fn unknown_flag(env: &Env) -> Result<Value> {
-    let mut s = env.start("unknown_flag", RING, &stream_body(RING, ""))?;
-    s.wait_share_file(files::STARTED, STARTED)?;
-    s.dev.start_workload("ssd", 29, 3000)?;
-    s.run_for(0.5)?;
-    s.dev.inject(Fault::UnknownFlag)?;
-    s.run_for(1.0)?;
-    let (gt, stats, rc) = wind_down(&mut s)?;
-    let truth = check_truth(&s.run_dir, &gt, &stats)?;
-    anyhow::ensure!(truth.passed(), "{}", truth.summary());
-    let stderr = std::fs::read_to_string(s.run_dir.join(files::DAEMON_STDERR)).unwrap_or_default();
-    Ok(json!({
-        "guest_rc": rc,
-        "daemon_exit_codes": s.daemon_exit_codes(),
-        "unknown_flag_logged_once": stderr.matches("unknown bits 0x200").count() == 1,
         "truth": truth_facts(&truth),
         "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
@@ -498,37 +483,6 @@ fn big_ring(env: &Env) -> Result<Value> {
     }))
 }
 
-/// SIGKILL the daemon at random moments and restart it: trace.bin must hold
-/// every record exactly once.
-fn crash_safety(env: &Env) -> Result<Value> {
-    let body = format!(
-        "load_module ring_size={RING}\n\
-         i=0\n\
-         while [ $i -lt 8 ]; do\n\
-             start_daemon\n\
-             sleep 0.$((RANDOM % 9 + 1))\n\
-             kill -9 $daemon; wait $daemon\n\
-             i=$((i + 1))\n\
-         done\n\
-         mark kills.done\n\
-         start_daemon\nwait_stop\nstop_daemon\ncollect\nexit 0\n"
-    );
-    let mut s = env.start("crash_safety", RING, &body)?;
-    s.wait_share_file(files::STARTED, STARTED)?;
-    s.dev.start_workload("sizes", 13, 3000)?;
-    s.wait_share_file("kills.done", Duration::from_secs(120))?;
-    s.run_for(0.5)?;
-    let (gt, stats, rc) = wind_down(&mut s)?;
-    let truth = check_truth(&s.run_dir, &gt, &stats)?;
-    anyhow::ensure!(truth.passed(), "{}", truth.summary());
-    Ok(json!({
-        "guest_rc": rc,
-        "daemon_exit_codes_after_kills": s.daemon_exit_codes(),
-        "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
-    }))
-}
-
 /// rmmod with the daemon running is refused; unbinding the PCI device
 /// through sysfs with the daemon running and mapped is safe, and the daemon
 /// exits with its device-gone code.
@@ -562,25 +516,6 @@ fn removal(env: &Env) -> Result<Value> {
         "guest_rc": rc,
         "rmmod_while_open": if console.contains("HMBT-RMMOD refused") { "refused" } else { "accepted" },
         "unbind_while_open_and_mapped": if console.contains("HMBT-UNBIND done") { "done" } else { "failed" },
-        "daemon_exit_codes": s.daemon_exit_codes(),
-        "daemon_error": daemon_error(&s.run_dir),
-        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
-    }))
-}
-
-/// Records with lying lengths: the daemon stops cleanly, the kernel log stays clean.
-fn hostile(env: &Env) -> Result<Value> {
-    let mut s = env.start("hostile_firmware", RING, &stream_body(RING, ""))?;
-    s.wait_share_file(files::STARTED, STARTED)?;
-    s.dev.start_workload("ssd", 19, 2000)?;
-    s.run_for(0.5)?;
-    s.dev.inject(Fault::Hostile)?;
-    s.wait_share_file(files::DAEMON_RC, Duration::from_secs(30))
-        .context("the daemon did not stop on a hostile record")?;
-    s.signal(files::STOP)?;
-    let rc = s.finish(FINISH)?;
-    Ok(json!({
-        "guest_rc": rc,
         "daemon_exit_codes": s.daemon_exit_codes(),
         "daemon_error": daemon_error(&s.run_dir),
         "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
@@ -888,6 +823,18 @@ fn suspend(env: &Env) -> Result<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shared_bodies_are_the_ivshmem_ones() {
+        assert_eq!(
+            <EmuDevice as shared::Side>::UP,
+            format!("load_module ring_size={RING}\n")
+        );
+        assert_eq!(
+            shared::stream_body::<EmuDevice>("--follow"),
+            stream_body(RING, "--follow")
+        );
+    }
 
     #[test]
     fn base64_from_the_console_round_trips() {

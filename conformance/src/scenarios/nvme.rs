@@ -18,9 +18,10 @@ use hmb_harness::nvme_session::{NvmeGuestOptions, NvmeSession};
 use hmb_nvme_trace::ProducerKind;
 use serde_json::{json, Value};
 
-use super::header_faults::header_fault_of;
+use super::shared::{self, Verdict};
 use crate::env::{Device, Env, FINISH};
 use crate::outcome::{daemon_error, kernel_log, truth_facts};
+use hmb_harness::nvme_guest::NvmeDevice;
 
 const STARTED: Duration = Duration::from_secs(90);
 /// The guest's signal that it stopped the daemon and handed over its files;
@@ -28,18 +29,55 @@ const STARTED: Duration = Duration::from_secs(90);
 const COLLECTED: &str = "collected";
 const JOURNAL_TAKEN: &str = "journal_taken";
 
+/// The NVMe controller's side of the shared scenarios.
+impl shared::Side for NvmeDevice {
+    const DEVICE: Device = Device::Nvme;
+    const STARTED: Duration = STARTED;
+    const UP: &'static str = "load_nvme\nload_module\nio_start\n";
+    const DOWN: &'static str = WIND_DOWN;
+    type Truth = Journal;
+
+    fn start(env: &Env, name: &str, body: &str) -> Result<NvmeSession> {
+        env.start_nvme(name, body, &NvmeGuestOptions::default())
+    }
+
+    /// The guest's I/O loop is the production: nothing to start.
+    fn produce(_: &mut NvmeSession, _: &str, _: u64, _: u64) -> Result<()> {
+        Ok(())
+    }
+
+    fn inject(g: &mut NvmeSession, fault: Fault) -> Result<()> {
+        g.inject(fault).map(drop)
+    }
+
+    fn wind_down(g: &mut NvmeSession) -> Result<(Journal, i32)> {
+        wind_down(g)
+    }
+
+    fn finish_unchecked(g: &mut NvmeSession) -> Result<i32> {
+        finish_daemon_gone(g)
+    }
+
+    fn check(g: &NvmeSession, journal: &Journal) -> Result<Verdict> {
+        let truth = check_journal(g, journal)?;
+        Ok(Verdict {
+            passed: truth.passed(),
+            summary: truth.summary(),
+            facts: truth_facts(&truth),
+        })
+    }
+
+    fn after(g: &NvmeSession) -> Result<()> {
+        check_io(g)
+    }
+}
+
 /// Run one scenario on the NVMe controller.
 pub fn run(env: &Env, name: &str) -> Result<Value> {
-    if let Some(fault) = header_fault_of(name) {
-        return header_fault(env, name, fault);
-    }
     match name {
         "streaming" => streaming(env),
         "frozen_exit" => frozen(env, false),
         "frozen_follow" => frozen(env, true),
-        "unknown_flag" => unknown_flag(env),
-        "crash_safety" => crash_safety(env),
-        "hostile_firmware" => hostile(env),
         "nvme_traced_io" => traced_io(env),
         "nvme_resets" => resets(env),
         "nvme_hmb_toggle" => hmb_toggle(env),
@@ -189,95 +227,6 @@ fn frozen(env: &Env, follow: bool) -> Result<Value> {
         "truth": truth_facts(&truth),
         "kernel_log": kernel_log(&s.run_dir, Device::Nvme, &[]),
     }))
-}
-
-/// A damaged or newer header (written by the controller) before the daemon starts.
-fn header_fault(env: &Env, name: &str, fault: Fault) -> Result<Value> {
-    let body =
-        format!("load_nvme\nload_module\nio_start\nmark loaded\nwait_file go\nstart_daemon\nwait_stop\n{WIND_DOWN}");
-    let mut s = env.start_nvme(name, &body, &NvmeGuestOptions::default())?;
-    s.wait_share_file("loaded", STARTED)?;
-    s.run_for(0.3)?;
-    s.inject(fault)?;
-    s.signal("go")?;
-    s.wait_share_file(files::STARTED, STARTED)?;
-    s.run_for(1.0)?;
-    let (journal, rc) = wind_down(&mut s)?;
-    let codes = s.daemon_exit_codes();
-    let mut out = daemon_facts(&s, rc, &[]);
-    if codes == [0] {
-        let truth = check_journal(&s, &journal)?;
-        ensure!(truth.passed(), "{}", truth.summary());
-        out["truth"] = truth_facts(&truth);
-    }
-    check_io(&s)?;
-    Ok(out)
-}
-
-/// A flag bit ABI v1 does not define, set by the controller mid-stream: the
-/// daemon logs it once and loses nothing.
-fn unknown_flag(env: &Env) -> Result<Value> {
-    let mut s = env.start_nvme("unknown_flag", &stream_body(""), &NvmeGuestOptions::default())?;
-    s.wait_share_file(files::STARTED, STARTED)?;
-    s.run_for(0.5)?;
-    s.inject(Fault::UnknownFlag)?;
-    s.run_for(1.0)?;
-    let (journal, rc) = wind_down(&mut s)?;
-    let truth = check_journal(&s, &journal)?;
-    ensure!(truth.passed(), "{}", truth.summary());
-    check_io(&s)?;
-    let stderr = std::fs::read_to_string(s.run_dir.join(files::DAEMON_STDERR)).unwrap_or_default();
-    Ok(json!({
-        "guest_rc": rc,
-        "daemon_exit_codes": s.daemon_exit_codes(),
-        "unknown_flag_logged_once": stderr.matches("unknown bits 0x200").count() == 1,
-        "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s.run_dir, Device::Nvme, &[]),
-    }))
-}
-
-/// Eight SIGKILLs of the daemon at random points under traced I/O: the
-/// trace is still exactly the journal.
-fn crash_safety(env: &Env) -> Result<Value> {
-    let body = format!(
-        "load_nvme\nload_module\nio_start\n\
-         i=0\n\
-         while [ $i -lt 8 ]; do\n\
-             start_daemon\n\
-             sleep 0.$((RANDOM % 9 + 1))\n\
-             kill -9 $daemon; wait $daemon\n\
-             i=$((i + 1))\n\
-         done\n\
-         mark kills.done\n\
-         start_daemon\nwait_stop\n{WIND_DOWN}"
-    );
-    let mut s = env.start_nvme("crash_safety", &body, &NvmeGuestOptions::default())?;
-    s.wait_share_file(files::STARTED, STARTED)?;
-    s.wait_share_file("kills.done", Duration::from_secs(120))?;
-    s.run_for(0.5)?;
-    let (journal, rc) = wind_down(&mut s)?;
-    let truth = check_journal(&s, &journal)?;
-    ensure!(truth.passed(), "{}", truth.summary());
-    check_io(&s)?;
-    Ok(json!({
-        "guest_rc": rc,
-        "daemon_exit_codes_after_kills": s.daemon_exit_codes(),
-        "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s.run_dir, Device::Nvme, &[]),
-    }))
-}
-
-/// A record with a lying length, published by the controller: the daemon
-/// stops cleanly, the kernel log stays clean.
-fn hostile(env: &Env) -> Result<Value> {
-    let mut s = env.start_nvme("hostile_firmware", &stream_body(""), &NvmeGuestOptions::default())?;
-    s.wait_share_file(files::STARTED, STARTED)?;
-    s.run_for(0.5)?;
-    s.inject(Fault::Hostile)?;
-    s.wait_share_file(files::DAEMON_RC, Duration::from_secs(30))
-        .context("the daemon did not stop on a hostile record")?;
-    let (_journal, rc) = wind_down(&mut s)?;
-    Ok(daemon_facts(&s, rc, &[]))
 }
 
 /// Known data written and read back under the trace: one CMD_FETCH and one
@@ -695,4 +644,14 @@ pub fn stock_driver_audit(kernel: Option<&str>, personality: hmb_nvme_trace::Per
         "vendor_feature_commands": u("vendor_feature_commands")?,
         "violations": u("violations")?,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shared_bodies_are_the_nvme_ones() {
+        assert_eq!(shared::stream_body::<NvmeDevice>("--follow"), stream_body("--follow"));
+    }
 }
