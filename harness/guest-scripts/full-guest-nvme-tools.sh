@@ -58,7 +58,7 @@ nvme_tools() {
     smart before-fio
     # $FIO_JOBS unquoted: NAME IODEPTH OFFSET_MIB SIZE_MIB, four words a job.
     # shellcheck disable=SC2086
-    set -- "$FIO_JOBS"
+    set -- $FIO_JOBS
     while [ $# -ge 4 ]; do
         fio_job "$1" --iodepth="$2" --offset="$3M" --size="$4M"
         shift 4

@@ -618,6 +618,9 @@ mod tests {
             "TOOLS_DONE='nvme-tools.done'\n",
             "PROBE_FILE='data/r3'\n",
             "nvme_tools() {",
+            // Unquoted: the jobs' words must split (a quoted one word
+            // would run no job at all).
+            "    set -- $FIO_JOBS\n",
         ] {
             assert!(s.contains(want), "{want} missing");
         }
