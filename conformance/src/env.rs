@@ -119,7 +119,7 @@ impl Env {
         let _ = std::fs::remove_dir_all(&run_dir);
         std::fs::create_dir_all(&run_dir)?;
         let tools = self.tools()?;
-        let script = guest_script::prelude(tools.module()?) + body;
+        let script = guest_script::prelude(tools.module()?).body(body).build();
         let cfg = SessionConfig {
             run_dir,
             accel: Accel::Tcg,

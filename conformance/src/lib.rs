@@ -9,7 +9,6 @@
 //! (add a controller reset to the streaming scenario).
 
 pub mod env;
-pub mod nvme_scenarios;
 pub mod outcome;
 pub mod scenarios;
 

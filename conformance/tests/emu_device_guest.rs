@@ -47,11 +47,11 @@ fn the_module_handshakes_and_receives_msix_interrupts() {
     let mut s = env
         .start("emu_device_guest", RING, &body)
         .expect("starting the session");
-    s.emu.start_workload("ssd", 4, 20_000).unwrap();
+    s.dev.start_workload("ssd", 4, 20_000).unwrap();
     let first =
         s.vm.wait_for("HMBT-IRQ1", Duration::from_secs(120), |l| l.starts_with("HMBT-IRQ1"))
             .unwrap();
-    let status = s.emu.status().unwrap();
+    let status = s.dev.status().unwrap();
     assert_eq!(status.phase, Phase::Producing, "{status:?}");
     assert_eq!(status.slice.map(|sl| sl.epoch), Some(1), "{status:?}");
     assert!(status.doorbells >= 1, "{status:?}");
@@ -72,9 +72,9 @@ fn the_module_handshakes_and_receives_msix_interrupts() {
     assert!(rc.contains("HMBT-RESULT rc=0"), "{rc}");
     s.vm.wait_exit(Duration::from_secs(30)).unwrap();
     // QEMU powered off: emu-device exits cleanly by itself.
-    let exit = s.emu.wait_exit(Duration::from_secs(10)).unwrap();
+    let exit = s.dev.wait_exit(Duration::from_secs(10)).unwrap();
     assert!(exit.is_some_and(|st| st.success()), "emu-device after QEMU: {exit:?}");
-    assert!(!s.emu.ivshmem_socket.exists() && !s.emu.control_socket.exists());
-    let log = conformance::outcome::kernel_log(&s.run_dir);
+    assert!(!s.dev.ivshmem_socket.exists() && !s.dev.control_socket().exists());
+    let log = conformance::outcome::kernel_log(&s.run_dir, conformance::env::Device::Ivshmem, &[]);
     assert_eq!(log, "clean", "kernel log: {log}");
 }

@@ -8,7 +8,7 @@
 //! `HMB_TRACE_KERNEL=6.12 cargo test -p conformance --test stock_driver -- --ignored --nocapture`
 //! (`HMB_AUDIT_PERSONALITY=small-hmb` etc. for another personality).
 
-use conformance::nvme_scenarios;
+use conformance::scenarios::nvme;
 use hmb_nvme_trace::Personality;
 
 #[test]
@@ -18,8 +18,8 @@ fn stock_driver_leaves_the_controllers_hmb_alone() {
     let personality: Personality = std::env::var("HMB_AUDIT_PERSONALITY")
         .map(|p| p.parse().unwrap_or_else(|e| panic!("HMB_AUDIT_PERSONALITY: {e}")))
         .unwrap_or(Personality::Stock);
-    let out = nvme_scenarios::stock_driver_audit(kernel.as_deref(), personality)
-        .unwrap_or_else(|e| panic!("{personality}: {e:#}"));
+    let out =
+        nvme::stock_driver_audit(kernel.as_deref(), personality).unwrap_or_else(|e| panic!("{personality}: {e:#}"));
     eprintln!("{}", serde_json::to_string_pretty(&out).unwrap());
     assert_eq!(out["violations"], 0, "{out}");
     assert_eq!(out["c0h_received"], false, "{out}");

@@ -12,13 +12,141 @@ use hmb_emu_device::report::{GroundTruth, Stats, Status};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-pub struct EmuDevice {
+/// An emu-device child (`serve` or `serve-nvme`): spawned with its log,
+/// ready once its sockets exist, checked for an unexpected death, asked
+/// over its control socket, and always stopped (Drop).
+pub struct EmuProcess {
     child: Option<Child>,
-    pub ivshmem_socket: PathBuf,
+    /// What the errors call it (`emu-device`, `emu-device serve-nvme`).
+    what: &'static str,
+    /// The log's name in the run folder, for the errors.
+    log: String,
     pub control_socket: PathBuf,
 }
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl EmuProcess {
+    /// Spawn `command` with its output in `run_dir/log` and wait (10 s at
+    /// most) until the control socket and `sockets` exist.
+    pub fn spawn(
+        what: &'static str,
+        command: Command,
+        run_dir: &Path,
+        log: &str,
+        control_socket: PathBuf,
+        sockets: &[&Path],
+    ) -> Result<EmuProcess> {
+        let child = spawn_child(command, &run_dir.join(log))?;
+        let mut process = EmuProcess {
+            child: Some(child),
+            what,
+            log: log.to_string(),
+            control_socket,
+        };
+        let timeout = Duration::from_secs(10);
+        let deadline = Instant::now() + timeout;
+        while !(process.control_socket.exists() && sockets.iter().all(|s| s.exists())) {
+            process.check_alive()?;
+            if Instant::now() > deadline {
+                bail!(
+                    "{what} did not create its sockets within {}s; see {log}",
+                    timeout.as_secs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(process)
+    }
+
+    /// Fail if the process has died (unless `kill` was asked for).
+    pub fn check_alive(&mut self) -> Result<()> {
+        if let Some(child) = self.child.as_mut() {
+            if let Some(status) = child.try_wait()? {
+                self.child = None;
+                bail!("{} exited unexpectedly ({status}); see {}", self.what, self.log);
+            }
+        }
+        Ok(())
+    }
+
+    /// A control request; its `result` (Null when there is none).
+    pub fn request(&mut self, req: &Request) -> Result<Value> {
+        self.check_alive()?;
+        let resp = call(&self.control_socket, req, CALL_TIMEOUT)
+            .with_context(|| format!("emu-device control request {req:?}"))?;
+        if !resp.ok {
+            bail!("emu-device refused {req:?}: {}", resp.error.unwrap_or_default());
+        }
+        Ok(resp.result.unwrap_or(Value::Null))
+    }
+
+    /// Wait for the process to exit by itself; `None` if it is still
+    /// running at the deadline.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Result<Option<std::process::ExitStatus>> {
+        let deadline = Instant::now() + timeout;
+        while let Some(child) = self.child.as_mut() {
+            if let Some(status) = child.try_wait()? {
+                self.child = None;
+                return Ok(Some(status));
+            }
+            if Instant::now() > deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        bail!("{} was already stopped", self.what)
+    }
+
+    /// SIGKILL now, no clean shutdown. Later `check_alive` calls pass (the
+    /// death was asked for).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Ask for a clean shutdown, then make sure the process is gone.
+    pub fn shutdown(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = call(&self.control_socket, &Request::Shutdown, Duration::from_secs(2));
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for EmuProcess {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl crate::guest::GuestDevice for EmuDevice {
+    const MORE_FILES: &'static [&'static str] = &[];
+
+    fn check_alive(&mut self) -> Result<()> {
+        self.process.check_alive()
+    }
+
+    fn shutdown(&mut self) {
+        self.process.shutdown();
+    }
+}
+
+/// emu-device's ivshmem device (`serve`).
+pub struct EmuDevice {
+    process: EmuProcess,
+    pub ivshmem_socket: PathBuf,
+}
 
 impl EmuDevice {
     /// Start `binary serve` with its sockets and log in `run_dir`.
@@ -35,47 +163,31 @@ impl EmuDevice {
             .arg(&control_socket)
             .arg("--hmb-size")
             .arg(hmb_size);
-        let child = spawn_child(command, &run_dir.join("emu-device.log"))?;
-        let mut dev = EmuDevice {
-            child: Some(child),
-            ivshmem_socket,
+        let process = EmuProcess::spawn(
+            "emu-device",
+            command,
+            run_dir,
+            "emu-device.log",
             control_socket,
-        };
-        dev.wait_ready(Duration::from_secs(10))?;
-        Ok(dev)
+            &[&ivshmem_socket],
+        )?;
+        Ok(EmuDevice {
+            process,
+            ivshmem_socket,
+        })
     }
 
-    fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        while !(self.ivshmem_socket.exists() && self.control_socket.exists()) {
-            self.check_alive()?;
-            if Instant::now() > deadline {
-                bail!("emu-device did not create its sockets within {}s", timeout.as_secs());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(())
+    pub fn control_socket(&self) -> &Path {
+        &self.process.control_socket
     }
 
     /// Fail if emu-device has died.
     pub fn check_alive(&mut self) -> Result<()> {
-        if let Some(child) = self.child.as_mut() {
-            if let Some(status) = child.try_wait()? {
-                self.child = None;
-                bail!("emu-device exited unexpectedly ({status}); see emu-device.log");
-            }
-        }
-        Ok(())
+        self.process.check_alive()
     }
 
     pub fn request(&mut self, req: &Request) -> Result<Value> {
-        self.check_alive()?;
-        let resp = call(&self.control_socket, req, CALL_TIMEOUT)
-            .with_context(|| format!("emu-device control request {req:?}"))?;
-        if !resp.ok {
-            bail!("emu-device refused {req:?}: {}", resp.error.unwrap_or_default());
-        }
-        Ok(resp.result.unwrap_or(Value::Null))
+        self.process.request(req)
     }
 
     pub fn start_workload(&mut self, workload: &str, seed: u64, rate: u64) -> Result<()> {
@@ -136,40 +248,15 @@ impl EmuDevice {
     /// Wait for emu-device to exit by itself (it does when QEMU, its last
     /// guest, disconnects); `None` if it is still running at the deadline.
     pub fn wait_exit(&mut self, timeout: Duration) -> Result<Option<std::process::ExitStatus>> {
-        let deadline = Instant::now() + timeout;
-        while let Some(child) = self.child.as_mut() {
-            if let Some(status) = child.try_wait()? {
-                self.child = None;
-                return Ok(Some(status));
-            }
-            if Instant::now() > deadline {
-                return Ok(None);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        bail!("emu-device was already stopped")
+        self.process.wait_exit(timeout)
     }
 
     /// Ask for a clean shutdown, then make sure the process is gone.
     pub fn shutdown(&mut self) {
-        let _ = call(&self.control_socket, &Request::Shutdown, Duration::from_secs(2));
-        if let Some(mut child) = self.child.take() {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.shutdown();
     }
 }
 
-/// Start `command` as a child of a run: stdin closed, stdout and stderr
-/// into `log`, its own process group (a terminal Ctrl-C reaches only us, and
-/// we stop it in order), and killed by the kernel if we die outright.
 /// Where a run's unix sockets go: the run folder itself, unless its path
 /// is too long for a socket address (108 bytes with the NUL, and the
 /// socket is first bound as `.<name>.<pid>.binding`, see emu-device's
@@ -194,6 +281,9 @@ pub fn socket_dir(run_dir: &Path) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// Start `command` as a child of a run: stdin closed, stdout and stderr
+/// into `log`, its own process group (a terminal Ctrl-C reaches only us, and
+/// we stop it in order), and killed by the kernel if we die outright.
 pub fn spawn_child(mut command: Command, log: &Path) -> Result<Child> {
     let file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     command
@@ -210,12 +300,6 @@ pub fn spawn_child(mut command: Command, log: &Path) -> Result<Child> {
     command
         .spawn()
         .with_context(|| format!("starting {}", command.get_program().to_string_lossy()))
-}
-
-impl Drop for EmuDevice {
-    fn drop(&mut self) {
-        self.shutdown();
-    }
 }
 
 #[cfg(test)]

@@ -14,85 +14,173 @@ pub mod files {
     pub const SYSFS: &str = "sysfs.txt";
 }
 
-/// The prelude every guest script starts with. `module` is the guest path of
-/// nvme-hmb-trace.ko.
-pub fn prelude(module: &str) -> String {
-    format!(
-        r#"#!/bin/sh
-# Written by xtask; runs in the guest from the 9p share.
-share=/mnt/host
-step() {{ echo "HMBT-STEP $*"; }}
-fail() {{ echo "HMBT-ERROR $*"; exit 1; }}
-# mark NAME / wait_file NAME: rendezvous with the host through the share.
-mark() {{ touch $share/$1; }}
-wait_file() {{ while [ ! -e $share/$1 ]; do sleep 0.1; done; }}
+/// A guest script: `#!/bin/sh`, its parameters as variable assignments, then
+/// files of harness/guest-scripts/ and body lines. The shell lives in those
+/// files (shellcheck checks them: harness/tests/guest_scripts.rs); the host
+/// only sets the variables they read.
+#[derive(Debug, Clone)]
+pub struct Script {
+    text: String,
+}
 
-# load_module [PARAM=VALUE...]: insmod and wait for the device node.
-load_module() {{
-    step insmod "$@"
-    insmod {module} "$@" || fail "insmod failed"
-    i=0
-    while [ ! -e /dev/nvme-hmb-trace0 ]; do
-        i=$((i + 1)); [ $i -gt 100 ] && fail "no /dev/nvme-hmb-trace0"
-        sleep 0.1
-    done
-}}
+impl Script {
+    /// A script run from the share (mounted at /mnt/host, `$SHARE`).
+    pub fn new() -> Script {
+        Script {
+            text: "#!/bin/sh\n# Written by the host from harness/guest-scripts/ (harness/src/guest_script.rs).\n"
+                .to_string(),
+        }
+        .set("SHARE", "/mnt/host")
+    }
 
-# load_on_demand_modules: the image's modules not loaded at boot
-# (images/guest/modules-on-demand), dependencies first.
-load_on_demand_modules() {{
-    while read -r m; do
-        insmod "$m" || fail "insmod $m failed"
-    done < /etc/hmbt/on-demand-modules
-}}
+    /// `NAME='value'`: a parameter of the files that follow.
+    pub fn set(mut self, name: &str, value: impl std::fmt::Display) -> Script {
+        debug_assert!(name
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'));
+        self.text.push_str(&format!("{name}={}\n", quote(&value.to_string())));
+        self
+    }
 
-# start_daemon [ARGS...]: run the daemon in the background, appending to trace.bin.
-start_daemon() {{
-    step daemon "$@"
-    /bin/hmb-trace-daemon --device /dev/nvme-hmb-trace0 --output /tmp/{trace} --stats "$@" 2>>$share/{stderr} &
-    daemon=$!
-    touch $share/{started}
-}}
+    /// One of harness/guest-scripts/.
+    pub fn file(mut self, file: &ScriptFile) -> Script {
+        self.text.push_str(&format!("# ---- {} ----\n", file.name));
+        self.text.push_str(file.text);
+        self
+    }
 
-# wait_stop: until the host creates the stop file or the daemon exits.
-wait_stop() {{
-    while [ ! -e $share/{stop} ] && kill -0 $daemon 2>/dev/null; do
-        sleep 0.2
-    done
-}}
+    /// Lines of the job itself (a scenario body: calls of the files' functions).
+    pub fn body(mut self, lines: &str) -> Script {
+        self.text.push_str(lines);
+        self
+    }
 
-# stop_daemon: SIGTERM (finish the batch, exit 0), record the exit code.
-stop_daemon() {{
-    kill -TERM $daemon 2>/dev/null
-    wait $daemon
-    rc=$?
-    echo $rc >> $share/{rc}
-    step daemon-exit $rc
-}}
+    pub fn build(self) -> String {
+        self.text
+    }
+}
 
-# collect: hand trace.bin, sysfs counters and the kernel log to the host.
-collect() {{
-    step collect
-    cp /tmp/{trace} $share/{trace} 2>/dev/null
-    for f in /sys/class/nvme-hmb-trace/nvme-hmb-trace0/*; do
-        [ -f "$f" ] && echo "$(basename $f) $(cat $f 2>/dev/null)"
-    done > $share/{sysfs}
-    dmesg > $share/{dmesg}
-    sync
-}}
-"#,
-        trace = files::TRACE,
-        stderr = files::DAEMON_STDERR,
-        started = files::STARTED,
-        stop = files::STOP,
-        rc = files::DAEMON_RC,
-        sysfs = files::SYSFS,
-        dmesg = files::DMESG,
-    )
+impl Default for Script {
+    fn default() -> Script {
+        Script::new()
+    }
+}
+
+/// `value` as one single-quoted shell word.
+fn quote(value: &str) -> String {
+    format!("'{}'", value.replace('\'', r"'\''"))
+}
+
+/// A shell file of harness/guest-scripts/, built into the harness.
+#[derive(Debug, Clone, Copy)]
+pub struct ScriptFile {
+    pub name: &'static str,
+    pub text: &'static str,
+}
+
+macro_rules! script_file {
+    ($name:literal) => {
+        ScriptFile {
+            name: $name,
+            text: include_str!(concat!("../guest-scripts/", $name)),
+        }
+    };
+}
+
+/// Functions every ivshmem-side script body calls (load the module, start
+/// and stop the daemon, collect results).
+pub const IVSHMEM_PRELUDE: ScriptFile = script_file!("ivshmem-prelude.sh");
+
+/// Functions of every guest on emu-device's NVMe controller.
+pub const NVME_LIB: ScriptFile = script_file!("nvme-lib.sh");
+
+/// The conformance sessions on the NVMe controller (after the two above).
+pub const NVME_SESSION: ScriptFile = script_file!("nvme-session.sh");
+
+/// `cargo xtask boot --device nvme`'s checks (after nvme-lib.sh).
+pub const NVME_BOOT: ScriptFile = script_file!("nvme-boot.sh");
+
+/// The boot's driver-against-personality loads (issue 26, after nvme-lib.sh).
+pub const NVME_PERSONALITIES: ScriptFile = script_file!("nvme-personalities.sh");
+
+/// `cargo xtask soak --device nvme`'s guest (after nvme-lib.sh).
+pub const NVME_SOAK: ScriptFile = script_file!("nvme-soak.sh");
+
+/// `cargo xtask nvme-smoke`'s guest (after nvme-lib.sh).
+pub const NVME_SMOKE: ScriptFile = script_file!("nvme-smoke.sh");
+
+/// The full Debian guest's check (harness/src/full_guest/script.rs).
+pub const FULL_GUEST_CHECK: ScriptFile = script_file!("full-guest-check.sh");
+
+/// The full guest's NVMe tools section: a function the check calls.
+pub const FULL_GUEST_NVME_TOOLS: ScriptFile = script_file!("full-guest-nvme-tools.sh");
+
+/// `cargo xtask bench --nvme`'s fio jobs in the full guest.
+pub const FULL_GUEST_NVME_BENCH: ScriptFile = script_file!("full-guest-nvme-bench.sh");
+
+/// Every file of harness/guest-scripts/ (the shellcheck test checks that
+/// this list and the folder agree).
+pub const ALL_FILES: &[ScriptFile] = &[
+    IVSHMEM_PRELUDE,
+    NVME_LIB,
+    NVME_SESSION,
+    NVME_BOOT,
+    NVME_PERSONALITIES,
+    NVME_SOAK,
+    NVME_SMOKE,
+    FULL_GUEST_CHECK,
+    FULL_GUEST_NVME_TOOLS,
+    FULL_GUEST_NVME_BENCH,
+];
+
+/// The prelude every ivshmem guest script starts with. `module` is the
+/// guest path of nvme-hmb-trace.ko.
+pub fn prelude(module: &str) -> Script {
+    Script::new()
+        .set("MODULE", module)
+        .set("TRACE", files::TRACE)
+        .set("DAEMON_STDERR", files::DAEMON_STDERR)
+        .set("STARTED", files::STARTED)
+        .set("STOP", files::STOP)
+        .set("DAEMON_RC", files::DAEMON_RC)
+        .set("SYSFS", files::SYSFS)
+        .set("DMESG", files::DMESG)
+        .file(&IVSHMEM_PRELUDE)
 }
 
 /// The main job: stream until the host says stop.
 pub fn streaming(module: &str, module_params: &str, daemon_args: &str) -> String {
     prelude(module)
-        + &format!("load_module {module_params}\nstart_daemon {daemon_args}\nwait_stop\nstop_daemon\ncollect\nexit 0\n")
+        .body(&format!(
+            "load_module {module_params}\nstart_daemon {daemon_args}\nwait_stop\nstop_daemon\ncollect\nexit 0\n"
+        ))
+        .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_are_single_quoted_words() {
+        let s = Script::new().set("A", "x y").set("B", "it's").build();
+        assert!(s.starts_with("#!/bin/sh\n"));
+        assert!(s.contains("SHARE='/mnt/host'\n"));
+        assert!(s.contains("A='x y'\n"));
+        assert!(s.contains(r"B='it'\''s'"));
+    }
+
+    #[test]
+    fn the_prelude_names_the_shared_files_and_the_module() {
+        let s = streaming("/lib/m.ko", "ring_size=8192", "--follow");
+        for want in [
+            "MODULE='/lib/m.ko'",
+            "TRACE='trace.bin'",
+            "STOP='stop'",
+            "load_module ring_size=8192\n",
+        ] {
+            assert!(s.contains(want), "{want} missing");
+        }
+        assert!(s.find("start_daemon()").unwrap() < s.find("start_daemon --follow").unwrap());
+    }
 }

@@ -28,6 +28,7 @@
 
 pub mod emu;
 pub mod full_guest;
+pub mod guest;
 pub mod guest_script;
 pub mod host;
 pub mod images;

@@ -15,11 +15,11 @@ pub const NVME_BINARY: &str = "/usr/sbin/nvme";
 /// Folder of the share the tool is staged into.
 pub const SHARE_DIR: &str = "nvme-cli";
 /// The loader's name in that folder.
-const LOADER: &str = "ld-linux-x86-64.so.2";
+pub const LOADER: &str = "ld-linux-x86-64.so.2";
 
 /// Copy nvme and its libraries into `share/nvme-cli`. The guest runs it as
 /// `$share/nvme-cli/ld-linux-x86-64.so.2 --library-path $share/nvme-cli
-/// $share/nvme-cli/nvme ...` (see [`guest_function`]).
+/// $share/nvme-cli/nvme ...` (the `nvmecli` function of harness/guest-scripts/nvme-boot.sh).
 pub fn stage(share: &Path) -> Result<()> {
     let binary = Path::new(NVME_BINARY);
     ensure!(
@@ -64,13 +64,6 @@ fn parse_ldd(text: &str) -> Result<(Vec<PathBuf>, PathBuf)> {
         }
     }
     Ok((libs, loader.context("ldd named no dynamic loader")?))
-}
-
-/// The guest script's `nvmecli` function (the share mounted at `$share`).
-pub fn guest_function() -> String {
-    format!(
-        "nvmecli() {{ $share/{SHARE_DIR}/{LOADER} --library-path $share/{SHARE_DIR} $share/{SHARE_DIR}/nvme \"$@\"; }}\n"
-    )
 }
 
 #[cfg(test)]

@@ -9,15 +9,18 @@
 //! side. docs/nvme-controller.md ("Guest runs") has the decisions.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context, Result};
-use hmb_emu_device::control::{call, Fault, Request};
+use anyhow::{ensure, Context, Result};
+use hmb_emu_device::control::{Fault, Request};
 use hmb_nvme_trace::{Personality, ProducerKind};
 use serde_json::Value;
 use xshell::{cmd, Shell};
 
+use crate::emu::EmuProcess;
+use crate::guest::{boot, share, Guest};
+use crate::guest_script::{self, Script};
 use crate::host::{cache_dir, target_dir, workspace_root};
 use crate::images::guest_modules::{self, ModuleIndex};
 use crate::images::{self, initramfs, kernels, nvme_series, Image, ImageOptions};
@@ -47,12 +50,8 @@ pub mod files {
     pub const TRACE: &str = "trace.bin";
     pub const DAEMON_STDERR: &str = "daemon.stderr";
     pub const GROUND_TRUTH: &str = "ground-truth.json";
-    /// Stock driver: two Telemetry Host-Initiated logs by `nvme telemetry-log`,
-    /// with a few reads between them.
-    pub const TELEMETRY: [&str; 2] = ["telemetry-1.bin", "telemetry-2.bin"];
-    /// Stock driver: the Telemetry Controller-Initiated log
-    /// (`nvme telemetry-log --controller-init`), after the two above.
-    pub const TELEMETRY_CONTROLLER: &str = "telemetry-controller.bin";
+    /// Stock driver: the Telemetry logs (`nvme_telemetry` names them).
+    pub use crate::nvme_telemetry::{TELEMETRY, TELEMETRY_CONTROLLER};
     /// Checkpoints: the guest creates NAME and waits for NAME.ok.
     pub const PROBED: &str = "probed";
     pub const RESET: &str = "reset";
@@ -121,12 +120,7 @@ pub fn prepare(sh: &Shell, kernel: Option<&str>, trace: bool, phases: &mut Phase
             let specs = kernels::load(&workspace_root().join("images/KERNELS"))?;
             let spec = kernels::select(&specs, Some(&image.kernel_name))?;
             let series = phases.run("nvme series", || nvme_series::prepare_cached(sh, &spec))?;
-            let trace_module = image
-                .our_modules
-                .iter()
-                .find(|m| m.contains("nvme-hmb-trace") || m.contains("nvme_hmb_trace"))
-                .cloned()
-                .context("the image has no nvme-hmb-trace.ko")?;
+            let trace_module = image.trace_module()?;
             Some(TraceParts {
                 patched_nvme: series.nvme_ko.context("the series built no nvme.ko")?,
                 trace_module,
@@ -154,12 +148,22 @@ pub fn stock_modules_dir(kernel: &str, abi: &str) -> Result<PathBuf> {
         .with_context(|| format!("no modules.dep for {abi} under {}", root.display()))
 }
 
-/// emu-device `serve-nvme` as a child process: its vfio-user and control
-/// sockets and its log in the run folder; stopped on drop.
+impl crate::guest::GuestDevice for NvmeDevice {
+    const MORE_FILES: &'static [&'static str] = &[files::RESULTS];
+
+    fn check_alive(&mut self) -> Result<()> {
+        self.process.check_alive()
+    }
+
+    fn shutdown(&mut self) {
+        self.process.shutdown();
+    }
+}
+
+/// emu-device's NVMe controller (`serve-nvme`).
 pub struct NvmeDevice {
-    child: Option<Child>,
+    process: EmuProcess,
     pub socket: PathBuf,
-    pub control_socket: PathBuf,
 }
 
 impl NvmeDevice {
@@ -206,32 +210,23 @@ impl NvmeDevice {
             .env_remove("HMB_EMU_NVME_PERSONALITY")
             .env_remove("HMB_EMU_NVME_PRODUCER")
             .env("RUST_LOG", "info");
-        let child = crate::emu::spawn_child(command, &run_dir.join(format!("{prefix}emu-device.log")))?;
-        let mut dev = NvmeDevice {
-            child: Some(child),
-            socket,
+        let process = EmuProcess::spawn(
+            "emu-device serve-nvme",
+            command,
+            run_dir,
+            &format!("{prefix}emu-device.log"),
             control_socket,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !(dev.socket.exists() && dev.control_socket.exists()) {
-            dev.check_alive()?;
-            ensure!(
-                Instant::now() < deadline,
-                "emu-device serve-nvme made no sockets within 10 s; see emu-device.log"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(dev)
+            &[&socket],
+        )?;
+        Ok(NvmeDevice { process, socket })
+    }
+
+    pub fn control_socket(&self) -> &Path {
+        &self.process.control_socket
     }
 
     pub fn check_alive(&mut self) -> Result<()> {
-        if let Some(child) = self.child.as_mut() {
-            if let Some(status) = child.try_wait()? {
-                self.child = None;
-                bail!("emu-device serve-nvme exited unexpectedly ({status}); see emu-device.log");
-            }
-        }
-        Ok(())
+        self.process.check_alive()
     }
 
     /// `status` over the control socket: transport, controller report, trace.
@@ -240,47 +235,19 @@ impl NvmeDevice {
     }
 
     pub fn request(&mut self, req: &Request) -> Result<Value> {
-        self.check_alive()?;
-        let resp = call(&self.control_socket, req, Duration::from_secs(10))
-            .with_context(|| format!("emu-device control request {req:?}"))?;
-        ensure!(
-            resp.ok,
-            "emu-device refused {req:?}: {}",
-            resp.error.unwrap_or_default()
-        );
-        Ok(resp.result.unwrap_or(Value::Null))
+        self.process.request(req)
     }
 
     /// SIGKILL, as a crashed controller: no clean shutdown, QEMU loses its
     /// vfio-user server mid-flight. Later `check_alive` calls pass (the death
     /// was asked for).
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
     }
 
     /// Ask for a clean shutdown, then make sure the process is gone.
     pub fn shutdown(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = call(&self.control_socket, &Request::Shutdown, Duration::from_secs(2));
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for NvmeDevice {
-    fn drop(&mut self) {
-        self.shutdown();
+        self.process.shutdown();
     }
 }
 
@@ -410,226 +377,48 @@ pub fn guest_script(
     inject_fatal: bool,
     pull_telemetry: bool,
 ) -> String {
-    let qd32_per = qd32_per(iops_reads);
-    let (trace_start, trace_stop, trace_removal) = match trace_module {
-        None if pull_telemetry => (String::new(), telemetry_pull(), String::new()),
-        None => (String::new(), String::new(), String::new()),
-        Some(module) => (
-            format!(
-                r#"kb=$(cat /sys/module/nvme/parameters/hmb_trace_kb 2>/dev/null) || fail "nvme.ko is not the patched one (no hmb_trace_kb)"
-note hmb_trace_kb "$kb"
-slice=$(dmesg | grep -o 'HMB trace slice: .*' | tail -n 1)
-[ -n "$slice" ] || fail "the patched driver reserved no trace slice"
-note slice "$slice"
-insmod {module} || fail "insmod nvme-hmb-trace.ko"
-i=0
-while [ ! -c /dev/nvme-hmb-trace0 ]; do
-    i=$((i + 1)); [ $i -lt 100 ] || fail "no /dev/nvme-hmb-trace0"
-    sleep 0.1
-done
-/bin/hmb-trace-daemon --device /dev/nvme-hmb-trace0 --output /tmp/{trace} --stats --follow 2>>$share/{stderr} &
-daemon=$!
-"#,
-                trace = files::TRACE,
-                stderr = files::DAEMON_STDERR,
-            ),
-            format!(
-                r#"# Nothing reaches the controller now: the module samples the ring
-# every poll_ms (10 ms), give the daemon time to take the last batch.
-sleep 1
-kill -0 $daemon 2>/dev/null || fail "the daemon died (see daemon.stderr)"
-kill -TERM $daemon
-wait $daemon
-note daemon_rc $?
-cp /tmp/{trace} $share/{trace} || fail "no trace.bin"
-"#,
-                trace = files::TRACE,
-            ),
-            format!(
-                r#"# Removal with a reader, in either order: both are refused while the
-# daemon has the device open (nvme is held by the trace module, the trace
-# module by the open file) and the daemon keeps running; once it is
-# stopped (exit 0) the trace module goes, then nvme. After the done
-# checkpoint: the journal is already taken.
-# First, with no daemon: poll(2)'s wake-up latency over this device (the
-# module's timed sampler, docs/abi.md wake-ups), measured by the test
-# program around single 4 KiB reads; the records it causes come after the
-# journal, so the trace check is not affected.
-/bin/hmbtrace-test --wake-latency {WAKE_ROUNDS} --block /dev/nvme0n1 > /tmp/wake.txt 2>&1 || {{ cat /tmp/wake.txt; fail "wake latency"; }}
-for kv in $(grep wake_latency_us /tmp/wake.txt); do
-    case $kv in min=*|p50=*|p90=*|p99=*|max=*) note wake_${{kv%%=*}}_us ${{kv#*=}} ;; esac
-done
-/bin/hmb-trace-daemon --device /dev/nvme-hmb-trace0 --output /tmp/removal.bin --follow 2>>$share/{stderr} &
-d2=$!
-sleep 0.5
-kill -0 $d2 2>/dev/null || fail "the second daemon did not start"
-if rmmod nvme 2>/dev/null; then fail "rmmod nvme succeeded while nvme-hmb-trace holds it"; fi
-if rmmod nvme_hmb_trace 2>/dev/null; then fail "rmmod nvme-hmb-trace succeeded under an open device"; fi
-kill -0 $d2 2>/dev/null || fail "the daemon died during the refused rmmods"
-kill -TERM $d2
-wait $d2
-note daemon_removal_rc $?
-rmmod nvme_hmb_trace || fail "rmmod nvme-hmb-trace after the daemon"
-rmmod nvme || fail "rmmod nvme after nvme-hmb-trace"
-[ ! -e /dev/nvme0n1 ] || fail "/dev/nvme0n1 still there after rmmod nvme"
-note removal ok
-{personalities}"#,
-                stderr = files::DAEMON_STDERR,
-                personalities = crate::nvme_personalities::guest_script(module),
-            ),
-        ),
-    };
-    let insmods: String = mods
-        .iter()
-        .map(|m| {
-            let name = m.trim_end_matches(".ko");
-            let params = match (inject_fatal, name) {
-                (true, "nvme_core") => format!(" io_timeout={FATAL_IO_TIMEOUT_S}"),
-                _ => String::new(),
-            };
-            format!("[ -d /sys/module/{name} ] || insmod $share/mods/{m}{params} || fail insmod {m}\n")
-        })
-        .collect();
-    let fatal = match inject_fatal {
-        false => String::new(),
-        true => format!(
-            r#"# The host fails the controller (CSTS.CFS) before answering: the next
-# command is never fetched; at the I/O timeout the driver finds CFS,
-# resets and retries the read.
-checkpoint {fatal}
-t0=$(now_cs)
-rm -f /tmp/back
-dd if=/dev/nvme0n1 of=/tmp/back bs=4096 skip={seek} count={blocks} iflag=direct 2>/dev/null || fail "read across the controller failure"
-cmp /tmp/pattern /tmp/back || fail "data read back across the controller failure differs"
-wait_live
-note recovered_ms $(( ($(now_cs) - t0) * 10 ))
-checkpoint {recovered}
-"#,
-            fatal = files::FATAL,
-            recovered = files::RECOVERED,
-            seek = PATTERN_OFFSET / 4096,
-            blocks = PATTERN_BYTES / 4096,
-        ),
-    };
-    let blocks = PATTERN_BYTES / 4096;
-    let seek = PATTERN_OFFSET / 4096;
-    format!(
-        r#"#!/bin/sh
-# Written by the host (harness/src/nvme_guest.rs); the stock nvme driver on
-# emu-device's controller. Results as KEY=VALUE lines in {results}.
-share=/mnt/host
-fail() {{ echo "HMBT-NVME FAIL $*"; dmesg > $share/{dmesg}; exit 1; }}
-note() {{ echo "$1=$2" >> $share/{results}; echo "HMBT-NVME $1=$2"; }}
-# Guest uptime in centiseconds.
-now_cs() {{ read up _ < /proc/uptime; echo "${{up%.*}}${{up#*.}}"; }}
-# checkpoint NAME: tell the host, wait (60 s at most) for its NAME.ok.
-checkpoint() {{
-    touch $share/$1
-    i=0
-    while [ ! -e $share/$1.ok ]; do
-        i=$((i + 1)); [ $i -lt 600 ] || fail "no answer from the host at checkpoint $1"
-        sleep 0.1
-    done
-}}
-wait_live() {{
-    i=0
-    while [ "$(cat /sys/class/nvme/nvme0/state 2>/dev/null)" != live ]; do
-        i=$((i + 1)); [ $i -lt 600 ] || fail "nvme0 not live after 60 s ($(cat /sys/class/nvme/nvme0/state 2>&1))"
-        sleep 0.1
-    done
-}}
-rm -f $share/{results}
-{insmods}t0=$(now_cs)
-insmod $share/mods/nvme.ko || fail insmod nvme.ko
-i=0
-while [ ! -b /dev/nvme0n1 ]; do
-    i=$((i + 1)); [ $i -lt 1200 ] || fail "no /dev/nvme0n1 after 120 s"
-    sleep 0.05
-done
-t1=$(now_cs)
-note probe_ms $(( (t1 - t0) * 10 ))
-wait_live
-pci=$(basename "$(readlink /sys/class/nvme/nvme0/device)")
-note pci "$pci"
-note driver "$(basename "$(readlink /sys/class/nvme/nvme0/device/driver)")"
-note model "$(cat /sys/class/nvme/nvme0/model)"
-{trace_start}hmb=$(dmesg | grep -o 'allocated .* host memory buffer.*' | tail -n 1)
-[ -n "$hmb" ] || fail "no 'allocated ... host memory buffer' in the kernel log"
-note hmb "$hmb"
-checkpoint {probed}
-
-dd if=/dev/urandom of=/tmp/pattern bs=4096 count={blocks} 2>/dev/null || fail pattern
-dd if=/tmp/pattern of=/dev/nvme0n1 bs=4096 seek={seek} oflag=direct conv=fsync 2>/dev/null || fail write
-dd if=/dev/nvme0n1 of=/tmp/back bs=4096 skip={seek} count={blocks} iflag=direct 2>/dev/null || fail read
-cmp /tmp/pattern /tmp/back || fail "data read back differs"
-cp /tmp/pattern $share/{pattern}
-note verified_bytes $(( {blocks} * 4096 ))
-
-# A host-initiated controller reset: synchronous (nvme_reset_ctrl_sync).
-echo 1 > /sys/class/nvme/nvme0/reset_controller || fail reset_controller
-wait_live
-rm -f /tmp/back
-dd if=/dev/nvme0n1 of=/tmp/back bs=4096 skip={seek} count={blocks} iflag=direct 2>/dev/null || fail read after reset
-cmp /tmp/pattern /tmp/back || fail "data read back after the reset differs"
-note verified_after_reset yes
-checkpoint {reset}
-{fatal}
-t0=$(now_cs)
-dd if=/dev/nvme0n1 of=/dev/null bs=4096 count={iops_reads} iflag=direct 2>/dev/null || fail read loop
-t1=$(now_cs)
-note iops_centiseconds $((t1 - t0))
-note iops_reads {iops_reads}
-# QD32: 32 busybox dd processes, one O_DIRECT read in flight each, on
-# disjoint ranges (busybox has no fio).
-# Wait for these pids only: a plain `wait` would also wait for the daemon.
-rm -f /tmp/qd32-failed
-t0=$(now_cs)
-q=0
-pids=
-while [ $q -lt 32 ]; do
-    dd if=/dev/nvme0n1 of=/dev/null bs=4096 skip=$((q * {qd32_per})) count={qd32_per} iflag=direct 2>/dev/null || touch /tmp/qd32-failed &
-    pids="$pids $!"
-    q=$((q + 1))
-done
-wait $pids
-t1=$(now_cs)
-[ ! -e /tmp/qd32-failed ] || fail "read loop at QD32"
-note qd32_centiseconds $((t1 - t0))
-note qd32_reads $((32 * {qd32_per}))
-{trace_stop}checkpoint {done}
-{trace_removal}dmesg > $share/{dmesg}
-"#,
-        results = files::RESULTS,
-        dmesg = files::DMESG,
-        pattern = files::PATTERN,
-        probed = files::PROBED,
-        reset = files::RESET,
-        done = files::DONE,
-    )
+    let flag = |on: bool| if on { "1" } else { "0" };
+    let script = Script::new()
+        .set("RESULTS", files::RESULTS)
+        .set("MODS", mods.join(" "))
+        .set(
+            "NVME_CORE_PARAMS",
+            if inject_fatal {
+                format!("io_timeout={FATAL_IO_TIMEOUT_S}")
+            } else {
+                String::new()
+            },
+        )
+        .set("DMESG", files::DMESG)
+        .set("PATTERN", files::PATTERN)
+        .set("TRACE", files::TRACE)
+        .set("DAEMON_STDERR", files::DAEMON_STDERR)
+        .set("PROBED", files::PROBED)
+        .set("RESET", files::RESET)
+        .set("FATAL", files::FATAL)
+        .set("RECOVERED", files::RECOVERED)
+        .set("DONE", files::DONE)
+        .set("TRACE_MODULE", trace_module.unwrap_or_default())
+        .set("PULL_TELEMETRY", flag(pull_telemetry))
+        .set("TELEMETRY_1", files::TELEMETRY[0])
+        .set("TELEMETRY_2", files::TELEMETRY[1])
+        .set("TELEMETRY_CONTROLLER", files::TELEMETRY_CONTROLLER)
+        .set("TELEMETRY_READS_BETWEEN", TELEMETRY_READS_BETWEEN)
+        .set("NVME_CLI", crate::nvme_cli::SHARE_DIR)
+        .set("NVME_CLI_LOADER", crate::nvme_cli::LOADER)
+        .set("INJECT_FATAL", flag(inject_fatal))
+        .set("PATTERN_SEEK", PATTERN_OFFSET / 4096)
+        .set("PATTERN_BLOCKS", PATTERN_BYTES / 4096)
+        .set("IOPS_READS", iops_reads)
+        .set("QD32_PER", qd32_per(iops_reads))
+        .set("WAKE_ROUNDS", WAKE_ROUNDS)
+        .file(&guest_script::NVME_LIB);
+    crate::nvme_personalities::guest_script(script)
+        .file(&guest_script::NVME_BOOT)
+        .build()
 }
 
-/// Stock driver: the trace through NVMe Telemetry with Debian's nvme-cli
-/// (no series, no module), twice, with 16 reads between the two creates,
-/// then the Controller-Initiated log (a capture only if a failure was
-/// injected: the controller takes it at Controller Fatal Status).
-fn telemetry_pull() -> String {
-    format!(
-        r#"{nvmecli}nvmecli telemetry-log /dev/nvme0 --output-file=$share/{t1} > /tmp/tel.txt 2>&1 || {{ cat /tmp/tel.txt; fail "nvme telemetry-log"; }}
-dd if=/dev/nvme0n1 of=/dev/null bs=4096 count={between} iflag=direct 2>/dev/null || fail "reads between the telemetry logs"
-nvmecli telemetry-log /dev/nvme0 --output-file=$share/{t2} > /tmp/tel.txt 2>&1 || {{ cat /tmp/tel.txt; fail "second nvme telemetry-log"; }}
-note telemetry_reads_between {between}
-nvmecli telemetry-log /dev/nvme0 --controller-init --output-file=$share/{tc} > /tmp/tel.txt 2>&1 || {{ cat /tmp/tel.txt; fail "nvme telemetry-log --controller-init"; }}
-"#,
-        nvmecli = crate::nvme_cli::guest_function(),
-        t1 = files::TELEMETRY[0],
-        t2 = files::TELEMETRY[1],
-        tc = files::TELEMETRY_CONTROLLER,
-        between = TELEMETRY_READS_BETWEEN,
-    )
-}
-
-/// Reads between the two telemetry logs of a stock run.
-pub const TELEMETRY_READS_BETWEEN: u64 = 16;
+pub use crate::nvme_telemetry::TELEMETRY_READS_BETWEEN;
 
 /// Rounds of the poll wake-up latency measurement in trace runs.
 pub const WAKE_ROUNDS: u32 = 200;
@@ -699,10 +488,10 @@ pub fn hmb_line_bytes(line: &str) -> Option<u64> {
 }
 
 /// Start emu-device and QEMU and wait for the guest's init; a boot that
-/// hangs (or faults) before init is retried once from scratch, as in
-/// `session` (nothing of ours has run yet).
-pub(crate) fn start(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path) -> Result<(NvmeDevice, Vm)> {
-    for attempt in 1..=2 {
+/// hangs (or faults) before init is retried once from scratch
+/// (`guest::boot`: nothing of ours has run yet).
+pub(crate) fn start(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path) -> Result<Guest<NvmeDevice>> {
+    boot::retry_early_hang(|_| {
         let backing = cfg.run_dir.join("namespace.img");
         let _ = std::fs::remove_file(&backing);
         let dev = NvmeDevice::start(&tools.emu_bin, &cfg.run_dir, &backing, &cfg.controller)?;
@@ -720,32 +509,16 @@ pub(crate) fn start(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path) -> Res
             .extra_args
             .extend(args::vfio_user_pci(&dev.socket, DEVICE_ID, PciPlace::Bus("hmbrp")));
         let mut vm = Vm::start(&vm_cfg)?;
-        match vm.wait_for("HMBT-INIT", Duration::from_secs(120), |l| l.contains("HMBT-INIT")) {
-            Ok(_) => return Ok((dev, vm)),
-            Err(e)
-                if attempt == 1
-                    && (e.to_string().starts_with("timeout") || e.to_string().starts_with("guest kernel fault")) =>
-            {
-                println!(
-                    "    the guest did not reach init ({}); retrying the boot once",
-                    first_line(&e)
-                );
-                vm.kill();
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    unreachable!("the second attempt returns")
-}
-
-fn first_line(e: &anyhow::Error) -> String {
-    e.to_string().lines().next().unwrap_or_default().to_string()
-}
-
-/// Wait for the guest to create `name` in the share, watching QEMU, the
-/// console and emu-device.
-fn wait_checkpoint(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, name: &str, timeout: Duration) -> Result<()> {
-    crate::share_wait::wait_share_file(vm, share, name, timeout, || dev.check_alive())
+        boot::wait_started(&mut vm, "HMBT-INIT", Duration::from_secs(120), |l| {
+            l.contains("HMBT-INIT")
+        })?;
+        Ok(Guest {
+            run_dir: cfg.run_dir.clone(),
+            share: share.to_path_buf(),
+            dev,
+            vm,
+        })
+    })
 }
 
 /// The controller's report at a checkpoint, saved as `emu-<name>.json`.
@@ -890,8 +663,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         ),
     )?;
     let started = Instant::now();
-    let (mut dev, mut vm) = phases.run("guest boot", || start(tools, cfg, &share))?;
-    let wait = |vm: &mut Vm, dev: &mut NvmeDevice, name: &str| wait_checkpoint(vm, dev, &share, name, cfg.timeout);
+    let mut g = phases.run("guest boot", || start(tools, cfg, &share))?;
 
     let probe_phase = if cfg.trace {
         "probe (patched nvme)"
@@ -899,80 +671,75 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         "probe (stock nvme)"
     };
     let probed = phases.run(probe_phase, || {
-        wait(&mut vm, &mut dev, files::PROBED)?;
-        let s = snapshot(&mut dev, &cfg.run_dir, files::PROBED)?;
+        g.wait_share_file(files::PROBED, cfg.timeout)?;
+        let s = snapshot(&mut g.dev, &cfg.run_dir, files::PROBED)?;
         check_probed(&s)?;
-        std::fs::write(share.join(format!("{}.ok", files::PROBED)), b"")?;
+        share::answer(&share, files::PROBED)?;
         Ok(s)
     })?;
     let after_reset = phases.run("data + reset_controller", || {
-        wait(&mut vm, &mut dev, files::RESET)?;
-        let s = snapshot(&mut dev, &cfg.run_dir, files::RESET)?;
+        g.wait_share_file(files::RESET, cfg.timeout)?;
+        let s = snapshot(&mut g.dev, &cfg.run_dir, files::RESET)?;
         check_reset(&s, &probed)?;
-        std::fs::write(share.join(format!("{}.ok", files::RESET)), b"")?;
+        share::answer(&share, files::RESET)?;
         Ok(s)
     })?;
     if cfg.inject_fatal {
         phases.run("controller failure (CFS) + driver recovery", || {
-            wait(&mut vm, &mut dev, files::FATAL)?;
-            dev.request(&Request::Inject(Fault::Reset))?;
-            let failed = snapshot(&mut dev, &cfg.run_dir, files::FATAL)?;
+            g.wait_share_file(files::FATAL, cfg.timeout)?;
+            g.dev.request(&Request::Inject(Fault::Reset))?;
+            let failed = snapshot(&mut g.dev, &cfg.run_dir, files::FATAL)?;
             check_failed(&failed)?;
-            std::fs::write(share.join(format!("{}.ok", files::FATAL)), b"")?;
-            wait(&mut vm, &mut dev, files::RECOVERED)?;
-            let s = snapshot(&mut dev, &cfg.run_dir, files::RECOVERED)?;
+            share::answer(&share, files::FATAL)?;
+            g.wait_share_file(files::RECOVERED, cfg.timeout)?;
+            let s = snapshot(&mut g.dev, &cfg.run_dir, files::RECOVERED)?;
             check_recovered(&s, &after_reset)?;
-            std::fs::write(share.join(format!("{}.ok", files::RECOVERED)), b"")?;
+            share::answer(&share, files::RECOVERED)?;
             Ok(())
         })?;
     }
     let (done, ground_truth) = phases.run("4 KiB QD1 reads", || {
-        wait(&mut vm, &mut dev, files::DONE)?;
-        let s = snapshot(&mut dev, &cfg.run_dir, "stats")?;
+        g.wait_share_file(files::DONE, cfg.timeout)?;
+        let s = snapshot(&mut g.dev, &cfg.run_dir, "stats")?;
         // The journal while the controller still runs: power-off ends the
         // epoch and QEMU's disconnect resets the controller.
         // Stock driver: the journal of what was produced with no slice,
         // which the telemetry logs are checked against.
-        let t = dev.request(&Request::GroundTruth)?;
+        let t = g.dev.request(&Request::GroundTruth)?;
         std::fs::write(cfg.run_dir.join(files::GROUND_TRUTH), serde_json::to_string_pretty(&t)?)?;
         let truth = Some(t);
-        std::fs::write(share.join(format!("{}.ok", files::DONE)), b"")?;
+        share::answer(&share, files::DONE)?;
         Ok((s, truth))
     })?;
     let persona_audits = match cfg.trace {
         true => Some(phases.run("personalities (issue 26)", || {
-            crate::nvme_personalities::serve(&mut vm, &mut dev, &share, &cfg.run_dir)
+            crate::nvme_personalities::serve(&mut g.vm, &mut g.dev, &share, &cfg.run_dir)
         })?),
         false => None,
     };
     let line = phases.run("guest power-off", || {
-        let line = vm.wait_for("HMBT-RESULT", Duration::from_secs(60), |l| {
-            console::parse_result(l).is_some()
-        })?;
-        vm.wait_exit(Duration::from_secs(60))?;
-        Ok(line)
+        share::wait_result(&mut g.vm, Duration::from_secs(60), Duration::from_secs(60))
     })?;
     let guest_seconds = started.elapsed().as_secs_f64();
-    dev.shutdown();
-    for name in [
-        files::RESULTS,
-        files::DMESG,
-        files::PATTERN,
-        files::TRACE,
-        files::DAEMON_STDERR,
-        files::TELEMETRY[0],
-        files::TELEMETRY[1],
-        files::TELEMETRY_CONTROLLER,
-    ] {
-        let from = share.join(name);
-        if from.exists() {
-            std::fs::rename(&from, cfg.run_dir.join(name))?;
-        }
-    }
+    g.dev.shutdown();
+    share::move_artifacts(
+        &share,
+        &cfg.run_dir,
+        &[
+            files::RESULTS,
+            files::DMESG,
+            files::PATTERN,
+            files::TRACE,
+            files::DAEMON_STDERR,
+            files::TELEMETRY[0],
+            files::TELEMETRY[1],
+            files::TELEMETRY_CONTROLLER,
+        ],
+    )?;
     ensure!(
         console::parse_result(&line) == Some(0),
         "the guest script failed: {line}\n{}",
-        vm.console.tail(30)
+        g.vm.console.tail(30)
     );
     let dmesg = std::fs::read_to_string(cfg.run_dir.join(files::DMESG)).context("the guest wrote no dmesg")?;
     kernel_checks::verify_active(&dmesg, tools.image.has_kfence)?;
@@ -1176,6 +943,11 @@ mod tests {
         assert_eq!(hmb_line_bytes("allocated lots of host memory buffer"), None);
     }
 
+    /// The main sequence of nvme-boot.sh: after the function definitions.
+    fn main_part(s: &str) -> &str {
+        &s[s.find("rm -f \"$SHARE/$RESULTS\"").unwrap()..]
+    }
+
     #[test]
     fn the_trace_script_starts_the_daemon_after_the_probe_and_stops_it_before_done() {
         let s = guest_script(
@@ -1185,16 +957,18 @@ mod tests {
             false,
             true,
         );
-        let nvme = s.find("insmod $share/mods/nvme.ko").unwrap();
-        let module = s.find("insmod /lib/hmbt/nvme-hmb-trace.ko").unwrap();
-        let daemon = s.find("/bin/hmb-trace-daemon").unwrap();
-        let reset = s.find("reset_controller").unwrap();
-        let stop = s.find("kill -TERM $daemon").unwrap();
-        let done = s.find("checkpoint done").unwrap();
-        assert!(nvme < module && module < daemon && daemon < reset && reset < stop && stop < done);
-        let removal = s.find("rmmod nvme_hmb_trace").unwrap();
-        assert!(done < removal && removal < s.find("rmmod nvme ||").unwrap());
-        assert!(s.contains("--follow"));
+        assert!(s.contains("TRACE_MODULE='/lib/hmbt/nvme-hmb-trace.ko'\n"));
+        let m = main_part(&s);
+        let at = |w: &str| m.find(w).unwrap_or_else(|| panic!("{w} missing"));
+        let nvme = at("insmod \"$SHARE/mods/nvme.ko\"");
+        let start = at("|| trace_start");
+        let reset = at("reset_controller");
+        let stop = at("    trace_stop\n");
+        let done = at("checkpoint \"$DONE\"");
+        let removal = at("|| { trace_removal; personas; }");
+        assert!(nvme < start && start < reset && reset < stop && stop < done && done < removal);
+        let removal = s.find("trace_removal() {").unwrap();
+        assert!(s[removal..].find("rmmod nvme_hmb_trace").unwrap() < s[removal..].find("rmmod nvme ||").unwrap());
     }
 
     #[test]
@@ -1211,12 +985,13 @@ mod tests {
     #[test]
     fn the_injected_failure_shortens_the_io_timeout_and_sits_between_reset_and_reads() {
         let s = guest_script(&["nvme_core.ko".into()], 100, None, true, true);
-        assert!(s.contains("insmod $share/mods/nvme_core.ko io_timeout=3 ||"));
-        let reset = s.find("checkpoint reset").unwrap();
-        let fatal = s.find("checkpoint fatal").unwrap();
-        let recovered = s.find("checkpoint recovered").unwrap();
-        let reads = s.find("count=100 iflag=direct").unwrap();
-        assert!(reset < fatal && fatal < recovered && recovered < reads);
+        assert!(s.contains("NVME_CORE_PARAMS='io_timeout=3'\n") && s.contains("INJECT_FATAL='1'\n"));
+        let m = main_part(&s);
+        let reset = m.find("checkpoint \"$RESET\"").unwrap();
+        let fatal = m.find("|| fatal\n").unwrap();
+        let reads = m.find("count=\"$IOPS_READS\"").unwrap();
+        assert!(reset < fatal && fatal < reads);
+        assert!(s.contains("IOPS_READS='100'\n"));
     }
 
     #[test]
@@ -1238,26 +1013,34 @@ mod tests {
 
     #[test]
     fn the_script_loads_dependencies_then_times_nvme_and_has_three_checkpoints() {
-        let s = guest_script(&["nvme_core.ko".into()], 100, None, false, true);
-        assert!(!s.contains("io_timeout") && !s.contains("checkpoint fatal"));
-        assert!(!s.contains("hmb-trace-daemon"));
-        let core = s.find("insmod $share/mods/nvme_core.ko").unwrap();
-        let nvme = s.find("insmod $share/mods/nvme.ko").unwrap();
-        assert!(core < nvme);
-        for c in [files::PROBED, files::RESET, files::DONE] {
-            assert!(s.contains(&format!("checkpoint {c}\n")), "{c}");
+        let s = guest_script(&["nvme_core.ko".into(), "nvme_auth.ko".into()], 100, None, false, true);
+        for want in [
+            "MODS='nvme_core.ko nvme_auth.ko'\n",
+            "NVME_CORE_PARAMS=''\n",
+            "INJECT_FATAL='0'\n",
+            "TRACE_MODULE=''\n",
+        ] {
+            assert!(s.contains(want), "{want} missing");
         }
-        assert!(s.contains("count=100 iflag=direct"));
+        let m = main_part(&s);
+        assert!(m.find("insmod_stock\n").unwrap() < m.find("insmod \"$SHARE/mods/nvme.ko\"").unwrap());
+        for (var, c) in [
+            ("PROBED", files::PROBED),
+            ("RESET", files::RESET),
+            ("DONE", files::DONE),
+        ] {
+            assert!(s.contains(&format!("{var}='{c}'\n")), "{c}");
+            assert!(m.contains(&format!("checkpoint \"${var}\"\n")), "{c}");
+        }
     }
 
     #[test]
     fn the_telemetry_logs_are_pulled_only_from_a_controller_that_serves_them() {
         let with = guest_script(&["nvme_core.ko".into()], 100, None, false, true);
-        assert!(with.contains("nvmecli telemetry-log /dev/nvme0 --output-file"));
-        assert!(with.contains("--controller-init"));
+        assert!(with.contains("PULL_TELEMETRY='1'\n"));
         let without = guest_script(&["nvme_core.ko".into()], 100, None, false, false);
-        assert!(!without.contains("telemetry-log"));
-        assert!(without.contains(&format!("checkpoint {}\n", files::DONE)));
+        assert!(without.contains("PULL_TELEMETRY='0'\n"));
+        assert!(main_part(&with).contains("elif [ \"$PULL_TELEMETRY\" = 1 ]; then\n    telemetry_pull\n"));
         assert!(!Personality::Stock.serves_telemetry() && Personality::Tracing.serves_telemetry());
     }
 

@@ -37,6 +37,7 @@ use hmb_emu_device::control::Request;
 use hmb_nvme_trace::Personality;
 use serde_json::Value;
 
+use crate::guest_script::Script;
 use crate::nvme_guest::NvmeDevice;
 use crate::qemu::Vm;
 
@@ -110,65 +111,18 @@ impl Phase {
     }
 }
 
-/// The guest script's part, run after the trace checks with nvme unloaded.
-/// Uses the script's `checkpoint`, `wait_live`, `note` and `fail`.
-pub fn guest_script(trace_module: &str) -> String {
-    let calls: String = PHASES
+/// The guest script's part (harness/guest-scripts/nvme-personalities.sh),
+/// run after the trace checks with nvme unloaded: its parameters, then the
+/// file. The script calls its `personas` after the trace removal.
+pub fn guest_script(script: Script) -> Script {
+    let phases: String = PHASES
         .iter()
-        .map(|p| format!("persona {} {}\n", p.personality.name(), p.driver.file()))
+        .map(|p| format!("{} {}\n", p.personality.name(), p.driver.file()))
         .collect();
-    format!(
-        r#"# Issue 26: the drivers against the controller's other personalities, one
-# load each (harness/src/nvme_personalities.rs). At each checkpoint the host
-# audits the load before and switches the controller (no driver runs it).
-persona() {{
-    checkpoint persona-$1-$2
-    n0=$(dmesg | wc -l)
-    insmod $share/mods/$2.ko || fail "insmod $2.ko on the $1 controller"
-    i=0
-    while [ ! -b /dev/nvme0n1 ]; do
-        i=$((i + 1)); [ $i -lt 1200 ] || fail "$1: no /dev/nvme0n1 after 120 s"
-        sleep 0.05
-    done
-    wait_live
-    dd if=/dev/nvme0n1 of=/dev/null bs=4096 count=64 iflag=direct 2>/dev/null || fail "$1: reads"
-    if [ "$1" = refusing-reinit ]; then
-        # The daemon drains the epoch the reset freezes and REINITs; the
-        # controller refuses the re-advert: the daemon must exit 10.
-        insmod {trace_module} || fail "$1: insmod nvme-hmb-trace.ko"
-        note persona-$1-trace-devices "$(ls /sys/class/nvme-hmb-trace | wc -l)"
-        [ -c /dev/nvme-hmb-trace0 ] || fail "$1: no /dev/nvme-hmb-trace0"
-        /bin/hmb-trace-daemon --device /dev/nvme-hmb-trace0 --output /tmp/persona.bin --follow 2>>$share/persona-$1.stderr &
-        d=$!
-        sleep 0.5
-        kill -0 $d 2>/dev/null || fail "$1: the daemon did not start"
-        echo 1 > /sys/class/nvme/nvme0/reset_controller || fail "$1: reset_controller"
-        wait_live
-        i=0
-        while kill -0 $d 2>/dev/null; do
-            i=$((i + 1)); [ $i -lt 300 ] || fail "$1: the daemon still runs 30 s after the refused REINIT"
-            sleep 0.1
-        done
-        wait $d
-        note persona-$1-daemon-rc $?
-        dd if=/dev/nvme0n1 of=/dev/null bs=4096 count=64 iflag=direct 2>/dev/null || fail "$1: reads after the reset"
-        rmmod nvme_hmb_trace || fail "$1: rmmod nvme-hmb-trace"
-    else
-        echo 1 > /sys/class/nvme/nvme0/reset_controller || fail "$1: reset_controller"
-        wait_live
-        dd if=/dev/nvme0n1 of=/dev/null bs=4096 count=64 iflag=direct 2>/dev/null || fail "$1: reads after the reset"
-        if [ "$2" = nvme ]; then
-            insmod {trace_module} || fail "$1: insmod nvme-hmb-trace.ko"
-            note persona-$1-trace-devices "$(ls /sys/class/nvme-hmb-trace | wc -l)"
-            rmmod nvme_hmb_trace || fail "$1: rmmod nvme-hmb-trace"
-        fi
-    fi
-    rmmod nvme || fail "$1: rmmod nvme"
-    dmesg | tail -n +$((n0 + 1)) > $share/persona-$1-$2.log
-}}
-{calls}checkpoint {END}
-"#
-    )
+    script
+        .set("PERSONA_PHASES", phases)
+        .set("PERSONA_END", END)
+        .file(&crate::guest_script::NVME_PERSONALITIES)
 }
 
 /// What one phase left: the controller's audit and the guest's kernel log.
@@ -433,19 +387,24 @@ mod tests {
             (PHASES[0].personality, PHASES[0].driver),
             (Personality::Stock, Driver::Stock)
         );
-        let script = guest_script("/lib/nvme-hmb-trace.ko");
+        let script = guest_script(Script::new()).build();
+        // The phases, in order, as the "personality driver" lines the
+        // script's personas reads, and its last checkpoint.
+        let lines: String = PHASES
+            .iter()
+            .map(|p| format!("{} {}\n", p.personality.name(), p.driver.file()))
+            .collect();
+        assert!(script.contains(&format!("PERSONA_PHASES='{lines}'")), "{script}");
+        assert!(script.contains("PERSONA_END='persona-end'"), "{script}");
+        assert!(script.contains("checkpoint \"persona-$1-$2\""), "{script}");
+        assert!(script.contains("checkpoint \"$PERSONA_END\""), "{script}");
         for p in PHASES {
-            assert!(
-                script.contains(&format!("persona {} {}\n", p.personality.name(), p.driver.file())),
-                "{script}"
-            );
             // The guest's checkpoint name is the host's.
             assert_eq!(
                 format!("persona-{}-{}", p.personality.name(), p.driver.file()),
                 p.name()
             );
         }
-        assert!(script.contains("checkpoint persona-end"));
     }
 
     fn audit(c0h: bool, lists: &[(u64, u64, u64)], violations: u64) -> Value {

@@ -18,7 +18,20 @@ use anyhow::{ensure, Context, Result};
 use hmb_trace_file::{ItemKind, SliceReader, TelemetryLog};
 
 use crate::journal_truth::{journal_from_ground_truth, JournalEntry};
-use crate::nvme_guest::{files, TELEMETRY_READS_BETWEEN};
+
+/// Stock driver: two Telemetry Host-Initiated logs by `nvme telemetry-log`,
+/// with a few reads between them (files of the share and the run folder).
+pub const TELEMETRY: [&str; 2] = ["telemetry-1.bin", "telemetry-2.bin"];
+/// Stock driver: the Telemetry Controller-Initiated log
+/// (`nvme telemetry-log --controller-init`), after the two above.
+pub const TELEMETRY_CONTROLLER: &str = "telemetry-controller.bin";
+/// Reads between the two telemetry logs of a stock run.
+pub const TELEMETRY_READS_BETWEEN: u64 = 16;
+
+/// The file names, as `nvme_guest::files` spells them.
+mod files {
+    pub(super) use super::{TELEMETRY, TELEMETRY_CONTROLLER};
+}
 
 /// What the two logs held. Every field was checked before it is returned.
 #[derive(Debug, Clone, serde::Serialize)]

@@ -2,20 +2,21 @@
 //! and a 9p share, a guest script, and the host-side handles to drive them.
 //! Dropping a session stops QEMU and emu-device.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use xshell::{cmd, Shell};
 
 use crate::emu::EmuDevice;
+use crate::guest::{boot, share, Guest};
 use crate::guest_script::files;
 use crate::host::{target_dir, workspace_root};
 use crate::images::{self, Image, ImageOptions};
 use crate::phases::Phases;
 use crate::qemu::args::{self, PciPlace};
 use crate::qemu::binary::{self, QemuBinary, QemuVersion};
-use crate::qemu::{accel, console, Accel, Vm, VmConfig};
+use crate::qemu::{accel, Accel, Vm, VmConfig};
 
 /// QMP id of the emulated controller (`device_del` names it).
 pub const DEVICE_ID: &str = "hmb0";
@@ -69,23 +70,6 @@ pub fn prepare(sh: &Shell, kernel: Option<&str>, qemu: QemuVersion, phases: &mut
     })
 }
 
-/// The guest never reached its init within the deadline: a hang of the
-/// emulated boot, before any of our code ran.
-#[derive(Debug)]
-pub struct EarlyBootHang(pub String);
-
-impl std::fmt::Display for EarlyBootHang {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "the guest kernel did not reach init within 90 s (last console line: {:?})",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for EarlyBootHang {}
-
 pub struct SessionConfig {
     pub run_dir: PathBuf,
     /// `Auto` is resolved (KVM probe) when the session starts.
@@ -101,27 +85,14 @@ pub struct SessionConfig {
     pub extra_cmdline: Vec<String>,
 }
 
-pub struct Session {
-    pub run_dir: PathBuf,
-    pub share: PathBuf,
-    pub emu: EmuDevice,
-    pub vm: Vm,
-}
+/// A guest on the ivshmem device.
+pub type Session = Guest<EmuDevice>;
 
-impl Session {
+impl Guest<EmuDevice> {
     /// Start emu-device and the guest, and wait until the guest runs its script.
     pub fn start(tools: &Tools, cfg: &SessionConfig, phases: &mut Phases) -> Result<Session> {
-        // A TCG guest very rarely hangs in early boot (seen once on 7.x,
-        // stuck after "tsc: Unable to calibrate against PIT") before any of
-        // our code runs (or faults there). Such a boot is retried once, from scratch; anything
-        // after the guest's init has started is never retried.
-        match Self::start_once(tools, cfg, phases) {
-            Err(e) if e.downcast_ref::<EarlyBootHang>().is_some() => {
-                println!("    {e}; retrying the boot once");
-                Self::start_once(tools, cfg, phases)
-            }
-            other => other,
-        }
+        // An early-boot hang is retried once, from scratch (guest::boot).
+        boot::retry_early_hang(|_| Self::start_once(tools, cfg, phases))
     }
 
     fn start_once(tools: &Tools, cfg: &SessionConfig, phases: &mut Phases) -> Result<Session> {
@@ -156,74 +127,19 @@ impl Session {
         let mut session = Session {
             run_dir: cfg.run_dir.clone(),
             share,
-            emu,
+            dev: emu,
             vm,
         };
         phases.run("guest boot", || {
             let vm = &mut session.vm;
-            match vm.wait_for("HMBT-INIT", Duration::from_secs(90), |l| l.contains("HMBT-INIT")) {
-                // Before HMBT-INIT nothing of ours has run (the module loads later, from
-                // the script), so a kernel fault there is TCG's early-boot flake too (seen:
-                // an int3 Oops in sched_clock_cpu at 2.5 s on 6.12 under load).
-                Err(e) if e.to_string().starts_with("timeout") || e.to_string().starts_with("guest kernel fault") => {
-                    let last = vm.console.tail(1);
-                    return Err(anyhow::Error::new(EarlyBootHang(last.trim().to_string())));
-                }
-                other => other?,
-            };
+            // Before HMBT-INIT nothing of ours has run (the module loads later,
+            // from the script), so a timeout or a kernel fault there is TCG's
+            // early-boot flake.
+            boot::wait_started(vm, "HMBT-INIT", Duration::from_secs(90), |l| l.contains("HMBT-INIT"))?;
             vm.wait_for("HMBT-READY", Duration::from_secs(90), |l| l.contains("HMBT-READY"))
                 .map(drop)
         })?;
         Ok(session)
-    }
-
-    pub fn share_file(&self, name: &str) -> PathBuf {
-        self.share.join(name)
-    }
-
-    /// Create `name` in the share: a signal to the guest script.
-    pub fn signal(&self, name: &str) -> Result<()> {
-        std::fs::write(self.share_file(name), b"").with_context(|| format!("signalling {name}"))
-    }
-
-    /// Wait until the guest creates `name` in the share, watching the
-    /// console for faults and for the script ending first.
-    pub fn wait_share_file(&mut self, name: &str, timeout: Duration) -> Result<()> {
-        let emu = &mut self.emu;
-        crate::share_wait::wait_share_file(&mut self.vm, &self.share, name, timeout, || emu.check_alive())
-    }
-
-    pub fn qmp(&self) -> Result<hmb_qmp::Qmp> {
-        Ok(hmb_qmp::Qmp::connect(&self.vm.qmp_socket, Duration::from_secs(5))?)
-    }
-
-    /// Wait for the guest script's result and QEMU's exit, stop emu-device,
-    /// and move the guest's files from the share into the run folder.
-    /// Returns the script's exit code.
-    pub fn finish(&mut self, timeout: Duration) -> Result<i32> {
-        let line = self
-            .vm
-            .wait_for("HMBT-RESULT", timeout, |l| console::parse_result(l).is_some())?;
-        self.vm.wait_exit(Duration::from_secs(30))?;
-        self.emu.shutdown();
-        for name in [
-            files::TRACE,
-            files::DAEMON_STDERR,
-            files::DMESG,
-            files::SYSFS,
-            files::DAEMON_RC,
-        ] {
-            let from = self.share.join(name);
-            if from.exists() {
-                std::fs::rename(&from, self.run_dir.join(name))?;
-            }
-        }
-        Ok(console::parse_result(&line).unwrap_or(-1))
-    }
-
-    /// Exit codes of every daemon run of the script, in order.
-    pub fn daemon_exit_codes(&self) -> Vec<i32> {
-        read_codes(&self.run_dir.join(files::DAEMON_RC))
     }
 
     /// Fail if the guest's daemon has already exited (the script records
@@ -231,7 +147,7 @@ impl Session {
     /// waiting on for a drain that cannot come would only end in a
     /// timeout or in "emu-device exited" once the script powers off.
     pub fn check_daemon_running(&self) -> Result<()> {
-        let codes = read_codes(&self.share_file(files::DAEMON_RC));
+        let codes = share::read_codes(&self.share_file(files::DAEMON_RC));
         if let Some(code) = codes.last() {
             let stderr = std::fs::read_to_string(self.share_file(files::DAEMON_STDERR)).unwrap_or_default();
             let last = stderr
@@ -250,19 +166,11 @@ impl Session {
         let deadline = Instant::now() + timeout;
         loop {
             self.check_daemon_running()?;
-            match self.emu.wait_drained(Duration::ZERO) {
+            match self.dev.wait_drained(Duration::ZERO) {
                 Ok(()) => return Ok(()),
                 Err(e) if Instant::now() > deadline => return Err(e),
                 Err(_) => std::thread::sleep(Duration::from_millis(100)),
             }
         }
     }
-}
-
-fn read_codes(path: &Path) -> Vec<i32> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
 }

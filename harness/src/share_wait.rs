@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 
-use crate::qemu::Vm;
+use crate::qemu::{Vm, WaitError};
 
 /// Console lines after which the file cannot come any more: the script
 /// failed (ivshmem's `fail`, the nvme prelude's checks) or ended.
@@ -38,7 +38,7 @@ pub fn wait_share_file(
                 "the guest script stopped before {name}: {line}\n{}",
                 vm.console.tail(TAIL_LINES)
             ),
-            Err(e) if e.to_string().starts_with("timeout") => {}
+            Err(e) if WaitError::is_timeout(&e) => {}
             Err(e) => return Err(e),
         }
         if Instant::now() > deadline {

@@ -17,14 +17,16 @@ use anyhow::{bail, ensure, Context, Result};
 use hmb_emu_device::control::{Fault, Request};
 use serde::Serialize;
 
+use crate::guest::share;
+use crate::guest_script::{self, Script};
 use crate::interrupt;
 use crate::journal_truth;
 use crate::nvme_guest::{
-    self, files, is_trouble_line, parse_results, stage_modules, NvmeDevice, NvmeRunConfig, NvmeTools,
-    FATAL_DRIVER_LINE, FATAL_IO_TIMEOUT_S,
+    self, files, is_trouble_line, parse_results, stage_modules, NvmeRunConfig, NvmeTools, FATAL_DRIVER_LINE,
+    FATAL_IO_TIMEOUT_S,
 };
 use crate::phases::Phases;
-use crate::qemu::{console, Accel, Vm};
+use crate::qemu::{console, Accel, WaitError};
 
 /// The host tells the guest to stop its I/O loop and the daemon.
 const STOP: &str = "soak-stop";
@@ -61,93 +63,24 @@ pub struct NvmeSoak {
 }
 
 fn guest_script(mods: &[String], trace_module: &str) -> String {
-    let insmods: String = mods
-        .iter()
-        .map(|m| {
-            let name = m.trim_end_matches(".ko");
-            // A short I/O timeout: the driver finds CFS at the next timeout.
-            let params = if name == "nvme_core" {
-                format!(" io_timeout={FATAL_IO_TIMEOUT_S}")
-            } else {
-                String::new()
-            };
-            format!("[ -d /sys/module/{name} ] || insmod $share/mods/{m}{params} || fail insmod {m}\n")
-        })
-        .collect();
-    let blocks = ROUND_BYTES / 4096;
-    // Rounds cycle over the namespace's first 32 MiB.
-    let slots = (32 << 20) / ROUND_BYTES;
-    format!(
-        r#"#!/bin/sh
-# Written by the host (harness/src/soak_nvme.rs).
-share=/mnt/host
-fail() {{ echo "HMBT-NVME FAIL $*"; dmesg > $share/{dmesg}; exit 1; }}
-note() {{ echo "$1=$2" >> $share/{results}; echo "HMBT-NVME $1=$2"; }}
-rm -f $share/{results}
-{insmods}insmod $share/mods/nvme.ko || fail insmod nvme.ko
-i=0
-while [ ! -b /dev/nvme0n1 ]; do
-    i=$((i + 1)); [ $i -lt 1200 ] || fail "no /dev/nvme0n1 after 120 s"
-    sleep 0.05
-done
-kb=$(cat /sys/module/nvme/parameters/hmb_trace_kb 2>/dev/null) || fail "nvme.ko is not the patched one"
-note hmb_trace_kb "$kb"
-insmod {trace_module} || fail "insmod nvme-hmb-trace.ko"
-i=0
-while [ ! -c /dev/nvme-hmb-trace0 ]; do
-    i=$((i + 1)); [ $i -lt 100 ] || fail "no /dev/nvme-hmb-trace0"
-    sleep 0.1
-done
-/bin/hmb-trace-daemon --device /dev/nvme-hmb-trace0 --output /tmp/{trace} --stats --follow 2>>$share/{stderr} &
-daemon=$!
-dd if=/dev/urandom of=/tmp/pattern bs=4096 count={blocks} 2>/dev/null || fail pattern
-# The I/O loop: write a round, read it back, compare; failures are counted
-# (a command caught by a controller failure is retried by the driver, so
-# none is expected).
-(
-    n=0; bad=0
-    while [ ! -e /tmp/stop-io ]; do
-        seek=$(( (n % {slots}) * {blocks} ))
-        if dd if=/tmp/pattern of=/dev/nvme0n1 bs=4096 seek=$seek oflag=direct 2>/dev/null \
-            && dd if=/dev/nvme0n1 of=/tmp/back bs=4096 skip=$seek count={blocks} iflag=direct 2>/dev/null \
-            && cmp -s /tmp/pattern /tmp/back; then :; else bad=$((bad + 1)); fi
-        n=$((n + 1))
-        echo "$n $bad" > /tmp/io-count
-    done
-) &
-io=$!
-touch $share/{running}
-while [ ! -e $share/{stop} ]; do sleep 0.5; done
-touch /tmp/stop-io
-wait $io
-read rounds failed < /tmp/io-count
-note io_rounds "$rounds"
-note io_failed "$failed"
-note driver_state "$(cat /sys/class/nvme/nvme0/state)"
-sleep 1
-kill -0 $daemon 2>/dev/null || fail "the daemon died (see daemon.stderr)"
-kill -TERM $daemon
-wait $daemon
-note daemon_rc $?
-cp /tmp/{trace} $share/{trace} || fail "no trace.bin"
-dmesg > $share/{dmesg}
-touch $share/{done}
-while [ ! -e $share/{done}.ok ]; do sleep 0.1; done
-"#,
-        dmesg = files::DMESG,
-        results = files::RESULTS,
-        trace = files::TRACE,
-        stderr = files::DAEMON_STDERR,
-        running = RUNNING,
-        stop = STOP,
-        done = files::DONE,
-    )
-}
-
-/// Wait for the guest to create `name` in the share, watching QEMU, the
-/// console and emu-device.
-fn wait_file(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, name: &str, timeout: Duration) -> Result<()> {
-    crate::share_wait::wait_share_file(vm, share, name, timeout, || dev.check_alive())
+    Script::new()
+        .set("RESULTS", files::RESULTS)
+        .set("MODS", mods.join(" "))
+        // A short I/O timeout: the driver finds CFS at the next timeout.
+        .set("NVME_CORE_PARAMS", format!("io_timeout={FATAL_IO_TIMEOUT_S}"))
+        .set("DMESG", files::DMESG)
+        .set("TRACE", files::TRACE)
+        .set("DAEMON_STDERR", files::DAEMON_STDERR)
+        .set("RUNNING", RUNNING)
+        .set("STOP", STOP)
+        .set("DONE", files::DONE)
+        .set("TRACE_MODULE", trace_module)
+        .set("ROUND_BLOCKS", ROUND_BYTES / 4096)
+        // Rounds cycle over the namespace's first 32 MiB.
+        .set("SLOTS", (32 << 20) / ROUND_BYTES)
+        .file(&guest_script::NVME_LIB)
+        .file(&guest_script::NVME_SOAK)
+        .build()
 }
 
 fn counter(status: &serde_json::Value, name: &str) -> u64 {
@@ -184,9 +117,9 @@ pub fn run(
         inject_fatal: true,
         controller: Default::default(),
     };
-    let (mut dev, mut vm) = phases.run("guest boot", || nvme_guest::start(tools, &cfg, &share))?;
+    let mut g = phases.run("guest boot", || nvme_guest::start(tools, &cfg, &share))?;
     phases.run("probe + daemon + I/O loop", || {
-        wait_file(&mut vm, &mut dev, &share, RUNNING, Duration::from_secs(300))
+        g.wait_share_file(RUNNING, Duration::from_secs(300))
     })?;
     let start = Instant::now();
     let resets = phases.run("soak", || {
@@ -195,7 +128,7 @@ pub fn run(
         let mut last_report = Instant::now();
         while start.elapsed() < duration {
             if start.elapsed() >= next && next < duration {
-                dev.request(&Request::Inject(Fault::Reset))?;
+                g.dev.request(&Request::Inject(Fault::Reset))?;
                 resets += 1;
                 next += reset_every;
                 println!(
@@ -203,15 +136,15 @@ pub fn run(
                     start.elapsed().as_secs_f64()
                 );
             }
-            dev.check_alive()?;
-            match vm.wait_for("guest failure", Duration::from_millis(200), |l| {
+            g.dev.check_alive()?;
+            match g.vm.wait_for("guest failure", Duration::from_millis(200), |l| {
                 l.contains("HMBT-NVME FAIL") || l.contains("HMBT-RESULT") || l.contains("HMBT-ERROR")
             }) {
                 Ok(line) => bail!(
                     "the guest script stopped during the soak: {line}\n{}",
-                    vm.console.tail(30)
+                    g.vm.console.tail(30)
                 ),
-                Err(e) if e.to_string().starts_with("timeout") => {}
+                Err(e) if WaitError::is_timeout(&e) => {}
                 Err(e) => return Err(e),
             }
             if interrupt::requested() {
@@ -219,7 +152,7 @@ pub fn run(
             }
             if last_report.elapsed() >= Duration::from_secs(30) {
                 last_report = Instant::now();
-                let s = dev.status()?;
+                let s = g.dev.status()?;
                 println!(
                     "    {:>4.0} s: controller resets {}, reads {}, writes {}",
                     start.elapsed().as_secs_f64(),
@@ -234,37 +167,32 @@ pub fn run(
     let seconds = start.elapsed().as_secs_f64();
     std::fs::write(share.join(STOP), b"")?;
     let (status, answer) = phases.run("stop + journal", || {
-        wait_file(&mut vm, &mut dev, &share, files::DONE, Duration::from_secs(300))?;
+        g.wait_share_file(files::DONE, Duration::from_secs(300))?;
         // The journal while the controller still runs: QEMU's disconnect
         // resets it.
-        let status = dev.status()?;
-        let answer = dev.request(&Request::GroundTruth)?;
+        let status = g.dev.status()?;
+        let answer = g.dev.request(&Request::GroundTruth)?;
         std::fs::write(
             run_dir.join(files::GROUND_TRUTH),
             serde_json::to_string_pretty(&answer)?,
         )?;
         std::fs::write(run_dir.join("emu-stats.json"), serde_json::to_string_pretty(&status)?)?;
-        std::fs::write(share.join(format!("{}.ok", files::DONE)), b"")?;
+        share::answer(&share, files::DONE)?;
         Ok((status, answer))
     })?;
     let line = phases.run("guest power-off", || {
-        let line = vm.wait_for("HMBT-RESULT", Duration::from_secs(60), |l| {
-            console::parse_result(l).is_some()
-        })?;
-        vm.wait_exit(Duration::from_secs(60))?;
-        Ok(line)
+        share::wait_result(&mut g.vm, Duration::from_secs(60), Duration::from_secs(60))
     })?;
-    dev.shutdown();
-    for name in [files::RESULTS, files::DMESG, files::TRACE, files::DAEMON_STDERR] {
-        let from = share.join(name);
-        if from.exists() {
-            std::fs::rename(&from, run_dir.join(name))?;
-        }
-    }
+    g.dev.shutdown();
+    share::move_artifacts(
+        &share,
+        run_dir,
+        &[files::RESULTS, files::DMESG, files::TRACE, files::DAEMON_STDERR],
+    )?;
     ensure!(
         console::parse_result(&line) == Some(0),
         "the guest script failed: {line}\n{}",
-        vm.console.tail(30)
+        g.vm.console.tail(30)
     );
     let results = parse_results(&std::fs::read_to_string(run_dir.join(files::RESULTS))?);
     let num = |k: &str| -> Result<u64> {
@@ -334,17 +262,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_script_traces_before_the_io_loop_and_hands_over_after_it() {
+    fn the_script_gets_the_modules_the_short_timeout_and_the_rendezvous_files() {
         let s = guest_script(&["nvme_core.ko".into()], "/lib/hmbt/nvme-hmb-trace.ko");
-        assert!(s.contains("insmod $share/mods/nvme_core.ko io_timeout=3 ||"));
-        let daemon = s.find("/bin/hmb-trace-daemon").unwrap();
-        let io = s.find("while [ ! -e /tmp/stop-io ]").unwrap();
-        let running = s.find("touch $share/soak-running").unwrap();
-        let stop = s.find("touch /tmp/stop-io").unwrap();
-        let term = s.find("kill -TERM $daemon").unwrap();
-        let copy = s.find("cp /tmp/trace.bin $share/trace.bin").unwrap();
-        let done = s.find("touch $share/done").unwrap();
-        assert!(daemon < io && io < running && running < stop && stop < term && term < copy && copy < done);
-        assert!(s.contains("--follow"));
+        for want in [
+            "MODS='nvme_core.ko'\n",
+            "NVME_CORE_PARAMS='io_timeout=3'\n",
+            "TRACE_MODULE='/lib/hmbt/nvme-hmb-trace.ko'\n",
+            "RUNNING='soak-running'\n",
+            "STOP='soak-stop'\n",
+            "ROUND_BLOCKS='64'\n",
+            "SLOTS='128'\n",
+        ] {
+            assert!(s.contains(want), "{want} missing");
+        }
+        let body = &s[s.find("# ---- nvme-soak.sh ----").unwrap()..];
+        let at = |w: &str| body.find(w).unwrap_or_else(|| panic!("{w} missing"));
+        let daemon = at("trace_follow\n");
+        let io = at("while [ ! -e /tmp/stop-io ]");
+        let running = at("touch \"$SHARE/$RUNNING\"");
+        let stop = at("touch /tmp/stop-io");
+        let term = at("trace_stop\n");
+        let done = at("touch \"$SHARE/$DONE\"");
+        assert!(daemon < io && io < running && running < stop && stop < term && term < done);
     }
 }

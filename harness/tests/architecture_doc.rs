@@ -88,3 +88,150 @@ fn the_crate_table_matches_the_manifests() {
         "docs/architecture.md lists crates that do not exist: {extra:?}"
     );
 }
+
+/// The folder table's rows: (the folders of the first cell, every
+/// backticked word of the row).
+fn folder_rows() -> Vec<(Vec<String>, Vec<String>)> {
+    let text = std::fs::read_to_string(workspace_root().join("docs/architecture.md")).unwrap();
+    let start = text.find("## Folders").expect("a Folders section");
+    let ticked = |cell: &str| -> Vec<String> { cell.split('`').skip(1).step_by(2).map(str::to_string).collect() };
+    text[start..]
+        .lines()
+        .skip_while(|l| !l.starts_with("| `"))
+        .take_while(|l| l.starts_with('|'))
+        .map(|line| {
+            let (first, rest) = line.trim_start_matches('|').split_once('|').unwrap();
+            (ticked(first), ticked(rest))
+        })
+        .collect()
+}
+
+/// `a/{b,c}.rs` -> `a/b.rs`, `a/c.rs`.
+fn expand_braces(word: &str) -> Vec<String> {
+    match (word.find('{'), word.find('}')) {
+        (Some(open), Some(close)) if open < close => word[open + 1..close]
+            .split(',')
+            .flat_map(|alt| expand_braces(&format!("{}{alt}{}", &word[..open], &word[close + 1..])))
+            .collect(),
+        _ => vec![word.to_string()],
+    }
+}
+
+/// A word that names a file or folder: a slash in it, or a file ending.
+fn is_path(word: &str) -> bool {
+    let endings = [".rs", ".c", ".h", ".md", ".sh", ".py", ".toml"];
+    !word.contains(' ') && (word.contains('/') || endings.iter().any(|e| word.ends_with(e)))
+}
+
+/// Where a path word of a row may live: the root, the row's folder, its
+/// `src/`, or (a bare file name) anywhere below the row's folder.
+fn resolves(word: &str, folders: &[String]) -> bool {
+    let root = workspace_root();
+    if root.join(word).exists() {
+        return true;
+    }
+    folders.iter().any(|f| {
+        let base = root.join(f);
+        base.join(word).exists()
+            || base.join("src").join(word).exists()
+            || (!word.trim_end_matches('/').contains('/') && found_below(&base, word.trim_end_matches('/')))
+    })
+}
+
+fn found_below(dir: &std::path::Path, name: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        let p = e.path();
+        let skip = p.file_name().is_some_and(|n| n == "target" || n == "testdata");
+        !skip && (e.file_name() == name || (p.is_dir() && found_below(&p, name)))
+    })
+}
+
+#[test]
+fn every_path_the_folder_table_names_exists() {
+    let rows = folder_rows();
+    assert!(rows.len() > 10, "the folder table was not found");
+    let mut missing = Vec::new();
+    for (folders, words) in &rows {
+        for f in folders {
+            if !workspace_root().join(f).exists() {
+                missing.push(f.clone());
+            }
+        }
+        for w in words.iter().filter(|w| is_path(w)).flat_map(|w| expand_braces(w)) {
+            if !resolves(&w, folders) {
+                missing.push(format!("{w} (row {})", folders.join(", ")));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md names paths that do not exist: {missing:?}"
+    );
+}
+
+/// Folders below a crate's `src/` (and harness's guest scripts) that hold
+/// source: each must be named in its row, as `name/` or a longer path.
+#[test]
+fn every_source_folder_is_in_the_folder_table() {
+    let root = workspace_root();
+    let rows = folder_rows();
+    let mut unnamed = Vec::new();
+    for (folders, words) in &rows {
+        for f in folders {
+            let mut dirs = Vec::new();
+            source_dirs(&root.join(f), &mut dirs);
+            for d in dirs {
+                let name = format!("{}/", d.file_name().unwrap().to_string_lossy());
+                if !words
+                    .iter()
+                    .flat_map(|w| expand_braces(w))
+                    .any(|w| w.ends_with(&name) || w.contains(&format!("/{name}")) || w.starts_with(&name))
+                {
+                    unnamed.push(d.strip_prefix(&root).unwrap().display().to_string());
+                }
+            }
+        }
+    }
+    assert!(
+        unnamed.is_empty(),
+        "source folders docs/architecture.md does not name: {unnamed:?}"
+    );
+}
+
+/// Folders below `dir` with a source file in them, under a `src/` or named
+/// like harness's `guest-scripts/`; not `tests/`, `target/` or test data.
+fn source_dirs(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !p.is_dir()
+            || [
+                "target",
+                "tests",
+                "testdata",
+                "benches",
+                "fuzz_targets",
+                "corpus",
+                "artifacts",
+            ]
+            .contains(&name.as_str())
+        {
+            continue;
+        }
+        let inside_src = p.components().any(|c| c.as_os_str() == "src") && name != "src";
+        let has_source = std::fs::read_dir(&p).into_iter().flatten().flatten().any(|f| {
+            let n = f.file_name().to_string_lossy().into_owned();
+            n.ends_with(".rs") || n.ends_with(".sh")
+        });
+        if (inside_src || name == "guest-scripts") && has_source {
+            out.push(p.clone());
+        }
+        source_dirs(&p, out);
+    }
+}

@@ -31,7 +31,7 @@ pub struct Conformance {
     /// with vfio-user-pci).
     #[arg(long, value_enum, default_value = "7.2")]
     pub qemu: QemuVersion,
-    /// Run only this scenario (see conformance/src/scenarios.rs: streaming, overflow, ...).
+    /// Run only this scenario (see conformance/src/scenarios/: streaming, overflow, ...).
     #[arg(long)]
     pub scenario: Option<String>,
     /// `reset`: add a controller reset to the streaming scenario (on nvme,

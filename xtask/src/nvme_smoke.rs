@@ -10,6 +10,8 @@
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
+use hmb_harness::guest;
+use hmb_harness::guest_script::{self, Script};
 use hmb_harness::images::{self, guest_modules::ModuleIndex, kernels, nvme_series, ImageOptions};
 // The NVMe guest runs' one rule for a failing log line (console fault
 // patterns and the nvme driver's timeouts).
@@ -52,12 +54,7 @@ fn run(args: NvmeSmoke) -> Result<()> {
         with_daemon: false,
     };
     let image = images::prepare(&sh, &image_args, &mut phases)?;
-    let trace_ko = image
-        .our_modules
-        .iter()
-        .find(|m| m.contains("nvme-hmb-trace") || m.contains("nvme_hmb_trace"))
-        .cloned()
-        .context("the image has no nvme-hmb-trace.ko")?;
+    let trace_ko = image.trace_module()?;
     let qemu = phases.run("qemu binary", || binary::ensure(&sh, QemuVersion::V7_2))?;
 
     let run_dir = target_dir().join("hmb-trace/nvme-smoke").join(&spec.name);
@@ -75,7 +72,7 @@ fn run(args: NvmeSmoke) -> Result<()> {
         images::initramfs::decompress_module(&modules_dir.join(rel), &share.join("mods").join(&name))?;
         stock.push(name);
     }
-    std::fs::copy(&nvme_ko, share.join("nvme.ko"))?;
+    std::fs::copy(&nvme_ko, share.join(PATCHED_NVME))?;
     let disk = run_dir.join("nvme.img");
     std::fs::File::create(&disk)?.set_len(64 << 20)?;
 
@@ -100,7 +97,7 @@ fn run(args: NvmeSmoke) -> Result<()> {
     phases.summary();
     println!("console log: {}", config.console_path().display());
     result?;
-    let dmesg = std::fs::read_to_string(share.join("dmesg")).context("the guest wrote no dmesg over 9p")?;
+    let dmesg = std::fs::read_to_string(share.join(DMESG)).context("the guest wrote no dmesg over 9p")?;
     let faults: Vec<&str> = dmesg.lines().filter(|l| is_fault_line(l)).collect();
     ensure!(faults.is_empty(), "guest kernel log has faults:\n{}", faults.join("\n"));
     hmb_harness::qemu::kernel_checks::verify_active(&dmesg, image.has_kfence)?;
@@ -120,59 +117,33 @@ fn stock_modules_dir(kernel: &str, abi: &str) -> Result<PathBuf> {
         .with_context(|| format!("no modules.dep for {abi} under {}", root.display()))
 }
 
+/// The kernel log's file in the share.
+const DMESG: &str = "dmesg";
+/// The series' nvme.ko in the share.
+const PATCHED_NVME: &str = "nvme.ko";
+
 fn guest_script(stock: &[String], trace_ko: &str) -> String {
-    let mut s = String::from("set -e\nfail() { echo \"HMBT-NVME FAIL $*\"; dmesg > /mnt/host/dmesg; exit 1; }\n");
-    for m in stock {
-        let name = m.trim_end_matches(".ko");
-        s.push_str(&format!(
-            "[ -d /sys/module/{name} ] || insmod /mnt/host/mods/{m} || fail insmod {m}\n"
-        ));
-    }
-    s.push_str(&format!(
-        r#"# A stock nvme loaded at boot makes way for the patched one.
-[ -d /sys/module/nvme ] && rmmod nvme
-insmod /mnt/host/nvme.ko || fail insmod patched nvme.ko
-kb=$(cat /sys/module/nvme/parameters/hmb_trace_kb) || fail no hmb_trace_kb parameter
-echo "HMBT-NVME hmb_trace_kb=$kb"
-i=0
-while [ ! -b /dev/nvme0n1 ]; do
-    i=$((i + 1)); [ $i -lt 600 ] || fail no /dev/nvme0n1; sleep 0.1
-done
-dd if=/dev/urandom of=/tmp/out bs=4096 count=64 2>/dev/null
-dd if=/tmp/out of=/dev/nvme0n1 bs=4096 count=64 conv=fsync 2>/dev/null || fail write
-echo 3 > /proc/sys/vm/drop_caches
-dd if=/dev/nvme0n1 of=/tmp/back bs=4096 count=64 2>/dev/null || fail read
-cmp /tmp/out /tmp/back || fail data read back differs
-echo "HMBT-NVME data verified"
-insmod {trace_ko} || fail insmod trace module
-grep -q ' nvme_hmb_trace_register' /proc/kallsyms || fail the patched driver exports no client API
-if rmmod nvme 2>/dev/null; then fail rmmod nvme succeeded while the trace module holds it; fi
-rmmod nvme_hmb_trace || fail rmmod trace module
-rmmod nvme || fail rmmod nvme after the trace module
-echo "HMBT-NVME unloaded in order"
-dmesg > /mnt/host/dmesg
-"#
-    ));
-    s
+    Script::new()
+        .set("MODS", stock.join(" "))
+        .set("NVME_CORE_PARAMS", "")
+        .set("PATCHED_NVME", PATCHED_NVME)
+        .set("TRACE_MODULE", trace_ko)
+        .set("DMESG", DMESG)
+        .file(&guest_script::NVME_LIB)
+        .file(&guest_script::NVME_SMOKE)
+        .build()
 }
 
-/// A TCG guest on a loaded host now and then hangs before init (see
-/// session.rs): such a boot is retried once; nothing after init is.
+/// Boot and wait for init; an early-boot hang is retried once
+/// (`guest::boot`): nothing after init is.
 fn boot(config: &VmConfig) -> Result<Vm> {
-    for attempt in 1..=2 {
+    guest::boot::retry_early_hang(|_| {
         let mut vm = Vm::start(config)?;
-        match vm.wait_for("HMBT-INIT marker", Duration::from_secs(150), |l| {
+        guest::boot::wait_started(&mut vm, "HMBT-INIT marker", Duration::from_secs(150), |l| {
             l.contains("HMBT-INIT")
-        }) {
-            Ok(_) => return Ok(vm),
-            Err(e) if attempt == 1 => {
-                println!("    guest hung before init ({e}); retrying the boot once");
-                vm.kill();
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    unreachable!("the second attempt returns")
+        })?;
+        Ok(vm)
+    })
 }
 
 fn check_guest(config: &VmConfig, timeout: Duration) -> Result<()> {
@@ -213,12 +184,14 @@ mod tests {
     }
 
     #[test]
-    fn the_script_loads_stock_core_then_the_patched_driver_then_the_trace_module() {
+    fn the_script_gets_the_stock_modules_and_the_trace_module() {
         let s = guest_script(&["nvme_core.ko".into()], "/lib/modules/hmb/nvme-hmb-trace.ko");
-        assert!(s.contains("[ -d /sys/module/nvme_core ]"));
-        let core = s.find("mods/nvme_core.ko").unwrap();
-        let nvme = s.find("insmod /mnt/host/nvme.ko").unwrap();
-        let trace = s.find("insmod /lib/modules/hmb/nvme-hmb-trace.ko").unwrap();
+        assert!(s.contains("MODS='nvme_core.ko'\n"));
+        assert!(s.contains("TRACE_MODULE='/lib/modules/hmb/nvme-hmb-trace.ko'\n"));
+        let body = &s[s.find("# ---- nvme-smoke.sh ----").unwrap()..];
+        let core = body.find("insmod_stock\n").unwrap();
+        let nvme = body.find("insmod \"$SHARE/$PATCHED_NVME\"").unwrap();
+        let trace = body.find("insmod \"$TRACE_MODULE\"").unwrap();
         assert!(core < nvme && nvme < trace);
     }
 }

@@ -221,13 +221,13 @@ fn soak_ivshmem(args: &Soak, run_dir: &std::path::Path, phases: &mut Phases) -> 
         s.wait_share_file(files::STARTED, Duration::from_secs(60))
     })?;
     let (streamed, resets) = phases.run("soak", || stream(args, &mut s))?;
-    phases.run("drain", || s.emu.wait_drained(Duration::from_secs(120)))?;
-    let ground_truth = s.emu.ground_truth()?;
+    phases.run("drain", || s.dev.wait_drained(Duration::from_secs(120)))?;
+    let ground_truth = s.dev.ground_truth()?;
     std::fs::write(
         run_dir.join("ground-truth.json"),
         serde_json::to_string_pretty(&ground_truth)?,
     )?;
-    let stats = s.emu.stats()?;
+    let stats = s.dev.stats()?;
     std::fs::write(run_dir.join("emu-stats.json"), serde_json::to_string_pretty(&stats)?)?;
     s.signal(files::STOP)?;
     // The guest copies trace.bin (GBs) from its tmpfs to the 9p share.
@@ -320,47 +320,48 @@ fn soak_script(module: &str, output: Output) -> String {
             String::new(),
             format!(
                 "step copy\n\
-                 dd if=/tmp/{trace} of=$share/{trace} bs=1048576 2>/dev/null || fail \"copying trace.bin\"\n\
+                 dd if=/tmp/{trace} of=\"$SHARE/{trace}\" bs=1048576 2>/dev/null || fail \"copying trace.bin\"\n\
                  rm -f /tmp/{trace}\n",
                 trace = files::TRACE
             ),
         ),
     };
     guest_script::prelude(module)
-        + &mount
-        + &format!(
+        .body(&mount)
+        .body(&format!(
             "step output \"$(grep ' /tmp ' /proc/mounts | tail -n 1 | cut -d ' ' -f 1-3), $(df -k | grep ' /tmp$' | tail -n 1)\"\n\
              load_module ring_size={RING}\nstart_daemon --follow\nwait_stop\nstop_daemon\n"
-        )
-        + &unmount_or_copy
-        + "collect\nexit 0\n"
+        ))
+        .body(&unmount_or_copy)
+        .body("collect\nexit 0\n")
+        .build()
 }
 
 /// Produce for the whole run, a controller reset at every reset time.
 fn stream(args: &Soak, s: &mut Session) -> Result<(Duration, u64)> {
     let mut pending = args.reset_times();
     pending.reverse();
-    s.emu.start_workload("ssd", 1, args.rate)?;
+    s.dev.start_workload("ssd", 1, args.rate)?;
     let start = Instant::now();
     let mut resets = 0;
     let mut last_report = Instant::now();
     while start.elapsed() < args.duration() {
         if pending.last().is_some_and(|t| start.elapsed() >= *t) {
             pending.pop();
-            s.emu.inject(Fault::Reset)?;
+            s.dev.inject(Fault::Reset)?;
             resets += 1;
             println!(
                 "    {:>4.0} s: controller reset {resets}",
                 start.elapsed().as_secs_f64()
             );
         }
-        s.emu.check_alive()?;
+        s.dev.check_alive()?;
         if interrupt::requested() {
             bail!("interrupted");
         }
         if last_report.elapsed() >= Duration::from_secs(30) {
             last_report = Instant::now();
-            let st = s.emu.stats()?;
+            let st = s.dev.stats()?;
             println!(
                 "    {:>4.0} s: {} records written, {} dropped (engines, as of the last stop)",
                 start.elapsed().as_secs_f64(),
@@ -370,7 +371,7 @@ fn stream(args: &Soak, s: &mut Session) -> Result<(Duration, u64)> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    s.emu.stop_workload()?;
+    s.dev.stop_workload()?;
     Ok((start.elapsed(), resets))
 }
 
@@ -451,7 +452,9 @@ mod tests {
         // The body, after the prelude's function definitions.
         let daemon = s.rfind("start_daemon --follow").unwrap();
         let stop = s.rfind("stop_daemon\n").unwrap();
-        let copy = s.rfind("dd if=/tmp/trace.bin of=$share/trace.bin bs=1048576").unwrap();
+        let copy = s
+            .rfind("dd if=/tmp/trace.bin of=\"$SHARE/trace.bin\" bs=1048576")
+            .unwrap();
         assert!(daemon < stop && stop < copy && copy < s.rfind("\ncollect\n").unwrap());
     }
 

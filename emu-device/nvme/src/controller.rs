@@ -18,57 +18,8 @@ use crate::regs::*;
 use crate::report::{Counters, HmbReport, NamespaceReport, QueueReport};
 use crate::{
     CommandObserver, ControllerConfig, ControllerReport, Error, GuestMem, HmbDescriptor, HostMemoryBuffer,
-    InterruptSink, PciIdentity, Status, VendorFeatures,
+    InterruptSink, PciIdentity, VendorFeatures,
 };
-
-/// What executing a command leads to.
-pub(crate) enum Outcome {
-    /// Post a CQE now: status, DW0, end of the command's modelled media work (ns).
-    Complete(Status, u32, u64),
-    /// Held without a CQE (Asynchronous Event Request).
-    Held,
-}
-
-impl Outcome {
-    pub(crate) fn status(s: Status) -> Outcome {
-        Outcome::Complete(s, 0, 0)
-    }
-}
-
-/// A 64-byte submission queue entry.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Sqe(pub [u32; 16]);
-
-impl Sqe {
-    pub fn opcode(&self) -> u8 {
-        self.0[0] as u8
-    }
-    pub fn fuse(&self) -> u32 {
-        (self.0[0] >> 8) & 3
-    }
-    pub fn psdt(&self) -> u32 {
-        (self.0[0] >> 14) & 3
-    }
-    pub fn cid(&self) -> u16 {
-        (self.0[0] >> 16) as u16
-    }
-    pub fn nsid(&self) -> u32 {
-        self.0[1]
-    }
-    pub fn prp1(&self) -> u64 {
-        u64::from(self.0[6]) | u64::from(self.0[7]) << 32
-    }
-    pub fn prp2(&self) -> u64 {
-        u64::from(self.0[8]) | u64::from(self.0[9]) << 32
-    }
-    /// Command dword 10..15.
-    pub fn cdw(&self, n: usize) -> u32 {
-        self.0[n]
-    }
-}
-
-/// Memory page size: CC.MPS = 0 is the only one CAP allows.
-pub(crate) const PAGE: u64 = 4096;
 
 pub struct Controller {
     pub(crate) cfg: ControllerConfig,

@@ -1,7 +1,7 @@
 //! Doorbells and queue processing: SQ tail writes run commands inline, CQ head writes free
 //! room, completions are posted with the phase tag last, async events complete held AERs.
 
-use crate::controller::{Outcome, Sqe};
+use crate::command::{Outcome, Sqe};
 use crate::{dma, CompletionEvent, Controller, FetchEvent, Status};
 
 impl Controller {

@@ -4,7 +4,7 @@
 //! above MDTS is Invalid Field.
 
 use crate::admin::identify_nsid;
-use crate::controller::{Outcome, Sqe, PAGE};
+use crate::command::{Outcome, Sqe, PAGE};
 use crate::{prp, Controller, MediaEvent, Status};
 
 pub(crate) const OPC_FLUSH: u8 = 0x00;

@@ -13,6 +13,7 @@
 mod admin;
 mod audit;
 mod bar0;
+mod command;
 mod config;
 mod controller;
 mod dma;

@@ -7,7 +7,7 @@
 //! Write Zeroes and Verify are not bounded by MDTS (no data transfer; WZSL/VSL are 0 =
 //! no limit); Compare is, like Read.
 
-use crate::controller::{Outcome, Sqe};
+use crate::command::{Outcome, Sqe};
 use crate::{Controller, Status};
 
 /// One Dataset Management range: context attributes, length in LBAs, starting LBA.

@@ -29,6 +29,7 @@ use anyhow::{bail, Context, Result};
 use xshell::{cmd, Shell};
 
 use crate::emu::EmuDevice;
+use crate::guest::boot;
 use crate::host::apt::{self, Need};
 use crate::host::{cache_dir, lock_cache, target_dir, workspace_root};
 use crate::images::{self, debian_root, dkms_prebuilt, fetch, kernels, kmod_build, toolchain};
@@ -36,7 +37,7 @@ use crate::nvme_guest::NvmeDevice;
 use crate::phases::Phases;
 use crate::qemu::args::{self, MemoryBackend, PciPlace};
 use crate::qemu::binary::{self, QemuVersion};
-use crate::qemu::{console, Vm, VmConfig};
+use crate::qemu::{console, Vm, VmConfig, WaitError};
 use crate::truth::{self, TruthReport};
 use script::files;
 
@@ -230,7 +231,7 @@ const BOOT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Start emu-device and the guest and wait for the check's first line. A
 /// TCG guest very rarely hangs or faults in early boot before any of our
-/// code runs (see `session::EarlyBootHang`): such a boot is retried once,
+/// code runs (see `guest::boot`): such a boot is retried once,
 /// from scratch (emu-device exits with its last QEMU, so both restart).
 /// `extra`: QEMU arguments after the guest's own devices (the bench's
 /// QEMU nvme).
@@ -240,8 +241,11 @@ fn boot(
     share: &Path,
     extra: &[std::ffi::OsString],
 ) -> Result<(EmuDevice, NvmeDevice, Vm)> {
-    let mut attempt = 1;
-    loop {
+    boot::retry_early_hang(|attempt| {
+        if attempt == 2 {
+            // The first boot's console, kept beside the second's.
+            let _ = std::fs::rename(run_dir.join("console.log"), run_dir.join("console.1.log"));
+        }
         let emu = EmuDevice::start(
             &p.emu_bin,
             run_dir,
@@ -260,25 +264,11 @@ fn boot(
         let mut cfg = vm_config(p, run_dir, share, &emu.ivshmem_socket, &nvme.socket);
         cfg.extra_args.extend(extra.iter().cloned());
         let mut vm = Vm::start(&cfg)?;
-        match vm.wait_for("the check's first line", BOOT_TIMEOUT, |l| {
+        boot::wait_started(&mut vm, "the check's first line", BOOT_TIMEOUT, |l| {
             l.contains("HMBT-STEP PID 1")
-        }) {
-            Ok(_) => return Ok((emu, nvme, vm)),
-            Err(e)
-                if attempt == 1
-                    && (e.to_string().starts_with("timeout") || e.to_string().starts_with("guest kernel fault")) =>
-            {
-                let last = vm.console.tail(1);
-                println!(
-                    "    the guest did not reach its check ({}); retrying the boot once",
-                    last.trim()
-                );
-                let _ = std::fs::rename(run_dir.join("console.log"), run_dir.join("console.1.log"));
-                attempt += 1;
-            }
-            Err(e) => return Err(e),
-        }
-    }
+        })?;
+        Ok((emu, nvme, vm))
+    })
 }
 
 /// Host packages, the kernel, the full guest's image, DKMS's build of the
@@ -415,7 +405,7 @@ impl Guest<'_> {
             }) {
                 Ok(_) if path.exists() => break,
                 Ok(line) => bail!("the guest check stopped before {name}: {line}"),
-                Err(e) if e.to_string().starts_with("timeout") => {}
+                Err(e) if WaitError::is_timeout(&e) => {}
                 Err(e) => return Err(e),
             }
             if Instant::now() > deadline {
@@ -439,7 +429,7 @@ impl Guest<'_> {
                     l.contains("HMBT-ERROR") || l.contains("HMBT-RESULT")
                 }) {
                 Ok(line) => bail!("the guest check stopped while the device produced: {line}"),
-                Err(e) if e.to_string().starts_with("timeout") => {}
+                Err(e) if WaitError::is_timeout(&e) => {}
                 Err(e) => return Err(e),
             }
         }

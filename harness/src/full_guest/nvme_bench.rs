@@ -16,6 +16,7 @@ use serde_json::Value;
 use xshell::Shell;
 
 use super::{boot, nvme_tools, prepare};
+use crate::guest_script::{self, Script};
 use crate::phases::Phases;
 use crate::qemu::args;
 use crate::qemu::console;
@@ -54,50 +55,17 @@ pub struct Figure {
     pub qemu: Vec<f64>,
 }
 
-/// The guest's script: find both controllers by model, run every job on
-/// each, `reps` times, fio's JSON into the share.
+/// The guest's script (harness/guest-scripts/full-guest-nvme-bench.sh):
+/// find both controllers by model, run every job on each, `reps` times,
+/// fio's JSON into the share.
 fn script(reps: u32, runtime_s: u32) -> String {
-    let jobs: String = JOBS
-        .iter()
-        .map(|(name, args, _)| format!("    run_job {name} \"{args}\"\n"))
-        .collect();
-    format!(
-        r#"#!/bin/sh
-# Written by the harness (harness/src/full_guest/nvme_bench.rs).
-share=/mnt/host
-echo "HMBT-STEP PID 1 is $(cat /proc/1/comm): nvme bench"
-fail() {{ echo "HMBT-ERROR $*"; dmesg > $share/dmesg.txt; echo "HMBT-RESULT rc=1"; exit 1; }}
-ours=; qemu=; i=0
-while [ $i -lt 600 ]; do
-    for c in /sys/class/nvme/nvme*; do
-        n=$(basename $c)
-        [ -b /dev/${{n}}n1 ] || continue
-        case "$(cat $c/model)" in QEMU*) qemu=/dev/${{n}}n1 ;; *) ours=/dev/${{n}}n1 ;; esac
-    done
-    [ -n "$ours" ] && [ -n "$qemu" ] && break
-    sleep 0.2; i=$((i + 1))
-done
-[ -n "$ours" ] && [ -n "$qemu" ] || fail "want two NVMe namespaces, ours '$ours' and QEMU's '$qemu'"
-echo "HMBT-STEP ours $ours, QEMU's $qemu"
-# run_job NAME ARGS: on both controllers, the first one alternating by rep.
-run_job() {{
-    if [ $((rep % 2)) -eq 1 ]; then order="ours qemu"; else order="qemu ours"; fi
-    for who in $order; do
-        eval dev=\$$who
-        fio --name=$1 --filename=$dev --ioengine=io_uring --direct=1 --size=64M \
-            --time_based --runtime={runtime_s} --ramp_time=1 --output-format=json \
-            --output=$share/fio-$1-$who-$rep.json $2 > /dev/null 2>>$share/fio.stderr \
-            || fail "fio $1 on $who ($dev)"
-    done
-}}
-rep=1
-while [ $rep -le {reps} ]; do
-{jobs}    echo "HMBT-STEP rep $rep done"
-    rep=$((rep + 1))
-done
-echo "HMBT-RESULT rc=0"
-"#
-    )
+    let jobs: Vec<String> = JOBS.iter().map(|(name, args, _)| format!("{name}|{args}")).collect();
+    Script::new()
+        .set("JOBS", jobs.join("\n"))
+        .set("REPS", reps)
+        .set("RUNTIME_S", runtime_s)
+        .file(&guest_script::FULL_GUEST_NVME_BENCH)
+        .build()
 }
 
 /// fio's figure for one run: IOPS, or MB/s (10^6 bytes).
@@ -232,9 +200,9 @@ mod tests {
     fn the_script_runs_every_job_on_both() {
         let s = script(3, 4);
         for (name, args, _) in JOBS {
-            assert!(s.contains(&format!("run_job {name} \"{args}\"")));
+            assert!(s.contains(&format!("{name}|{args}")), "{name}");
         }
-        assert!(s.contains("--runtime=4") && s.contains("-le 3 ]"));
+        assert!(s.contains("REPS='3'\n") && s.contains("RUNTIME_S='4'\n"));
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0]), 2.5);
     }

@@ -18,6 +18,8 @@ use std::process::Command;
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
 
+use crate::guest_script::{self, Script};
+
 /// Namespace size: room for the fio jobs and the discard ranges, and a
 /// small file system; the backing is a sparse file.
 pub const NAMESPACE_BYTES: u64 = 128 << 20;
@@ -62,168 +64,32 @@ const RESET_AFTER_WRITES: u64 = 64;
 /// The random file the host reads back from the media with debugfs.
 const PROBE_FILE: &str = "data/r3";
 
-/// The shell section of the check script (after the PID 1 check, before
-/// the host-integration steps). It uses the script's `step`, `fail`,
-/// `run`, `wait_for` and `$log`.
-pub fn guest_section() -> String {
-    let fio: String = FIO_JOBS
+/// The guest script's parameters of harness/guest-scripts/full-guest-nvme-tools.sh
+/// (its function `nvme_tools`, called after the PID 1 check, before the
+/// host-integration steps).
+pub fn guest_section(script: Script) -> Script {
+    let fio: Vec<String> = FIO_JOBS
         .iter()
-        .map(|(name, qd, off, size)| format!("fio_job {name} --iodepth={qd} --offset={off}M --size={size}M\n"))
+        .map(|(name, qd, off, size)| format!("{name} {qd} {off} {size}"))
         .collect();
-    r#"
-# ---- emu-device's NVMe controller through Debian's own tools (nvme_tools.rs)
-out=$share/@DIR@
-mkdir -p $out
-ctrl=/dev/nvme0
-ns=/dev/nvme0n1
-wait_for 120 "no $ns: the stock nvme driver did not bind emu-device's controller" test -b $ns
-nvme_live() { [ "$(cat /sys/class/nvme/nvme0/state)" = live ]; }
-wait_for 60 "nvme0 is not live" nvme_live
-step "nvme: $ns on $(basename "$(readlink /sys/class/nvme/nvme0/device/driver)"), $(nvme version | head -n 1), $(fio --version)"
-wait_for 120 "the host injected no firmware assert" test -e $share/@ASSERTED@
-step "nvme: nvme telemetry-log --controller-init (the host injected a firmware assert)"
-run nvme telemetry-log $ctrl --controller-init --output-file=$out/@TELEMETRY@
-# nv FILE ARGS...: nvme-cli's answer into $out/FILE.
-nv() { f=$1; shift; nvme "$@" > $out/$f 2>>$log || fail "nvme $* (exit $?)"; }
-smart() { nv smart-$1.bin smart-log $ctrl -b; }
-nv list.json list -o json
-nv id-ctrl.bin id-ctrl $ctrl -b
-nv id-ctrl.txt id-ctrl $ctrl -H
-nv id-ns.bin id-ns $ns -b
-nv id-ns.txt id-ns $ns -H
-nv fw-log.bin fw-log $ctrl -b
-nv feature-07.txt get-feature $ctrl -f 0x07
-nv feature-0d.txt get-feature $ctrl -f 0x0d -H
-nv feature-0d.bin get-feature $ctrl -f 0x0d -b
-{
-    for q in discard_max_bytes write_zeroes_max_bytes logical_block_size; do
-        echo "$q=$(cat /sys/block/nvme0n1/queue/$q)"
-    done
-    echo "model=$(cat /sys/class/nvme/nvme0/model)"
-    echo "serial=$(cat /sys/class/nvme/nvme0/serial)"
-    echo "bytes=$(blockdev --getsize64 $ns)"
-} > $out/guest.txt
-
-step "nvme: nvme flush, nvme compare (equal, then one byte off), nvme dsm --ad"
-ss=$(blockdev --getss $ns)
-cmp_lba=$(( (@CMP@ << 20) / ss ))
-echo "compare_lba=$cmp_lba" >> $out/guest.txt
-nv flush.txt flush $ns
-head -c 4096 /dev/urandom > /tmp/cmp-r
-{ head -c 100 /tmp/cmp-r; printf A; tail -c +102 /tmp/cmp-r; } > /tmp/cmp
-{ head -c 100 /tmp/cmp-r; printf B; tail -c +102 /tmp/cmp-r; } > /tmp/cmp-off
-dd if=/tmp/cmp of=$ns bs=4096 seek=$(( (@CMP@ << 20) / 4096 )) count=1 oflag=direct conv=fsync 2>>$log || fail "write at @CMP@ MiB"
-nv compare-equal.txt compare $ns --start-block=$cmp_lba --block-count=$((4096 / ss - 1)) --data-size=4096 --data=/tmp/cmp
-if nvme compare $ns --start-block=$cmp_lba --block-count=$((4096 / ss - 1)) --data-size=4096 \
-    --data=/tmp/cmp-off > $out/compare-differ.txt 2>&1; then
-    fail "nvme compare of data one byte off succeeded"
-fi
-head -c 1048576 /dev/urandom > /tmp/dsm-pattern
-head -c 1048576 /dev/zero > /tmp/dsm-zeroes
-dd if=/tmp/dsm-pattern of=$ns bs=1M seek=@NDSM@ count=1 oflag=direct conv=fsync 2>>$log || fail "write at @NDSM@ MiB"
-dsm_back() {
-    rm -f /tmp/dsm-back
-    dd if=$ns of=/tmp/dsm-back bs=1M skip=@NDSM@ count=1 iflag=direct 2>>$log || fail "read back at @NDSM@ MiB"
-    cmp /tmp/dsm-back $1 >> $log 2>&1
-}
-dsm_back /tmp/dsm-pattern || fail "the pattern at @NDSM@ MiB did not read back"
-nv dsm.txt dsm $ns --namespace-id=1 --ad --slbs=$(( (@NDSM@ << 20) / ss )) --blocks=$(( 1048576 / ss ))
-dsm_back /tmp/dsm-zeroes || fail "nvme dsm --ad: the deallocated range does not read back as zeroes"
-
-step "nvme: an error on purpose (read past the end), error-log"
-lbas=$(( $(blockdev --getsize64 $ns) / $(blockdev --getss $ns) ))
-if nvme read $ns --start-block=$lbas --block-count=0 --data-size=$(blockdev --getss $ns) --data=/tmp/past-end.bin >> $log 2>&1; then
-    fail "nvme read at LBA $lbas (past the end) succeeded"
-fi
-echo "past_end_lba=$lbas" >> $out/guest.txt
-nv error-log.bin error-log $ctrl -b
-
-step "nvme: fio randwrite + crc32c verify, libaio, direct, QD1 and QD32"
-fio_job() {
-    name=$1; shift
-    fio --name=$name --filename=$ns --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
-        --verify=crc32c --verify_fatal=1 --do_verify=1 --output-format=json \
-        --output=$out/fio-$name.json "$@" >> $log 2>&1 || fail "fio $name (exit $?)"
-}
-smart before-fio
-@FIO@smart after-fio
-
-step "nvme: fio randwrite + crc32c verify through nvme reset"
-writes() { awk '{print $5}' /sys/block/nvme0n1/stat; }
-w0=$(writes)
-fio --name=reset --filename=$ns --ioengine=libaio --direct=1 --rw=randwrite --bs=4k --iodepth=8 \
-    --rate_iops=,@RSTIOPS@ --offset=@RSTAT@M --size=@RSTMIB@M --verify=crc32c --verify_fatal=1 --do_verify=1 \
-    --output-format=json --output=$out/fio-reset.json >> $log 2>&1 &
-fio_pid=$!
-writing() { [ $(( $(writes) - w0 )) -ge @RSTAFTER@ ]; }
-wait_for 60 "fio made no @RSTAFTER@ writes" writing
-echo "reset_after_writes=$(( $(writes) - w0 ))" >> $out/guest.txt
-run nvme reset $ctrl
-wait $fio_pid || fail "fio through nvme reset (exit $?)"
-wait_for 60 "nvme0 is not live after nvme reset" nvme_live
-
-step "nvme: blkdiscard (DSM deallocate) and blkdiscard -z (Write Zeroes), read back"
-# range_check MIB FILE: the 4 MiB at MIB read back (O_DIRECT) equal FILE.
-range_check() {
-    rm -f /tmp/back
-    dd if=$ns of=/tmp/back bs=1M skip=$1 count=@RANGE@ iflag=direct 2>>$log || fail "read back at $1 MiB"
-    cmp /tmp/back $2 >> $log 2>&1
-}
-head -c $((@RANGE@ << 20)) /dev/zero > /tmp/zeroes
-for at in @DSM@ @WZ@; do
-    head -c $((@RANGE@ << 20)) /dev/urandom > /tmp/pattern
-    dd if=/tmp/pattern of=$ns bs=1M seek=$at oflag=direct conv=fsync 2>>$log || fail "write at $at MiB"
-    range_check $at /tmp/pattern || fail "the pattern at $at MiB did not read back"
-done
-smart before-dsm
-run blkdiscard --offset $((@DSM@ << 20)) --length $((@RANGE@ << 20)) $ns
-range_check @DSM@ /tmp/zeroes || fail "blkdiscard: the deallocated range does not read back as zeroes"
-smart after-dsm
-run blkdiscard -z --offset $((@WZ@ << 20)) --length $((@RANGE@ << 20)) $ns
-range_check @WZ@ /tmp/zeroes || fail "blkdiscard -z: the range does not read back as zeroes"
-smart after-wz
-
-step "nvme: mkfs.ext4 (discard), mount, files, umount, mount, compare, fsck.ext4 -fn"
-run mkfs.ext4 -F -E lazy_itable_init=0,lazy_journal_init=0 $ns
-mkdir -p /mnt/nvme
-run mount -o noinit_itable $ns /mnt/nvme
-mkdir -p /mnt/nvme/data
-i=1
-while [ $i -le 6 ]; do
-    head -c $((i * 177 * 1024 + i)) /dev/urandom > /mnt/nvme/data/r$i
-    i=$((i + 1))
-done
-run cp -a /usr/share/common-licenses /mnt/nvme/data/licenses
-run cp /mnt/nvme/@PROBE@ $out/probe.bin
-(cd /mnt/nvme && find data -type f -exec sha256sum {} +) > $out/manifest.sha256
-run umount /mnt/nvme
-run mount $ns /mnt/nvme
-(cd /mnt/nvme && sha256sum --check --quiet $out/manifest.sha256) >> $log 2>&1 \
-    || fail "files read back after umount and mount differ from what was written"
-run umount /mnt/nvme
-run fsck.ext4 -fn $ns
-smart final
-dmesg | grep nvme > $out/dmesg-nvme.txt
-touch $share/@DONE@
-wait_for 120 "the host did not answer @DONE@" test -e $share/@OK@
-step "nvme: the host checked every answer against the controller"
-"#
-    .replace("@DIR@", DIR)
-    .replace("@FIO@", &fio)
-    .replace("@RANGE@", &RANGE_MIB.to_string())
-    .replace("@DSM@", &DSM_AT_MIB.to_string())
-    .replace("@WZ@", &WZ_AT_MIB.to_string())
-    .replace("@PROBE@", PROBE_FILE)
-    .replace("@CMP@", &COMPARE_AT_MIB.to_string())
-    .replace("@NDSM@", &NVME_DSM_AT_MIB.to_string())
-    .replace("@RSTIOPS@", &RESET_JOB_WRITE_IOPS.to_string())
-    .replace("@RSTAT@", &RESET_JOB_AT_MIB.to_string())
-    .replace("@RSTMIB@", &RESET_JOB_MIB.to_string())
-    .replace("@RSTAFTER@", &RESET_AFTER_WRITES.to_string())
-    .replace("@DONE@", DONE)
-    .replace("@ASSERTED@", ASSERTED)
-    .replace("@TELEMETRY@", TELEMETRY_CONTROLLER)
-    .replace("@OK@", OK)
+    script
+        .set("TOOLS_DIR", DIR)
+        .set("TOOLS_DONE", DONE)
+        .set("TOOLS_OK", OK)
+        .set("FIO_JOBS", fio.join(" "))
+        .set("DSM_AT_MIB", DSM_AT_MIB)
+        .set("WZ_AT_MIB", WZ_AT_MIB)
+        .set("RANGE_MIB", RANGE_MIB)
+        .set("PROBE_FILE", PROBE_FILE)
+        .set("ASSERTED", ASSERTED)
+        .set("TELEMETRY_CONTROLLER", TELEMETRY_CONTROLLER)
+        .set("COMPARE_AT_MIB", COMPARE_AT_MIB)
+        .set("NVME_DSM_AT_MIB", NVME_DSM_AT_MIB)
+        .set("RESET_JOB_AT_MIB", RESET_JOB_AT_MIB)
+        .set("RESET_JOB_MIB", RESET_JOB_MIB)
+        .set("RESET_JOB_WRITE_IOPS", RESET_JOB_WRITE_IOPS)
+        .set("RESET_AFTER_WRITES", RESET_AFTER_WRITES)
+        .file(&guest_script::FULL_GUEST_NVME_TOOLS)
 }
 
 /// What the tools saw, every field checked against the controller.
@@ -883,21 +749,24 @@ mod tests {
     }
 
     #[test]
-    fn the_section_has_every_placeholder_filled() {
-        let s = guest_section();
-        let left = s.replace("\"$@\"", "");
-        assert!(!left.contains('@'), "a placeholder is left");
+    fn the_section_gets_the_fio_jobs_and_the_ranges() {
+        let s = guest_section(Script::new()).build();
         for want in [
-            "fio_job qd1 --iodepth=1 --offset=0M --size=4M",
-            "fio_job qd32 --iodepth=32 --offset=8M --size=8M",
-            "blkdiscard -z --offset $((40 << 20))",
-            "touch $share/nvme-tools.done",
-            "fsck.ext4 -fn $ns",
-            "nv flush.txt flush $ns",
+            "FIO_JOBS='qd1 1 0 4 qd32 32 8 8'\n",
+            "WZ_AT_MIB='40'\n",
+            "TOOLS_DONE='nvme-tools.done'\n",
+            "PROBE_FILE='data/r3'\n",
+            "nvme_tools() {",
+            // Unquoted: the jobs' words must split (a quoted one word
+            // would run no job at all).
+            "    set -- $FIO_JOBS\n",
+            "COMPARE_AT_MIB='48'\n",
+            "NVME_DSM_AT_MIB='52'\n",
+            "RESET_JOB_WRITE_IOPS='300'\n",
+            "nv flush.txt flush \"$ns\"",
             "--data=/tmp/cmp-off",
-            "dsm $ns --namespace-id=1 --ad --slbs=$(( (52 << 20) / ss ))",
-            "--rate_iops=,300 --offset=56M --size=4M",
-            "run nvme reset $ctrl",
+            "run nvme reset \"$ctrl\"",
+            "--controller-init --output-file=\"$out/$TELEMETRY_CONTROLLER\"",
         ] {
             assert!(s.contains(want), "{want} missing");
         }

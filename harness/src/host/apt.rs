@@ -76,6 +76,10 @@ pub fn test_needs() -> Vec<Need> {
             "gcc-arm-none-eabi",
             "firmware-sdk: cross-builds the C producer and its test firmware for Cortex-M",
         ),
+        (
+            "shellcheck",
+            "checks the guest scripts of harness/guest-scripts/ (harness/tests/guest_scripts.rs)",
+        ),
     ]
     .iter()
     .map(|(p, w)| Need::new(p, w))
@@ -289,11 +293,7 @@ fn parse_upgrade(line: &str) -> Option<(&str, &str, &str)> {
     Some((package, old, new))
 }
 
-pub fn is_root() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    // /proc/self belongs to the effective user.
-    std::fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
-}
+pub use super::apt_env::is_root;
 
 /// Add `<codename>-backports` to the host's apt sources if it is not there
 /// (backports are pinned at 100 by Debian: nothing is upgraded from them

@@ -41,6 +41,17 @@ pub struct Image {
     pub has_kfence: bool,
 }
 
+impl Image {
+    /// Guest path of nvme-hmb-trace.ko.
+    pub fn trace_module(&self) -> Result<String> {
+        self.our_modules
+            .iter()
+            .find(|m| m.contains("nvme-hmb-trace") || m.contains("nvme_hmb_trace"))
+            .cloned()
+            .context("the image has no nvme-hmb-trace.ko")
+    }
+}
+
 /// Which image to prepare.
 #[derive(Debug, Clone, Default)]
 pub struct ImageOptions {

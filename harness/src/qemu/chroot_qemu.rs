@@ -12,7 +12,7 @@
 //! modules (TCG is a module in Debian's build). The install is stamped with
 //! the candidate version, like the kernels: a warm run costs one stat.
 
-use super::binary::QemuBinary;
+use super::version::QemuBinary;
 use crate::host::apt_env::AptEnv;
 use crate::host::chroot::Chroot;
 use crate::host::stamp::{Fingerprint, Stamp};

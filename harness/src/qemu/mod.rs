@@ -8,8 +8,12 @@ pub mod binary;
 pub mod chroot_qemu;
 pub mod console;
 pub mod kernel_checks;
+pub mod version;
+mod wait_error;
 
-use anyhow::{bail, Context, Result};
+pub use wait_error::WaitError;
+
+use anyhow::{Context, Result};
 use args::MemoryBackend;
 use binary::QemuBinary;
 use console::ConsoleLog;
@@ -198,7 +202,8 @@ impl Vm {
     }
 
     /// Wait until a console line satisfies `want`; fail on a kernel fault,
-    /// QEMU exiting, the deadline or an interrupt, with the console tail.
+    /// QEMU exiting, the deadline or an interrupt, with the console tail
+    /// (a [`WaitError`], other errors are the console file's).
     pub fn wait_for(&mut self, what: &str, timeout: Duration, want: impl Fn(&str) -> bool) -> Result<String> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -213,21 +218,28 @@ impl Vm {
             }
             self.check_faults()?;
             if let Some(status) = exited {
-                bail!(
-                    "QEMU exited ({status}) while waiting for {what}; console:\n{}",
-                    self.console.tail(30)
-                );
+                return Err(WaitError::Exited {
+                    status: status.to_string(),
+                    signal: std::os::unix::process::ExitStatusExt::signal(&status),
+                    what: what.to_string(),
+                    tail: self.console.tail(30),
+                }
+                .into());
             }
             if crate::interrupt::requested() {
-                bail!("interrupted while waiting for {what}");
+                return Err(WaitError::Interrupted(what.to_string()).into());
             }
             if Instant::now() >= deadline {
-                bail!(
-                    "timeout: no {what} within {}s; console {}:\n{}",
-                    timeout.as_secs(),
-                    self.console.path().display(),
-                    self.console.tail(30)
-                );
+                return Err(WaitError::Timeout {
+                    what: format!("no {what}"),
+                    after: timeout,
+                    console: format!(
+                        "; console {}:\n{}",
+                        self.console.path().display(),
+                        self.console.tail(30)
+                    ),
+                }
+                .into());
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -245,10 +257,15 @@ impl Vm {
                 return Ok(status);
             }
             if crate::interrupt::requested() {
-                bail!("interrupted while waiting for the guest to power off");
+                return Err(WaitError::Interrupted("the guest to power off".to_string()).into());
             }
             if Instant::now() >= deadline {
-                bail!("timeout: the guest did not power off within {}s", timeout.as_secs());
+                return Err(WaitError::Timeout {
+                    what: "the guest did not power off".to_string(),
+                    after: timeout,
+                    console: String::new(),
+                }
+                .into());
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -257,19 +274,19 @@ impl Vm {
     fn try_exit_status(&mut self) -> Result<Option<ExitStatus>> {
         match self.child.as_mut() {
             Some(c) => Ok(c.try_wait()?),
-            None => bail!("QEMU is not running"),
+            None => Err(WaitError::NotRunning.into()),
         }
     }
 
-    fn check_faults(&self) -> Result<()> {
-        if let Some(first) = self.console.faults.first() {
-            bail!(
-                "guest kernel fault: {first}\n(console {}):\n{}",
-                self.console.path().display(),
-                self.console.tail(40)
-            );
+    fn check_faults(&self) -> Result<(), WaitError> {
+        match self.console.faults.first() {
+            Some(first) => Err(WaitError::Fault {
+                line: first.clone(),
+                console: self.console.path().display().to_string(),
+                tail: self.console.tail(40),
+            }),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Kill QEMU now and reap it (idempotent).

@@ -271,12 +271,12 @@ pub fn boot(args: &Boot, phases: &mut Phases) -> Result<RunOutcome> {
     })?;
     phases.run("workload", || produce(args, &mut s))?;
     phases.run("drain", || s.wait_drained(Duration::from_secs(60)))?;
-    let ground_truth = s.emu.ground_truth()?;
+    let ground_truth = s.dev.ground_truth()?;
     std::fs::write(
         run_dir.join("ground-truth.json"),
         serde_json::to_string_pretty(&ground_truth)?,
     )?;
-    let stats = s.emu.stats()?;
+    let stats = s.dev.stats()?;
     std::fs::write(run_dir.join("emu-stats.json"), serde_json::to_string_pretty(&stats)?)?;
     s.signal(files::STOP)?;
     if args.keep {
@@ -330,7 +330,7 @@ fn produce(args: &Boot, s: &mut Session) -> Result<()> {
     let duration = Duration::from_secs_f64(args.duration());
     let mut pending: Vec<Injection> = args.inject.clone();
     pending.sort_by_key(|i| i.at(duration));
-    s.emu.start_workload(args.workload(), args.seed(), args.rate())?;
+    s.dev.start_workload(args.workload(), args.seed(), args.rate())?;
     let start = Instant::now();
     while start.elapsed() < duration {
         if let Some(next) = pending.first().copied() {
@@ -340,21 +340,21 @@ fn produce(args: &Boot, s: &mut Session) -> Result<()> {
                 continue;
             }
         }
-        s.emu.check_alive()?;
+        s.dev.check_alive()?;
         s.check_daemon_running()?;
         if interrupt::requested() {
             bail!("interrupted");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    s.emu.stop_workload()
+    s.dev.stop_workload()
 }
 
 fn fire(injection: Injection, s: &mut Session) -> Result<()> {
     match injection {
         Injection::Reset { .. } => {
             println!("    inject: controller reset");
-            s.emu.inject(Fault::Reset).map(drop)
+            s.dev.inject(Fault::Reset).map(drop)
         }
         Injection::Stall { dur, .. } => {
             println!(

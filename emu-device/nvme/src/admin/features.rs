@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 use super::done;
-use crate::controller::{Outcome, Sqe, PAGE};
+use crate::command::{Outcome, Sqe, PAGE};
 use crate::hmb::{self, HmbAttributes, HmbLimits};
 use crate::{Controller, HostMemoryBuffer, Status};
 

@@ -2,7 +2,7 @@
 //! 03h namespace identification descriptors. Any other CNS: Invalid Field in Command.
 
 use super::{done, AER_LIMIT};
-use crate::controller::{Outcome, Sqe};
+use crate::command::{Outcome, Sqe};
 use crate::{Controller, Status};
 
 /// The only namespace.

@@ -11,7 +11,7 @@ use super::telemetry::{
     CaptureRefused, AEC_TELEMETRY_NOTICES, BLOCK, LID_TELEMETRY_CONTROLLER, LID_TELEMETRY_HOST, LSP_CREATE,
     NOTICE_TELEMETRY_CHANGED,
 };
-use crate::controller::{Outcome, Sqe};
+use crate::command::{Outcome, Sqe};
 use crate::{Controller, Status};
 
 const LID_ERROR: u8 = 0x01;

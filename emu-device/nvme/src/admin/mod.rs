@@ -22,7 +22,7 @@ pub(crate) fn identify_nsid() -> u32 {
 use std::collections::HashMap;
 use std::time::Instant;
 
-use crate::controller::{Outcome, Sqe, PAGE};
+use crate::command::{Outcome, Sqe, PAGE};
 use crate::{prp, Controller, Status};
 
 pub(crate) const OPC_DELETE_SQ: u8 = 0x00;

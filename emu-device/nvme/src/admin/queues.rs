@@ -1,7 +1,7 @@
 //! Create / Delete I/O Submission and Completion Queues (01h, 00h, 05h, 04h).
 //! Queues must be physically contiguous (CAP.CQR = 1: PC = 0 is Invalid Field).
 
-use crate::controller::{Outcome, Sqe, PAGE};
+use crate::command::{Outcome, Sqe, PAGE};
 use crate::queue::{CompQueue, SubQueue, CQE_BYTES, SQE_BYTES};
 use crate::regs::{cc_iocqes, cc_iosqes};
 use crate::{dma, Controller, Status};

@@ -1,18 +1,20 @@
 //! The scenarios. Each drives one guest session and returns its normalised
 //! outcome; `tests/conformance.rs` snapshots it.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use hmb_emu_device::control::{Fault, VersionPart};
+use hmb_emu_device::control::Fault;
 use hmb_emu_device::report::{GroundTruth, HeaderView, Stats};
 use hmb_harness::guest_script::files;
 use hmb_harness::qemu::console;
 use hmb_harness::session::Session;
 use serde_json::{json, Value};
 
+use super::shared::{self, Verdict};
 use crate::env::{Device, Env, Extra, FINISH};
 use crate::outcome::{check_truth, daemon_error, kernel_log, truth_facts};
+use hmb_harness::emu::EmuDevice;
 
 /// Ring of the streaming scenarios: big enough never to overflow at their rates.
 const RING: u64 = 1 << 20;
@@ -26,42 +28,63 @@ const BIG_RING: u64 = 512 << 20;
 const LATE_STOP_MS: u64 = 2000;
 const STARTED: Duration = Duration::from_secs(60);
 
-/// Run one scenario on the environment's device.
-/// The scenarios whose fault is a damaged or newer ring header written
-/// before the daemon starts, on either device.
-pub(crate) fn header_fault_of(name: &str) -> Option<Fault> {
-    match name {
-        "bad_magic" => Some(Fault::CorruptMagic),
-        "too_new_major" => Some(Fault::BumpVersion {
-            part: VersionPart::Major,
-        }),
-        "newer_minor" => Some(Fault::BumpVersion {
-            part: VersionPart::Minor,
-        }),
-        _ => None,
+/// The ivshmem device's side of the shared scenarios.
+impl shared::Side for EmuDevice {
+    const DEVICE: Device = Device::Ivshmem;
+    const STARTED: Duration = STARTED;
+    /// `load_module ring_size={RING}` (checked by a test).
+    const UP: &'static str = "load_module ring_size=1048576\n";
+    const DOWN: &'static str = "stop_daemon\ncollect\nwait_file stop\nexit 0\n";
+    type Truth = (GroundTruth, Stats);
+
+    fn start(env: &Env, name: &str, body: &str) -> Result<Session> {
+        env.start(name, RING, body)
+    }
+
+    fn produce(g: &mut Session, workload: &str, seed: u64, rate: u64) -> Result<()> {
+        g.dev.start_workload(workload, seed, rate)
+    }
+
+    fn inject(g: &mut Session, fault: Fault) -> Result<()> {
+        g.dev.inject(fault).map(drop)
+    }
+
+    fn wind_down(g: &mut Session) -> Result<(Self::Truth, i32)> {
+        let (gt, stats, rc) = wind_down(g)?;
+        Ok(((gt, stats), rc))
+    }
+
+    fn finish_unchecked(g: &mut Session) -> Result<i32> {
+        g.signal(files::STOP)?;
+        g.finish(FINISH)
+    }
+
+    fn check(g: &Session, (gt, stats): &Self::Truth) -> Result<Verdict> {
+        let truth = check_truth(&g.run_dir, gt, stats)?;
+        Ok(Verdict {
+            passed: truth.passed(),
+            summary: truth.summary(),
+            facts: truth_facts(&truth),
+        })
+    }
+
+    fn after(_: &Session) -> Result<()> {
+        Ok(())
     }
 }
 
+/// Run one scenario on the ivshmem device.
 pub fn run(env: &Env, name: &str) -> Result<Value> {
-    if env.device == Device::Nvme {
-        return crate::nvme_scenarios::run(env, name);
-    }
-    if let Some(fault) = header_fault_of(name) {
-        return header_fault(env, name, fault);
-    }
     match name {
         "streaming" => streaming(env),
         "overflow" => overflow(env),
         "frozen_exit" => frozen(env, false),
         "frozen_follow" => frozen(env, true),
-        "unknown_flag" => unknown_flag(env),
         "access_rules" => access_rules(env),
         "binding" => binding(env),
         "no_msix" => no_msix(env),
         "big_ring" => big_ring(env),
-        "crash_safety" => crash_safety(env),
         "removal" => removal(env),
-        "hostile_firmware" => hostile(env),
         "format_rules" => format_rules(env),
         "pci_error" => pci_error(env),
         "suspend" => suspend(env),
@@ -77,16 +100,6 @@ fn stream_body(ring: u64, daemon_args: &str) -> String {
     format!("load_module ring_size={ring}\nstart_daemon {daemon_args}\nwait_stop\nstop_daemon\ncollect\nwait_file stop\nexit 0\n")
 }
 
-/// Let production run for `secs`, keeping an eye on emu-device.
-fn run_for(s: &mut Session, secs: f64) -> Result<()> {
-    let end = Instant::now() + Duration::from_secs_f64(secs);
-    while Instant::now() < end {
-        s.emu.check_alive()?;
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
-}
-
 /// The ring header of a `stats` answer: there is one once the guest advertised.
 fn header_of(stats: &Stats) -> Result<HeaderView> {
     stats
@@ -100,12 +113,12 @@ fn header_of(stats: &Stats) -> Result<HeaderView> {
 fn wind_down(s: &mut Session) -> Result<(GroundTruth, Stats, i32)> {
     // A daemon that already exited cannot drain; its exit code tells why.
     let daemon_running = !s.share_file(files::DAEMON_RC).exists();
-    s.emu.stop_workload()?;
+    s.dev.stop_workload()?;
     if daemon_running {
-        s.emu.wait_drained(Duration::from_secs(60))?;
+        s.dev.wait_drained(Duration::from_secs(60))?;
     }
-    let truth = s.emu.ground_truth()?;
-    let stats = s.emu.stats()?;
+    let truth = s.dev.ground_truth()?;
+    let stats = s.dev.stats()?;
     std::fs::write(
         s.run_dir.join("ground-truth.json"),
         serde_json::to_string_pretty(&truth)?,
@@ -120,12 +133,12 @@ fn streaming(env: &Env) -> Result<Value> {
     let follow = if env.inject_reset { "--follow" } else { "" };
     let mut s = env.start("streaming", RING, &stream_body(RING, follow))?;
     s.wait_share_file(files::STARTED, STARTED)?;
-    s.emu.start_workload("sizes", 7, 4000)?;
-    run_for(&mut s, 1.5)?;
+    s.dev.start_workload("sizes", 7, 4000)?;
+    s.run_for(1.5)?;
     if env.inject_reset {
-        s.emu.inject(Fault::Reset)?;
+        s.dev.inject(Fault::Reset)?;
     }
-    run_for(&mut s, 1.5)?;
+    s.run_for(1.5)?;
     let (gt, stats, rc) = wind_down(&mut s)?;
     let truth = check_truth(&s.run_dir, &gt, &stats)?;
     anyhow::ensure!(
@@ -143,7 +156,7 @@ fn streaming(env: &Env) -> Result<Value> {
         "guest_rc": rc,
         "daemon_exit_codes": s.daemon_exit_codes(),
         "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -151,15 +164,15 @@ fn streaming(env: &Env) -> Result<Value> {
 fn overflow(env: &Env) -> Result<Value> {
     let mut s = env.start("overflow", SMALL_RING, &stream_body(SMALL_RING, ""))?;
     s.wait_share_file(files::STARTED, STARTED)?;
-    s.emu.start_workload("ssd", 3, 20_000)?;
-    run_for(&mut s, 0.5)?;
+    s.dev.start_workload("ssd", 3, 20_000)?;
+    s.run_for(0.5)?;
     let mut qmp = s.qmp()?;
     qmp.stop(Duration::from_secs(5))?;
     std::thread::sleep(Duration::from_millis(1500));
-    let during = s.emu.stats()?;
+    let during = s.dev.stats()?;
     qmp.cont(Duration::from_secs(5))?;
-    run_for(&mut s, 1.5)?;
-    let after_stats = s.emu.stats()?;
+    s.run_for(1.5)?;
+    let after_stats = s.dev.stats()?;
     let (gt, stats, rc) = wind_down(&mut s)?;
     let truth = check_truth(&s.run_dir, &gt, &stats)?;
     let (during, after) = (header_of(&during)?, header_of(&after_stats)?);
@@ -174,7 +187,7 @@ fn overflow(env: &Env) -> Result<Value> {
         "overflowed_while_stopped": during.overflowed(),
         "overflowed_after_drain": after.overflowed(),
         "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -184,11 +197,11 @@ fn frozen(env: &Env, follow: bool) -> Result<Value> {
     let name = if follow { "frozen_follow" } else { "frozen_exit" };
     let mut s = env.start(name, RING, &stream_body(RING, if follow { "--follow" } else { "" }))?;
     s.wait_share_file(files::STARTED, STARTED)?;
-    s.emu.start_workload("ssd", 5, 3000)?;
-    run_for(&mut s, 1.0)?;
-    s.emu.inject(Fault::Reset)?;
+    s.dev.start_workload("ssd", 5, 3000)?;
+    s.run_for(1.0)?;
+    s.dev.inject(Fault::Reset)?;
     if follow {
-        run_for(&mut s, 1.5)?;
+        s.run_for(1.5)?;
     } else {
         s.wait_share_file(files::DAEMON_RC, Duration::from_secs(30))
             .context("daemon did not exit on FROZEN")?;
@@ -201,62 +214,7 @@ fn frozen(env: &Env, follow: bool) -> Result<Value> {
         "daemon_exit_codes": s.daemon_exit_codes(),
         "epochs_in_trace": truth.epochs,
         "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s.run_dir),
-    }))
-}
-
-/// Script body: load, wait for the host to damage the header, then start the daemon.
-fn staged_body(ring: u64) -> String {
-    format!(
-        "load_module ring_size={ring}\nmark loaded\nwait_file go\nstart_daemon\nwait_stop\nstop_daemon\ncollect\nwait_file stop\nexit 0\n"
-    )
-}
-
-/// A damaged or newer header before the daemon starts.
-fn header_fault(env: &Env, name: &str, fault: Fault) -> Result<Value> {
-    let mut s = env.start(name, RING, &staged_body(RING))?;
-    s.wait_share_file("loaded", STARTED)?;
-    s.emu.start_workload("ssd", 9, 2000)?;
-    run_for(&mut s, 0.3)?;
-    s.emu.inject(fault)?;
-    s.signal("go")?;
-    s.wait_share_file(files::STARTED, STARTED)?;
-    run_for(&mut s, 1.0)?;
-    let (gt, stats, rc) = wind_down(&mut s)?;
-    let codes = s.daemon_exit_codes();
-    let mut out = json!({
-        "guest_rc": rc,
-        "daemon_exit_codes": codes,
-        "daemon_error": daemon_error(&s.run_dir),
-        "kernel_log": kernel_log(&s.run_dir),
-    });
-    if codes == [0] {
-        let truth = check_truth(&s.run_dir, &gt, &stats)?;
-        anyhow::ensure!(truth.passed(), "{}", truth.summary());
-        out["truth"] = truth_facts(&truth);
-    }
-    Ok(out)
-}
-
-/// A flag bit ABI v1 does not define appears mid-stream: the daemon logs it
-/// once and keeps streaming, losing nothing.
-fn unknown_flag(env: &Env) -> Result<Value> {
-    let mut s = env.start("unknown_flag", RING, &stream_body(RING, ""))?;
-    s.wait_share_file(files::STARTED, STARTED)?;
-    s.emu.start_workload("ssd", 29, 3000)?;
-    run_for(&mut s, 0.5)?;
-    s.emu.inject(Fault::UnknownFlag)?;
-    run_for(&mut s, 1.0)?;
-    let (gt, stats, rc) = wind_down(&mut s)?;
-    let truth = check_truth(&s.run_dir, &gt, &stats)?;
-    anyhow::ensure!(truth.passed(), "{}", truth.summary());
-    let stderr = std::fs::read_to_string(s.run_dir.join(files::DAEMON_STDERR)).unwrap_or_default();
-    Ok(json!({
-        "guest_rc": rc,
-        "daemon_exit_codes": s.daemon_exit_codes(),
-        "unknown_flag_logged_once": stderr.matches("unknown bits 0x200").count() == 1,
-        "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -269,11 +227,11 @@ fn serve_test_program(s: &mut Session, timeout: Duration) -> Result<()> {
             l.contains("REQUEST ") || l.contains("HMBT-TEST") || console::parse_result(l).is_some()
         })?;
         if line.contains("REQUEST freeze") {
-            s.emu.inject(Fault::Reset)?;
+            s.dev.inject(Fault::Reset)?;
         } else if line.contains("REQUEST rewind_header") {
-            s.emu.inject(Fault::RewindHeader)?;
+            s.dev.inject(Fault::RewindHeader)?;
         } else if line.contains("REQUEST late_stop") {
-            s.emu.inject(Fault::LateStop { ms: LATE_STOP_MS })?;
+            s.dev.inject(Fault::LateStop { ms: LATE_STOP_MS })?;
         } else if line.contains("REQUEST device_del") {
             s.qmp()?.device_del("hmb0", Duration::from_secs(5))?;
         } else {
@@ -322,7 +280,7 @@ fn access_rules(env: &Env) -> Result<Value> {
          collect\nexit 0\n"
     );
     let mut s = env.start("access_rules", RING, &body)?;
-    s.emu.start_workload("ssd", 11, 2000)?;
+    s.dev.start_workload("ssd", 11, 2000)?;
     serve_test_program(&mut s, Duration::from_secs(180))?;
     let rc = s.finish(FINISH)?;
     let console = std::fs::read_to_string(s.run_dir.join("console.log"))?;
@@ -335,7 +293,7 @@ fn access_rules(env: &Env) -> Result<Value> {
         "outsider_open_refused": outsider.contains("Permission denied") && !outsider.contains("opened"),
         "group_member_open_allowed": member.contains("opened"),
         "checks": checks,
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -401,7 +359,7 @@ fn binding(env: &Env) -> Result<Value> {
         cmdline: Vec::new(),
     };
     let mut s = env.start_with(name, RING, &body, extra)?;
-    s.emu.start_workload("ssd", 31, 2000)?;
+    s.dev.start_workload("ssd", 31, 2000)?;
     serve_test_program(&mut s, Duration::from_secs(600))?;
     let rc = s.finish(FINISH)?;
     let console = std::fs::read_to_string(s.run_dir.join("console.log"))?;
@@ -449,7 +407,7 @@ fn binding(env: &Env) -> Result<Value> {
         "fuzz_rc": test_rc,
         "fuzz_checks": checks,
         "withdrawn_at_poweroff": last_generation_acknowledged(&emu_log),
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -483,7 +441,7 @@ fn no_msix(env: &Env) -> Result<Value> {
         cmdline: vec!["pci=nomsi".into()],
     };
     let mut s = env.start_with("no_msix", RING, &body, extra)?;
-    s.emu.start_workload("ssd", 37, 2000)?;
+    s.dev.start_workload("ssd", 37, 2000)?;
     serve_test_program(&mut s, Duration::from_secs(180))?;
     let rc = s.finish(FINISH)?;
     let console = std::fs::read_to_string(s.run_dir.join("console.log"))?;
@@ -496,7 +454,7 @@ fn no_msix(env: &Env) -> Result<Value> {
             .is_some_and(|n| n.trim() != "0"),
         "hmbtrace_test_rc": test_rc,
         "checks": checks,
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -512,7 +470,7 @@ fn big_ring(env: &Env) -> Result<Value> {
          collect\nexit 0\n"
     );
     let mut s = env.start("big_ring", BIG_RING, &body)?;
-    s.emu.start_workload("ssd", 41, 1000)?;
+    s.dev.start_workload("ssd", 41, 1000)?;
     serve_test_program(&mut s, Duration::from_secs(300))?;
     let rc = s.finish(FINISH)?;
     let console = std::fs::read_to_string(s.run_dir.join("console.log"))?;
@@ -521,38 +479,7 @@ fn big_ring(env: &Env) -> Result<Value> {
         "guest_rc": rc,
         "hmbtrace_test_rc": test_rc,
         "checks": checks,
-        "kernel_log": kernel_log(&s.run_dir),
-    }))
-}
-
-/// SIGKILL the daemon at random moments and restart it: trace.bin must hold
-/// every record exactly once.
-fn crash_safety(env: &Env) -> Result<Value> {
-    let body = format!(
-        "load_module ring_size={RING}\n\
-         i=0\n\
-         while [ $i -lt 8 ]; do\n\
-             start_daemon\n\
-             sleep 0.$((RANDOM % 9 + 1))\n\
-             kill -9 $daemon; wait $daemon\n\
-             i=$((i + 1))\n\
-         done\n\
-         mark kills.done\n\
-         start_daemon\nwait_stop\nstop_daemon\ncollect\nexit 0\n"
-    );
-    let mut s = env.start("crash_safety", RING, &body)?;
-    s.wait_share_file(files::STARTED, STARTED)?;
-    s.emu.start_workload("sizes", 13, 3000)?;
-    s.wait_share_file("kills.done", Duration::from_secs(120))?;
-    run_for(&mut s, 0.5)?;
-    let (gt, stats, rc) = wind_down(&mut s)?;
-    let truth = check_truth(&s.run_dir, &gt, &stats)?;
-    anyhow::ensure!(truth.passed(), "{}", truth.summary());
-    Ok(json!({
-        "guest_rc": rc,
-        "daemon_exit_codes_after_kills": s.daemon_exit_codes(),
-        "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -576,12 +503,12 @@ fn removal(env: &Env) -> Result<Value> {
     );
     let mut s = env.start("removal", RING, &body)?;
     s.wait_share_file(files::STARTED, STARTED)?;
-    s.emu.start_workload("ssd", 17, 2000)?;
-    run_for(&mut s, 1.5)?;
+    s.dev.start_workload("ssd", 17, 2000)?;
+    s.run_for(1.5)?;
     s.signal("unbind")?;
     s.wait_share_file(files::DAEMON_RC, Duration::from_secs(30))
         .context("the daemon did not notice the removal")?;
-    s.emu.stop_workload()?;
+    s.dev.stop_workload()?;
     s.signal(files::STOP)?;
     let rc = s.finish(FINISH)?;
     let console = std::fs::read_to_string(s.run_dir.join("console.log"))?;
@@ -591,26 +518,7 @@ fn removal(env: &Env) -> Result<Value> {
         "unbind_while_open_and_mapped": if console.contains("HMBT-UNBIND done") { "done" } else { "failed" },
         "daemon_exit_codes": s.daemon_exit_codes(),
         "daemon_error": daemon_error(&s.run_dir),
-        "kernel_log": kernel_log(&s.run_dir),
-    }))
-}
-
-/// Records with lying lengths: the daemon stops cleanly, the kernel log stays clean.
-fn hostile(env: &Env) -> Result<Value> {
-    let mut s = env.start("hostile_firmware", RING, &stream_body(RING, ""))?;
-    s.wait_share_file(files::STARTED, STARTED)?;
-    s.emu.start_workload("ssd", 19, 2000)?;
-    run_for(&mut s, 0.5)?;
-    s.emu.inject(Fault::Hostile)?;
-    s.wait_share_file(files::DAEMON_RC, Duration::from_secs(30))
-        .context("the daemon did not stop on a hostile record")?;
-    s.signal(files::STOP)?;
-    let rc = s.finish(FINISH)?;
-    Ok(json!({
-        "guest_rc": rc,
-        "daemon_exit_codes": s.daemon_exit_codes(),
-        "daemon_error": daemon_error(&s.run_dir),
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -619,8 +527,8 @@ fn hostile(env: &Env) -> Result<Value> {
 fn format_rules(env: &Env) -> Result<Value> {
     let mut s = env.start("format_rules", RING, &stream_body(RING, ""))?;
     s.wait_share_file(files::STARTED, STARTED)?;
-    s.emu.start_workload("npu", 23, 3000)?;
-    run_for(&mut s, 1.5)?;
+    s.dev.start_workload("npu", 23, 3000)?;
+    s.run_for(1.5)?;
     let (gt, stats, rc) = wind_down(&mut s)?;
     let truth = check_truth(&s.run_dir, &gt, &stats)?;
     anyhow::ensure!(truth.passed(), "{}", truth.summary());
@@ -694,7 +602,7 @@ fn format_rules(env: &Env) -> Result<Value> {
             "huge_header": code(&[&huge_header], &["pccx", "verify"])?,
             "truncated": code(&[&pccx_truncated], &["pccx", "verify"])?,
         },
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -733,8 +641,8 @@ fn pci_error(env: &Env) -> Result<Value> {
     };
     let mut s = env.start_with("pci_error", RING, &body, extra)?;
     s.wait_share_file(files::STARTED, STARTED)?;
-    s.emu.start_workload("ssd", 47, 2000)?;
-    run_for(&mut s, 1.0)?;
+    s.dev.start_workload("ssd", 47, 2000)?;
+    s.run_for(1.0)?;
     // Data link protocol error: uncorrectable, fatal by default severity.
     let out = s
         .qmp()?
@@ -742,14 +650,14 @@ fn pci_error(env: &Env) -> Result<Value> {
     anyhow::ensure!(out.starts_with("OK id: hmbrp"), "pcie_aer_inject_error: {out}");
     s.signal("injected")?;
     s.wait_share_file("recovered", Duration::from_secs(120))?;
-    run_for(&mut s, 1.0)?;
-    s.emu.stop_workload()?;
-    s.emu.wait_drained(Duration::from_secs(60))?;
-    let gt = s.emu.ground_truth()?;
-    let stats = s.emu.stats()?;
+    s.run_for(1.0)?;
+    s.dev.stop_workload()?;
+    s.dev.wait_drained(Duration::from_secs(60))?;
+    let gt = s.dev.ground_truth()?;
+    let stats = s.dev.stats()?;
     s.signal(files::STOP)?;
     s.wait_share_file("collected", Duration::from_secs(60))?;
-    s.emu.inject(Fault::Vanish)?;
+    s.dev.inject(Fault::Vanish)?;
     s.signal("vanished")?;
     let rc = s.finish(FINISH)?;
     let truth = check_truth(&s.run_dir, &gt, &stats)?;
@@ -772,7 +680,7 @@ fn pci_error(env: &Env) -> Result<Value> {
         "truth": truth_facts(&truth),
         "vanished_sysfs": tagged("HMBT-GONE "),
         "unbind_after_vanish": tagged("HMBT-UNBOUND "),
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
@@ -870,15 +778,15 @@ fn suspend(env: &Env) -> Result<Value> {
     );
     let mut s = env.start("suspend", RING, &body)?;
     s.wait_share_file(files::STARTED, STARTED)?;
-    s.emu.start_workload("ssd", 43, 500)?;
-    run_for(&mut s, 1.0)?;
+    s.dev.start_workload("ssd", 43, 500)?;
+    s.run_for(1.0)?;
     s.signal("suspend")?;
     s.vm.wait_for("HMBT-RESUMED", Duration::from_secs(120), |l| l.contains("HMBT-RESUMED"))?;
-    run_for(&mut s, 1.0)?;
-    s.emu.stop_workload()?;
-    s.emu.wait_drained(Duration::from_secs(60))?;
-    let gt = s.emu.ground_truth()?;
-    let stats = s.emu.stats()?;
+    s.run_for(1.0)?;
+    s.dev.stop_workload()?;
+    s.dev.wait_drained(Duration::from_secs(60))?;
+    let gt = s.dev.ground_truth()?;
+    let stats = s.dev.stats()?;
     let rc = s.finish(Duration::from_secs(180))?;
     let console = std::fs::read_to_string(s.run_dir.join("console.log"))?;
     let trace = console_block(&console, "TRACE")
@@ -908,13 +816,25 @@ fn suspend(env: &Env) -> Result<Value> {
         "rings_adopted": ready,
         "withdrawals_acknowledged": acked,
         "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s.run_dir),
+        "kernel_log": kernel_log(&s.run_dir, Device::Ivshmem, &[]),
     }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shared_bodies_are_the_ivshmem_ones() {
+        assert_eq!(
+            <EmuDevice as shared::Side>::UP,
+            format!("load_module ring_size={RING}\n")
+        );
+        assert_eq!(
+            shared::stream_body::<EmuDevice>("--follow"),
+            stream_body(RING, "--follow")
+        );
+    }
 
     #[test]
     fn base64_from_the_console_round_trips() {

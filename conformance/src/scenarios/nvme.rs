@@ -13,13 +13,15 @@ use hmb_emu_device::control::Fault;
 use hmb_harness::guest_script::files;
 use hmb_harness::journal_truth::{self, pair_io, Journal, JournalReport};
 use hmb_harness::nvme_guest::ControllerOptions;
-use hmb_harness::nvme_guest::{is_trouble_line, FATAL_DRIVER_LINE, FATAL_IO_TIMEOUT_S};
+use hmb_harness::nvme_guest::{FATAL_DRIVER_LINE, FATAL_IO_TIMEOUT_S};
 use hmb_harness::nvme_session::{NvmeGuestOptions, NvmeSession};
 use hmb_nvme_trace::ProducerKind;
 use serde_json::{json, Value};
 
-use crate::env::{Env, FINISH};
-use crate::outcome::{daemon_error, kernel_log_problems};
+use super::shared::{self, Verdict};
+use crate::env::{Device, Env, FINISH};
+use crate::outcome::{daemon_error, kernel_log, truth_facts};
+use hmb_harness::nvme_guest::NvmeDevice;
 
 const STARTED: Duration = Duration::from_secs(90);
 /// The guest's signal that it stopped the daemon and handed over its files;
@@ -27,17 +29,55 @@ const STARTED: Duration = Duration::from_secs(90);
 const COLLECTED: &str = "collected";
 const JOURNAL_TAKEN: &str = "journal_taken";
 
-pub fn run(env: &Env, name: &str) -> Result<Value> {
-    if let Some(fault) = crate::scenarios::header_fault_of(name) {
-        return header_fault(env, name, fault);
+/// The NVMe controller's side of the shared scenarios.
+impl shared::Side for NvmeDevice {
+    const DEVICE: Device = Device::Nvme;
+    const STARTED: Duration = STARTED;
+    const UP: &'static str = "load_nvme\nload_module\nio_start\n";
+    const DOWN: &'static str = WIND_DOWN;
+    type Truth = Journal;
+
+    fn start(env: &Env, name: &str, body: &str) -> Result<NvmeSession> {
+        env.start_nvme(name, body, &NvmeGuestOptions::default())
     }
+
+    /// The guest's I/O loop is the production: nothing to start.
+    fn produce(_: &mut NvmeSession, _: &str, _: u64, _: u64) -> Result<()> {
+        Ok(())
+    }
+
+    fn inject(g: &mut NvmeSession, fault: Fault) -> Result<()> {
+        g.inject(fault).map(drop)
+    }
+
+    fn wind_down(g: &mut NvmeSession) -> Result<(Journal, i32)> {
+        wind_down(g)
+    }
+
+    fn finish_unchecked(g: &mut NvmeSession) -> Result<i32> {
+        finish_daemon_gone(g)
+    }
+
+    fn check(g: &NvmeSession, journal: &Journal) -> Result<Verdict> {
+        let truth = check_journal(g, journal)?;
+        Ok(Verdict {
+            passed: truth.passed(),
+            summary: truth.summary(),
+            facts: truth_facts(&truth),
+        })
+    }
+
+    fn after(g: &NvmeSession) -> Result<()> {
+        check_io(g)
+    }
+}
+
+/// Run one scenario on the NVMe controller.
+pub fn run(env: &Env, name: &str) -> Result<Value> {
     match name {
         "streaming" => streaming(env),
         "frozen_exit" => frozen(env, false),
         "frozen_follow" => frozen(env, true),
-        "unknown_flag" => unknown_flag(env),
-        "crash_safety" => crash_safety(env),
-        "hostile_firmware" => hostile(env),
         "nvme_traced_io" => traced_io(env),
         "nvme_resets" => resets(env),
         "nvme_hmb_toggle" => hmb_toggle(env),
@@ -74,37 +114,6 @@ fn check_journal(s: &NvmeSession, journal: &Journal) -> Result<JournalReport> {
     journal_truth::check(&s.run_dir.join(files::TRACE), journal)
 }
 
-/// The journal verdict as the same snapshot facts as `outcome::truth_facts`.
-fn truth_facts(r: &JournalReport) -> Value {
-    json!({
-        "passed": r.passed(),
-        "epochs": r.epochs.len(),
-        "uncounted_gaps": r.uncounted_gaps.len(),
-        "missing_at_end": r.missing.len(),
-        "duplicates": r.duplicates,
-        "mismatches": r.mismatches.len() + r.unknown.len(),
-    })
-}
-
-/// The kernel log by the console's fault rule and the nvme driver's trouble
-/// lines (timeouts, I/O errors), but for lines the scenario causes on purpose.
-fn kernel_log(s: &NvmeSession, expected: &[&str]) -> Value {
-    let mut bad = kernel_log_problems(&s.run_dir);
-    let dmesg = std::fs::read_to_string(s.run_dir.join(files::DMESG)).unwrap_or_default();
-    bad.extend(
-        dmesg
-            .lines()
-            .filter(|l| is_trouble_line(l) && !hmb_harness::qemu::console::is_fault_line(l))
-            .map(|l| format!("dmesg.txt: {l}")),
-    );
-    bad.retain(|l| !expected.iter().any(|e| l.contains(e)));
-    if bad.is_empty() {
-        json!("clean")
-    } else {
-        json!(bad)
-    }
-}
-
 /// What every scenario whose daemon may stop on its own reports: how the
 /// guest script and each daemon run ended, the daemon's error line, and
 /// the kernel log (only `expected` lines allowed).
@@ -113,7 +122,7 @@ fn daemon_facts(s: &NvmeSession, rc: i32, expected: &[&str]) -> Value {
         "guest_rc": rc,
         "daemon_exit_codes": s.daemon_exit_codes(),
         "daemon_error": daemon_error(&s.run_dir),
-        "kernel_log": kernel_log(s, expected),
+        "kernel_log": kernel_log(&s.run_dir, Device::Nvme, expected),
     })
 }
 
@@ -181,7 +190,7 @@ fn streaming(env: &Env) -> Result<Value> {
         "guest_rc": rc,
         "daemon_exit_codes": s.daemon_exit_codes(),
         "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s, expected),
+        "kernel_log": kernel_log(&s.run_dir, Device::Nvme, expected),
     }))
 }
 
@@ -216,97 +225,8 @@ fn frozen(env: &Env, follow: bool) -> Result<Value> {
         "daemon_exit_codes": s.daemon_exit_codes(),
         "epochs_in_trace": truth.epochs.len(),
         "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s, &[]),
+        "kernel_log": kernel_log(&s.run_dir, Device::Nvme, &[]),
     }))
-}
-
-/// A damaged or newer header (written by the controller) before the daemon starts.
-fn header_fault(env: &Env, name: &str, fault: Fault) -> Result<Value> {
-    let body =
-        format!("load_nvme\nload_module\nio_start\nmark loaded\nwait_file go\nstart_daemon\nwait_stop\n{WIND_DOWN}");
-    let mut s = env.start_nvme(name, &body, &NvmeGuestOptions::default())?;
-    s.wait_share_file("loaded", STARTED)?;
-    s.run_for(0.3)?;
-    s.inject(fault)?;
-    s.signal("go")?;
-    s.wait_share_file(files::STARTED, STARTED)?;
-    s.run_for(1.0)?;
-    let (journal, rc) = wind_down(&mut s)?;
-    let codes = s.daemon_exit_codes();
-    let mut out = daemon_facts(&s, rc, &[]);
-    if codes == [0] {
-        let truth = check_journal(&s, &journal)?;
-        ensure!(truth.passed(), "{}", truth.summary());
-        out["truth"] = truth_facts(&truth);
-    }
-    check_io(&s)?;
-    Ok(out)
-}
-
-/// A flag bit ABI v1 does not define, set by the controller mid-stream: the
-/// daemon logs it once and loses nothing.
-fn unknown_flag(env: &Env) -> Result<Value> {
-    let mut s = env.start_nvme("unknown_flag", &stream_body(""), &NvmeGuestOptions::default())?;
-    s.wait_share_file(files::STARTED, STARTED)?;
-    s.run_for(0.5)?;
-    s.inject(Fault::UnknownFlag)?;
-    s.run_for(1.0)?;
-    let (journal, rc) = wind_down(&mut s)?;
-    let truth = check_journal(&s, &journal)?;
-    ensure!(truth.passed(), "{}", truth.summary());
-    check_io(&s)?;
-    let stderr = std::fs::read_to_string(s.run_dir.join(files::DAEMON_STDERR)).unwrap_or_default();
-    Ok(json!({
-        "guest_rc": rc,
-        "daemon_exit_codes": s.daemon_exit_codes(),
-        "unknown_flag_logged_once": stderr.matches("unknown bits 0x200").count() == 1,
-        "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s, &[]),
-    }))
-}
-
-/// Eight SIGKILLs of the daemon at random points under traced I/O: the
-/// trace is still exactly the journal.
-fn crash_safety(env: &Env) -> Result<Value> {
-    let body = format!(
-        "load_nvme\nload_module\nio_start\n\
-         i=0\n\
-         while [ $i -lt 8 ]; do\n\
-             start_daemon\n\
-             sleep 0.$((RANDOM % 9 + 1))\n\
-             kill -9 $daemon; wait $daemon\n\
-             i=$((i + 1))\n\
-         done\n\
-         mark kills.done\n\
-         start_daemon\nwait_stop\n{WIND_DOWN}"
-    );
-    let mut s = env.start_nvme("crash_safety", &body, &NvmeGuestOptions::default())?;
-    s.wait_share_file(files::STARTED, STARTED)?;
-    s.wait_share_file("kills.done", Duration::from_secs(120))?;
-    s.run_for(0.5)?;
-    let (journal, rc) = wind_down(&mut s)?;
-    let truth = check_journal(&s, &journal)?;
-    ensure!(truth.passed(), "{}", truth.summary());
-    check_io(&s)?;
-    Ok(json!({
-        "guest_rc": rc,
-        "daemon_exit_codes_after_kills": s.daemon_exit_codes(),
-        "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s, &[]),
-    }))
-}
-
-/// A record with a lying length, published by the controller: the daemon
-/// stops cleanly, the kernel log stays clean.
-fn hostile(env: &Env) -> Result<Value> {
-    let mut s = env.start_nvme("hostile_firmware", &stream_body(""), &NvmeGuestOptions::default())?;
-    s.wait_share_file(files::STARTED, STARTED)?;
-    s.run_for(0.5)?;
-    s.inject(Fault::Hostile)?;
-    s.wait_share_file(files::DAEMON_RC, Duration::from_secs(30))
-        .context("the daemon did not stop on a hostile record")?;
-    let (_journal, rc) = wind_down(&mut s)?;
-    Ok(daemon_facts(&s, rc, &[]))
 }
 
 /// Known data written and read back under the trace: one CMD_FETCH and one
@@ -358,7 +278,7 @@ fn traced_io(env: &Env) -> Result<Value> {
         "traced_writes_equal_controller_writes": pairing.writes == writes,
         "traced_completions_equal_controller": pairing.paired == completions,
         "traced_latency_sum_equals_controller": pairing.latency_ns_total == latency,
-        "kernel_log": kernel_log(&s, &[]),
+        "kernel_log": kernel_log(&s.run_dir, Device::Nvme, &[]),
     }))
 }
 
@@ -434,7 +354,7 @@ fn resets(env: &Env) -> Result<Value> {
         "controller_fatal_errors": controller_status_u64(&recovered, "/controller/counters/fatal_errors")?,
         "epochs_frozen_by_controller": journal.frozen.len(),
         "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s, &[FATAL_DRIVER_LINE]),
+        "kernel_log": kernel_log(&s.run_dir, Device::Nvme, &[FATAL_DRIVER_LINE]),
     }))
 }
 
@@ -491,7 +411,7 @@ fn hmb_toggle(env: &Env) -> Result<Value> {
         "tracing_after_on": on.pointer("/trace/adopted_generation").is_some_and(|g| !g.is_null()),
         "epochs_frozen_by_controller": journal.frozen.len(),
         "truth": truth_facts(&truth),
-        "kernel_log": kernel_log(&s, &[]),
+        "kernel_log": kernel_log(&s.run_dir, Device::Nvme, &[]),
     }))
 }
 
@@ -724,4 +644,14 @@ pub fn stock_driver_audit(kernel: Option<&str>, personality: hmb_nvme_trace::Per
         "vendor_feature_commands": u("vendor_feature_commands")?,
         "violations": u("violations")?,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shared_bodies_are_the_nvme_ones() {
+        assert_eq!(shared::stream_body::<NvmeDevice>("--follow"), stream_body("--follow"));
+    }
 }

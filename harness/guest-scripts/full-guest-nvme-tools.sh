@@ -1,0 +1,170 @@
+# shellcheck shell=sh
+# emu-device's NVMe controller through Debian's own tools
+# (harness/src/full_guest/nvme_tools.rs), in the full guest: the function
+# nvme_tools, called by full-guest-check.sh after the PID 1 check. It uses
+# that script's step, fail, run, wait_for and $GUEST_LOG. Set by the host:
+#   TOOLS_DIR, TOOLS_DONE, TOOLS_OK  its answers' folder in the share, and
+#                                    the rendezvous files with the host
+#   FIO_JOBS       NAME IODEPTH OFFSET_MIB SIZE_MIB of each fio job
+#   DSM_AT_MIB, WZ_AT_MIB, RANGE_MIB  where the discard checks write
+#   PROBE_FILE     the file the host reads back from the media
+#   ASSERTED, TELEMETRY_CONTROLLER  the host's "firmware assert injected"
+#                  file, and the name of the Controller-Initiated log pulled
+#   COMPARE_AT_MIB, NVME_DSM_AT_MIB  where nvme compare and nvme dsm work
+#   RESET_JOB_AT_MIB, RESET_JOB_MIB, RESET_JOB_WRITE_IOPS, RESET_AFTER_WRITES
+#                  fio's verifying job across nvme reset, and after how
+#                  many of its writes the reset is sent
+nvme_tools() {
+    out="$SHARE/$TOOLS_DIR"
+    mkdir -p "$out"
+    ctrl=/dev/nvme0
+    ns=/dev/nvme0n1
+    wait_for 120 "no $ns: the stock nvme driver did not bind emu-device's controller" test -b "$ns"
+    # Called through wait_for.
+    # shellcheck disable=SC2317
+    nvme_live() { [ "$(cat /sys/class/nvme/nvme0/state)" = live ]; }
+    wait_for 60 "nvme0 is not live" nvme_live
+    step "nvme: $ns on $(basename "$(readlink /sys/class/nvme/nvme0/device/driver)"), $(nvme version | head -n 1), $(fio --version)"
+    wait_for 120 "the host injected no firmware assert" test -e "$SHARE/$ASSERTED"
+    step "nvme: nvme telemetry-log --controller-init (the host injected a firmware assert)"
+    run nvme telemetry-log "$ctrl" --controller-init --output-file="$out/$TELEMETRY_CONTROLLER"
+    # nv FILE ARGS...: nvme-cli's answer into $out/FILE.
+    nv() { f=$1; shift; nvme "$@" > "$out/$f" 2>>"$GUEST_LOG" || fail "nvme $* (exit $?)"; }
+    smart() { nv "smart-$1.bin" smart-log "$ctrl" -b; }
+    nv list.json list -o json
+    nv id-ctrl.bin id-ctrl "$ctrl" -b
+    nv id-ctrl.txt id-ctrl "$ctrl" -H
+    nv id-ns.bin id-ns "$ns" -b
+    nv id-ns.txt id-ns "$ns" -H
+    nv fw-log.bin fw-log "$ctrl" -b
+    nv feature-07.txt get-feature "$ctrl" -f 0x07
+    nv feature-0d.txt get-feature "$ctrl" -f 0x0d -H
+    nv feature-0d.bin get-feature "$ctrl" -f 0x0d -b
+    {
+        for q in discard_max_bytes write_zeroes_max_bytes logical_block_size; do
+            echo "$q=$(cat /sys/block/nvme0n1/queue/$q)"
+        done
+        echo "model=$(cat /sys/class/nvme/nvme0/model)"
+        echo "serial=$(cat /sys/class/nvme/nvme0/serial)"
+        echo "bytes=$(blockdev --getsize64 $ns)"
+    } > "$out/guest.txt"
+
+    step "nvme: nvme flush, nvme compare (equal, then one byte off), nvme dsm --ad"
+    ss=$(blockdev --getss "$ns")
+    cmp_lba=$(( (COMPARE_AT_MIB << 20) / ss ))
+    echo "compare_lba=$cmp_lba" >> "$out/guest.txt"
+    nv flush.txt flush "$ns"
+    head -c 4096 /dev/urandom > /tmp/cmp-r
+    { head -c 100 /tmp/cmp-r; printf A; tail -c +102 /tmp/cmp-r; } > /tmp/cmp
+    { head -c 100 /tmp/cmp-r; printf B; tail -c +102 /tmp/cmp-r; } > /tmp/cmp-off
+    dd if=/tmp/cmp of="$ns" bs=4096 seek=$(( (COMPARE_AT_MIB << 20) / 4096 )) count=1 oflag=direct conv=fsync 2>>"$GUEST_LOG" \
+        || fail "write at $COMPARE_AT_MIB MiB"
+    nv compare-equal.txt compare "$ns" --start-block="$cmp_lba" --block-count=$((4096 / ss - 1)) --data-size=4096 --data=/tmp/cmp
+    if nvme compare "$ns" --start-block="$cmp_lba" --block-count=$((4096 / ss - 1)) --data-size=4096 \
+        --data=/tmp/cmp-off > "$out/compare-differ.txt" 2>&1; then
+        fail "nvme compare of data one byte off succeeded"
+    fi
+    head -c 1048576 /dev/urandom > /tmp/dsm-pattern
+    head -c 1048576 /dev/zero > /tmp/dsm-zeroes
+    dd if=/tmp/dsm-pattern of="$ns" bs=1M seek="$NVME_DSM_AT_MIB" count=1 oflag=direct conv=fsync 2>>"$GUEST_LOG" \
+        || fail "write at $NVME_DSM_AT_MIB MiB"
+    # dsm_back FILE: the MiB at NVME_DSM_AT_MIB read back equals FILE.
+    dsm_back() {
+        rm -f /tmp/dsm-back
+        dd if="$ns" of=/tmp/dsm-back bs=1M skip="$NVME_DSM_AT_MIB" count=1 iflag=direct 2>>"$GUEST_LOG" \
+            || fail "read back at $NVME_DSM_AT_MIB MiB"
+        cmp /tmp/dsm-back "$1" >> "$GUEST_LOG" 2>&1
+    }
+    dsm_back /tmp/dsm-pattern || fail "the pattern at $NVME_DSM_AT_MIB MiB did not read back"
+    nv dsm.txt dsm "$ns" --namespace-id=1 --ad --slbs=$(( (NVME_DSM_AT_MIB << 20) / ss )) --blocks=$(( 1048576 / ss ))
+    dsm_back /tmp/dsm-zeroes || fail "nvme dsm --ad: the deallocated range does not read back as zeroes"
+
+    step "nvme: an error on purpose (read past the end), error-log"
+    lbas=$(( $(blockdev --getsize64 "$ns") / $(blockdev --getss "$ns") ))
+    if nvme read "$ns" --start-block="$lbas" --block-count=0 --data-size="$(blockdev --getss "$ns")" --data=/tmp/past-end.bin >> "$GUEST_LOG" 2>&1; then
+        fail "nvme read at LBA $lbas (past the end) succeeded"
+    fi
+    echo "past_end_lba=$lbas" >> "$out/guest.txt"
+    nv error-log.bin error-log "$ctrl" -b
+
+    step "nvme: fio randwrite + crc32c verify, libaio, direct, QD1 and QD32"
+    fio_job() {
+        name=$1; shift
+        fio --name="$name" --filename="$ns" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
+            --verify=crc32c --verify_fatal=1 --do_verify=1 --output-format=json \
+            --output="$out/fio-${name}.json" "$@" >> "$GUEST_LOG" 2>&1 || fail "fio $name (exit $?)"
+    }
+    smart before-fio
+    # $FIO_JOBS unquoted: NAME IODEPTH OFFSET_MIB SIZE_MIB, four words a job.
+    # shellcheck disable=SC2086
+    set -- $FIO_JOBS
+    while [ $# -ge 4 ]; do
+        fio_job "$1" --iodepth="$2" --offset="$3M" --size="$4M"
+        shift 4
+    done
+    smart after-fio
+
+    step "nvme: fio randwrite + crc32c verify through nvme reset"
+    # Writes completed on the namespace (field 5 of the block device's stat).
+    writes() { awk '{print $5}' /sys/block/nvme0n1/stat; }
+    w0=$(writes)
+    fio --name=reset --filename="$ns" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k --iodepth=8 \
+        --rate_iops=,"$RESET_JOB_WRITE_IOPS" --offset="${RESET_JOB_AT_MIB}M" --size="${RESET_JOB_MIB}M" \
+        --verify=crc32c --verify_fatal=1 --do_verify=1 \
+        --output-format=json --output="$out/fio-reset.json" >> "$GUEST_LOG" 2>&1 &
+    fio_pid=$!
+    # Called through wait_for.
+    # shellcheck disable=SC2317
+    writing() { [ $(( $(writes) - w0 )) -ge "$RESET_AFTER_WRITES" ]; }
+    wait_for 60 "fio made no $RESET_AFTER_WRITES writes" writing
+    echo "reset_after_writes=$(( $(writes) - w0 ))" >> "$out/guest.txt"
+    run nvme reset "$ctrl"
+    wait $fio_pid || fail "fio through nvme reset (exit $?)"
+    wait_for 60 "nvme0 is not live after nvme reset" nvme_live
+
+    step "nvme: blkdiscard (DSM deallocate) and blkdiscard -z (Write Zeroes), read back"
+    # range_check MIB FILE: the 4 MiB at MIB read back (O_DIRECT) equal FILE.
+    range_check() {
+        rm -f /tmp/back
+        dd if="$ns" of=/tmp/back bs=1M skip="$1" count="$RANGE_MIB" iflag=direct 2>>"$GUEST_LOG" || fail "read back at $1 MiB"
+        cmp /tmp/back "$2" >> "$GUEST_LOG" 2>&1
+    }
+    head -c $((RANGE_MIB << 20)) /dev/zero > /tmp/zeroes
+    for at in "$DSM_AT_MIB" "$WZ_AT_MIB"; do
+        head -c $((RANGE_MIB << 20)) /dev/urandom > /tmp/pattern
+        dd if=/tmp/pattern of="$ns" bs=1M seek="$at" oflag=direct conv=fsync 2>>"$GUEST_LOG" || fail "write at $at MiB"
+        range_check "$at" /tmp/pattern || fail "the pattern at $at MiB did not read back"
+    done
+    smart before-dsm
+    run blkdiscard --offset $((DSM_AT_MIB << 20)) --length $((RANGE_MIB << 20)) "$ns"
+    range_check "$DSM_AT_MIB" /tmp/zeroes || fail "blkdiscard: the deallocated range does not read back as zeroes"
+    smart after-dsm
+    run blkdiscard -z --offset $((WZ_AT_MIB << 20)) --length $((RANGE_MIB << 20)) "$ns"
+    range_check "$WZ_AT_MIB" /tmp/zeroes || fail "blkdiscard -z: the range does not read back as zeroes"
+    smart after-wz
+
+    step "nvme: mkfs.ext4 (discard), mount, files, umount, mount, compare, fsck.ext4 -fn"
+    run mkfs.ext4 -F -E lazy_itable_init=0,lazy_journal_init=0 "$ns"
+    mkdir -p /mnt/nvme
+    run mount -o noinit_itable "$ns" /mnt/nvme
+    mkdir -p /mnt/nvme/data
+    i=1
+    while [ "$i" -le 6 ]; do
+        head -c $((i * 177 * 1024 + i)) /dev/urandom > /mnt/nvme/data/r"$i"
+        i=$((i + 1))
+    done
+    run cp -a /usr/share/common-licenses /mnt/nvme/data/licenses
+    run cp "/mnt/nvme/$PROBE_FILE" "$out/probe.bin"
+    (cd /mnt/nvme && find data -type f -exec sha256sum {} +) > "$out/manifest.sha256"
+    run umount /mnt/nvme
+    run mount "$ns" /mnt/nvme
+    (cd /mnt/nvme && sha256sum --check --quiet "$out/manifest.sha256") >> "$GUEST_LOG" 2>&1 \
+        || fail "files read back after umount and mount differ from what was written"
+    run umount /mnt/nvme
+    run fsck.ext4 -fn "$ns"
+    smart final
+    dmesg | grep nvme > "$out/dmesg-nvme.txt"
+    touch "$SHARE/$TOOLS_DONE"
+    wait_for 120 "the host did not answer $TOOLS_DONE" test -e "$SHARE/$TOOLS_OK"
+    step "nvme: the host checked every answer against the controller"
+}

@@ -1,0 +1,81 @@
+# shellcheck shell=sh
+# Functions of every guest on emu-device's NVMe controller (the boot,
+# the soak, the conformance sessions). Each script defines `fail` itself.
+# Set by the host before it:
+#   SHARE             the 9p share
+#   RESULTS           the KEY=VALUE notes file in the share
+#   MODS              the stock modules nvme.ko needs, file names in load order
+#   NVME_CORE_PARAMS  nvme_core's module parameters (may be empty)
+#   TRACE_MODULE, TRACE, DAEMON_STDERR  for trace_follow and trace_stop: the
+#                     module's guest path, trace.bin's and the daemon's
+#                     stderr's names in the share
+
+# note KEY VALUE: a result for the host.
+note() { echo "$1=$2" >> "$SHARE/$RESULTS"; echo "HMBT-NVME $1=$2"; }
+
+# Guest uptime in centiseconds.
+now_cs() { read -r up _ < /proc/uptime; echo "${up%.*}${up#*.}"; }
+
+# checkpoint NAME: tell the host, wait (60 s at most) for its NAME.ok.
+checkpoint() {
+    touch "$SHARE/$1"
+    i=0
+    while [ ! -e "$SHARE/$1.ok" ]; do
+        i=$((i + 1)); [ $i -lt 600 ] || fail "no answer from the host at checkpoint $1"
+        sleep 0.1
+    done
+}
+
+wait_live() {
+    i=0
+    while [ "$(cat /sys/class/nvme/nvme0/state 2>/dev/null)" != live ]; do
+        i=$((i + 1)); [ $i -lt 600 ] || fail "nvme0 not live after 60 s ($(cat /sys/class/nvme/nvme0/state 2>&1))"
+        sleep 0.1
+    done
+}
+
+# insmod_stock: the stock modules of $MODS not built in or loaded yet.
+insmod_stock() {
+    for m in $MODS; do
+        name=${m%.ko}
+        params=
+        [ "$name" = nvme_core ] && params=$NVME_CORE_PARAMS
+        # $params unquoted: zero or more PARAM=VALUE words.
+        # shellcheck disable=SC2086
+        [ -d "/sys/module/$name" ] || insmod "$SHARE/mods/$m" $params || fail insmod "$m"
+    done
+}
+
+# wait_namespace: until /dev/nvme0n1 appears (120 s at most).
+wait_namespace() {
+    i=0
+    while [ ! -b /dev/nvme0n1 ]; do
+        i=$((i + 1)); [ $i -lt 1200 ] || fail "no /dev/nvme0n1 after 120 s"
+        sleep 0.05
+    done
+}
+
+# trace_follow: nvme-hmb-trace.ko on the series' nvme.ko, and the daemon
+# in the background with --follow (a controller reset starts a new epoch).
+trace_follow() {
+    insmod "$TRACE_MODULE" || fail "insmod nvme-hmb-trace.ko"
+    i=0
+    while [ ! -c /dev/nvme-hmb-trace0 ]; do
+        i=$((i + 1)); [ $i -lt 100 ] || fail "no /dev/nvme-hmb-trace0"
+        sleep 0.1
+    done
+    /bin/hmb-trace-daemon --device /dev/nvme-hmb-trace0 --output "/tmp/$TRACE" --stats --follow 2>>"$SHARE/$DAEMON_STDERR" &
+    daemon=$!
+}
+
+# trace_stop: the daemon's last batch, its exit code, trace.bin to the host.
+trace_stop() {
+    # Nothing reaches the controller now: the module samples the ring
+    # every poll_ms (10 ms), give the daemon time to take the last batch.
+    sleep 1
+    kill -0 "$daemon" 2>/dev/null || fail "the daemon died (see daemon.stderr)"
+    kill -TERM "$daemon"
+    wait "$daemon"
+    note daemon_rc $?
+    cp "/tmp/$TRACE" "$SHARE/$TRACE" || fail "no trace.bin"
+}

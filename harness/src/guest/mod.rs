@@ -1,0 +1,94 @@
+//! What every guest run of the project shares, whichever device it has:
+//! the boot with its one early-boot retry (`boot`), the end of a script
+//! run through the share (`share`), and [`Guest`], a running guest with
+//! its device, its share and its run folder. emu-device's child is
+//! `emu::EmuProcess`; the ivshmem session is `Guest<EmuDevice>`
+//! (`session.rs`), the NVMe one `Guest<NvmeDevice>` (`nvme_session.rs`).
+
+pub mod boot;
+pub mod share;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use crate::guest_script::files;
+use crate::qemu::Vm;
+
+/// The device half of a guest run (an emu-device child).
+pub trait GuestDevice {
+    /// Files of the share this device's scripts hand over, beyond the
+    /// trace, the daemon's output, sysfs and the kernel log.
+    const MORE_FILES: &'static [&'static str];
+    /// Fail if the device process has died.
+    fn check_alive(&mut self) -> Result<()>;
+    /// Stop the device process (a clean shutdown, then a kill).
+    fn shutdown(&mut self);
+}
+
+/// The files every traced guest's script hands over through the share.
+pub const SESSION_FILES: [&str; 5] = [
+    files::TRACE,
+    files::DAEMON_STDERR,
+    files::DMESG,
+    files::SYSFS,
+    files::DAEMON_RC,
+];
+
+/// A running guest: QEMU, its device, the share the script talks through.
+pub struct Guest<D> {
+    pub run_dir: PathBuf,
+    pub share: PathBuf,
+    pub dev: D,
+    pub vm: Vm,
+}
+
+impl<D: GuestDevice> Guest<D> {
+    pub fn share_file(&self, name: &str) -> PathBuf {
+        self.share.join(name)
+    }
+
+    /// Create `name` in the share: a signal to the guest script.
+    pub fn signal(&self, name: &str) -> Result<()> {
+        std::fs::write(self.share_file(name), b"").with_context(|| format!("signalling {name}"))
+    }
+
+    /// Wait until the guest creates `name` in the share, watching the device
+    /// process and the console (a fault, or the script ending first, is an
+    /// error).
+    pub fn wait_share_file(&mut self, name: &str, timeout: Duration) -> Result<()> {
+        let dev = &mut self.dev;
+        crate::share_wait::wait_share_file(&mut self.vm, &self.share, name, timeout, || dev.check_alive())
+    }
+
+    /// Let the guest run for `secs`, keeping an eye on the device.
+    pub fn run_for(&mut self, secs: f64) -> Result<()> {
+        let end = Instant::now() + Duration::from_secs_f64(secs);
+        while Instant::now() < end {
+            self.dev.check_alive()?;
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    pub fn qmp(&self) -> Result<hmb_qmp::Qmp> {
+        Ok(hmb_qmp::Qmp::connect(&self.vm.qmp_socket, Duration::from_secs(5))?)
+    }
+
+    /// Wait for the script's result and QEMU's exit, stop the device, and
+    /// move the guest's files from the share into the run folder. The
+    /// script's exit code.
+    pub fn finish(&mut self, timeout: Duration) -> Result<i32> {
+        let line = share::wait_result(&mut self.vm, timeout, Duration::from_secs(30))?;
+        self.dev.shutdown();
+        share::move_artifacts(&self.share, &self.run_dir, &SESSION_FILES)?;
+        share::move_artifacts(&self.share, &self.run_dir, D::MORE_FILES)?;
+        Ok(share::exit_code(&line))
+    }
+
+    /// Exit codes of every daemon run of the script, in order (after `finish`).
+    pub fn daemon_exit_codes(&self) -> Vec<i32> {
+        share::read_codes(&self.run_dir.join(files::DAEMON_RC))
+    }
+}
