@@ -1,0 +1,247 @@
+//! The FTL against a plain model of the namespace (a byte vector) through writes,
+//! deallocations, reads, flushes, clean and unclean power cycles, with GC and wear
+//! levelling running underneath: every read equals the model, and the FTL's invariants
+//! (valid-page counts, no line both free and in use, mapping consistency, wear spread)
+//! hold after every step.
+
+use hmb_ftl::{Ftl, FtlConfig, FtlEvent, Medium, MemMedium, NandOpKind};
+use proptest::prelude::*;
+
+const PAGE: u64 = 4096;
+/// 1.5 map pages of entries, so the one-slot cache misses and writes back.
+const LOGICAL: u64 = 1536 * PAGE;
+
+fn cfg() -> FtlConfig {
+    FtlConfig {
+        channels: 2,
+        dies_per_channel: 2,
+        pages_per_block: 16,
+        map_cache_pages: 1,
+        wl_threshold: 4,
+        ..Default::default()
+    }
+}
+
+fn open(medium: Box<dyn Medium>) -> Ftl {
+    Ftl::open(&cfg(), LOGICAL, medium).expect("open").0
+}
+
+fn fresh() -> Ftl {
+    let bytes = Ftl::region_bytes(&cfg(), LOGICAL).unwrap();
+    open(Box::new(MemMedium::new(bytes).unwrap()))
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// Write `len` bytes at byte `off` (512-byte aligned like LBAs) of a pattern.
+    Write {
+        off: u64,
+        len: u64,
+        seed: u8,
+    },
+    /// A long sequential overwrite: forces GC.
+    Fill {
+        first_page: u64,
+        pages: u64,
+        seed: u8,
+    },
+    Deallocate {
+        off: u64,
+        len: u64,
+    },
+    Read {
+        off: u64,
+        len: u64,
+    },
+    Flush,
+    PowerCycle {
+        clean: bool,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let sector = LOGICAL / 512;
+    prop_oneof![
+        6 => (0..sector, 1u64..=64, any::<u8>()).prop_map(move |(s, n, seed)| {
+            let n = n.min(sector - s);
+            Op::Write { off: s * 512, len: n * 512, seed }
+        }),
+        2 => (0..LOGICAL / PAGE, 64u64..=768, any::<u8>()).prop_map(|(p, n, seed)| {
+            Op::Fill { first_page: p, pages: n.min(LOGICAL / PAGE - p), seed }
+        }),
+        2 => (0..sector, 1u64..=256).prop_map(move |(s, n)| {
+            let n = n.min(sector - s);
+            Op::Deallocate { off: s * 512, len: n * 512 }
+        }),
+        2 => (0..sector, 1u64..=64).prop_map(move |(s, n)| {
+            let n = n.min(sector - s);
+            Op::Read { off: s * 512, len: n * 512 }
+        }),
+        1 => Just(Op::Flush),
+        1 => any::<bool>().prop_map(|clean| Op::PowerCycle { clean }),
+    ]
+}
+
+fn pattern(len: u64, seed: u8, at: u64) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((at + i) as u8).wrapping_mul(31).wrapping_add(seed) | 1)
+        .collect()
+}
+
+fn read_all_equals(ftl: &mut Ftl, model: &[u8]) -> Result<(), TestCaseError> {
+    let mut ev = Vec::new();
+    let mut back = vec![0u8; model.len()];
+    ftl.read(0, &mut back, 0, &mut ev).unwrap();
+    if let Some(i) = back.iter().zip(model).position(|(a, b)| a != b) {
+        return Err(TestCaseError::fail(format!(
+            "byte {i} differs (page {})",
+            i as u64 / PAGE
+        )));
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_ftl_reads_back_what_the_model_holds(ops in prop::collection::vec(op(), 1..60)) {
+        let mut ftl = fresh();
+        let mut model = vec![0u8; LOGICAL as usize];
+        let mut ev = Vec::new();
+        let mut now = 0u64;
+        for op in ops {
+            now += 1000;
+            ev.clear();
+            match op {
+                Op::Write { off, len, seed } => {
+                    let data = pattern(len, seed, off);
+                    ftl.write(off, &data, now, &mut ev).unwrap();
+                    model[off as usize..(off + len) as usize].copy_from_slice(&data);
+                }
+                Op::Fill { first_page, pages, seed } => {
+                    let (off, len) = (first_page * PAGE, pages * PAGE);
+                    let data = pattern(len, seed, off);
+                    ftl.write(off, &data, now, &mut ev).unwrap();
+                    model[off as usize..(off + len) as usize].copy_from_slice(&data);
+                }
+                Op::Deallocate { off, len } => {
+                    ftl.deallocate(off, len, now, &mut ev).unwrap();
+                    model[off as usize..(off + len) as usize].fill(0);
+                }
+                Op::Read { off, len } => {
+                    let mut back = vec![0u8; len as usize];
+                    let end = ftl.read(off, &mut back, now, &mut ev).unwrap();
+                    prop_assert!(end >= now);
+                    prop_assert_eq!(&back[..], &model[off as usize..(off + len) as usize]);
+                }
+                Op::Flush => {
+                    ftl.flush(now, &mut ev).unwrap();
+                }
+                Op::PowerCycle { clean } => {
+                    if clean {
+                        ftl.flush(now, &mut ev).unwrap();
+                    }
+                    ftl = open(ftl.into_medium());
+                    read_all_equals(&mut ftl, &model)?;
+                }
+            }
+            // NAND operations never start before their request, and never overlap on a die.
+            for e in &ev {
+                if let FtlEvent::Nand(op) = e {
+                    prop_assert!(op.start_ns >= now);
+                }
+            }
+            if let Err(e) = ftl.check_invariants() {
+                return Err(TestCaseError::fail(e));
+            }
+        }
+        read_all_equals(&mut ftl, &model)?;
+        ftl = open(ftl.into_medium());
+        read_all_equals(&mut ftl, &model)?;
+        if let Err(e) = ftl.check_invariants() {
+            return Err(TestCaseError::fail(e));
+        }
+    }
+}
+
+/// Enough random overwrites to collect every line several times: GC runs, moves pages,
+/// keeps the data, and write amplification is above 1 but bounded.
+#[test]
+fn random_overwrites_run_gc_and_level_wear() {
+    let mut ftl = fresh();
+    let mut model = vec![0u8; LOGICAL as usize];
+    let mut ev = Vec::new();
+    let pages = LOGICAL / PAGE;
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    // Cold data: the first half written once and never again.
+    let cold = pattern(LOGICAL / 2, 7, 0);
+    ftl.write(0, &cold, 0, &mut ev).unwrap();
+    model[..cold.len()].copy_from_slice(&cold);
+    for n in 0..20 * pages {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let lpn = pages / 2 + x % (pages / 2);
+        let data = pattern(PAGE, n as u8, lpn * PAGE);
+        ftl.write(lpn * PAGE, &data, n * 10, &mut ev).unwrap();
+        model[(lpn * PAGE) as usize..((lpn + 1) * PAGE) as usize].copy_from_slice(&data);
+    }
+    ftl.check_invariants().unwrap();
+    read_all_equals(&mut ftl, &model).unwrap();
+    let s = ftl.stats();
+    assert!(s.gc_runs > 10, "{s:?}");
+    assert!(s.gc_pages_moved > 0);
+    assert!(s.wear_level_moves > 0, "the cold half must be moved: {s:?}");
+    let wa = s.nand_programs as f64 / s.host_pages_written as f64;
+    assert!(wa > 1.0 && wa < 20.0, "write amplification {wa}");
+    assert!(s.max_erase_count - s.min_erase_count <= cfg().wl_threshold + 2, "{s:?}");
+    let kinds: Vec<_> = ev
+        .iter()
+        .filter_map(|e| match e {
+            FtlEvent::Nand(op) => Some(op.kind),
+            _ => None,
+        })
+        .collect();
+    assert!(kinds.contains(&NandOpKind::Erase));
+    assert!(ev.iter().any(|e| matches!(e, FtlEvent::GcStart { .. })));
+    assert!(ev.iter().any(|e| matches!(e, FtlEvent::WearLevelMove { .. })));
+}
+
+#[test]
+fn a_file_region_survives_reopen_and_another_geometry_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nand.img");
+    let file = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .unwrap()
+    };
+    let bytes = Ftl::region_bytes(&cfg(), LOGICAL).unwrap();
+    file().set_len(4096 + bytes).unwrap();
+    let mut ev = Vec::new();
+    let data = pattern(3 * PAGE + 512, 5, 0);
+    {
+        let (mut ftl, formatted) =
+            Ftl::open(&cfg(), LOGICAL, Box::new(hmb_ftl::FileMedium::new(file(), 4096))).unwrap();
+        assert!(formatted);
+        ftl.write(PAGE + 512, &data, 0, &mut ev).unwrap();
+        ftl.deallocate(PAGE + 512, 512, 0, &mut ev).unwrap();
+    }
+    let (mut ftl, formatted) = Ftl::open(&cfg(), LOGICAL, Box::new(hmb_ftl::FileMedium::new(file(), 4096))).unwrap();
+    assert!(!formatted);
+    let mut back = vec![0u8; data.len()];
+    ftl.read(PAGE + 512, &mut back, 0, &mut ev).unwrap();
+    assert!(back[..512].iter().all(|&b| b == 0));
+    assert_eq!(back[512..], data[512..]);
+    ftl.check_invariants().unwrap();
+    let other = FtlConfig { channels: 4, ..cfg() };
+    let err = Ftl::open(&other, LOGICAL, Box::new(hmb_ftl::FileMedium::new(file(), 4096)))
+        .err()
+        .expect("refused");
+    assert!(matches!(err, hmb_ftl::FtlError::Geometry(_)), "{err}");
+}
