@@ -464,7 +464,11 @@ impl Ftl {
         let (idx, i) = self.split(lpn);
         let (slot, t) = self.map_slot(idx, now, ev)?;
         let old = self.cache.entry(slot, i)?;
-        self.cache.set_entry(slot, i, ppn)?;
+        // Unchanged (deallocating what was never written): the page stays clean, so a
+        // large deallocation of a sparse namespace programs nothing.
+        if old != ppn {
+            self.cache.set_entry(slot, i, ppn)?;
+        }
         Ok((old, t))
     }
 
