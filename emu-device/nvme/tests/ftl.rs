@@ -56,7 +56,7 @@ fn data_survives_gc_deallocation_and_a_power_cycle() {
         model[(lba * 512) as usize..((lba + nlb) * 512) as usize].copy_from_slice(&data);
         written += nlb * 512;
         n += 1;
-        if n % 500 == 0 {
+        if n.is_multiple_of(500) {
             let (slba, nlb) = (x % (SECTORS - 300), 1 + (x >> 40) % 256);
             let cmd = Command::new(0x08)
                 .nsid(1)
