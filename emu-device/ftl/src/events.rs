@@ -83,10 +83,24 @@ pub enum FtlEvent {
         time_ns: u64,
     },
     /// A cached map page whose checksum no longer matched (a host write into the cache):
-    /// dropped and re-read from NAND.
+    /// dropped and re-read from NAND (rebuilt from NAND when it held updates not yet
+    /// written back). `found` is the checksum of what the slot holds now.
     MapCacheCorrupt {
         map_page: u32,
         slot: u32,
         offset: u64,
+        found: u64,
+        when: CorruptionFound,
     },
+}
+
+/// When a changed cache slot was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CorruptionFound {
+    /// At a use of the slot, or when the controller let go of the HMB: written while the
+    /// buffer was enabled.
+    InUse,
+    /// When the buffer came back with memory return: written while it was released.
+    AtReturn,
 }

@@ -4,9 +4,9 @@
 
 use serde::Serialize;
 
-use crate::events::{CacheEventKind, FtlEvent, NandOpKind, Purpose};
+use crate::events::{CacheEventKind, CorruptionFound, FtlEvent, NandOpKind, Purpose};
 use crate::geometry::{Geometry, GeometryReport, NO_PPN};
-use crate::map_cache::{MapCache, SlotStore, VecSlots};
+use crate::map_cache::{MapCache, VecSlots};
 use crate::medium::Medium;
 use crate::oob::Oob;
 use crate::timing::DieClock;
@@ -43,8 +43,16 @@ pub struct FtlStats {
     pub gc_pages_moved: u64,
     pub wear_level_moves: u64,
     pub wear_level_pages_moved: u64,
-    /// Cached map pages found changed behind the controller's back (phase 2: the HMB).
+    /// Cached map pages found changed behind the controller's back (a host write into
+    /// the HMB), dropped and reloaded.
     pub cache_corruptions: u64,
+    /// Of those, pages that held updates not yet on NAND, rebuilt from NAND.
+    pub map_page_rebuilds: u64,
+    /// Slots taken over as they were when the HMB came back with memory return.
+    pub cache_slots_reused: u64,
+    /// Map cache slots now, and whether they are in the HMB.
+    pub cache_slots: u32,
+    pub cache_in_hmb: bool,
     pub min_erase_count: u32,
     pub max_erase_count: u32,
     pub free_lines: u32,
@@ -63,6 +71,8 @@ pub struct Ftl {
     /// Global translation directory: map page index -> PPN of its newest copy on NAND.
     pub(crate) gtd: Vec<u32>,
     pub(crate) cache: MapCache,
+    /// The cache's slots are not controller memory (attach_cache).
+    pub(crate) cache_external: bool,
     /// The log's frontier: (line, next page offset in it).
     pub(crate) open: Option<(u32, u32)>,
     pub(crate) clock: DieClock,
@@ -93,6 +103,7 @@ impl Ftl {
             valid: vec![0; geo.physical_pages().div_ceil(64) as usize],
             gtd: vec![NO_PPN; geo.map_pages as usize],
             cache,
+            cache_external: false,
             open: None,
             seq: 0,
             stats: FtlStats::default(),
@@ -117,6 +128,8 @@ impl Ftl {
         s.min_erase_count = self.lines.iter().map(|l| l.erase_count).min().unwrap_or(0);
         s.max_erase_count = self.lines.iter().map(|l| l.erase_count).max().unwrap_or(0);
         s.free_lines = self.free_lines();
+        s.cache_slots = self.cache.slots();
+        s.cache_in_hmb = self.cache_external;
         s.geometry = self.geo.report();
         s
     }
@@ -124,19 +137,6 @@ impl Ftl {
     /// Erase count of every line (all blocks of a line are erased together).
     pub fn erase_counts(&self) -> Vec<u32> {
         self.lines.iter().map(|l| l.erase_count).collect()
-    }
-
-    /// Move the map cache to another slot store (the HMB's cache part, or back to SRAM):
-    /// dirty pages are written back first, so nothing cached is lost.
-    pub fn set_slot_store(
-        &mut self,
-        store: Box<dyn SlotStore>,
-        now: u64,
-        ev: &mut Vec<FtlEvent>,
-    ) -> Result<u64, FtlError> {
-        let end = self.write_back_map(now, ev)?;
-        self.cache = MapCache::new(store);
-        Ok(end)
     }
 
     pub fn cache_slots(&self) -> u32 {
@@ -251,14 +251,13 @@ impl Ftl {
         ev: &mut Vec<FtlEvent>,
     ) -> Result<u64, FtlError> {
         self.collect_garbage(now, ev)?;
-        let mut t = now;
+        let entry = self.map_prepare(lpn, now, ev)?;
+        let mut t = entry.ready;
         if n < page.len() {
-            let (cur, tm) = self.map_get(lpn, now, ev)?;
-            t = tm;
-            if cur == NO_PPN {
+            if entry.old == NO_PPN {
                 page.fill(0);
             } else {
-                t = self.nand_read(cur, page, Purpose::Host, t, ev)?;
+                t = self.nand_read(entry.old, page, Purpose::Host, t, ev)?;
             }
         }
         match data {
@@ -267,11 +266,12 @@ impl Ftl {
         }
         self.stats.host_pages_written += 1;
         let (ppn, t) = self.program(|seq| Oob::Data { lpn, seq }, page, Purpose::Host, t, ev)?;
-        let (old, tm) = self.map_set(lpn, ppn, t, ev)?;
+        let old = entry.old;
+        self.map_commit(entry, ppn)?;
         if old != NO_PPN {
             self.invalidate(old);
         }
-        Ok(t.max(tm))
+        Ok(t)
     }
 
     // ---- NAND pages -----------------------------------------------------------------
@@ -366,33 +366,94 @@ impl Ftl {
         (lpn / self.geo.entries_per_map_page, lpn % self.geo.entries_per_map_page)
     }
 
-    /// The slot holding map page `idx` and when it is ready (a miss reads it from NAND,
-    /// evicting the least recently used slot, written back first if dirty).
-    pub(crate) fn map_slot(&mut self, idx: u32, now: u64, ev: &mut Vec<FtlEvent>) -> Result<(u32, u64), FtlError> {
+    /// The slot holding map page `idx`, its checked content and when it is ready. A miss
+    /// reads the page from NAND into the least recently used slot (written back first if
+    /// dirty); a hit whose page changed behind the controller is reported and reloaded.
+    pub(crate) fn map_page(
+        &mut self,
+        idx: u32,
+        now: u64,
+        ev: &mut Vec<FtlEvent>,
+    ) -> Result<(u32, Vec<u8>, u64), FtlError> {
+        let mut page = vec![0u8; self.geo.page_bytes as usize];
         if let Some(slot) = self.cache.find(idx) {
+            if let Err(found) = self.cache.read_checked(slot, &mut page)? {
+                self.corrupt(slot, idx, found, CorruptionFound::InUse, ev);
+                let t = self.reload(slot, idx, &mut page, now, ev)?;
+                return Ok((slot, page, t));
+            }
             self.stats.cache_hits += 1;
             ev.push(self.cache_event(CacheEventKind::Hit, idx, slot));
-            return Ok((slot, now));
+            return Ok((slot, page, now));
         }
         self.stats.cache_misses += 1;
         let slot = self.cache.victim();
         ev.push(self.cache_event(CacheEventKind::Miss, idx, slot));
         let mut t = now;
-        let mut page = vec![0u8; self.geo.page_bytes as usize];
         if let Some((old, true)) = self.cache.occupant(slot) {
             t = self.write_back_slot(slot, old, &mut page, now, ev)?;
         }
         self.cache.forget(slot);
-        let ppn = self.gtd[idx as usize];
-        if ppn == NO_PPN {
-            page.fill(0xFF); // every entry NO_PPN: never written
-        } else {
-            self.stats.map_page_reads += 1;
-            t = t.max(self.nand_read(ppn, &mut page, Purpose::Map, now, ev)?);
-        }
+        t = t.max(self.load_map_page(idx, &mut page, now, ev)?);
         self.cache.install(slot, idx, &page)?;
         ev.push(self.cache_event(CacheEventKind::Fill, idx, slot));
-        Ok((slot, t))
+        Ok((slot, page, t))
+    }
+
+    /// Map page `idx` as NAND has it (all unmapped if never written).
+    fn load_map_page(&mut self, idx: u32, page: &mut [u8], now: u64, ev: &mut Vec<FtlEvent>) -> Result<u64, FtlError> {
+        let ppn = self.gtd[idx as usize];
+        if ppn == NO_PPN {
+            page.fill(0xFF);
+            return Ok(now);
+        }
+        self.stats.map_page_reads += 1;
+        self.nand_read(ppn, page, Purpose::Map, now, ev)
+    }
+
+    pub(crate) fn corrupt(
+        &mut self,
+        slot: u32,
+        map_page: u32,
+        found: u64,
+        when: CorruptionFound,
+        ev: &mut Vec<FtlEvent>,
+    ) {
+        self.stats.cache_corruptions += 1;
+        ev.push(FtlEvent::MapCacheCorrupt {
+            map_page,
+            slot,
+            offset: self.cache.offset(slot),
+            found,
+            when,
+        });
+    }
+
+    /// Replace a changed slot's page: from NAND if it was clean, rebuilt from NAND (its
+    /// newest copy and the data pages programmed since) if it held updates not yet written
+    /// back, which stay to be written.
+    fn reload(
+        &mut self,
+        slot: u32,
+        idx: u32,
+        page: &mut [u8],
+        now: u64,
+        ev: &mut Vec<FtlEvent>,
+    ) -> Result<u64, FtlError> {
+        let dirty = self.cache.is_dirty(slot);
+        self.cache.forget(slot);
+        let t = if dirty {
+            self.rebuild_map_page(idx, page)?;
+            now
+        } else {
+            self.load_map_page(idx, page, now, ev)?
+        };
+        self.cache.install(slot, idx, page)?;
+        if dirty {
+            self.cache.mark_dirty(slot);
+        }
+        ev.push(self.cache_event(CacheEventKind::Fill, idx, slot));
+        Ok(t)
     }
 
     fn cache_event(&self, kind: CacheEventKind, map_page: u32, slot: u32) -> FtlEvent {
@@ -404,7 +465,8 @@ impl Ftl {
         }
     }
 
-    /// Program the cached map page `idx` of `slot` and make it the newest copy.
+    /// Program the cached map page `idx` of `slot` (checked first: a changed page is
+    /// rebuilt, never programmed) and make it the newest copy.
     fn write_back_slot(
         &mut self,
         slot: u32,
@@ -413,7 +475,11 @@ impl Ftl {
         now: u64,
         ev: &mut Vec<FtlEvent>,
     ) -> Result<u64, FtlError> {
-        self.cache.read_page(slot, page)?;
+        if let Err(found) = self.cache.read_checked(slot, page)? {
+            self.corrupt(slot, idx, found, CorruptionFound::InUse, ev);
+            self.rebuild_map_page(idx, page)?;
+            self.cache.install(slot, idx, page)?;
+        }
         ev.push(self.cache_event(CacheEventKind::WriteBack, idx, slot));
         let (ppn, t) = self.program(
             |seq| Oob::Map {
@@ -449,8 +515,8 @@ impl Ftl {
     /// The PPN of `lpn` (NO_PPN: unmapped) and when the lookup is done.
     pub(crate) fn map_get(&mut self, lpn: u32, now: u64, ev: &mut Vec<FtlEvent>) -> Result<(u32, u64), FtlError> {
         let (idx, i) = self.split(lpn);
-        let (slot, t) = self.map_slot(idx, now, ev)?;
-        Ok((self.cache.entry(slot, i)?, t))
+        let (_, page, t) = self.map_page(idx, now, ev)?;
+        Ok((entry(&page, i), t))
     }
 
     /// Map `lpn` to `ppn`; returns the old PPN (the caller invalidates it).
@@ -462,21 +528,55 @@ impl Ftl {
         ev: &mut Vec<FtlEvent>,
     ) -> Result<(u32, u64), FtlError> {
         let (idx, i) = self.split(lpn);
-        let (slot, t) = self.map_slot(idx, now, ev)?;
-        let old = self.cache.entry(slot, i)?;
+        let (slot, mut page, t) = self.map_page(idx, now, ev)?;
+        let old = entry(&page, i);
         // Unchanged (deallocating what was never written): the page stays clean, so a
         // large deallocation of a sparse namespace programs nothing.
         if old != ppn {
-            self.cache.set_entry(slot, i, ppn)?;
+            self.cache.set_entry(slot, &mut page, i, ppn)?;
         }
         Ok((old, t))
+    }
+
+    /// The map entry of `lpn`, loaded before its new copy is programmed: a changed slot
+    /// found at this load is rebuilt from the data pages on NAND, and must not see the
+    /// copy being written as already mapped.
+    pub(crate) fn map_prepare(&mut self, lpn: u32, now: u64, ev: &mut Vec<FtlEvent>) -> Result<MapEntry, FtlError> {
+        let (idx, i) = self.split(lpn);
+        let (slot, page, ready) = self.map_page(idx, now, ev)?;
+        let old = entry(&page, i);
+        Ok(MapEntry {
+            slot,
+            page,
+            i,
+            old,
+            ready,
+        })
+    }
+
+    /// Point the prepared entry at `ppn` (nothing touched the cache since: programs do not).
+    pub(crate) fn map_commit(&mut self, mut e: MapEntry, ppn: u32) -> Result<(), FtlError> {
+        if e.old != ppn {
+            self.cache.set_entry(e.slot, &mut e.page, e.i, ppn)?;
+        }
+        Ok(())
     }
 
     /// Map page `idx` as it is now (cached copy, else NAND), without touching the cache.
     pub(crate) fn peek_map_page(&self, idx: u32) -> Result<Vec<u32>, FtlError> {
         let mut page = vec![0u8; self.geo.page_bytes as usize];
         if let Some(slot) = self.cache.peek(idx) {
-            self.cache.read_page(slot, &mut page)?;
+            // A changed slot is what its next use will load: NAND's copy, rebuilt if dirty.
+            if self.cache.read_checked(slot, &mut page)?.is_err() {
+                if self.cache.is_dirty(slot) {
+                    self.rebuilt_map_page(idx, &mut page)?;
+                } else if self.gtd[idx as usize] == NO_PPN {
+                    page.fill(0xFF);
+                } else {
+                    self.medium
+                        .read_at(self.geo.data_at(self.gtd[idx as usize]), &mut page)?;
+                }
+            }
         } else if self.gtd[idx as usize] == NO_PPN {
             page.fill(0xFF);
         } else {
@@ -496,4 +596,20 @@ impl Ftl {
     pub fn into_medium(self) -> Box<dyn Medium> {
         self.medium
     }
+}
+
+/// Entry `i` of a map page.
+fn entry(page: &[u8], i: u32) -> u32 {
+    let at = i as usize * 4;
+    u32::from_le_bytes(page[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// A map entry loaded for an update (map_prepare / map_commit).
+pub(crate) struct MapEntry {
+    slot: u32,
+    page: Vec<u8>,
+    i: u32,
+    pub old: u32,
+    /// When the map page was ready (after a miss's NAND read).
+    pub ready: u64,
 }

@@ -104,13 +104,15 @@ impl Ftl {
             let t = self.nand_read(ppn, &mut page, purpose, now, ev)?;
             match oob {
                 Oob::Data { lpn, .. } => {
-                    let (new, t) = self.program(|seq| Oob::Data { lpn, seq }, &page, purpose, t, ev)?;
-                    let (old, _) = self.map_set(lpn, new, t, ev)?;
-                    if old != ppn {
+                    let entry = self.map_prepare(lpn, t, ev)?;
+                    if entry.old != ppn {
                         return Err(FtlError::Corrupt(format!(
-                            "valid page {ppn} holds LPN {lpn}, which maps to {old}"
+                            "valid page {ppn} holds LPN {lpn}, which maps to {}",
+                            entry.old
                         )));
                     }
+                    let (new, _) = self.program(|seq| Oob::Data { lpn, seq }, &page, purpose, t, ev)?;
+                    self.map_commit(entry, new)?;
                 }
                 Oob::Map { index, covers, .. } => {
                     let (new, _) = self.program(|seq| Oob::Map { index, seq, covers }, &page, purpose, t, ev)?;

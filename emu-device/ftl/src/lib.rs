@@ -21,12 +21,14 @@ mod map_cache;
 mod medium;
 mod oob;
 mod recovery;
+mod slots;
 mod timing;
 
 pub use config::FtlConfig;
 pub use error::FtlError;
-pub use events::{CacheEventKind, FtlEvent, NandOp, NandOpKind, Purpose};
+pub use events::{CacheEventKind, CorruptionFound, FtlEvent, NandOp, NandOpKind, Purpose};
 pub use ftl::{Ftl, FtlStats};
 pub use geometry::GeometryReport;
-pub use map_cache::{SlotStore, VecSlots};
+pub use map_cache::{page_checksum, SlotStore, VecSlots};
 pub use medium::{FileMedium, Medium, MemMedium};
+pub use slots::CacheSnapshot;

@@ -1,7 +1,9 @@
 //! The map cache: map pages held in slots of a [`SlotStore`] (controller SRAM by default,
 //! the HMB's cache part when the host lends one), least recently used first out, dirty
 //! slots written back to NAND by the FTL when evicted or flushed. The bookkeeping (which
-//! map page is in which slot, dirty bits, use order) stays in the controller.
+//! map page is in which slot, dirty bits, use order, and a checksum of each slot's page)
+//! stays in the controller: the slots may be host memory, which the host must not write
+//! but can, so every use of a slot reads its whole page and checks it first.
 
 use std::collections::HashMap;
 use std::io;
@@ -58,11 +60,23 @@ impl SlotStore for VecSlots {
     }
 }
 
+/// FNV-1a over the page's 8-byte words, the same function as the controller's HMB audit
+/// (so the audit's baseline of a slot page is this checksum): each step is a bijection of
+/// the running hash, so a change in one word always changes the result.
+pub fn page_checksum(page: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for w in page.chunks_exact(8) {
+        h = (h ^ u64::from_le_bytes(w.try_into().expect("8 bytes"))).wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
+
 #[derive(Clone, Copy, Default)]
 struct SlotMeta {
     map_page: Option<u32>,
     dirty: bool,
     last_use: u64,
+    checksum: u64,
 }
 
 pub(crate) struct MapCache {
@@ -70,6 +84,8 @@ pub(crate) struct MapCache {
     meta: Vec<SlotMeta>,
     slot_of: HashMap<u32, u32>,
     clock: u64,
+    /// (slot offset, checksum) of every page written into the store since the last drain.
+    updates: Vec<(u64, u64)>,
 }
 
 impl MapCache {
@@ -80,6 +96,7 @@ impl MapCache {
             meta: vec![SlotMeta::default(); n],
             slot_of: HashMap::new(),
             clock: 0,
+            updates: Vec::new(),
         }
     }
 
@@ -133,30 +150,84 @@ impl MapCache {
     pub fn install(&mut self, slot: u32, map_page: u32, bytes: &[u8]) -> io::Result<()> {
         self.forget(slot);
         self.store.write(slot, 0, bytes)?;
+        let checksum = page_checksum(bytes);
+        self.updates.push((self.store.offset(slot), checksum));
         self.clock += 1;
         self.meta[slot as usize] = SlotMeta {
             map_page: Some(map_page),
             dirty: false,
             last_use: self.clock,
+            checksum,
         };
         self.slot_of.insert(map_page, slot);
         Ok(())
     }
 
-    pub fn read_page(&self, slot: u32, buf: &mut [u8]) -> io::Result<()> {
-        self.store.read(slot, 0, buf)
+    /// Take over a free slot as it is in the store (memory return: the host gave back
+    /// the buffer the controller left), if its page still has `checksum`; else
+    /// Err(the checksum found).
+    pub fn adopt(&mut self, slot: u32, map_page: u32, checksum: u64, buf: &mut [u8]) -> io::Result<Result<(), u64>> {
+        self.store.read(slot, 0, buf)?;
+        let found = page_checksum(buf);
+        if found != checksum {
+            return Ok(Err(found));
+        }
+        self.clock += 1;
+        self.meta[slot as usize] = SlotMeta {
+            map_page: Some(map_page),
+            dirty: false,
+            last_use: self.clock,
+            checksum,
+        };
+        self.slot_of.insert(map_page, slot);
+        Ok(Ok(()))
     }
 
-    pub fn entry(&self, slot: u32, i: u32) -> io::Result<u32> {
-        let mut b = [0u8; 4];
-        self.store.read(slot, i as usize * 4, &mut b)?;
-        Ok(u32::from_le_bytes(b))
+    /// Read the slot's page into `buf`; Err(found checksum) when it is not what the
+    /// controller left there.
+    pub fn read_checked(&self, slot: u32, buf: &mut [u8]) -> io::Result<Result<(), u64>> {
+        self.store.read(slot, 0, buf)?;
+        let found = page_checksum(buf);
+        Ok(if found == self.meta[slot as usize].checksum {
+            Ok(())
+        } else {
+            Err(found)
+        })
     }
 
-    pub fn set_entry(&mut self, slot: u32, i: u32, v: u32) -> io::Result<()> {
-        self.store.write(slot, i as usize * 4, &v.to_le_bytes())?;
-        self.meta[slot as usize].dirty = true;
+    /// Set entry `i` of the slot whose checked page is `page` (updated in place too).
+    pub fn set_entry(&mut self, slot: u32, page: &mut [u8], i: u32, v: u32) -> io::Result<()> {
+        let at = i as usize * 4;
+        page[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        self.store.write(slot, at, &v.to_le_bytes())?;
+        let m = &mut self.meta[slot as usize];
+        m.dirty = true;
+        m.checksum = page_checksum(page);
+        self.updates.push((self.store.offset(slot), m.checksum));
         Ok(())
+    }
+
+    pub fn is_dirty(&self, slot: u32) -> bool {
+        self.meta[slot as usize].dirty
+    }
+
+    pub fn checksum(&self, slot: u32) -> u64 {
+        self.meta[slot as usize].checksum
+    }
+
+    pub fn drain_updates(&mut self) -> Vec<(u64, u64)> {
+        std::mem::take(&mut self.updates)
+    }
+
+    /// Occupied slots: (slot, map page).
+    pub fn occupied(&self) -> Vec<(u32, u32)> {
+        (0..self.meta.len() as u32)
+            .filter_map(|s| self.meta[s as usize].map_page.map(|p| (s, p)))
+            .collect()
+    }
+
+    pub fn mark_dirty(&mut self, slot: u32) {
+        self.meta[slot as usize].dirty = true;
     }
 
     pub fn mark_clean(&mut self, slot: u32) {

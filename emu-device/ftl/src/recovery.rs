@@ -188,3 +188,54 @@ impl Ftl {
         Ok(())
     }
 }
+
+impl Ftl {
+    /// Map page `idx` rebuilt from NAND alone: its newest copy, then every data page of its
+    /// range programmed after that copy's `covers`, in sequence order (as at mount). For a
+    /// cached page found changed while it held updates not yet written back.
+    pub(crate) fn rebuild_map_page(&mut self, idx: u32, page: &mut [u8]) -> Result<(), FtlError> {
+        self.rebuilt_map_page(idx, page)?;
+        self.stats.map_page_rebuilds += 1;
+        Ok(())
+    }
+
+    pub(crate) fn rebuilt_map_page(&self, idx: u32, page: &mut [u8]) -> Result<(), FtlError> {
+        let geo = &self.geo;
+        let ppn = self.gtd[idx as usize];
+        let covers = if ppn == NO_PPN {
+            page.fill(0xFF);
+            0
+        } else {
+            self.medium.read_at(geo.data_at(ppn), page)?;
+            match self.read_oob(ppn)? {
+                Oob::Map { covers, .. } => covers,
+                other => return Err(FtlError::Corrupt(format!("map page {idx} at {ppn} is {other:?}"))),
+            }
+        };
+        let epm = geo.entries_per_map_page;
+        let mut newer = Vec::new();
+        let physical = geo.physical_pages() as u32;
+        let per_chunk = 1 << 14;
+        let mut buf = vec![0u8; per_chunk as usize * OOB_BYTES];
+        let mut first = 0u32;
+        while first < physical {
+            let n = per_chunk.min(physical - first);
+            let b = &mut buf[..n as usize * OOB_BYTES];
+            self.medium.read_at(geo.oob_at(first), b)?;
+            for (k, rec) in b.chunks_exact(OOB_BYTES).enumerate() {
+                if let Some(Oob::Data { lpn, seq }) = Oob::decode(rec) {
+                    if lpn / epm == idx && seq > covers {
+                        newer.push((seq, lpn, first + k as u32));
+                    }
+                }
+            }
+            first += n;
+        }
+        newer.sort_unstable();
+        for (_, lpn, ppn) in newer {
+            let at = (lpn % epm) as usize * 4;
+            page[at..at + 4].copy_from_slice(&ppn.to_le_bytes());
+        }
+        Ok(())
+    }
+}

@@ -4,8 +4,44 @@
 //! (valid-page counts, no line both free and in use, mapping consistency, wear spread)
 //! hold after every step.
 
-use hmb_ftl::{Ftl, FtlConfig, FtlEvent, Medium, MemMedium, NandOpKind};
+use std::sync::{Arc, Mutex};
+
+use hmb_ftl::{CacheSnapshot, CorruptionFound, Ftl, FtlConfig, FtlEvent, Medium, MemMedium, NandOpKind, SlotStore};
 use proptest::prelude::*;
+
+/// Slots in memory the test can write behind the FTL's back, as a host can write its HMB.
+#[derive(Clone)]
+struct SharedSlots(Arc<Mutex<Vec<u8>>>);
+
+const SLOTS: u32 = 2;
+
+impl SharedSlots {
+    fn new() -> Self {
+        SharedSlots(Arc::new(Mutex::new(vec![0; SLOTS as usize * PAGE as usize])))
+    }
+    fn poke(&self, at: usize, xor: u8) {
+        self.0.lock().unwrap()[at] ^= xor;
+    }
+}
+
+impl SlotStore for SharedSlots {
+    fn slots(&self) -> u32 {
+        SLOTS
+    }
+    fn read(&self, slot: u32, at: usize, buf: &mut [u8]) -> std::io::Result<()> {
+        let s = (slot as usize * PAGE as usize) + at;
+        buf.copy_from_slice(&self.0.lock().unwrap()[s..s + buf.len()]);
+        Ok(())
+    }
+    fn write(&mut self, slot: u32, at: usize, buf: &[u8]) -> std::io::Result<()> {
+        let s = (slot as usize * PAGE as usize) + at;
+        self.0.lock().unwrap()[s..s + buf.len()].copy_from_slice(buf);
+        Ok(())
+    }
+    fn offset(&self, slot: u32) -> u64 {
+        0x10_0000 + u64::from(slot) * PAGE
+    }
+}
 
 const PAGE: u64 = 4096;
 /// 1.5 map pages of entries, so the one-slot cache misses and writes back.
@@ -57,6 +93,17 @@ enum Op {
     PowerCycle {
         clean: bool,
     },
+    /// The map cache moves into the shared slots (taking over what it left there when
+    /// `returned`), or back to its internal ones.
+    Attach {
+        returned: bool,
+    },
+    Detach,
+    /// A host write into the shared slots: byte `at` changed.
+    Corrupt {
+        at: usize,
+        xor: u8,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -79,6 +126,9 @@ fn op() -> impl Strategy<Value = Op> {
         }),
         1 => Just(Op::Flush),
         1 => any::<bool>().prop_map(|clean| Op::PowerCycle { clean }),
+        1 => any::<bool>().prop_map(|returned| Op::Attach { returned }),
+        1 => Just(Op::Detach),
+        2 => (0..(SLOTS * PAGE as u32) as usize, 1u8..=255).prop_map(|(at, xor)| Op::Corrupt { at, xor }),
     ]
 }
 
@@ -110,6 +160,11 @@ proptest! {
         let mut model = vec![0u8; LOGICAL as usize];
         let mut ev = Vec::new();
         let mut now = 0u64;
+        let slots = SharedSlots::new();
+        let mut attached = false;
+        let mut snapshot: Option<CacheSnapshot> = None;
+        let mut corrupted = 0u64;
+        let mut found = 0u64;
         for op in ops {
             now += 1000;
             ev.clear();
@@ -142,8 +197,28 @@ proptest! {
                     if clean {
                         ftl.flush(now, &mut ev).unwrap();
                     }
+                    found += ftl.stats().cache_corruptions;
                     ftl = open(ftl.into_medium());
+                    attached = false;
+                    snapshot = None;
                     read_all_equals(&mut ftl, &model)?;
+                }
+                Op::Attach { returned } => {
+                    if !attached {
+                        let snap = if returned { snapshot.as_ref() } else { None };
+                        ftl.attach_cache(Box::new(slots.clone()), snap, now, &mut ev).unwrap();
+                        attached = true;
+                    }
+                }
+                Op::Detach => {
+                    if attached {
+                        snapshot = Some(ftl.detach_cache(now, &mut ev).unwrap());
+                        attached = false;
+                    }
+                }
+                Op::Corrupt { at, xor } => {
+                    slots.poke(at, xor);
+                    corrupted += 1;
                 }
             }
             // NAND operations never start before their request, and never overlap on a die.
@@ -157,12 +232,121 @@ proptest! {
             }
         }
         read_all_equals(&mut ftl, &model)?;
+        found += ftl.stats().cache_corruptions;
+        // Every change found is a change made (a change to a slot nothing uses again, or
+        // one a later change undid, may go unseen).
+        prop_assert!(found <= corrupted, "{found} found, {corrupted} made");
         ftl = open(ftl.into_medium());
         read_all_equals(&mut ftl, &model)?;
         if let Err(e) = ftl.check_invariants() {
             return Err(TestCaseError::fail(e));
         }
     }
+}
+
+/// A host write into a clean and into a dirty cached map page: each is found at its next
+/// use, counted once, and the data stays right (the dirty one rebuilt from NAND); one
+/// made while the cache was away is found when it comes back with memory return.
+#[test]
+fn host_writes_into_the_cache_are_found_and_lose_nothing() {
+    let mut ftl = fresh();
+    let slots = SharedSlots::new();
+    let mut ev = Vec::new();
+    ftl.attach_cache(Box::new(slots.clone()), None, 0, &mut ev).unwrap();
+    let data = pattern(8 * PAGE, 3, 0);
+    ftl.write(0, &data, 0, &mut ev).unwrap();
+    ftl.flush(0, &mut ev).unwrap(); // slot 0 (map page 0) clean
+    let more = pattern(2 * PAGE, 9, 0);
+    ftl.write(1100 * PAGE, &more, 0, &mut ev).unwrap(); // slot 1 (map page 1) dirty
+    let s = ftl.stats();
+    assert_eq!((s.cache_hits, s.cache_misses, s.cache_in_hmb), (s.cache_hits, 2, true));
+    // The host changes entry 3 of map page 0 and entry 76 of map page 1.
+    slots.poke(3 * 4, 0x40);
+    slots.poke(PAGE as usize + 76 * 4 + 1, 0x01);
+    ev.clear();
+    let mut back = vec![0u8; data.len()];
+    ftl.read(0, &mut back, 0, &mut ev).unwrap();
+    assert_eq!(back, data);
+    let mut back = vec![0u8; more.len()];
+    ftl.read(1100 * PAGE, &mut back, 0, &mut ev).unwrap();
+    assert_eq!(back, more);
+    let found: Vec<_> = ev
+        .iter()
+        .filter_map(|e| match e {
+            FtlEvent::MapCacheCorrupt {
+                map_page, offset, when, ..
+            } => Some((*map_page, *offset, *when)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            (0, 0x10_0000, CorruptionFound::InUse),
+            (1, 0x10_0000 + PAGE, CorruptionFound::InUse)
+        ]
+    );
+    let s = ftl.stats();
+    assert_eq!((s.cache_corruptions, s.map_page_rebuilds), (2, 1));
+    ftl.check_invariants().unwrap();
+    // Memory return: the cache leaves, the host writes slot 0 while it is away, the cache
+    // comes back and takes slot 1 over unchanged, finds slot 0 changed.
+    let snap = ftl.detach_cache(0, &mut ev).unwrap();
+    assert_eq!(snap.len(), 2);
+    slots.poke(100, 0xff);
+    ev.clear();
+    assert_eq!(
+        ftl.attach_cache(Box::new(slots.clone()), Some(&snap), 0, &mut ev)
+            .unwrap(),
+        1
+    );
+    assert!(ev.iter().any(|e| matches!(
+        e,
+        FtlEvent::MapCacheCorrupt {
+            map_page: 0,
+            when: CorruptionFound::AtReturn,
+            ..
+        }
+    )));
+    let misses = ftl.stats().cache_misses;
+    let mut back = vec![0u8; more.len()];
+    ftl.read(1100 * PAGE, &mut back, 0, &mut ev).unwrap();
+    assert_eq!(back, more);
+    assert_eq!(ftl.stats().cache_misses, misses, "the slot taken over is a hit");
+    let mut back = vec![0u8; data.len()];
+    ftl.read(0, &mut back, 0, &mut ev).unwrap();
+    assert_eq!(back, data);
+    assert_eq!(
+        ftl.stats().cache_misses,
+        misses + 1,
+        "the changed one is read from NAND"
+    );
+    assert_eq!(ftl.stats().cache_corruptions, 3);
+    ftl = open(ftl.into_medium());
+    let mut back = vec![0u8; more.len()];
+    ftl.read(1100 * PAGE, &mut back, 0, &mut ev).unwrap();
+    assert_eq!(back, more);
+}
+
+/// The internal cache of one slot over two map pages: every switch between them is a
+/// miss, and a dirty page is written back before its slot is reused.
+#[test]
+fn a_small_internal_cache_misses_and_writes_back() {
+    let mut ftl = fresh();
+    let mut ev = Vec::new();
+    let d = pattern(PAGE, 1, 0);
+    for _ in 0..3 {
+        ftl.write(0, &d, 0, &mut ev).unwrap(); // map page 0
+        ftl.write(1200 * PAGE, &d, 0, &mut ev).unwrap(); // map page 1
+    }
+    let s = ftl.stats();
+    assert_eq!((s.cache_misses, s.cache_hits), (6, 0));
+    assert_eq!(
+        s.map_page_writes, 5,
+        "each eviction but the first wrote a dirty page back"
+    );
+    assert_eq!(s.map_page_reads, 4, "pages written back are read again");
+    assert!(!s.cache_in_hmb);
 }
 
 /// Enough random overwrites to collect every line several times: GC runs, moves pages,
