@@ -73,6 +73,8 @@ pub struct Ftl {
     pub(crate) cache: MapCache,
     /// The cache's slots are not controller memory (attach_cache).
     pub(crate) cache_external: bool,
+    /// Updates of an external store the cache let go of, not yet drained.
+    pub(crate) pending_updates: Vec<(u64, u64)>,
     /// The log's frontier: (line, next page offset in it).
     pub(crate) open: Option<(u32, u32)>,
     pub(crate) clock: DieClock,
@@ -104,6 +106,7 @@ impl Ftl {
             gtd: vec![NO_PPN; geo.map_pages as usize],
             cache,
             cache_external: false,
+            pending_updates: Vec::new(),
             open: None,
             seq: 0,
             stats: FtlStats::default(),
@@ -475,11 +478,16 @@ impl Ftl {
         now: u64,
         ev: &mut Vec<FtlEvent>,
     ) -> Result<u64, FtlError> {
-        if let Err(found) = self.cache.read_checked(slot, page)? {
-            self.corrupt(slot, idx, found, CorruptionFound::InUse, ev);
-            self.rebuild_map_page(idx, page)?;
-            self.cache.install(slot, idx, page)?;
-        }
+        // A changed page is rebuilt and programmed, and its slot emptied (not rewritten:
+        // the cache writes the HMB only to fill or update a slot it uses).
+        let changed = match self.cache.read_checked(slot, page)? {
+            Ok(()) => false,
+            Err(found) => {
+                self.corrupt(slot, idx, found, CorruptionFound::InUse, ev);
+                self.rebuild_map_page(idx, page)?;
+                true
+            }
+        };
         ev.push(self.cache_event(CacheEventKind::WriteBack, idx, slot));
         let (ppn, t) = self.program(
             |seq| Oob::Map {
@@ -497,7 +505,11 @@ impl Ftl {
         if old != NO_PPN {
             self.invalidate(old);
         }
-        self.cache.mark_clean(slot);
+        if changed {
+            self.cache.forget(slot);
+        } else {
+            self.cache.mark_clean(slot);
+        }
         Ok(t)
     }
 

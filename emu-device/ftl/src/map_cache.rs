@@ -219,6 +219,10 @@ impl MapCache {
         std::mem::take(&mut self.updates)
     }
 
+    pub fn drain_updates_owned(mut self) -> Vec<(u64, u64)> {
+        self.drain_updates()
+    }
+
     /// Occupied slots: (slot, map page).
     pub fn occupied(&self) -> Vec<(u32, u32)> {
         (0..self.meta.len() as u32)

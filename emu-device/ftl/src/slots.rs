@@ -39,8 +39,7 @@ impl Ftl {
         ev: &mut Vec<FtlEvent>,
     ) -> Result<u32, FtlError> {
         self.write_back_map(now, ev)?;
-        self.cache = MapCache::new(store);
-        self.cache_external = true;
+        self.replace_cache(MapCache::new(store), true);
         let mut reused = 0;
         let mut page = vec![0u8; self.geo.page_bytes as usize];
         for &(slot, idx, checksum, ppn) in snapshot.map(|s| &s.slots[..]).unwrap_or_default() {
@@ -80,9 +79,23 @@ impl Ftl {
         Ok(snap)
     }
 
-    /// (slot store offset, checksum) of every page the cache wrote since the last call:
-    /// the controller's HMB audit keeps its baseline of those pages from these.
+    /// (slot store offset, checksum) of every page the cache wrote into an external store
+    /// (attach_cache) since the last call, also those written just before it let go of
+    /// that store: the controller's HMB audit keeps its baseline of those pages from these.
     pub fn drain_cache_updates(&mut self) -> Vec<(u64, u64)> {
-        self.cache.drain_updates()
+        let mut out = std::mem::take(&mut self.pending_updates);
+        let now = self.cache.drain_updates();
+        if self.cache_external {
+            out.extend(now);
+        }
+        out
+    }
+
+    fn replace_cache(&mut self, cache: MapCache, external: bool) {
+        let old = std::mem::replace(&mut self.cache, cache).drain_updates_owned();
+        if self.cache_external {
+            self.pending_updates.extend(old);
+        }
+        self.cache_external = external;
     }
 }

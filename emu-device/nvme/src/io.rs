@@ -32,6 +32,7 @@ impl Controller {
             return Outcome::status(Status::INVALID_FIELD);
         }
         let nsid = sqe.nsid();
+        self.sync_map_cache(t0);
         if op == OPC_FLUSH {
             if nsid != identify_nsid() && nsid != 0xFFFF_FFFF {
                 return Outcome::status(Status::INVALID_NAMESPACE);
@@ -111,6 +112,7 @@ impl Controller {
                 });
             }
         }
+        self.note_cache_events(&ev);
         self.media.events = ev;
         end
     }

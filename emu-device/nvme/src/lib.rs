@@ -22,6 +22,7 @@ pub mod fake_host;
 mod hmb;
 mod io;
 mod lifecycle;
+mod map_cache;
 mod media;
 mod namespace;
 mod nvm_ops;

@@ -26,6 +26,8 @@ pub(crate) struct Namespace {
     pub lba_shift: u8,
     store: Store,
     pub(crate) ftl: Ftl,
+    /// Where the FTL's map cache is (map_cache.rs).
+    pub(crate) cache_home: crate::map_cache::CacheHome,
 }
 
 /// An error of the data path: the FTL's or the flat image's.
@@ -66,6 +68,7 @@ impl Namespace {
             lba_shift,
             store,
             ftl,
+            cache_home: Default::default(),
         };
         if formatted && had_data {
             ns.import()?;
