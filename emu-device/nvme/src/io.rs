@@ -9,7 +9,7 @@ use hmb_ftl::FtlEvent;
 
 use crate::media::MediaOp;
 use crate::namespace::DataError;
-use crate::{prp, Controller, MediaEvent, Status};
+use crate::{prp, Controller, FtlTraceEvent, MediaEvent, Status};
 
 pub(crate) const OPC_FLUSH: u8 = 0x00;
 pub(crate) const OPC_WRITE: u8 = 0x01;
@@ -32,7 +32,7 @@ impl Controller {
             return Outcome::status(Status::INVALID_FIELD);
         }
         let nsid = sqe.nsid();
-        self.sync_map_cache(t0);
+        self.sync_map_cache((qid, sqe.cid()), t0);
         if op == OPC_FLUSH {
             if nsid != identify_nsid() && nsid != 0xFFFF_FFFF {
                 return Outcome::status(Status::INVALID_NAMESPACE);
@@ -100,8 +100,18 @@ impl Controller {
     /// Tell the observer, in order, the NAND operations of a command's FTL events (taken
     /// with `self.media.take_events()`); returns when the last one ends (`t0` if none).
     pub(crate) fn report_media(&mut self, qid: u16, cid: u16, ev: Vec<FtlEvent>, t0: u64) -> u64 {
+        let end = self.report_ftl(Some((qid, cid)), &ev, t0);
+        self.media.events = ev;
+        end
+    }
+
+    /// Tell the observer every FTL event of `command` (None: background) and keep the HMB
+    /// audit in step; returns when the last NAND operation ends (`t0` if none).
+    pub(crate) fn report_ftl(&mut self, command: Option<(u16, u16)>, ev: &[FtlEvent], t0: u64) -> u64 {
         let mut end = t0;
-        for e in &ev {
+        let cache_in_hmb = self.ns.cache_home.in_hmb();
+        let (qid, cid) = command.unwrap_or((u16::MAX, u16::MAX));
+        for e in ev {
             if let FtlEvent::Nand(op) = e {
                 end = end.max(op.start_ns + u64::from(op.latency_ns));
                 self.media.ops += 1;
@@ -111,9 +121,14 @@ impl Controller {
                     op: MediaOp::from(op),
                 });
             }
+            self.observer.on_ftl(&FtlTraceEvent {
+                command,
+                time_ns: t0,
+                cache_in_hmb,
+                event: *e,
+            });
         }
-        self.note_cache_events(&ev);
-        self.media.events = ev;
+        self.note_cache_events(ev);
         end
     }
 }

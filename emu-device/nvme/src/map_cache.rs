@@ -104,10 +104,16 @@ pub(crate) struct CacheHome {
     left: Option<(Vec<HmbDescriptor>, Slice, CacheSnapshot)>,
 }
 
+impl CacheHome {
+    pub(crate) fn in_hmb(&self) -> bool {
+        self.in_hmb.is_some()
+    }
+}
+
 impl Controller {
     /// Before a data command: put the map cache in the HMB if one is enabled, the
     /// controller's pages are known, and it is not there yet (or the shared slice moved).
-    pub(crate) fn sync_map_cache(&mut self, now: u64) {
+    pub(crate) fn sync_map_cache(&mut self, command: (u16, u16), now: u64) {
         if self.hmb.is_none() || self.audit.pending() {
             return;
         }
@@ -116,7 +122,7 @@ impl Controller {
             Some(s) if s == slice => return,
             Some(_) => {
                 let descs = self.hmb.as_ref().map(|h| h.descriptors().to_vec()).unwrap_or_default();
-                self.leave_hmb(descs);
+                self.leave_hmb(descs, Some(command), now);
             }
             None => {}
         }
@@ -136,6 +142,12 @@ impl Controller {
             .filter(|(d, s, _)| returned && *d == descs && *s == slice)
             .map(|(_, _, snap)| snap);
         let mut ev = self.media.take_events();
+        // The internal cache's dirty pages first, told as not in the HMB.
+        if let Err(e) = self.ns.ftl.flush(now, &mut ev) {
+            log::warn!("nvme: map cache write-back: {e}");
+        }
+        self.report_ftl(Some(command), &ev, now);
+        ev.clear();
         match self.ns.ftl.attach_cache(Box::new(store), snapshot, now, &mut ev) {
             Ok(reused) => {
                 self.ns.cache_home.in_hmb = Some(slice);
@@ -146,28 +158,32 @@ impl Controller {
             }
             Err(e) => log::warn!("nvme: map cache into the HMB: {e}"),
         }
-        self.note_cache_events(&ev);
+        self.report_ftl(Some(command), &ev, now);
         self.media.events = ev;
     }
 
     /// The HMB `h` is going (already out of `self.hmb`, still readable; lifecycle.rs): the
     /// map cache writes back and moves to its internal slots, remembering what it left for
     /// a memory return.
+    /// Its events are background work: a Set Features EHM=0 is not the data command
+    /// that would own them, and a reset, shutdown or CFS is no command at all.
     pub(crate) fn detach_map_cache(&mut self, h: &HostMemoryBuffer) {
-        self.leave_hmb(h.descriptors().to_vec());
+        let now = self.now_ns();
+        self.leave_hmb(h.descriptors().to_vec(), None, now);
     }
 
-    fn leave_hmb(&mut self, descs: Vec<HmbDescriptor>) {
-        let Some(slice) = self.ns.cache_home.in_hmb.take() else {
+    fn leave_hmb(&mut self, descs: Vec<HmbDescriptor>, command: Option<(u16, u16)>, now: u64) {
+        let Some(slice) = self.ns.cache_home.in_hmb else {
             return;
         };
-        let now = self.now_ns();
         let mut ev = self.media.take_events();
         match self.ns.ftl.detach_cache(now, &mut ev) {
             Ok(snap) => self.ns.cache_home.left = Some((descs, slice, snap)),
             Err(e) => log::warn!("nvme: map cache out of the HMB: {e}"),
         }
-        self.note_cache_events(&ev);
+        // Still "in the HMB" while its last events are told: their offsets are HMB offsets.
+        self.report_ftl(command, &ev, now);
+        self.ns.cache_home.in_hmb = None;
         self.media.events = ev;
     }
 
