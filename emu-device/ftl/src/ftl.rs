@@ -489,6 +489,23 @@ impl Ftl {
             }
         };
         ev.push(self.cache_event(CacheEventKind::WriteBack, idx, slot));
+        let t = self.program_map_page(idx, page, now, ev)?;
+        if changed {
+            self.cache.forget(slot);
+        } else {
+            self.cache.mark_clean(slot);
+        }
+        Ok(t)
+    }
+
+    /// Program map page `idx` with `page` as its newest copy (covering every update so far).
+    pub(crate) fn program_map_page(
+        &mut self,
+        idx: u32,
+        page: &[u8],
+        now: u64,
+        ev: &mut Vec<FtlEvent>,
+    ) -> Result<u64, FtlError> {
         let (ppn, t) = self.program(
             |seq| Oob::Map {
                 index: idx,
@@ -504,11 +521,6 @@ impl Ftl {
         let old = std::mem::replace(&mut self.gtd[idx as usize], ppn);
         if old != NO_PPN {
             self.invalidate(old);
-        }
-        if changed {
-            self.cache.forget(slot);
-        } else {
-            self.cache.mark_clean(slot);
         }
         Ok(t)
     }

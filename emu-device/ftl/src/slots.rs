@@ -60,23 +60,43 @@ impl Ftl {
     /// and the cache goes on in the internal slots. Returns what a memory return may
     /// take over.
     pub fn detach_cache(&mut self, now: u64, ev: &mut Vec<FtlEvent>) -> Result<CacheSnapshot, FtlError> {
-        self.write_back_map(now, ev)?;
+        match self.write_back_map(now, ev) {
+            Ok(_) => {}
+            // The store cannot be read any more (guest memory unmapped under the HMB):
+            // what it held that NAND lacks is rebuilt from NAND.
+            Err(FtlError::Io(_)) => self.rebuild_dirty(now, ev)?,
+            Err(e) => return Err(e),
+        }
         let mut snap = CacheSnapshot::default();
         let mut page = vec![0u8; self.geo.page_bytes as usize];
         for (slot, idx) in self.cache.occupied() {
-            match self.cache.read_checked(slot, &mut page)? {
-                Ok(()) => snap
+            match self.cache.read_checked(slot, &mut page) {
+                Ok(Ok(())) => snap
                     .slots
                     .push((slot, idx, self.cache.checksum(slot), self.gtd[idx as usize])),
-                Err(found) => self.corrupt(slot, idx, found, CorruptionFound::InUse, ev),
+                Ok(Err(found)) => self.corrupt(slot, idx, found, CorruptionFound::InUse, ev),
+                Err(_) => {} // unreadable: nothing to take over later
             }
         }
-        self.cache = MapCache::new(Box::new(VecSlots::new(
+        let internal = MapCache::new(Box::new(VecSlots::new(
             self.cfg.map_cache_pages,
             self.geo.page_bytes as usize,
         )));
-        self.cache_external = false;
+        self.replace_cache(internal, false);
         Ok(snap)
+    }
+
+    /// Program every dirty cached map page rebuilt from NAND, without reading its slot.
+    fn rebuild_dirty(&mut self, now: u64, ev: &mut Vec<FtlEvent>) -> Result<(), FtlError> {
+        let mut page = vec![0u8; self.geo.page_bytes as usize];
+        for (slot, idx) in self.cache.occupied() {
+            if self.cache.is_dirty(slot) {
+                self.rebuild_map_page(idx, &mut page)?;
+                self.program_map_page(idx, &page, now, ev)?;
+                self.cache.forget(slot);
+            }
+        }
+        Ok(())
     }
 
     /// (slot store offset, checksum) of every page the cache wrote into an external store

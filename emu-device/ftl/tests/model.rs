@@ -429,3 +429,52 @@ fn a_file_region_survives_reopen_and_another_geometry_is_refused() {
         .expect("refused");
     assert!(matches!(err, hmb_ftl::FtlError::Geometry(_)), "{err}");
 }
+
+/// Slots whose memory goes away (guest memory unmapped under the HMB).
+#[derive(Clone)]
+struct VanishingSlots(SharedSlots, Arc<std::sync::atomic::AtomicBool>);
+
+impl SlotStore for VanishingSlots {
+    fn slots(&self) -> u32 {
+        SLOTS
+    }
+    fn read(&self, slot: u32, at: usize, buf: &mut [u8]) -> std::io::Result<()> {
+        if self.1.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(std::io::Error::other("unmapped"));
+        }
+        self.0.read(slot, at, buf)
+    }
+    fn write(&mut self, slot: u32, at: usize, buf: &[u8]) -> std::io::Result<()> {
+        if self.1.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(std::io::Error::other("unmapped"));
+        }
+        self.0.write(slot, at, buf)
+    }
+    fn offset(&self, slot: u32) -> u64 {
+        self.0.offset(slot)
+    }
+}
+
+/// The cache's store becomes unreadable with dirty pages in it: leaving it rebuilds them
+/// from NAND, and nothing is lost.
+#[test]
+fn a_store_that_vanishes_loses_nothing() {
+    let mut ftl = fresh();
+    let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let store = VanishingSlots(SharedSlots::new(), gone.clone());
+    let mut ev = Vec::new();
+    ftl.attach_cache(Box::new(store), None, 0, &mut ev).unwrap();
+    let data = pattern(6 * PAGE, 5, 0);
+    ftl.write(1020 * PAGE, &data, 0, &mut ev).unwrap(); // map pages 0 and 1, both dirty
+    gone.store(true, std::sync::atomic::Ordering::Relaxed);
+    let snap = ftl.detach_cache(0, &mut ev).unwrap();
+    assert!(snap.is_empty());
+    assert_eq!(ftl.stats().map_page_rebuilds, 2);
+    let mut back = vec![0u8; data.len()];
+    ftl.read(1020 * PAGE, &mut back, 0, &mut ev).unwrap();
+    assert_eq!(back, data);
+    ftl.check_invariants().unwrap();
+    ftl = open(ftl.into_medium());
+    ftl.read(1020 * PAGE, &mut back, 0, &mut ev).unwrap();
+    assert_eq!(back, data);
+}
