@@ -19,7 +19,7 @@ pub struct FieldInfo {
 pub struct OpcodeInfo {
     pub opcode: u16,
     pub name: &'static str,
-    /// Workload that emits it: "ssd", "npu" or "sizes".
+    /// Workload that emits it: "ssd", "npu" or "sizes", or "nvme" (the NVMe controller).
     pub workload: &'static str,
     /// Fixed payload length in bytes; `None` for variable (sizes).
     pub payload_len: Option<u16>,
@@ -52,6 +52,20 @@ pub const OP_NPU_DMA_WRITE: u16 = OP_NPU_BASE + 3;
 pub const OP_NPU_SYSTOLIC_STALL: u16 = OP_NPU_BASE + 4;
 pub const OP_NPU_BARRIER_SYNC: u16 = OP_NPU_BASE + 5;
 pub const OP_SIZES_FILL: u16 = 0x0F01;
+/// The NVMe controller's FTL (emu-device/ftl, issue 27): what a real command caused, or
+/// background work. Every payload starts with qid u16, cid u16, flags u8 (bit 0:
+/// background, qid = cid = 0xFFFF).
+pub const OP_L2P_HIT: u16 = 0x0701;
+pub const OP_L2P_MISS: u16 = 0x0702;
+pub const OP_L2P_FILL: u16 = 0x0703;
+pub const OP_L2P_WRITE_BACK: u16 = 0x0704;
+pub const OP_L2P_CORRUPT: u16 = 0x0705;
+pub const OP_FLASH_READ: u16 = 0x0711;
+pub const OP_FLASH_PROGRAM: u16 = 0x0712;
+pub const OP_FLASH_ERASE: u16 = 0x0713;
+pub const OP_FTL_GC_START: u16 = 0x0721;
+pub const OP_FTL_GC_END: u16 = 0x0722;
+pub const OP_FTL_WEAR_LEVEL: u16 = 0x0723;
 
 const CMD_FETCH: &[FieldInfo] = &[
     f("qid", 0, "u16"),
@@ -108,6 +122,66 @@ const WEAR_LEVEL_END: &[FieldInfo] = &[
     f("moved_pages", 8, "u32"),
     f("duration_ns", 12, "u32"),
 ];
+/// Map-cache events: flags bit 1 = the cache is in the HMB (then `hmb_offset` is the
+/// slot's HMB offset), bit 2 (L2P_CORRUPT only) = found when the HMB came back (MR=1).
+const L2P: &[FieldInfo] = &[
+    f("qid", 0, "u16"),
+    f("cid", 2, "u16"),
+    f("flags", 4, "u8"),
+    f("map_page", 8, "u32"),
+    f("slot", 12, "u32"),
+    f("hmb_offset", 16, "u64"),
+];
+/// NAND operations: purpose 0 host data, 1 map page, 2 GC, 3 wear levelling; `start_ns`
+/// is the modelled start after the record's timestamp (the command's fetch).
+const FLASH: &[FieldInfo] = &[
+    f("qid", 0, "u16"),
+    f("cid", 2, "u16"),
+    f("flags", 4, "u8"),
+    f("purpose", 5, "u8"),
+    f("channel", 6, "u8"),
+    f("die", 7, "u8"),
+    f("block", 8, "u32"),
+    f("page", 12, "u32"),
+    f("start_ns", 16, "u32"),
+    f("latency_ns", 20, "u32"),
+    f("wait_ns", 24, "u32"),
+    f("erase_count", 28, "u32"),
+];
+const FTL_GC: &[FieldInfo] = &[
+    f("qid", 0, "u16"),
+    f("cid", 2, "u16"),
+    f("flags", 4, "u8"),
+    f("victim_line", 8, "u32"),
+    f("pages", 12, "u32"),
+];
+const FTL_WEAR_LEVEL: &[FieldInfo] = &[
+    f("qid", 0, "u16"),
+    f("cid", 2, "u16"),
+    f("flags", 4, "u8"),
+    f("line", 8, "u32"),
+    f("moved_pages", 12, "u32"),
+    f("erase_count", 16, "u32"),
+];
+
+const fn nvme(
+    opcode: u16,
+    name: &'static str,
+    payload_len: u16,
+    fields: &'static [FieldInfo],
+    about: &'static str,
+) -> OpcodeInfo {
+    OpcodeInfo {
+        opcode,
+        name,
+        workload: "nvme",
+        payload_len: Some(payload_len),
+        source: "submission queue id of the command (0xFFFF: background)",
+        fields,
+        about,
+    }
+}
+
 /// The pccx "flatbuf" event, byte for byte.
 const NPU_EVENT: &[FieldInfo] = &[
     f("core_id", 0, "u32"),
@@ -245,6 +319,83 @@ pub const OPCODES: &[OpcodeInfo] = &[
         OP_NPU_BARRIER_SYNC,
         "BARRIER_SYNC",
         "inter-core barrier (pccx event type 5)",
+    ),
+    nvme(
+        OP_L2P_HIT,
+        "L2P_HIT",
+        24,
+        L2P,
+        "NVMe controller: an L2P lookup or update found its map page in the cache",
+    ),
+    nvme(
+        OP_L2P_MISS,
+        "L2P_MISS",
+        24,
+        L2P,
+        "NVMe controller: map page not cached; `slot` is the one it will take",
+    ),
+    nvme(
+        OP_L2P_FILL,
+        "L2P_FILL",
+        24,
+        L2P,
+        "NVMe controller: a map page loaded into a cache slot",
+    ),
+    nvme(
+        OP_L2P_WRITE_BACK,
+        "L2P_WRITE_BACK",
+        24,
+        L2P,
+        "NVMe controller: a dirty cached map page programmed to NAND",
+    ),
+    nvme(
+        OP_L2P_CORRUPT,
+        "L2P_CORRUPT",
+        24,
+        L2P,
+        "NVMe controller: a cached map page changed by the host, dropped and reloaded",
+    ),
+    nvme(
+        OP_FLASH_READ,
+        "FLASH_READ",
+        32,
+        FLASH,
+        "NVMe controller: NAND page read",
+    ),
+    nvme(
+        OP_FLASH_PROGRAM,
+        "FLASH_PROGRAM",
+        32,
+        FLASH,
+        "NVMe controller: NAND page program",
+    ),
+    nvme(
+        OP_FLASH_ERASE,
+        "FLASH_ERASE",
+        32,
+        FLASH,
+        "NVMe controller: NAND block erase (page 0)",
+    ),
+    nvme(
+        OP_FTL_GC_START,
+        "FTL_GC_START",
+        16,
+        FTL_GC,
+        "NVMe controller: GC of a victim line starts; `pages` = its valid pages",
+    ),
+    nvme(
+        OP_FTL_GC_END,
+        "FTL_GC_END",
+        16,
+        FTL_GC,
+        "NVMe controller: GC of a victim line ends; `pages` = pages moved",
+    ),
+    nvme(
+        OP_FTL_WEAR_LEVEL,
+        "FTL_WEAR_LEVEL",
+        24,
+        FTL_WEAR_LEVEL,
+        "NVMe controller: static wear levelling moved a cold line",
     ),
     OpcodeInfo {
         opcode: OP_SIZES_FILL,

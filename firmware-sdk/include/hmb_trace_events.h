@@ -67,6 +67,39 @@
 /* inter-core barrier (pccx event type 5) */
 #define HMBT_OP_BARRIER_SYNC 0x0605u
 
+/* NVMe controller: an L2P lookup or update found its map page in the cache */
+#define HMBT_OP_L2P_HIT 0x0701u
+
+/* NVMe controller: map page not cached; `slot` is the one it will take */
+#define HMBT_OP_L2P_MISS 0x0702u
+
+/* NVMe controller: a map page loaded into a cache slot */
+#define HMBT_OP_L2P_FILL 0x0703u
+
+/* NVMe controller: a dirty cached map page programmed to NAND */
+#define HMBT_OP_L2P_WRITE_BACK 0x0704u
+
+/* NVMe controller: a cached map page changed by the host, dropped and reloaded */
+#define HMBT_OP_L2P_CORRUPT 0x0705u
+
+/* NVMe controller: NAND page read */
+#define HMBT_OP_FLASH_READ 0x0711u
+
+/* NVMe controller: NAND page program */
+#define HMBT_OP_FLASH_PROGRAM 0x0712u
+
+/* NVMe controller: NAND block erase (page 0) */
+#define HMBT_OP_FLASH_ERASE 0x0713u
+
+/* NVMe controller: GC of a victim line starts; `pages` = its valid pages */
+#define HMBT_OP_FTL_GC_START 0x0721u
+
+/* NVMe controller: GC of a victim line ends; `pages` = pages moved */
+#define HMBT_OP_FTL_GC_END 0x0722u
+
+/* NVMe controller: static wear levelling moved a cold line */
+#define HMBT_OP_FTL_WEAR_LEVEL 0x0723u
+
 /* stress record: 0..=4064 pseudo-random bytes from (seed, seq) */
 #define HMBT_OP_SIZES_FILL 0x0f01u
 
@@ -372,6 +405,289 @@ static inline hmbt_result hmbt_emit_barrier_sync(hmbt_producer *p, uint32_t sour
 						const struct hmbt_ev_barrier_sync *ev)
 {
 	return hmbt_emit(p, HMBT_OP_BARRIER_SYNC, source, ev, (uint32_t)sizeof(*ev));
+}
+
+/* HMBT_OP_L2P_HIT: NVMe controller: an L2P lookup or update found its map page in the cache; source = submission queue id of the command (0xFFFF: background). */
+struct __attribute__((packed)) hmbt_ev_l2p_hit {
+	uint16_t qid;
+	uint16_t cid;
+	uint8_t flags;
+	uint8_t _rsvd5[3];
+	uint32_t map_page;
+	uint32_t slot;
+	uint64_t hmb_offset;
+};
+_Static_assert(sizeof(struct hmbt_ev_l2p_hit) == 24, "hmbt_ev_l2p_hit: catalog payload_len");
+_Static_assert(offsetof(struct hmbt_ev_l2p_hit, qid) == 0, "hmbt_ev_l2p_hit.qid: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_hit, cid) == 2, "hmbt_ev_l2p_hit.cid: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_hit, flags) == 4, "hmbt_ev_l2p_hit.flags: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_hit, map_page) == 8, "hmbt_ev_l2p_hit.map_page: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_hit, slot) == 12, "hmbt_ev_l2p_hit.slot: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_hit, hmb_offset) == 16, "hmbt_ev_l2p_hit.hmb_offset: catalog offset");
+static inline hmbt_result hmbt_emit_l2p_hit(hmbt_producer *p, uint32_t source,
+						const struct hmbt_ev_l2p_hit *ev)
+{
+	return hmbt_emit(p, HMBT_OP_L2P_HIT, source, ev, (uint32_t)sizeof(*ev));
+}
+
+/* HMBT_OP_L2P_MISS: NVMe controller: map page not cached; `slot` is the one it will take; source = submission queue id of the command (0xFFFF: background). */
+struct __attribute__((packed)) hmbt_ev_l2p_miss {
+	uint16_t qid;
+	uint16_t cid;
+	uint8_t flags;
+	uint8_t _rsvd5[3];
+	uint32_t map_page;
+	uint32_t slot;
+	uint64_t hmb_offset;
+};
+_Static_assert(sizeof(struct hmbt_ev_l2p_miss) == 24, "hmbt_ev_l2p_miss: catalog payload_len");
+_Static_assert(offsetof(struct hmbt_ev_l2p_miss, qid) == 0, "hmbt_ev_l2p_miss.qid: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_miss, cid) == 2, "hmbt_ev_l2p_miss.cid: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_miss, flags) == 4, "hmbt_ev_l2p_miss.flags: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_miss, map_page) == 8, "hmbt_ev_l2p_miss.map_page: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_miss, slot) == 12, "hmbt_ev_l2p_miss.slot: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_miss, hmb_offset) == 16, "hmbt_ev_l2p_miss.hmb_offset: catalog offset");
+static inline hmbt_result hmbt_emit_l2p_miss(hmbt_producer *p, uint32_t source,
+						const struct hmbt_ev_l2p_miss *ev)
+{
+	return hmbt_emit(p, HMBT_OP_L2P_MISS, source, ev, (uint32_t)sizeof(*ev));
+}
+
+/* HMBT_OP_L2P_FILL: NVMe controller: a map page loaded into a cache slot; source = submission queue id of the command (0xFFFF: background). */
+struct __attribute__((packed)) hmbt_ev_l2p_fill {
+	uint16_t qid;
+	uint16_t cid;
+	uint8_t flags;
+	uint8_t _rsvd5[3];
+	uint32_t map_page;
+	uint32_t slot;
+	uint64_t hmb_offset;
+};
+_Static_assert(sizeof(struct hmbt_ev_l2p_fill) == 24, "hmbt_ev_l2p_fill: catalog payload_len");
+_Static_assert(offsetof(struct hmbt_ev_l2p_fill, qid) == 0, "hmbt_ev_l2p_fill.qid: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_fill, cid) == 2, "hmbt_ev_l2p_fill.cid: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_fill, flags) == 4, "hmbt_ev_l2p_fill.flags: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_fill, map_page) == 8, "hmbt_ev_l2p_fill.map_page: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_fill, slot) == 12, "hmbt_ev_l2p_fill.slot: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_fill, hmb_offset) == 16, "hmbt_ev_l2p_fill.hmb_offset: catalog offset");
+static inline hmbt_result hmbt_emit_l2p_fill(hmbt_producer *p, uint32_t source,
+						const struct hmbt_ev_l2p_fill *ev)
+{
+	return hmbt_emit(p, HMBT_OP_L2P_FILL, source, ev, (uint32_t)sizeof(*ev));
+}
+
+/* HMBT_OP_L2P_WRITE_BACK: NVMe controller: a dirty cached map page programmed to NAND; source = submission queue id of the command (0xFFFF: background). */
+struct __attribute__((packed)) hmbt_ev_l2p_write_back {
+	uint16_t qid;
+	uint16_t cid;
+	uint8_t flags;
+	uint8_t _rsvd5[3];
+	uint32_t map_page;
+	uint32_t slot;
+	uint64_t hmb_offset;
+};
+_Static_assert(sizeof(struct hmbt_ev_l2p_write_back) == 24, "hmbt_ev_l2p_write_back: catalog payload_len");
+_Static_assert(offsetof(struct hmbt_ev_l2p_write_back, qid) == 0, "hmbt_ev_l2p_write_back.qid: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_write_back, cid) == 2, "hmbt_ev_l2p_write_back.cid: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_write_back, flags) == 4, "hmbt_ev_l2p_write_back.flags: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_write_back, map_page) == 8, "hmbt_ev_l2p_write_back.map_page: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_write_back, slot) == 12, "hmbt_ev_l2p_write_back.slot: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_write_back, hmb_offset) == 16, "hmbt_ev_l2p_write_back.hmb_offset: catalog offset");
+static inline hmbt_result hmbt_emit_l2p_write_back(hmbt_producer *p, uint32_t source,
+						const struct hmbt_ev_l2p_write_back *ev)
+{
+	return hmbt_emit(p, HMBT_OP_L2P_WRITE_BACK, source, ev, (uint32_t)sizeof(*ev));
+}
+
+/* HMBT_OP_L2P_CORRUPT: NVMe controller: a cached map page changed by the host, dropped and reloaded; source = submission queue id of the command (0xFFFF: background). */
+struct __attribute__((packed)) hmbt_ev_l2p_corrupt {
+	uint16_t qid;
+	uint16_t cid;
+	uint8_t flags;
+	uint8_t _rsvd5[3];
+	uint32_t map_page;
+	uint32_t slot;
+	uint64_t hmb_offset;
+};
+_Static_assert(sizeof(struct hmbt_ev_l2p_corrupt) == 24, "hmbt_ev_l2p_corrupt: catalog payload_len");
+_Static_assert(offsetof(struct hmbt_ev_l2p_corrupt, qid) == 0, "hmbt_ev_l2p_corrupt.qid: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_corrupt, cid) == 2, "hmbt_ev_l2p_corrupt.cid: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_corrupt, flags) == 4, "hmbt_ev_l2p_corrupt.flags: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_corrupt, map_page) == 8, "hmbt_ev_l2p_corrupt.map_page: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_corrupt, slot) == 12, "hmbt_ev_l2p_corrupt.slot: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_l2p_corrupt, hmb_offset) == 16, "hmbt_ev_l2p_corrupt.hmb_offset: catalog offset");
+static inline hmbt_result hmbt_emit_l2p_corrupt(hmbt_producer *p, uint32_t source,
+						const struct hmbt_ev_l2p_corrupt *ev)
+{
+	return hmbt_emit(p, HMBT_OP_L2P_CORRUPT, source, ev, (uint32_t)sizeof(*ev));
+}
+
+/* HMBT_OP_FLASH_READ: NVMe controller: NAND page read; source = submission queue id of the command (0xFFFF: background). */
+struct __attribute__((packed)) hmbt_ev_flash_read {
+	uint16_t qid;
+	uint16_t cid;
+	uint8_t flags;
+	uint8_t purpose;
+	uint8_t channel;
+	uint8_t die;
+	uint32_t block;
+	uint32_t page;
+	uint32_t start_ns;
+	uint32_t latency_ns;
+	uint32_t wait_ns;
+	uint32_t erase_count;
+};
+_Static_assert(sizeof(struct hmbt_ev_flash_read) == 32, "hmbt_ev_flash_read: catalog payload_len");
+_Static_assert(offsetof(struct hmbt_ev_flash_read, qid) == 0, "hmbt_ev_flash_read.qid: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_read, cid) == 2, "hmbt_ev_flash_read.cid: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_read, flags) == 4, "hmbt_ev_flash_read.flags: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_read, purpose) == 5, "hmbt_ev_flash_read.purpose: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_read, channel) == 6, "hmbt_ev_flash_read.channel: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_read, die) == 7, "hmbt_ev_flash_read.die: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_read, block) == 8, "hmbt_ev_flash_read.block: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_read, page) == 12, "hmbt_ev_flash_read.page: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_read, start_ns) == 16, "hmbt_ev_flash_read.start_ns: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_read, latency_ns) == 20, "hmbt_ev_flash_read.latency_ns: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_read, wait_ns) == 24, "hmbt_ev_flash_read.wait_ns: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_read, erase_count) == 28, "hmbt_ev_flash_read.erase_count: catalog offset");
+static inline hmbt_result hmbt_emit_flash_read(hmbt_producer *p, uint32_t source,
+						const struct hmbt_ev_flash_read *ev)
+{
+	return hmbt_emit(p, HMBT_OP_FLASH_READ, source, ev, (uint32_t)sizeof(*ev));
+}
+
+/* HMBT_OP_FLASH_PROGRAM: NVMe controller: NAND page program; source = submission queue id of the command (0xFFFF: background). */
+struct __attribute__((packed)) hmbt_ev_flash_program {
+	uint16_t qid;
+	uint16_t cid;
+	uint8_t flags;
+	uint8_t purpose;
+	uint8_t channel;
+	uint8_t die;
+	uint32_t block;
+	uint32_t page;
+	uint32_t start_ns;
+	uint32_t latency_ns;
+	uint32_t wait_ns;
+	uint32_t erase_count;
+};
+_Static_assert(sizeof(struct hmbt_ev_flash_program) == 32, "hmbt_ev_flash_program: catalog payload_len");
+_Static_assert(offsetof(struct hmbt_ev_flash_program, qid) == 0, "hmbt_ev_flash_program.qid: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_program, cid) == 2, "hmbt_ev_flash_program.cid: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_program, flags) == 4, "hmbt_ev_flash_program.flags: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_program, purpose) == 5, "hmbt_ev_flash_program.purpose: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_program, channel) == 6, "hmbt_ev_flash_program.channel: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_program, die) == 7, "hmbt_ev_flash_program.die: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_program, block) == 8, "hmbt_ev_flash_program.block: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_program, page) == 12, "hmbt_ev_flash_program.page: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_program, start_ns) == 16, "hmbt_ev_flash_program.start_ns: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_program, latency_ns) == 20, "hmbt_ev_flash_program.latency_ns: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_program, wait_ns) == 24, "hmbt_ev_flash_program.wait_ns: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_program, erase_count) == 28, "hmbt_ev_flash_program.erase_count: catalog offset");
+static inline hmbt_result hmbt_emit_flash_program(hmbt_producer *p, uint32_t source,
+						const struct hmbt_ev_flash_program *ev)
+{
+	return hmbt_emit(p, HMBT_OP_FLASH_PROGRAM, source, ev, (uint32_t)sizeof(*ev));
+}
+
+/* HMBT_OP_FLASH_ERASE: NVMe controller: NAND block erase (page 0); source = submission queue id of the command (0xFFFF: background). */
+struct __attribute__((packed)) hmbt_ev_flash_erase {
+	uint16_t qid;
+	uint16_t cid;
+	uint8_t flags;
+	uint8_t purpose;
+	uint8_t channel;
+	uint8_t die;
+	uint32_t block;
+	uint32_t page;
+	uint32_t start_ns;
+	uint32_t latency_ns;
+	uint32_t wait_ns;
+	uint32_t erase_count;
+};
+_Static_assert(sizeof(struct hmbt_ev_flash_erase) == 32, "hmbt_ev_flash_erase: catalog payload_len");
+_Static_assert(offsetof(struct hmbt_ev_flash_erase, qid) == 0, "hmbt_ev_flash_erase.qid: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_erase, cid) == 2, "hmbt_ev_flash_erase.cid: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_erase, flags) == 4, "hmbt_ev_flash_erase.flags: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_erase, purpose) == 5, "hmbt_ev_flash_erase.purpose: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_erase, channel) == 6, "hmbt_ev_flash_erase.channel: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_erase, die) == 7, "hmbt_ev_flash_erase.die: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_erase, block) == 8, "hmbt_ev_flash_erase.block: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_erase, page) == 12, "hmbt_ev_flash_erase.page: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_erase, start_ns) == 16, "hmbt_ev_flash_erase.start_ns: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_erase, latency_ns) == 20, "hmbt_ev_flash_erase.latency_ns: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_erase, wait_ns) == 24, "hmbt_ev_flash_erase.wait_ns: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_flash_erase, erase_count) == 28, "hmbt_ev_flash_erase.erase_count: catalog offset");
+static inline hmbt_result hmbt_emit_flash_erase(hmbt_producer *p, uint32_t source,
+						const struct hmbt_ev_flash_erase *ev)
+{
+	return hmbt_emit(p, HMBT_OP_FLASH_ERASE, source, ev, (uint32_t)sizeof(*ev));
+}
+
+/* HMBT_OP_FTL_GC_START: NVMe controller: GC of a victim line starts; `pages` = its valid pages; source = submission queue id of the command (0xFFFF: background). */
+struct __attribute__((packed)) hmbt_ev_ftl_gc_start {
+	uint16_t qid;
+	uint16_t cid;
+	uint8_t flags;
+	uint8_t _rsvd5[3];
+	uint32_t victim_line;
+	uint32_t pages;
+};
+_Static_assert(sizeof(struct hmbt_ev_ftl_gc_start) == 16, "hmbt_ev_ftl_gc_start: catalog payload_len");
+_Static_assert(offsetof(struct hmbt_ev_ftl_gc_start, qid) == 0, "hmbt_ev_ftl_gc_start.qid: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_ftl_gc_start, cid) == 2, "hmbt_ev_ftl_gc_start.cid: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_ftl_gc_start, flags) == 4, "hmbt_ev_ftl_gc_start.flags: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_ftl_gc_start, victim_line) == 8, "hmbt_ev_ftl_gc_start.victim_line: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_ftl_gc_start, pages) == 12, "hmbt_ev_ftl_gc_start.pages: catalog offset");
+static inline hmbt_result hmbt_emit_ftl_gc_start(hmbt_producer *p, uint32_t source,
+						const struct hmbt_ev_ftl_gc_start *ev)
+{
+	return hmbt_emit(p, HMBT_OP_FTL_GC_START, source, ev, (uint32_t)sizeof(*ev));
+}
+
+/* HMBT_OP_FTL_GC_END: NVMe controller: GC of a victim line ends; `pages` = pages moved; source = submission queue id of the command (0xFFFF: background). */
+struct __attribute__((packed)) hmbt_ev_ftl_gc_end {
+	uint16_t qid;
+	uint16_t cid;
+	uint8_t flags;
+	uint8_t _rsvd5[3];
+	uint32_t victim_line;
+	uint32_t pages;
+};
+_Static_assert(sizeof(struct hmbt_ev_ftl_gc_end) == 16, "hmbt_ev_ftl_gc_end: catalog payload_len");
+_Static_assert(offsetof(struct hmbt_ev_ftl_gc_end, qid) == 0, "hmbt_ev_ftl_gc_end.qid: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_ftl_gc_end, cid) == 2, "hmbt_ev_ftl_gc_end.cid: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_ftl_gc_end, flags) == 4, "hmbt_ev_ftl_gc_end.flags: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_ftl_gc_end, victim_line) == 8, "hmbt_ev_ftl_gc_end.victim_line: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_ftl_gc_end, pages) == 12, "hmbt_ev_ftl_gc_end.pages: catalog offset");
+static inline hmbt_result hmbt_emit_ftl_gc_end(hmbt_producer *p, uint32_t source,
+						const struct hmbt_ev_ftl_gc_end *ev)
+{
+	return hmbt_emit(p, HMBT_OP_FTL_GC_END, source, ev, (uint32_t)sizeof(*ev));
+}
+
+/* HMBT_OP_FTL_WEAR_LEVEL: NVMe controller: static wear levelling moved a cold line; source = submission queue id of the command (0xFFFF: background). */
+struct __attribute__((packed)) hmbt_ev_ftl_wear_level {
+	uint16_t qid;
+	uint16_t cid;
+	uint8_t flags;
+	uint8_t _rsvd5[3];
+	uint32_t line;
+	uint32_t moved_pages;
+	uint32_t erase_count;
+	uint8_t _rsvd20[4];
+};
+_Static_assert(sizeof(struct hmbt_ev_ftl_wear_level) == 24, "hmbt_ev_ftl_wear_level: catalog payload_len");
+_Static_assert(offsetof(struct hmbt_ev_ftl_wear_level, qid) == 0, "hmbt_ev_ftl_wear_level.qid: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_ftl_wear_level, cid) == 2, "hmbt_ev_ftl_wear_level.cid: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_ftl_wear_level, flags) == 4, "hmbt_ev_ftl_wear_level.flags: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_ftl_wear_level, line) == 8, "hmbt_ev_ftl_wear_level.line: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_ftl_wear_level, moved_pages) == 12, "hmbt_ev_ftl_wear_level.moved_pages: catalog offset");
+_Static_assert(offsetof(struct hmbt_ev_ftl_wear_level, erase_count) == 16, "hmbt_ev_ftl_wear_level.erase_count: catalog offset");
+static inline hmbt_result hmbt_emit_ftl_wear_level(hmbt_producer *p, uint32_t source,
+						const struct hmbt_ev_ftl_wear_level *ev)
+{
+	return hmbt_emit(p, HMBT_OP_FTL_WEAR_LEVEL, source, ev, (uint32_t)sizeof(*ev));
 }
 
 /* HMBT_OP_SIZES_FILL: variable-length payload, no struct: use hmbt_emit(). */

@@ -17,6 +17,7 @@
 //! Both halves share one [`NvmeTrace`]; the controller calls them from one
 //! thread, the mutex only makes the sharing safe.
 
+pub mod ftl;
 pub mod personality;
 pub mod producer;
 pub mod telemetry;
@@ -30,8 +31,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use hmb_firmware_model::catalog::{OP_CMD_COMPLETE, OP_CMD_FETCH};
 use hmb_firmware_model::Produced;
 use hmb_nvme::{
-    CommandObserver, CompletionEvent, Controller, FetchEvent, GuestMem, HostMemoryBuffer, NoVendorFeatures, Status,
-    TelemetryData, VendorFeatures,
+    CommandObserver, CompletionEvent, Controller, FetchEvent, FtlTraceEvent, GuestMem, HostMemoryBuffer,
+    NoVendorFeatures, Status, TelemetryData, VendorFeatures,
 };
 use hmb_trace_abi::{
     hmb_advert, hmb_nvme_trace_id, hmb_ring_hdr, HMB_ADVERT_MAGIC, HMB_ADVERT_STATE_NONE, HMB_ADVERT_STATE_READY,
@@ -539,6 +540,11 @@ impl CommandObserver for TraceObserver {
         self.trace
             .lock()
             .produce(OP_CMD_COMPLETE, u32::from(c.qid), c.time_ns, &complete_payload(c));
+    }
+
+    fn on_ftl(&mut self, e: &FtlTraceEvent) {
+        let (opcode, source, ts, payload) = ftl::ftl_record(e);
+        self.trace.lock().produce(opcode, source, ts, &payload);
     }
 
     fn on_hmb_enabled(&mut self, hmb: &HostMemoryBuffer) {

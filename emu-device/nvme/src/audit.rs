@@ -265,6 +265,38 @@ impl HmbAudit {
         }
     }
 
+    /// The map cache (map_cache.rs) wrote its page at `offset`, whose hash is now `hash`
+    /// (hmb-ftl's `page_checksum` is this module's `hash_page`): the baseline follows, so
+    /// the controller's own writes are never violations.
+    pub(crate) fn rebaseline(&mut self, offset: u64, hash: u64) {
+        if let Some(Some(h)) = self.owned.get_mut((offset / PAGE) as usize) {
+            *h = hash;
+        }
+    }
+
+    /// A host write the map cache found at a use of its page (`hash`: what the page holds
+    /// now, the new baseline, so the check at the loss does not count it again).
+    pub(crate) fn cache_violation(&mut self, offset: u64, hash: u64) {
+        self.rebaseline(offset, hash);
+        self.report.violations += 1;
+        if self.report.first_violations.len() < KEEP_VIOLATIONS {
+            self.report.first_violations.push(HmbViolation {
+                offset,
+                phase: AuditPhase::WhileEnabled,
+            });
+        }
+        log::warn!("nvme: the host changed the map cache page at HMB offset {offset:#x}: host-write violation");
+    }
+
+    /// Offsets of the first `max` pages the controller owns: the HMB's cache part.
+    pub(crate) fn owned_pages(&self, max: usize) -> Vec<u64> {
+        (0..self.owned.len())
+            .filter(|&p| self.owned[p].is_some())
+            .take(max)
+            .map(|p| p as u64 * PAGE)
+            .collect()
+    }
+
     fn is_shared(&self, page: usize) -> bool {
         let at = page as u64 * PAGE;
         self.shared.is_some_and(|(o, l)| at + PAGE > o && at < o + l)

@@ -10,7 +10,7 @@ use crate::admin::Features;
 use crate::audit::HmbAudit;
 use crate::config::MAX_QUEUE_PAIRS;
 use crate::hmb::HmbAttributes;
-use crate::media::{MediaModel, MediaOp};
+use crate::media::MediaModel;
 use crate::namespace::Namespace;
 use crate::observer::{NoVendorFeatures, NullObserver};
 use crate::queue::{CompQueue, SubQueue};
@@ -29,7 +29,6 @@ pub struct Controller {
     pub(crate) vendor: Box<dyn VendorFeatures>,
     pub(crate) ns: Namespace,
     pub(crate) media: MediaModel,
-    pub(crate) media_ops: Vec<MediaOp>,
     pub(crate) epoch: Instant,
     pub(crate) cc: u32,
     pub(crate) csts: u32,
@@ -93,8 +92,8 @@ impl Controller {
 
     pub fn new(cfg: ControllerConfig, mem: GuestMem, irq: Arc<dyn InterruptSink>) -> Result<Self, Error> {
         cfg.validate()?;
-        let ns = Namespace::new(&cfg.backing, cfg.namespace_bytes, cfg.lba_shift)?;
-        let media = MediaModel::new(cfg.media.clone(), cfg.namespace_bytes);
+        let ns = Namespace::new(&cfg.backing, cfg.namespace_bytes, cfg.lba_shift, &cfg.media)?;
+        let media = MediaModel::default();
         let pairs = usize::from(cfg.max_io_queues) + 1;
         debug_assert!(pairs as u32 <= MAX_QUEUE_PAIRS);
         let hmb_report = HmbReport {
@@ -109,7 +108,6 @@ impl Controller {
             vendor: Box::new(NoVendorFeatures),
             ns,
             media,
-            media_ops: Vec::new(),
             epoch: Instant::now(),
             cc: 0,
             csts: 0,
@@ -236,6 +234,7 @@ impl Controller {
                 bytes: self.ns.bytes,
                 lba_bytes: 1 << self.ns.lba_shift,
                 backing: self.ns.backing_name(),
+                ftl: self.ns.ftl.stats(),
             },
         }
     }

@@ -9,6 +9,8 @@ pub enum Error {
     Backing(#[from] std::io::Error),
     #[error("HMB access [{offset:#x}, +{len:#x}) outside the {size:#x}-byte buffer")]
     HmbRange { offset: u64, len: u64, size: u64 },
+    #[error("FTL: {0}")]
+    Ftl(#[from] hmb_ftl::FtlError),
     #[error("guest memory at {addr:#x} (+{len:#x}) is not mapped")]
     GuestMemory { addr: u64, len: u64 },
 }

@@ -5,7 +5,11 @@
 
 use crate::admin::identify_nsid;
 use crate::command::{Outcome, Sqe, PAGE};
-use crate::{prp, Controller, MediaEvent, Status};
+use hmb_ftl::FtlEvent;
+
+use crate::media::MediaOp;
+use crate::namespace::DataError;
+use crate::{prp, Controller, FtlTraceEvent, MediaEvent, Status};
 
 pub(crate) const OPC_FLUSH: u8 = 0x00;
 pub(crate) const OPC_WRITE: u8 = 0x01;
@@ -28,17 +32,18 @@ impl Controller {
             return Outcome::status(Status::INVALID_FIELD);
         }
         let nsid = sqe.nsid();
+        self.sync_map_cache((qid, sqe.cid()), t0);
         if op == OPC_FLUSH {
             if nsid != identify_nsid() && nsid != 0xFFFF_FFFF {
                 return Outcome::status(Status::INVALID_NAMESPACE);
             }
             self.counters.flushes += 1;
-            return match self.ns.flush() {
-                Ok(()) => Outcome::status(Status::SUCCESS),
-                Err(e) => {
-                    log::warn!("nvme: flush of the backing store: {e}");
-                    Outcome::status(Status::INTERNAL_ERROR)
-                }
+            let mut ev = self.media.take_events();
+            let r = data_status(self.ns.flush_at(t0, &mut ev), "flush of");
+            let end = self.report_media(qid, sqe.cid(), ev, t0);
+            return match r {
+                Ok(_) => Outcome::Complete(Status::SUCCESS, 0, end),
+                Err(s) => Outcome::status(s),
             };
         }
         if nsid != identify_nsid() {
@@ -46,8 +51,8 @@ impl Controller {
         }
         match op {
             OPC_COMPARE => return self.compare(qid, sqe, t0),
-            OPC_WRITE_ZEROES => return self.write_zeroes(sqe),
-            OPC_DSM => return self.dataset_management(sqe),
+            OPC_WRITE_ZEROES => return self.write_zeroes(qid, sqe, t0),
+            OPC_DSM => return self.dataset_management(qid, sqe, t0),
             OPC_VERIFY => return self.verify(qid, sqe, t0),
             _ => {}
         }
@@ -69,23 +74,16 @@ impl Controller {
         let mut buf = std::mem::take(&mut self.scratch);
         buf.resize(len, 0);
         let write = op == OPC_WRITE;
+        let mut ev = self.media.take_events();
         let result = if write {
-            prp::gather(&self.mem, &segs, &mut buf).and_then(|()| {
-                self.ns.write(off, &buf).map_err(|e| {
-                    log::warn!("nvme: write to the backing store: {e}");
-                    Status::INTERNAL_ERROR
-                })
-            })
+            prp::gather(&self.mem, &segs, &mut buf)
+                .and_then(|()| data_status(self.ns.write(off, &buf, t0, &mut ev), "write to"))
         } else {
-            self.ns
-                .read(off, &mut buf)
-                .map_err(|e| {
-                    log::warn!("nvme: read from the backing store: {e}");
-                    Status::INTERNAL_ERROR
-                })
-                .and_then(|()| prp::scatter(&self.mem, &segs, &buf))
+            data_status(self.ns.read(off, &mut buf, t0, &mut ev), "read from")
+                .and_then(|end| prp::scatter(&self.mem, &segs, &buf).map(|()| end))
         };
         self.scratch = buf;
+        let end = self.report_media(qid, sqe.cid(), ev, t0);
         if let Err(s) = result {
             return Outcome::status(s);
         }
@@ -96,24 +94,49 @@ impl Controller {
             self.counters.reads += 1;
             self.counters.bytes_read += len as u64;
         }
-        let end = self.model_media(qid, sqe, write, off, len as u64, t0);
         Outcome::Complete(Status::SUCCESS, 0, end)
     }
 
-    /// Media model: the NAND work a command causes, told to the observer in order; returns
-    /// the time the last operation ends.
-    pub(crate) fn model_media(&mut self, qid: u16, sqe: &Sqe, write: bool, off: u64, len: u64, t0: u64) -> u64 {
-        let mut ops = std::mem::take(&mut self.media_ops);
-        ops.clear();
-        let end = self.media.service(write, off, len, t0, &mut ops);
-        for op in &ops {
-            self.observer.on_media(&MediaEvent {
-                qid,
-                cid: sqe.cid(),
-                op: *op,
-            });
-        }
-        self.media_ops = ops;
+    /// Tell the observer, in order, the NAND operations of a command's FTL events (taken
+    /// with `self.media.take_events()`); returns when the last one ends (`t0` if none).
+    pub(crate) fn report_media(&mut self, qid: u16, cid: u16, ev: Vec<FtlEvent>, t0: u64) -> u64 {
+        let end = self.report_ftl(Some((qid, cid)), &ev, t0);
+        self.media.events = ev;
         end
     }
+
+    /// Tell the observer every FTL event of `command` (None: background) and keep the HMB
+    /// audit in step; returns when the last NAND operation ends (`t0` if none).
+    pub(crate) fn report_ftl(&mut self, command: Option<(u16, u16)>, ev: &[FtlEvent], t0: u64) -> u64 {
+        let mut end = t0;
+        let cache_in_hmb = self.ns.cache_home.in_hmb();
+        let (qid, cid) = command.unwrap_or((u16::MAX, u16::MAX));
+        for e in ev {
+            if let FtlEvent::Nand(op) = e {
+                end = end.max(op.start_ns + u64::from(op.latency_ns));
+                self.media.ops += 1;
+                self.observer.on_media(&MediaEvent {
+                    qid,
+                    cid,
+                    op: MediaOp::from(op),
+                });
+            }
+            self.observer.on_ftl(&FtlTraceEvent {
+                command,
+                time_ns: t0,
+                cache_in_hmb,
+                event: *e,
+            });
+        }
+        self.note_cache_events(ev);
+        end
+    }
+}
+
+/// A data path result as an NVMe status (the error logged).
+pub(crate) fn data_status<T>(r: Result<T, DataError>, what: &str) -> Result<T, Status> {
+    r.map_err(|e| {
+        log::warn!("nvme: {what} the namespace: {e}");
+        Status::INTERNAL_ERROR
+    })
 }

@@ -23,6 +23,7 @@ pub mod fake_host;
 mod hmb;
 mod io;
 mod lifecycle;
+mod map_cache;
 mod media;
 mod namespace;
 mod nvm_ops;
@@ -39,10 +40,11 @@ pub use config::{Backing, ControllerConfig, PciIdentity};
 pub use controller::Controller;
 pub use error::Error;
 pub use hmb::{HmbDescriptor, HostMemoryBuffer};
+pub use hmb_ftl::{CacheEventKind, CorruptionFound, FtlEvent, FtlStats, NandOp, NandOpKind, Purpose};
 pub use media::{MediaConfig, MediaOp, MediaOpKind};
 pub use observer::{
-    CommandObserver, CompletionEvent, FetchEvent, InterruptSink, MediaEvent, NoVendorFeatures, NullObserver,
-    VendorFeatures,
+    CommandObserver, CompletionEvent, FetchEvent, FtlTraceEvent, InterruptSink, MediaEvent, NoVendorFeatures,
+    NullObserver, VendorFeatures,
 };
 pub use report::{ControllerReport, Counters, HmbReport, NamespaceReport, QueueReport};
 pub use status::Status;

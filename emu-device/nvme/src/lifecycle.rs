@@ -137,6 +137,9 @@ impl Controller {
     /// in the observer and the controller captures its telemetry (log 08h) right after.
     pub(crate) fn release_hmb(&mut self) {
         if let Some(h) = self.hmb.take() {
+            // First: the map cache leaves the HMB (its last reads and writes there) before
+            // the trace producer writes FROZEN and the audit checks what is left.
+            self.detach_map_cache(&h);
             let shared = self.vendor.shared_slice().is_some();
             self.observer.on_hmb_disabling(&h);
             if shared {

@@ -2,12 +2,16 @@
 //! Write Zeroes (08h), Dataset Management (09h, deallocate) and Verify (0Ch).
 //!
 //! Decisions (docs/nvme-controller.md): deallocated blocks read back as zeroes (DLFEAT
-//! 001b), so deallocate and Write Zeroes both store zeroes; neither moves host data nor
-//! causes modelled NAND work. Compare and Verify read the media (modelled NAND reads).
+//! 001b), so deallocate and Write Zeroes both deallocate in the FTL (whole pages unmapped,
+//! partial pages rewritten with zeroes, the changed map pages written back); neither
+//! moves host data. Compare and Verify read the media through the FTL.
 //! Write Zeroes and Verify are not bounded by MDTS (no data transfer; WZSL/VSL are 0 =
 //! no limit); Compare is, like Read.
 
+use hmb_ftl::FtlEvent;
+
 use crate::command::{Outcome, Sqe};
+use crate::io::data_status;
 use crate::{Controller, Status};
 
 /// One Dataset Management range: context attributes, length in LBAs, starting LBA.
@@ -33,23 +37,27 @@ impl Controller {
         Ok((slba << shift, nlb << shift))
     }
 
-    /// Store zeroes over [off, off+len).
-    fn zero_range(&mut self, off: u64, len: u64) -> Result<(), Status> {
-        self.ns.zero(off, len).map_err(|e| {
-            log::warn!("nvme: zeroing the backing store: {e}");
-            Status::INTERNAL_ERROR
-        })
+    /// Deallocate [off, off+len): reads back zeroes.
+    fn zero_range(&mut self, off: u64, len: u64, ev: &mut Vec<FtlEvent>, t0: u64) -> Result<u64, Status> {
+        data_status(self.ns.zero(off, len, t0, ev), "zeroing")
     }
 
-    pub(crate) fn write_zeroes(&mut self, sqe: &Sqe) -> Outcome {
-        let r = self.lba_range(sqe).and_then(|(off, len)| self.zero_range(off, len));
-        if r.is_ok() {
-            self.counters.writes += 1;
+    pub(crate) fn write_zeroes(&mut self, qid: u16, sqe: &Sqe, t0: u64) -> Outcome {
+        let mut ev = self.media.take_events();
+        let r = self
+            .lba_range(sqe)
+            .and_then(|(off, len)| self.zero_range(off, len, &mut ev, t0));
+        let end = self.report_media(qid, sqe.cid(), ev, t0);
+        match r {
+            Ok(_) => {
+                self.counters.writes += 1;
+                Outcome::Complete(Status::SUCCESS, 0, end)
+            }
+            Err(s) => Outcome::status(s),
         }
-        crate::admin::done(r)
     }
 
-    pub(crate) fn dataset_management(&mut self, sqe: &Sqe) -> Outcome {
+    pub(crate) fn dataset_management(&mut self, qid: u16, sqe: &Sqe, t0: u64) -> Outcome {
         let nr = (sqe.cdw(10) & 0xff) as usize + 1;
         let raw = match self.host_data_in(sqe, nr * DSM_RANGE_BYTES) {
             Ok(b) => b,
@@ -72,13 +80,20 @@ impl Controller {
                 Err(s) => return Outcome::status(s),
             }
         }
+        let mut ev = self.media.take_events();
+        let mut r = Ok(t0);
         for (off, len) in ranges {
-            if let Err(s) = self.zero_range(off, len) {
-                return Outcome::status(s);
+            r = self.zero_range(off, len, &mut ev, t0);
+            if r.is_err() {
+                break;
             }
         }
+        let end = self.report_media(qid, sqe.cid(), ev, t0);
+        if let Err(s) = r {
+            return Outcome::status(s);
+        }
         self.counters.deallocations += 1;
-        Outcome::status(Status::SUCCESS)
+        Outcome::Complete(Status::SUCCESS, 0, end)
     }
 
     pub(crate) fn compare(&mut self, qid: u16, sqe: &Sqe, t0: u64) -> Outcome {
@@ -92,15 +107,15 @@ impl Controller {
         };
         let mut media = std::mem::take(&mut self.scratch);
         media.resize(len as usize, 0);
-        let r = self.ns.read(off, &mut media);
+        let mut ev = self.media.take_events();
+        let r = data_status(self.ns.read(off, &mut media, t0, &mut ev), "read from");
         let same = media == host;
         self.scratch = media;
-        if let Err(e) = r {
-            log::warn!("nvme: read from the backing store: {e}");
-            return Outcome::status(Status::INTERNAL_ERROR);
+        let end = self.report_media(qid, sqe.cid(), ev, t0);
+        if let Err(s) = r {
+            return Outcome::status(s);
         }
         self.counters.reads += 1;
-        let end = self.model_media(qid, sqe, false, off, len, t0);
         if same {
             Outcome::Complete(Status::SUCCESS, 0, end)
         } else {
@@ -116,20 +131,21 @@ impl Controller {
             Err(s) => return Outcome::status(s),
         };
         let mut buf = std::mem::take(&mut self.scratch);
+        let mut ev = self.media.take_events();
         let mut at = 0;
-        let mut r = Ok(());
+        let mut r = Ok(t0);
         while at < len && r.is_ok() {
             let n = (len - at).min(VERIFY_CHUNK);
             buf.resize(n as usize, 0);
-            r = self.ns.read(off + at, &mut buf);
+            r = self.ns.read(off + at, &mut buf, t0, &mut ev);
             at += n;
         }
         self.scratch = buf;
+        let end = self.report_media(qid, sqe.cid(), ev, t0);
         if let Err(e) = r {
-            log::warn!("nvme: verify read of the backing store: {e}");
+            log::warn!("nvme: verify read of the namespace: {e}");
             return Outcome::status(Status::UNRECOVERED_READ_ERROR);
         }
-        let end = self.model_media(qid, sqe, false, off, len, t0);
         Outcome::Complete(Status::SUCCESS, 0, end)
     }
 }

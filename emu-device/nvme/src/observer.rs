@@ -37,6 +37,21 @@ pub struct MediaEvent {
     pub op: MediaOp,
 }
 
+/// What the FTL did (hmb-ftl's event: a NAND operation, a map-cache access, GC, wear
+/// levelling, a changed cache page), caused by command (qid, cid) or in the background.
+#[derive(Clone, Debug, Serialize)]
+pub struct FtlTraceEvent {
+    /// The command that caused it; None: background (the HMB released by a reset,
+    /// shutdown or CFS, outside any command).
+    pub command: Option<(u16, u16)>,
+    /// The command's fetch time, or the controller clock for background work: the
+    /// event's own times (NAND start) are at or after it.
+    pub time_ns: u64,
+    /// The map cache is in the HMB (cache events' offsets are HMB offsets).
+    pub cache_in_hmb: bool,
+    pub event: hmb_ftl::FtlEvent,
+}
+
 /// A completion posted to a completion queue.
 #[derive(Clone, Debug, Serialize)]
 pub struct CompletionEvent {
@@ -59,6 +74,8 @@ pub struct CompletionEvent {
 pub trait CommandObserver: Send {
     fn on_fetch(&mut self, _f: &FetchEvent) {}
     fn on_media(&mut self, _m: &MediaEvent) {}
+    /// Every FTL event, in order (NAND operations also come as `on_media`).
+    fn on_ftl(&mut self, _e: &FtlTraceEvent) {}
     fn on_complete(&mut self, _c: &CompletionEvent) {}
     fn on_hmb_enabled(&mut self, _hmb: &HostMemoryBuffer) {}
     /// Called BEFORE the controller stops touching the HMB (EHM=0, CC.EN 1->0, shutdown,

@@ -76,6 +76,8 @@ pub struct NamespaceReport {
     pub bytes: u64,
     pub lba_bytes: u32,
     pub backing: &'static str,
+    /// The FTL's counters and geometry (hmb-ftl).
+    pub ftl: hmb_ftl::FtlStats,
 }
 
 #[derive(Clone, Debug, Serialize)]

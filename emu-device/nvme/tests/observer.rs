@@ -38,7 +38,8 @@ fn events_tell_one_causally_consistent_story() {
     let mut h = ready_host(ControllerConfig::default());
     let log = Arc::new(Mutex::new(Vec::new()));
     h.ctrl.set_observer(Box::new(Log(log.clone())));
-    // 64 KiB write: 4 media pages on 4 channels; then the same again (erase + program).
+    // 64 KiB write: 16 NAND pages of 4 KiB striped over 8 channels and 2 dies; the same
+    // again goes to the next 16 dies (log-structured: new pages, no erase in place).
     let data = pattern(64 << 10, 5);
     assert!(h.write_lbas(1, 0, &data, 9).ok());
     assert!(h.write_lbas(1, 0, &data, 9).ok());
@@ -80,16 +81,33 @@ fn events_tell_one_causally_consistent_story() {
             }
         }
     }
-    assert_eq!(kinds.iter().filter(|k| **k == MediaOpKind::Program).count(), 8);
-    assert_eq!(kinds.iter().filter(|k| **k == MediaOpKind::Erase).count(), 4);
-    assert_eq!(kinds.iter().filter(|k| **k == MediaOpKind::Read).count(), 4);
+    assert_eq!(kinds.iter().filter(|k| **k == MediaOpKind::Program).count(), 32);
+    assert_eq!(kinds.iter().filter(|k| **k == MediaOpKind::Erase).count(), 0);
+    assert_eq!(kinds.iter().filter(|k| **k == MediaOpKind::Read).count(), 16);
+    let programs: std::collections::HashSet<_> = evs
+        .iter()
+        .filter_map(|e| match e {
+            Ev::Media(m) if m.op.kind == MediaOpKind::Program => Some((m.op.channel, m.op.die, m.op.block, m.op.page)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(programs.len(), 32, "every program on a page of its own");
+    assert_eq!(
+        programs
+            .iter()
+            .map(|p| (p.0, p.1))
+            .collect::<std::collections::HashSet<_>>()
+            .len(),
+        32,
+        "the log stripes the two writes over all 8 x 4 dies"
+    );
     // Operations on one die never overlap.
     for ops in per_die.values() {
         for w in ops.windows(2) {
             assert!(w[1].0 >= w[0].1, "die contention: {ops:?}");
         }
     }
-    assert_eq!(h.ctrl.report().counters.media_ops, 16);
+    assert_eq!(h.ctrl.report().counters.media_ops, 48);
 }
 
 struct Vendor(Arc<Mutex<Vec<String>>>);

@@ -1,0 +1,639 @@
+//! The FTL proper: the data path (read, write, deallocate, flush), page allocation on the
+//! log's frontier, and the map accessed through the cache. GC and wear levelling are in
+//! gc.rs, format and recovery in recovery.rs.
+
+use serde::Serialize;
+
+use crate::events::{CacheEventKind, CorruptionFound, FtlEvent, NandOpKind, Purpose};
+use crate::geometry::{Geometry, GeometryReport, NO_PPN};
+use crate::map_cache::{MapCache, VecSlots};
+use crate::medium::Medium;
+use crate::oob::Oob;
+use crate::timing::DieClock;
+use crate::{FtlConfig, FtlError};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LineState {
+    Free,
+    Open,
+    Full,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Line {
+    pub state: LineState,
+    pub erase_count: u32,
+    pub valid: u32,
+}
+
+/// Counters of the FTL's work (the report, the write-amplification figure).
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct FtlStats {
+    /// Logical pages the host wrote (each partial page counts once).
+    pub host_pages_written: u64,
+    /// Every page programmed: host data, GC and wear-levelling moves, map pages.
+    pub nand_programs: u64,
+    pub nand_reads: u64,
+    pub nand_erases: u64,
+    pub map_page_reads: u64,
+    pub map_page_writes: u64,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    pub gc_runs: u64,
+    pub gc_pages_moved: u64,
+    pub wear_level_moves: u64,
+    pub wear_level_pages_moved: u64,
+    /// Cached map pages found changed behind the controller's back (a host write into
+    /// the HMB), dropped and reloaded.
+    pub cache_corruptions: u64,
+    /// Of those, pages that held updates not yet on NAND, rebuilt from NAND.
+    pub map_page_rebuilds: u64,
+    /// Slots taken over as they were when the HMB came back with memory return.
+    pub cache_slots_reused: u64,
+    /// Map cache slots now, and whether they are in the HMB.
+    pub cache_slots: u32,
+    pub cache_in_hmb: bool,
+    pub min_erase_count: u32,
+    pub max_erase_count: u32,
+    pub free_lines: u32,
+    pub geometry: GeometryReport,
+}
+
+pub struct Ftl {
+    pub(crate) geo: Geometry,
+    pub(crate) cfg: FtlConfig,
+    pub(crate) medium: Box<dyn Medium>,
+    /// Sequence number of the last program (every program takes the next).
+    pub(crate) seq: u64,
+    pub(crate) lines: Vec<Line>,
+    /// One bit per physical page: holds the current copy of a logical page or map page.
+    pub(crate) valid: Vec<u64>,
+    /// Global translation directory: map page index -> PPN of its newest copy on NAND.
+    pub(crate) gtd: Vec<u32>,
+    pub(crate) cache: MapCache,
+    /// The cache's slots are not controller memory (attach_cache).
+    pub(crate) cache_external: bool,
+    /// Updates of an external store the cache let go of, not yet drained.
+    pub(crate) pending_updates: Vec<(u64, u64)>,
+    /// The log's frontier: (line, next page offset in it).
+    pub(crate) open: Option<(u32, u32)>,
+    pub(crate) clock: DieClock,
+    pub(crate) stats: FtlStats,
+}
+
+impl Ftl {
+    /// Bytes of the FTL's region of the backing store for this configuration.
+    pub fn region_bytes(cfg: &FtlConfig, logical_bytes: u64) -> Result<u64, FtlError> {
+        Ok(Geometry::new(cfg, logical_bytes)?.region_bytes)
+    }
+
+    /// Open the FTL on `medium` (its region): recover what is there, or format a blank
+    /// region. Returns the FTL and whether it formatted.
+    pub fn open(cfg: &FtlConfig, logical_bytes: u64, medium: Box<dyn Medium>) -> Result<(Ftl, bool), FtlError> {
+        let geo = Geometry::new(cfg, logical_bytes)?;
+        let cache = MapCache::new(Box::new(VecSlots::new(cfg.map_cache_pages, geo.page_bytes as usize)));
+        let mut ftl = Ftl {
+            clock: DieClock::new(cfg, geo.dies),
+            lines: vec![
+                Line {
+                    state: LineState::Free,
+                    erase_count: 0,
+                    valid: 0
+                };
+                geo.lines as usize
+            ],
+            valid: vec![0; geo.physical_pages().div_ceil(64) as usize],
+            gtd: vec![NO_PPN; geo.map_pages as usize],
+            cache,
+            cache_external: false,
+            pending_updates: Vec::new(),
+            open: None,
+            seq: 0,
+            stats: FtlStats::default(),
+            medium,
+            cfg: cfg.clone(),
+            geo,
+        };
+        let formatted = ftl.mount()?;
+        Ok((ftl, formatted))
+    }
+
+    pub fn logical_bytes(&self) -> u64 {
+        self.geo.logical_pages * self.geo.page_bytes
+    }
+
+    pub fn page_bytes(&self) -> u64 {
+        self.geo.page_bytes
+    }
+
+    pub fn stats(&self) -> FtlStats {
+        let mut s = self.stats.clone();
+        s.min_erase_count = self.lines.iter().map(|l| l.erase_count).min().unwrap_or(0);
+        s.max_erase_count = self.lines.iter().map(|l| l.erase_count).max().unwrap_or(0);
+        s.free_lines = self.free_lines();
+        s.cache_slots = self.cache.slots();
+        s.cache_in_hmb = self.cache_external;
+        s.geometry = self.geo.report();
+        s
+    }
+
+    /// Erase count of every line (all blocks of a line are erased together).
+    pub fn erase_counts(&self) -> Vec<u32> {
+        self.lines.iter().map(|l| l.erase_count).collect()
+    }
+
+    pub fn cache_slots(&self) -> u32 {
+        self.cache.slots()
+    }
+
+    // ---- Data path ------------------------------------------------------------------
+
+    fn check_range(&self, off: u64, len: u64) -> Result<(), FtlError> {
+        let size = self.logical_bytes();
+        if off.checked_add(len).is_none_or(|end| end > size) {
+            return Err(FtlError::Range { off, len, size });
+        }
+        Ok(())
+    }
+
+    /// Read [off, off+len) into `buf`; unmapped pages read as zeroes. Returns when the
+    /// last NAND operation ends (`now` if none).
+    pub fn read(&mut self, off: u64, buf: &mut [u8], now: u64, ev: &mut Vec<FtlEvent>) -> Result<u64, FtlError> {
+        self.check_range(off, buf.len() as u64)?;
+        let pb = self.geo.page_bytes;
+        let mut page = vec![0u8; pb as usize];
+        let mut end = now;
+        let mut at = 0usize;
+        while at < buf.len() {
+            let pos = off + at as u64;
+            let lpn = (pos / pb) as u32;
+            let in_page = (pos % pb) as usize;
+            let n = (pb as usize - in_page).min(buf.len() - at);
+            let (ppn, t) = self.map_get(lpn, now, ev)?;
+            if ppn == NO_PPN {
+                buf[at..at + n].fill(0);
+                end = end.max(t);
+            } else {
+                end = end.max(self.nand_read(ppn, &mut page, Purpose::Host, t, ev)?);
+                buf[at..at + n].copy_from_slice(&page[in_page..in_page + n]);
+            }
+            at += n;
+        }
+        Ok(end)
+    }
+
+    /// Write `data` at `off`: each touched page goes to a new place on the log (a partial
+    /// page is merged with its old content first).
+    pub fn write(&mut self, off: u64, data: &[u8], now: u64, ev: &mut Vec<FtlEvent>) -> Result<u64, FtlError> {
+        self.check_range(off, data.len() as u64)?;
+        let pb = self.geo.page_bytes;
+        let mut page = vec![0u8; pb as usize];
+        let mut end = now;
+        let mut at = 0usize;
+        while at < data.len() {
+            let pos = off + at as u64;
+            let lpn = (pos / pb) as u32;
+            let in_page = (pos % pb) as usize;
+            let n = (pb as usize - in_page).min(data.len() - at);
+            let t = self.rewrite_page(lpn, in_page, Some(&data[at..at + n]), n, &mut page, now, ev)?;
+            end = end.max(t);
+            at += n;
+        }
+        Ok(end)
+    }
+
+    /// Deallocate [off, off+len): whole pages are unmapped, the parts of partial pages are
+    /// written as zeroes (deallocated blocks read as zeroes). The map pages this changed
+    /// are written back at once, so a deallocation survives a power cycle.
+    pub fn deallocate(&mut self, off: u64, len: u64, now: u64, ev: &mut Vec<FtlEvent>) -> Result<u64, FtlError> {
+        self.check_range(off, len)?;
+        let pb = self.geo.page_bytes;
+        let mut page = vec![0u8; pb as usize];
+        let mut end = now;
+        let mut pos = off;
+        while pos < off + len {
+            let lpn = (pos / pb) as u32;
+            let in_page = (pos % pb) as usize;
+            let n = (pb - in_page as u64).min(off + len - pos) as usize;
+            if n as u64 == pb {
+                let (old, t) = self.map_set(lpn, NO_PPN, now, ev)?;
+                if old != NO_PPN {
+                    self.invalidate(old);
+                }
+                end = end.max(t);
+            } else {
+                let (cur, t) = self.map_get(lpn, now, ev)?;
+                end = end.max(t);
+                if cur != NO_PPN {
+                    end = end.max(self.rewrite_page(lpn, in_page, None, n, &mut page, now, ev)?);
+                }
+            }
+            pos += n as u64;
+        }
+        Ok(end.max(self.write_back_map(now, ev)?))
+    }
+
+    /// Write every dirty map page back and make the medium durable (Flush, shutdown).
+    pub fn flush(&mut self, now: u64, ev: &mut Vec<FtlEvent>) -> Result<u64, FtlError> {
+        let end = self.write_back_map(now, ev)?;
+        self.medium.sync()?;
+        Ok(end)
+    }
+
+    /// Program logical page `lpn` anew: bytes [in_page, in_page+n) from `data` (zeroes
+    /// when None), the rest from its current copy.
+    #[allow(clippy::too_many_arguments)]
+    fn rewrite_page(
+        &mut self,
+        lpn: u32,
+        in_page: usize,
+        data: Option<&[u8]>,
+        n: usize,
+        page: &mut [u8],
+        now: u64,
+        ev: &mut Vec<FtlEvent>,
+    ) -> Result<u64, FtlError> {
+        self.collect_garbage(now, ev)?;
+        let entry = self.map_prepare(lpn, now, ev)?;
+        let mut t = entry.ready;
+        if n < page.len() {
+            if entry.old == NO_PPN {
+                page.fill(0);
+            } else {
+                t = self.nand_read(entry.old, page, Purpose::Host, t, ev)?;
+            }
+        }
+        match data {
+            Some(d) => page[in_page..in_page + n].copy_from_slice(d),
+            None => page[in_page..in_page + n].fill(0),
+        }
+        self.stats.host_pages_written += 1;
+        let (ppn, t) = self.program(|seq| Oob::Data { lpn, seq }, page, Purpose::Host, t, ev)?;
+        let old = entry.old;
+        self.map_commit(entry, ppn)?;
+        if old != NO_PPN {
+            self.invalidate(old);
+        }
+        Ok(t)
+    }
+
+    // ---- NAND pages -----------------------------------------------------------------
+
+    pub(crate) fn is_valid(&self, ppn: u32) -> bool {
+        self.valid[(ppn / 64) as usize] & (1 << (ppn % 64)) != 0
+    }
+
+    pub(crate) fn set_valid(&mut self, ppn: u32) {
+        self.valid[(ppn / 64) as usize] |= 1 << (ppn % 64);
+        self.lines[self.geo.line_of(ppn) as usize].valid += 1;
+    }
+
+    pub(crate) fn invalidate(&mut self, ppn: u32) {
+        if self.is_valid(ppn) {
+            self.valid[(ppn / 64) as usize] &= !(1 << (ppn % 64));
+            self.lines[self.geo.line_of(ppn) as usize].valid -= 1;
+        }
+    }
+
+    pub(crate) fn free_lines(&self) -> u32 {
+        self.lines.iter().filter(|l| l.state == LineState::Free).count() as u32
+    }
+
+    pub(crate) fn read_oob(&self, ppn: u32) -> Result<Oob, FtlError> {
+        let mut b = [0u8; crate::oob::OOB_BYTES];
+        self.medium.read_at(self.geo.oob_at(ppn), &mut b)?;
+        Oob::decode(&b).ok_or_else(|| FtlError::Corrupt(format!("unreadable OOB record of page {ppn}")))
+    }
+
+    pub(crate) fn nand_read(
+        &mut self,
+        ppn: u32,
+        buf: &mut [u8],
+        purpose: Purpose,
+        now: u64,
+        ev: &mut Vec<FtlEvent>,
+    ) -> Result<u64, FtlError> {
+        self.medium.read_at(self.geo.data_at(ppn), buf)?;
+        self.stats.nand_reads += 1;
+        let op = self.clock.run(NandOpKind::Read, purpose, self.geo.place(ppn), now, 0);
+        ev.push(FtlEvent::Nand(op));
+        Ok(op.start_ns + u64::from(op.latency_ns))
+    }
+
+    /// The next page of the log's frontier (a new line when the open one is full: the free
+    /// line erased least often, so wear spreads).
+    fn allocate(&mut self) -> Result<u32, FtlError> {
+        if let Some((line, next)) = self.open {
+            if next < self.geo.line_pages {
+                self.open = Some((line, next + 1));
+                return Ok(line * self.geo.line_pages + next);
+            }
+            self.lines[line as usize].state = LineState::Full;
+            self.open = None;
+        }
+        let line = (0..self.geo.lines)
+            .filter(|&l| self.lines[l as usize].state == LineState::Free)
+            .min_by_key(|&l| self.lines[l as usize].erase_count)
+            .ok_or(FtlError::NoSpace)?;
+        self.lines[line as usize].state = LineState::Open;
+        self.open = Some((line, 1));
+        Ok(line * self.geo.line_pages)
+    }
+
+    /// Program `data` on the frontier with the OOB record `oob(seq)`: data first, then the
+    /// record, which is what makes the page count at recovery.
+    pub(crate) fn program(
+        &mut self,
+        oob: impl FnOnce(u64) -> Oob,
+        data: &[u8],
+        purpose: Purpose,
+        now: u64,
+        ev: &mut Vec<FtlEvent>,
+    ) -> Result<(u32, u64), FtlError> {
+        let ppn = self.allocate()?;
+        self.seq += 1;
+        self.medium.write_at(self.geo.data_at(ppn), data)?;
+        self.medium.write_at(self.geo.oob_at(ppn), &oob(self.seq).encode())?;
+        self.set_valid(ppn);
+        self.stats.nand_programs += 1;
+        let op = self
+            .clock
+            .run(NandOpKind::Program, purpose, self.geo.place(ppn), now, 0);
+        ev.push(FtlEvent::Nand(op));
+        Ok((ppn, op.start_ns + u64::from(op.latency_ns)))
+    }
+
+    // ---- The map, through the cache ---------------------------------------------------
+
+    fn split(&self, lpn: u32) -> (u32, u32) {
+        (lpn / self.geo.entries_per_map_page, lpn % self.geo.entries_per_map_page)
+    }
+
+    /// The slot holding map page `idx`, its checked content and when it is ready. A miss
+    /// reads the page from NAND into the least recently used slot (written back first if
+    /// dirty); a hit whose page changed behind the controller is reported and reloaded.
+    pub(crate) fn map_page(
+        &mut self,
+        idx: u32,
+        now: u64,
+        ev: &mut Vec<FtlEvent>,
+    ) -> Result<(u32, Vec<u8>, u64), FtlError> {
+        let mut page = vec![0u8; self.geo.page_bytes as usize];
+        if let Some(slot) = self.cache.find(idx) {
+            if let Err(found) = self.cache.read_checked(slot, &mut page)? {
+                self.corrupt(slot, idx, found, CorruptionFound::InUse, ev);
+                let t = self.reload(slot, idx, &mut page, now, ev)?;
+                return Ok((slot, page, t));
+            }
+            self.stats.cache_hits += 1;
+            ev.push(self.cache_event(CacheEventKind::Hit, idx, slot));
+            return Ok((slot, page, now));
+        }
+        self.stats.cache_misses += 1;
+        let slot = self.cache.victim();
+        ev.push(self.cache_event(CacheEventKind::Miss, idx, slot));
+        let mut t = now;
+        if let Some((old, true)) = self.cache.occupant(slot) {
+            t = self.write_back_slot(slot, old, &mut page, now, ev)?;
+        }
+        self.cache.forget(slot);
+        t = t.max(self.load_map_page(idx, &mut page, now, ev)?);
+        self.cache.install(slot, idx, &page)?;
+        ev.push(self.cache_event(CacheEventKind::Fill, idx, slot));
+        Ok((slot, page, t))
+    }
+
+    /// Map page `idx` as NAND has it (all unmapped if never written).
+    fn load_map_page(&mut self, idx: u32, page: &mut [u8], now: u64, ev: &mut Vec<FtlEvent>) -> Result<u64, FtlError> {
+        let ppn = self.gtd[idx as usize];
+        if ppn == NO_PPN {
+            page.fill(0xFF);
+            return Ok(now);
+        }
+        self.stats.map_page_reads += 1;
+        self.nand_read(ppn, page, Purpose::Map, now, ev)
+    }
+
+    pub(crate) fn corrupt(
+        &mut self,
+        slot: u32,
+        map_page: u32,
+        found: u64,
+        when: CorruptionFound,
+        ev: &mut Vec<FtlEvent>,
+    ) {
+        self.stats.cache_corruptions += 1;
+        ev.push(FtlEvent::MapCacheCorrupt {
+            map_page,
+            slot,
+            offset: self.cache.offset(slot),
+            found,
+            when,
+        });
+    }
+
+    /// Replace a changed slot's page: from NAND if it was clean, rebuilt from NAND (its
+    /// newest copy and the data pages programmed since) if it held updates not yet written
+    /// back, which stay to be written.
+    fn reload(
+        &mut self,
+        slot: u32,
+        idx: u32,
+        page: &mut [u8],
+        now: u64,
+        ev: &mut Vec<FtlEvent>,
+    ) -> Result<u64, FtlError> {
+        let dirty = self.cache.is_dirty(slot);
+        self.cache.forget(slot);
+        let t = if dirty {
+            self.rebuild_map_page(idx, page)?;
+            now
+        } else {
+            self.load_map_page(idx, page, now, ev)?
+        };
+        self.cache.install(slot, idx, page)?;
+        if dirty {
+            self.cache.mark_dirty(slot);
+        }
+        ev.push(self.cache_event(CacheEventKind::Fill, idx, slot));
+        Ok(t)
+    }
+
+    fn cache_event(&self, kind: CacheEventKind, map_page: u32, slot: u32) -> FtlEvent {
+        FtlEvent::MapCache {
+            kind,
+            map_page,
+            slot,
+            offset: self.cache.offset(slot),
+        }
+    }
+
+    /// Program the cached map page `idx` of `slot` (checked first: a changed page is
+    /// rebuilt, never programmed) and make it the newest copy.
+    fn write_back_slot(
+        &mut self,
+        slot: u32,
+        idx: u32,
+        page: &mut [u8],
+        now: u64,
+        ev: &mut Vec<FtlEvent>,
+    ) -> Result<u64, FtlError> {
+        // A changed page is rebuilt and programmed, and its slot emptied (not rewritten:
+        // the cache writes the HMB only to fill or update a slot it uses).
+        let changed = match self.cache.read_checked(slot, page)? {
+            Ok(()) => false,
+            Err(found) => {
+                self.corrupt(slot, idx, found, CorruptionFound::InUse, ev);
+                self.rebuild_map_page(idx, page)?;
+                true
+            }
+        };
+        ev.push(self.cache_event(CacheEventKind::WriteBack, idx, slot));
+        let t = self.program_map_page(idx, page, now, ev)?;
+        if changed {
+            self.cache.forget(slot);
+        } else {
+            self.cache.mark_clean(slot);
+        }
+        Ok(t)
+    }
+
+    /// Program map page `idx` with `page` as its newest copy (covering every update so far).
+    pub(crate) fn program_map_page(
+        &mut self,
+        idx: u32,
+        page: &[u8],
+        now: u64,
+        ev: &mut Vec<FtlEvent>,
+    ) -> Result<u64, FtlError> {
+        let (ppn, t) = self.program(
+            |seq| Oob::Map {
+                index: idx,
+                seq,
+                covers: seq,
+            },
+            page,
+            Purpose::Map,
+            now,
+            ev,
+        )?;
+        self.stats.map_page_writes += 1;
+        let old = std::mem::replace(&mut self.gtd[idx as usize], ppn);
+        if old != NO_PPN {
+            self.invalidate(old);
+        }
+        Ok(t)
+    }
+
+    pub(crate) fn write_back_map(&mut self, now: u64, ev: &mut Vec<FtlEvent>) -> Result<u64, FtlError> {
+        let mut end = now;
+        let mut page = vec![0u8; self.geo.page_bytes as usize];
+        for slot in self.cache.dirty_slots() {
+            if let Some((idx, true)) = self.cache.occupant(slot) {
+                end = end.max(self.write_back_slot(slot, idx, &mut page, now, ev)?);
+            }
+        }
+        Ok(end)
+    }
+
+    /// The PPN of `lpn` (NO_PPN: unmapped) and when the lookup is done.
+    pub(crate) fn map_get(&mut self, lpn: u32, now: u64, ev: &mut Vec<FtlEvent>) -> Result<(u32, u64), FtlError> {
+        let (idx, i) = self.split(lpn);
+        let (_, page, t) = self.map_page(idx, now, ev)?;
+        Ok((entry(&page, i), t))
+    }
+
+    /// Map `lpn` to `ppn`; returns the old PPN (the caller invalidates it).
+    pub(crate) fn map_set(
+        &mut self,
+        lpn: u32,
+        ppn: u32,
+        now: u64,
+        ev: &mut Vec<FtlEvent>,
+    ) -> Result<(u32, u64), FtlError> {
+        let (idx, i) = self.split(lpn);
+        let (slot, mut page, t) = self.map_page(idx, now, ev)?;
+        let old = entry(&page, i);
+        // Unchanged (deallocating what was never written): the page stays clean, so a
+        // large deallocation of a sparse namespace programs nothing.
+        if old != ppn {
+            self.cache.set_entry(slot, &mut page, i, ppn)?;
+        }
+        Ok((old, t))
+    }
+
+    /// The map entry of `lpn`, loaded before its new copy is programmed: a changed slot
+    /// found at this load is rebuilt from the data pages on NAND, and must not see the
+    /// copy being written as already mapped.
+    pub(crate) fn map_prepare(&mut self, lpn: u32, now: u64, ev: &mut Vec<FtlEvent>) -> Result<MapEntry, FtlError> {
+        let (idx, i) = self.split(lpn);
+        let (slot, page, ready) = self.map_page(idx, now, ev)?;
+        let old = entry(&page, i);
+        Ok(MapEntry {
+            slot,
+            page,
+            i,
+            old,
+            ready,
+        })
+    }
+
+    /// Point the prepared entry at `ppn` (nothing touched the cache since: programs do not).
+    pub(crate) fn map_commit(&mut self, mut e: MapEntry, ppn: u32) -> Result<(), FtlError> {
+        if e.old != ppn {
+            self.cache.set_entry(e.slot, &mut e.page, e.i, ppn)?;
+        }
+        Ok(())
+    }
+
+    /// Map page `idx` as it is now (cached copy, else NAND), without touching the cache.
+    pub(crate) fn peek_map_page(&self, idx: u32) -> Result<Vec<u32>, FtlError> {
+        let mut page = vec![0u8; self.geo.page_bytes as usize];
+        if let Some(slot) = self.cache.peek(idx) {
+            // A changed slot is what its next use will load: NAND's copy, rebuilt if dirty.
+            if self.cache.read_checked(slot, &mut page)?.is_err() {
+                if self.cache.is_dirty(slot) {
+                    self.rebuilt_map_page(idx, &mut page)?;
+                } else if self.gtd[idx as usize] == NO_PPN {
+                    page.fill(0xFF);
+                } else {
+                    self.medium
+                        .read_at(self.geo.data_at(self.gtd[idx as usize]), &mut page)?;
+                }
+            }
+        } else if self.gtd[idx as usize] == NO_PPN {
+            page.fill(0xFF);
+        } else {
+            self.medium
+                .read_at(self.geo.data_at(self.gtd[idx as usize]), &mut page)?;
+        }
+        Ok(page
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect())
+    }
+}
+
+impl Ftl {
+    /// Give the medium back without writing anything (a power loss: the next `open`
+    /// recovers from what reached NAND). Call `flush` first for a clean shutdown.
+    pub fn into_medium(self) -> Box<dyn Medium> {
+        self.medium
+    }
+}
+
+/// Entry `i` of a map page.
+fn entry(page: &[u8], i: u32) -> u32 {
+    let at = i as usize * 4;
+    u32::from_le_bytes(page[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// A map entry loaded for an update (map_prepare / map_commit).
+pub(crate) struct MapEntry {
+    slot: u32,
+    page: Vec<u8>,
+    i: u32,
+    pub old: u32,
+    /// When the map page was ready (after a miss's NAND read).
+    pub ready: u64,
+}

@@ -1,0 +1,246 @@
+//! The map cache: map pages held in slots of a [`SlotStore`] (controller SRAM by default,
+//! the HMB's cache part when the host lends one), least recently used first out, dirty
+//! slots written back to NAND by the FTL when evicted or flushed. The bookkeeping (which
+//! map page is in which slot, dirty bits, use order, and a checksum of each slot's page)
+//! stays in the controller: the slots may be host memory, which the host must not write
+//! but can, so every use of a slot reads its whole page and checks it first.
+
+use std::collections::HashMap;
+use std::io;
+
+/// Where cached map pages live: `slots()` slots of `page_bytes` each.
+pub trait SlotStore: Send {
+    fn slots(&self) -> u32;
+    /// Bytes `buf.len()` at byte `at` of slot `slot`.
+    fn read(&self, slot: u32, at: usize, buf: &mut [u8]) -> io::Result<()>;
+    fn write(&mut self, slot: u32, at: usize, buf: &[u8]) -> io::Result<()>;
+    /// The slot's byte offset in the store (its HMB offset for the HMB's store): for events.
+    fn offset(&self, slot: u32) -> u64;
+}
+
+/// Slots in controller memory: the small internal cache of a DRAM-less controller.
+pub struct VecSlots {
+    data: Vec<u8>,
+    page_bytes: usize,
+}
+
+impl VecSlots {
+    pub fn new(slots: u32, page_bytes: usize) -> Self {
+        VecSlots {
+            data: vec![0; slots as usize * page_bytes],
+            page_bytes,
+        }
+    }
+
+    fn range(&self, slot: u32, at: usize, len: usize) -> io::Result<std::ops::Range<usize>> {
+        let start = slot as usize * self.page_bytes + at;
+        if at + len > self.page_bytes || start + len > self.data.len() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "outside the slot"));
+        }
+        Ok(start..start + len)
+    }
+}
+
+impl SlotStore for VecSlots {
+    fn slots(&self) -> u32 {
+        (self.data.len() / self.page_bytes) as u32
+    }
+    fn read(&self, slot: u32, at: usize, buf: &mut [u8]) -> io::Result<()> {
+        let r = self.range(slot, at, buf.len())?;
+        buf.copy_from_slice(&self.data[r]);
+        Ok(())
+    }
+    fn write(&mut self, slot: u32, at: usize, buf: &[u8]) -> io::Result<()> {
+        let r = self.range(slot, at, buf.len())?;
+        self.data[r].copy_from_slice(buf);
+        Ok(())
+    }
+    fn offset(&self, slot: u32) -> u64 {
+        slot as u64 * self.page_bytes as u64
+    }
+}
+
+/// FNV-1a over the page's 8-byte words, the same function as the controller's HMB audit
+/// (so the audit's baseline of a slot page is this checksum): each step is a bijection of
+/// the running hash, so a change in one word always changes the result.
+pub fn page_checksum(page: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for w in page.chunks_exact(8) {
+        h = (h ^ u64::from_le_bytes(w.try_into().expect("8 bytes"))).wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
+
+#[derive(Clone, Copy, Default)]
+struct SlotMeta {
+    map_page: Option<u32>,
+    dirty: bool,
+    last_use: u64,
+    checksum: u64,
+}
+
+pub(crate) struct MapCache {
+    store: Box<dyn SlotStore>,
+    meta: Vec<SlotMeta>,
+    slot_of: HashMap<u32, u32>,
+    clock: u64,
+    /// (slot offset, checksum) of every page written into the store since the last drain.
+    updates: Vec<(u64, u64)>,
+}
+
+impl MapCache {
+    pub fn new(store: Box<dyn SlotStore>) -> Self {
+        let n = store.slots() as usize;
+        MapCache {
+            store,
+            meta: vec![SlotMeta::default(); n],
+            slot_of: HashMap::new(),
+            clock: 0,
+            updates: Vec::new(),
+        }
+    }
+
+    pub fn slots(&self) -> u32 {
+        self.meta.len() as u32
+    }
+
+    pub fn offset(&self, slot: u32) -> u64 {
+        self.store.offset(slot)
+    }
+
+    /// The slot holding `map_page`, marked most recently used.
+    pub fn find(&mut self, map_page: u32) -> Option<u32> {
+        let s = *self.slot_of.get(&map_page)?;
+        self.clock += 1;
+        self.meta[s as usize].last_use = self.clock;
+        Some(s)
+    }
+
+    pub fn peek(&self, map_page: u32) -> Option<u32> {
+        self.slot_of.get(&map_page).copied()
+    }
+
+    /// An empty slot, else the least recently used one.
+    pub fn victim(&self) -> u32 {
+        let mut best = 0usize;
+        for (i, m) in self.meta.iter().enumerate() {
+            if m.map_page.is_none() {
+                return i as u32;
+            }
+            if m.last_use < self.meta[best].last_use {
+                best = i;
+            }
+        }
+        best as u32
+    }
+
+    /// (map page, dirty) in `slot`.
+    pub fn occupant(&self, slot: u32) -> Option<(u32, bool)> {
+        let m = self.meta[slot as usize];
+        m.map_page.map(|p| (p, m.dirty))
+    }
+
+    pub fn forget(&mut self, slot: u32) {
+        if let Some(p) = self.meta[slot as usize].map_page.take() {
+            self.slot_of.remove(&p);
+        }
+        self.meta[slot as usize].dirty = false;
+    }
+
+    pub fn install(&mut self, slot: u32, map_page: u32, bytes: &[u8]) -> io::Result<()> {
+        self.forget(slot);
+        self.store.write(slot, 0, bytes)?;
+        let checksum = page_checksum(bytes);
+        self.updates.push((self.store.offset(slot), checksum));
+        self.clock += 1;
+        self.meta[slot as usize] = SlotMeta {
+            map_page: Some(map_page),
+            dirty: false,
+            last_use: self.clock,
+            checksum,
+        };
+        self.slot_of.insert(map_page, slot);
+        Ok(())
+    }
+
+    /// Take over a free slot as it is in the store (memory return: the host gave back
+    /// the buffer the controller left), if its page still has `checksum`; else
+    /// Err(the checksum found).
+    pub fn adopt(&mut self, slot: u32, map_page: u32, checksum: u64, buf: &mut [u8]) -> io::Result<Result<(), u64>> {
+        self.store.read(slot, 0, buf)?;
+        let found = page_checksum(buf);
+        if found != checksum {
+            return Ok(Err(found));
+        }
+        self.clock += 1;
+        self.meta[slot as usize] = SlotMeta {
+            map_page: Some(map_page),
+            dirty: false,
+            last_use: self.clock,
+            checksum,
+        };
+        self.slot_of.insert(map_page, slot);
+        Ok(Ok(()))
+    }
+
+    /// Read the slot's page into `buf`; Err(found checksum) when it is not what the
+    /// controller left there.
+    pub fn read_checked(&self, slot: u32, buf: &mut [u8]) -> io::Result<Result<(), u64>> {
+        self.store.read(slot, 0, buf)?;
+        let found = page_checksum(buf);
+        Ok(if found == self.meta[slot as usize].checksum {
+            Ok(())
+        } else {
+            Err(found)
+        })
+    }
+
+    /// Set entry `i` of the slot whose checked page is `page` (updated in place too).
+    pub fn set_entry(&mut self, slot: u32, page: &mut [u8], i: u32, v: u32) -> io::Result<()> {
+        let at = i as usize * 4;
+        page[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        self.store.write(slot, at, &v.to_le_bytes())?;
+        let m = &mut self.meta[slot as usize];
+        m.dirty = true;
+        m.checksum = page_checksum(page);
+        self.updates.push((self.store.offset(slot), m.checksum));
+        Ok(())
+    }
+
+    pub fn is_dirty(&self, slot: u32) -> bool {
+        self.meta[slot as usize].dirty
+    }
+
+    pub fn checksum(&self, slot: u32) -> u64 {
+        self.meta[slot as usize].checksum
+    }
+
+    pub fn drain_updates(&mut self) -> Vec<(u64, u64)> {
+        std::mem::take(&mut self.updates)
+    }
+
+    pub fn drain_updates_owned(mut self) -> Vec<(u64, u64)> {
+        self.drain_updates()
+    }
+
+    /// Occupied slots: (slot, map page).
+    pub fn occupied(&self) -> Vec<(u32, u32)> {
+        (0..self.meta.len() as u32)
+            .filter_map(|s| self.meta[s as usize].map_page.map(|p| (s, p)))
+            .collect()
+    }
+
+    pub fn mark_dirty(&mut self, slot: u32) {
+        self.meta[slot as usize].dirty = true;
+    }
+
+    pub fn mark_clean(&mut self, slot: u32) {
+        self.meta[slot as usize].dirty = false;
+    }
+
+    pub fn dirty_slots(&self) -> Vec<u32> {
+        (0..self.meta.len() as u32)
+            .filter(|&s| self.meta[s as usize].dirty)
+            .collect()
+    }
+}
