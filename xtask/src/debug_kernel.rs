@@ -2,8 +2,9 @@
 //! the series' locks on the 6.12-debug kernel (lockdep, KASAN, UBSAN,
 //! DEBUG_ATOMIC_SLEEP, DEBUG_OBJECTS, KFENCE; docs/debug-checks.md). Every
 //! gate fails on their reports (images/KERNEL_CHECKS). An opt-in step, not
-//! part of `cargo xtask test`: the cold build alone does not fit the test
-//! command's budget (figures and the decision in docs/conformance.md).
+//! part of `cargo xtask test`: the cold build (about 8 min on two idle
+//! cores) and the runs on a KASAN kernel would take the test command to
+//! its budget's edge (figures and the decision in docs/conformance.md).
 
 use std::time::Instant;
 
