@@ -110,3 +110,23 @@ impl DebugKernel {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hmb_harness::matrix::{self, Device};
+
+    /// Every listed scenario runs on its device and on the debug kernel.
+    #[test]
+    fn the_lock_scenarios_run_on_their_device_and_kernel() {
+        for (device, names) in [
+            (Device::Ivshmem, IVSHMEM_LOCK_SCENARIOS),
+            (Device::Nvme, NVME_LOCK_SCENARIOS),
+        ] {
+            let runs = matrix::on(device, KERNEL);
+            for n in names {
+                assert!(runs.contains(n), "{n} does not run on {} / {KERNEL}", device.name());
+            }
+        }
+    }
+}
