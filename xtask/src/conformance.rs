@@ -31,7 +31,8 @@ pub struct Conformance {
     /// with vfio-user-pci).
     #[arg(long, value_enum, default_value = "7.2")]
     pub qemu: QemuVersion,
-    /// Run only this scenario (see conformance/src/scenarios/: streaming, overflow, ...).
+    /// Run only this scenario, or these (comma-separated; see
+    /// conformance/src/scenarios/: streaming, overflow, ...).
     #[arg(long)]
     pub scenario: Option<String>,
     /// `reset`: add a controller reset to the streaming scenario (on nvme,
@@ -78,7 +79,8 @@ fn run(args: Conformance) -> Result<()> {
         "all" => Device::ALL.to_vec(),
         one => vec![Device::parse(one)?],
     };
-    if let Some(name) = &args.scenario {
+    let wanted: Option<Vec<&str>> = args.scenario.as_deref().map(|s| s.split(',').map(str::trim).collect());
+    for name in wanted.iter().flatten() {
         let scenario = matrix::find(name).with_context(|| {
             let all: Vec<&str> = matrix::SCENARIOS.iter().map(|s| s.name).collect();
             format!("unknown scenario {name:?}; known: {}", all.join(", "))
@@ -100,7 +102,7 @@ fn run(args: Conformance) -> Result<()> {
             };
             let names: Vec<&str> = matrix::on(device, kernel)
                 .into_iter()
-                .filter(|n| args.scenario.as_deref().is_none_or(|want| want == *n))
+                .filter(|n| wanted.as_ref().is_none_or(|want| want.contains(n)))
                 .collect();
             if names.is_empty() {
                 continue;

@@ -5,6 +5,7 @@
 mod bench;
 mod boot;
 mod conformance;
+mod debug_kernel;
 mod deps;
 mod firmware_sdk;
 mod fuzz;
@@ -34,6 +35,8 @@ enum Command {
     Boot(boot::Boot),
     /// Conformance scenarios on real guest kernels (snapshots, table, JUnit).
     Conformance(conformance::Conformance),
+    /// The lock scenarios on the 6.12-debug kernel (lockdep, KASAN, UBSAN; opt-in, built on first use).
+    DebugKernel(debug_kernel::DebugKernel),
     /// Every throughput figure beside its baseline in one table, bench.json in the run folder.
     Bench(bench::Bench),
     /// Run everything CI runs: formatting, clippy, host tests, ABI checks.
@@ -66,6 +69,7 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Boot(c) => c.run(),
         Command::Conformance(c) => c.run(),
+        Command::DebugKernel(c) => c.run(),
         Command::Test(c) => c.run(),
         Command::Bench(c) => c.run(),
         Command::Vectors(c) => c.run(),

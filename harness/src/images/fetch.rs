@@ -5,7 +5,7 @@
 use super::kernels::KernelSpec;
 use crate::host::apt_env::AptEnv;
 use crate::host::stamp::{Fingerprint, Stamp};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use std::path::{Path, PathBuf};
 use xshell::{cmd, Shell};
 
@@ -137,6 +137,11 @@ pub fn fetch(
     resolved: &ResolvedKernel,
     cache: &Path,
 ) -> Result<FetchedKernel> {
+    ensure!(
+        !spec.debug,
+        "kernel {} is built (images::debug_kernel), not fetched: it has no Debian image",
+        spec.name
+    );
     let resolved = resolved.clone();
     let dir = cache.join("kernels").join(&spec.name);
     let root = dir.join("root");

@@ -24,9 +24,35 @@ pub struct KernelSpec {
     /// Image package, usually the meta package `linux-image-amd64`.
     pub image_package: String,
     pub headers: Headers,
+    /// A debug kernel (`6.12-debug`): built by `images::debug_kernel` from
+    /// the source of the Debian kernel named without the suffix, not fetched.
+    pub debug: bool,
 }
 
+/// `6.12-debug` is the debug kernel built from the source of `6.12`
+/// (docs/debug-checks.md); accepted for a kernel with an
+/// images/debug-<name>.config.
+pub const DEBUG_SUFFIX: &str = "-debug";
+
 impl KernelSpec {
+    /// The Debian kernel's name: `6.12` for both `6.12` and `6.12-debug`
+    /// (the source, the patch series and the apt environment are its).
+    pub fn debian_name(&self) -> &str {
+        match self.debug {
+            true => self.name.strip_suffix(DEBUG_SUFFIX).unwrap_or(&self.name),
+            false => &self.name,
+        }
+    }
+
+    /// The Debian kernel this spec is, or is built from.
+    pub fn debian(&self) -> KernelSpec {
+        KernelSpec {
+            name: self.debian_name().to_string(),
+            debug: false,
+            ..self.clone()
+        }
+    }
+
     /// The distribution codename: `trixie` for `trixie-backports`.
     pub fn codename(&self) -> &str {
         self.suite.split('-').next().unwrap_or(&self.suite)
@@ -86,6 +112,7 @@ pub fn parse(text: &str) -> Result<Vec<KernelSpec>> {
             suite: suite.to_string(),
             image_package: image_package.to_string(),
             headers,
+            debug: false,
         });
     }
     if specs.is_empty() {
@@ -100,14 +127,36 @@ pub fn load(path: &Path) -> Result<Vec<KernelSpec>> {
 }
 
 /// The spec named `name`, or the first (default) one when `name` is None.
+/// `<name>-debug` is the debug kernel of a listed kernel that has a config
+/// fragment (`images/debug-<name>.config`).
 pub fn select(specs: &[KernelSpec], name: Option<&str>) -> Result<KernelSpec> {
-    match name {
-        None => Ok(specs[0].clone()),
-        Some(n) => specs.iter().find(|s| s.name == n).cloned().with_context(|| {
-            let known: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
-            format!("unknown kernel {n:?}; images/KERNELS has: {}", known.join(", "))
-        }),
+    let Some(n) = name else {
+        return Ok(specs[0].clone());
+    };
+    if let Some(spec) = specs.iter().find(|s| s.name == n) {
+        return Ok(spec.clone());
     }
+    let debug = n.strip_suffix(DEBUG_SUFFIX).and_then(|base| {
+        let spec = specs.iter().find(|s| s.name == base)?;
+        super::debug_kernel::fragment_path(base).is_file().then(|| KernelSpec {
+            name: n.to_string(),
+            debug: true,
+            ..spec.clone()
+        })
+    });
+    debug.with_context(|| {
+        let mut known: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+        known.extend(
+            specs
+                .iter()
+                .filter(|s| super::debug_kernel::fragment_path(&s.name).is_file())
+                .map(|s| format!("{}{DEBUG_SUFFIX}", s.name)),
+        );
+        format!(
+            "unknown kernel {n:?}; images/KERNELS has: {} (a -debug kernel needs images/debug-<name>.config)",
+            known.join(", ")
+        )
+    })
 }
 
 #[cfg(test)]
@@ -120,6 +169,19 @@ mod tests {
         let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
         assert!(names.contains(&"6.1") && names.contains(&"6.12") && names.contains(&"7.x"));
         assert_eq!(select(&specs, None).unwrap().name, specs[0].name);
+    }
+
+    #[test]
+    fn a_debug_kernel_is_its_debian_kernel_built_with_checks() {
+        let specs = load(&crate::workspace_root().join("images/KERNELS")).unwrap();
+        let debug = select(&specs, Some("6.12-debug")).unwrap();
+        assert!(debug.debug);
+        assert_eq!(debug.debian_name(), "6.12");
+        assert_eq!(debug.debian(), select(&specs, Some("6.12")).unwrap());
+        // No fragment, no debug kernel; the error names the ones there are.
+        let err = select(&specs, Some("6.1-debug")).unwrap_err().to_string();
+        assert!(err.contains("6.12-debug"), "{err}");
+        assert!(select(&specs, Some("nosuch-debug")).is_err());
     }
 
     #[test]

@@ -39,11 +39,10 @@ pub fn build(
     if !source.join("Makefile").exists() && !source.join("Kbuild").exists() {
         bail!("{} has no Makefile: no module to build", source.display());
     }
-    let headers = kernel.headers_package();
-    let headers_version = installed_headers_version(sh, env, spec, &headers)?;
+    let (kdir, headers) = kernel_dir(sh, env, spec, kernel, cache)?;
     let mut fp = Fingerprint::new();
     fp.add_str("recipe", "1")
-        .add_str("headers", &format!("{headers}={headers_version}"))
+        .add_str("headers", &headers)
         .add_str("env", &env.describe())
         .add_tree("src", source, &is_build_product)?;
     // One build folder per input fingerprint: clones with different module
@@ -66,7 +65,6 @@ pub fn build(
         }
         std::fs::create_dir_all(&build_dir)?;
         copy_tree(source, &build_dir)?;
-        let kdir = format!("/usr/src/{headers}");
         match env {
             AptEnv::Host => {
                 if !Path::new(&kdir).join("Makefile").exists() {
@@ -115,6 +113,25 @@ pub fn build(
         modules,
         rebuilt,
     })
+}
+
+/// What the module is built against (make's KDIR) and what identifies it
+/// in a stamp: Debian's headers package, or the debug kernel's own tree.
+pub fn kernel_dir(
+    sh: &Shell,
+    env: &AptEnv,
+    spec: &KernelSpec,
+    kernel: &ResolvedKernel,
+    cache: &Path,
+) -> Result<(String, String)> {
+    if spec.debug {
+        let tree = super::debug_kernel::tree_dir(cache, spec);
+        let id = super::debug_kernel::built_id(cache, spec)?;
+        return Ok((tree.display().to_string(), format!("{} debug build {id}", spec.name)));
+    }
+    let headers = kernel.headers_package();
+    let version = installed_headers_version(sh, env, spec, &headers)?;
+    Ok((format!("/usr/src/{headers}"), format!("{headers}={version}")))
 }
 
 /// Version of the installed headers package; installs it first when missing.

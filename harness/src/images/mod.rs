@@ -4,6 +4,7 @@
 //! See docs/images.md.
 
 pub mod debian_root;
+pub mod debug_kernel;
 pub mod dkms_prebuilt;
 pub mod fetch;
 pub mod guest_modules;
@@ -90,12 +91,32 @@ pub fn prepare(sh: &Shell, args: &ImageOptions, phases: &mut Phases) -> Result<I
     if args.with_daemon {
         phases.run("static daemon", || build_static_daemon(sh))?;
     }
+    let (env, resolved) = {
+        let _lock = lock_cache(&cache)?;
+        phases.run(&format!("toolchain ({})", spec.debian_name()), || {
+            ensure_toolchain(sh, &spec.debian())
+        })?
+    };
+    // Outside the cache lock: a cold debug build would hold every other
+    // run sharing the cache for its whole length (it has its own lock).
+    let debug = match spec.debug {
+        true => Some(phases.run(&format!("debug kernel ({})", spec.name), || {
+            debug_kernel::ensure(sh, &env, &spec, &resolved, &cache)
+        })?),
+        false => None,
+    };
     let _lock = lock_cache(&cache)?;
-    let (env, resolved) = phases.run(&format!("toolchain ({})", spec.name), || ensure_toolchain(sh, &spec))?;
-    let kernel = phases.run(&format!("kernel fetch ({})", spec.name), || {
-        fetch::fetch(sh, &env, &spec, &resolved, &cache)
-    })?;
-    let how = if kernel.downloaded { "downloaded" } else { "cached" };
+    let kernel = match debug {
+        Some((kernel, _)) => kernel,
+        None => phases.run(&format!("kernel fetch ({})", spec.name), || {
+            fetch::fetch(sh, &env, &spec, &resolved, &cache)
+        })?,
+    };
+    let how = match (spec.debug, kernel.downloaded) {
+        (true, true) => "built",
+        (false, true) => "downloaded",
+        (_, false) => "cached",
+    };
     println!(
         "    kernel {} = {} {} ({how})",
         spec.name, kernel.resolved.abi, kernel.resolved.version

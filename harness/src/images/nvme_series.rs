@@ -70,7 +70,10 @@ pub fn prepare_cached(sh: &Shell, spec: &KernelSpec) -> Result<SeriesOutcome> {
         "kernel",
         &format!("{} {} {}", spec.name, spec.suite, spec.image_package),
     );
-    for p in series_patches(&spec.name)? {
+    if spec.debug {
+        fp.add_str("debug build", &super::debug_kernel::built_id(&cache, spec)?);
+    }
+    for p in series_patches(spec.debian_name())? {
         fp.add_file("patch", &p)?;
     }
     fp.add_tree("kmod", &workspace_root().join("kmod"), &|name| {
@@ -87,7 +90,7 @@ pub fn prepare_cached(sh: &Shell, spec: &KernelSpec) -> Result<SeriesOutcome> {
                     return Ok(SeriesOutcome {
                         kernel: spec.name.clone(),
                         source: source.to_string(),
-                        patched_tree: cache.join("nvme-series").join(&spec.name).join("tree"),
+                        patched_tree: cache.join("nvme-series").join(spec.debian_name()).join("tree"),
                         nvme_ko: Some(ko),
                     });
                 }
@@ -103,7 +106,10 @@ pub fn prepare_cached(sh: &Shell, spec: &KernelSpec) -> Result<SeriesOutcome> {
 }
 
 /// Fetch, check, apply, checkpatch and (when `build`) build for one kernel.
-pub fn prepare(sh: &Shell, spec: &KernelSpec, build: bool) -> Result<SeriesOutcome> {
+/// A debug kernel (`6.12-debug`) takes its Debian kernel's series and
+/// source; only nvme.ko is built against its own tree.
+pub fn prepare(sh: &Shell, spec_to_build: &KernelSpec, build: bool) -> Result<SeriesOutcome> {
+    let spec = &spec_to_build.debian();
     // The committed series is what kmod/nvme generates (one source).
     super::nvme_series_gen::check_committed(&spec.name)?;
     let cache = cache_dir();
@@ -128,12 +134,12 @@ pub fn prepare(sh: &Shell, spec: &KernelSpec, build: bool) -> Result<SeriesOutco
     checkpatch_kmod(sh, &source.root)?;
     check_shared_headers(&spec.name, &patched)?;
     let nvme_ko = if build {
-        Some(build_nvme_ko(sh, &env, spec, &resolved, &patched, &cache)?)
+        Some(build_nvme_ko(sh, &env, spec_to_build, &resolved, &patched, &cache)?)
     } else {
         None
     };
     Ok(SeriesOutcome {
-        kernel: spec.name.clone(),
+        kernel: spec_to_build.name.clone(),
         source: format!("{}={}", source.package, source.version),
         patched_tree: patched,
         nvme_ko,
@@ -283,7 +289,13 @@ pub fn build_nvme_ko(
     patched: &Path,
     cache: &Path,
 ) -> Result<PathBuf> {
-    let headers = kernel.headers_package();
+    let (kdir, headers) = match spec.debug {
+        true => super::kmod_build::kernel_dir(sh, env, spec, kernel, cache)?,
+        false => {
+            let headers = kernel.headers_package();
+            (format!("/usr/src/{headers}"), headers)
+        }
+    };
     let (build_dir, inside) = match env {
         AptEnv::Host => (cache.join("nvme-ko").join(&spec.name), None),
         AptEnv::Chroot(c) => {
@@ -320,7 +332,6 @@ pub fn build_nvme_ko(
         std::fs::copy(patched.join(h), to)?;
     }
     std::fs::write(build_dir.join("Kbuild"), NVME_KBUILD)?;
-    let kdir = format!("/usr/src/{headers}");
     let log = match env {
         AptEnv::Host => {
             ensure!(

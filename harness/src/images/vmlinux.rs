@@ -69,7 +69,7 @@ pub fn extract(sh: &Shell, vmlinuz: &Path, out: &Path) -> Result<()> {
 }
 
 /// An ELF whose notes include Xen's PHYS32_ENTRY (type 0x12): QEMU's PVH boot needs it.
-fn has_pvh_entry(sh: &Shell, path: &Path) -> bool {
+pub(crate) fn has_pvh_entry(sh: &Shell, path: &Path) -> bool {
     let mut magic = [0u8; 4];
     let is_elf = std::fs::File::open(path)
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))

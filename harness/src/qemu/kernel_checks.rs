@@ -241,6 +241,24 @@ mod tests {
             "pagealloc: memory corruption",
             "pagealloc: single bit error",
             "BUG: Bad page state in process kworker/0:1  pfn:10a3f",
+            // The 6.12-debug kernel's reports (kernel/locking/lockdep.c,
+            // kernel/sched/core.c, mm/kasan/report.c, lib/ubsan.c; a
+            // DEBUG_OBJECTS report is a WARN, so its "WARNING: CPU:" line).
+            "WARNING: possible circular locking dependency detected",
+            "WARNING: possible recursive locking detected",
+            "WARNING: inconsistent lock state",
+            "WARNING: HARDIRQ-safe -> HARDIRQ-unsafe lock order detected",
+            "WARNING: bad unlock balance detected!",
+            "WARNING: held lock freed!",
+            "WARNING: suspicious RCU usage",
+            "BUG: sleeping function called from invalid context at kernel/locking/mutex.c:283",
+            "BUG: scheduling while atomic: kworker/1:2/87/0x00000002",
+            "BUG: KASAN: slab-use-after-free in hmb_trace_release+0x5c/0x120 [nvme_hmb_trace]",
+            "BUG: KASAN: global-out-of-bounds in nvme_hmb_trace_setup+0x1a0/0x3c0 [nvme]",
+            "UBSAN: array-index-out-of-bounds in drivers/nvme/host/pci.c:2144:23",
+            "WARNING: CPU: 1 PID: 93 at lib/debugobjects.c:514 debug_print_object+0xd8/0x140",
+            "INFO: trying to register non-static key.",
+            "Call Trace:",
         ];
         for r in reports {
             assert!(is_fault_message(r), "{r}");
@@ -253,6 +271,10 @@ mod tests {
             "Unknown kernel command line parameters \"kfence.sample_interval=100\", will be passed to user space.",
             "BUG fixes in this release (none)",
             "nvme nvme0: 2/0/0 default/read/poll queues",
+            // The debug kernel's boot lines.
+            "kasan: KernelAddressSanitizer initialized (generic)",
+            "Lock dependency validator: Copyright (c) 2006 Red Hat, Inc., Ingo Molnar",
+            "... MAX_LOCKDEP_SUBCLASSES:  8",
         ];
         for b in benign {
             assert!(!is_fault_message(b), "{b}");

@@ -1,0 +1,132 @@
+//! `cargo xtask debug-kernel`: the scenarios that exercise the module's and
+//! the series' locks on the 6.12-debug kernel (lockdep, KASAN, UBSAN,
+//! DEBUG_ATOMIC_SLEEP, DEBUG_OBJECTS, KFENCE; docs/debug-checks.md). Every
+//! gate fails on their reports (images/KERNEL_CHECKS). An opt-in step, not
+//! part of `cargo xtask test`: the cold build (about 8 min on two idle
+//! cores) and the runs on a KASAN kernel would take the test command to
+//! its budget's edge (figures and the decision in docs/conformance.md).
+
+use std::time::Instant;
+
+use anyhow::{ensure, Result};
+use clap::Args;
+use hmb_harness::images::{self, ImageOptions};
+use hmb_harness::nvme_guest;
+use hmb_harness::phases::Phases;
+use hmb_harness::qemu::binary::QemuVersion;
+use hmb_harness::target_dir;
+
+use crate::boot::{self, Boot};
+use crate::conformance::Conformance;
+
+/// The kernel these checks run on.
+pub const KERNEL: &str = "6.12-debug";
+
+/// ivshmem scenarios that take the module's locks on their unusual paths:
+/// unbind and surprise removal with readers (`removal`, `access_rules`),
+/// AER recovery (`pci_error`), suspend and resume (`suspend`), REINIT after
+/// a freeze while the daemon follows (`frozen_follow`).
+pub const IVSHMEM_LOCK_SCENARIOS: &[&str] = &["removal", "access_rules", "pci_error", "suspend", "frozen_follow"];
+
+/// nvme scenarios on the series' paths: resets with the ring live
+/// (`nvme_resets`), removal under traffic (`nvme_surprise_removal`), a
+/// failed reset and the dead controller (`nvme_controller_killed`), REINIT
+/// after the driver froze the ring (`frozen_follow`).
+pub const NVME_LOCK_SCENARIOS: &[&str] = &[
+    "nvme_resets",
+    "nvme_surprise_removal",
+    "nvme_controller_killed",
+    "frozen_follow",
+];
+
+#[derive(Args)]
+pub struct DebugKernel {
+    /// Only build the kernel, the module and the series' nvme.ko against it (cached).
+    #[arg(long)]
+    pub build_only: bool,
+    /// The devices whose lock scenarios run: ivshmem, nvme or all.
+    #[arg(long, default_value = "all", value_parser = ["ivshmem", "nvme", "all"])]
+    pub device: String,
+}
+
+impl DebugKernel {
+    pub fn run(self) -> Result<()> {
+        let mut phases = Phases::new();
+        let sh = xshell::Shell::new()?;
+        // The image (the kernel, built on first use) and the series' nvme.ko.
+        let image = images::prepare(
+            &sh,
+            &ImageOptions {
+                kernel: Some(KERNEL.into()),
+                kmod_dir: None,
+                with_daemon: true,
+            },
+            &mut phases,
+        )?;
+        println!("    guest kernel {} ({})", image.abi, image.boot_kernel.display());
+        drop(nvme_guest::prepare(&sh, Some(KERNEL), true, &mut phases)?);
+        phases.summary();
+        if self.build_only {
+            return Ok(());
+        }
+        let mut times = Vec::new();
+        if self.device != "ivshmem" {
+            let started = Instant::now();
+            println!("==> cargo xtask boot --kernel {KERNEL} --inject reset");
+            let run_dir = target_dir().join("hmb-trace/test-runs/nvme-trace-debug");
+            let _ = std::fs::remove_dir_all(&run_dir);
+            let args = <Boot as clap::FromArgMatches>::from_arg_matches(
+                &<Boot as clap::Args>::augment_args(clap::Command::new("boot"))
+                    .get_matches_from(["boot", "--kernel", KERNEL, "--inject", "reset"]),
+            )?;
+            let mut phases = Phases::new();
+            boot::nvme::boot(&args, &run_dir, &mut phases)?;
+            ensure!(
+                run_dir.join("report.html").is_file(),
+                "boot on {KERNEL}: no report.html"
+            );
+            times.push(("boot --inject reset (nvme)", started.elapsed().as_secs_f64()));
+        }
+        for (device, scenarios) in [("ivshmem", IVSHMEM_LOCK_SCENARIOS), ("nvme", NVME_LOCK_SCENARIOS)] {
+            if self.device != "all" && self.device != device {
+                continue;
+            }
+            let started = Instant::now();
+            Conformance {
+                kernel: Some(KERNEL.into()),
+                device: device.into(),
+                qemu: QemuVersion::V7_2,
+                scenario: Some(scenarios.join(",")),
+                inject: None,
+                junit: Some(target_dir().join(format!("hmb-trace/conformance/junit-debug-{device}.xml"))),
+            }
+            .run()?;
+            times.push((device, started.elapsed().as_secs_f64()));
+        }
+        for (what, seconds) in times {
+            println!("    {KERNEL} {what}: {seconds:.0} s");
+        }
+        println!("debug-kernel: no lockdep, KASAN, UBSAN or sleep-in-atomic report on {KERNEL}");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hmb_harness::matrix::{self, Device};
+
+    /// Every listed scenario runs on its device and on the debug kernel.
+    #[test]
+    fn the_lock_scenarios_run_on_their_device_and_kernel() {
+        for (device, names) in [
+            (Device::Ivshmem, IVSHMEM_LOCK_SCENARIOS),
+            (Device::Nvme, NVME_LOCK_SCENARIOS),
+        ] {
+            let runs = matrix::on(device, KERNEL);
+            for n in names {
+                assert!(runs.contains(n), "{n} does not run on {} / {KERNEL}", device.name());
+            }
+        }
+    }
+}
