@@ -611,6 +611,24 @@ mod tests {
             |b| b[384 + 32] = 1,
             "1 records dropped in the Reason Identifier",
         );
+        // trace.bin's FROZEN of epoch 1 with another next seq.
+        let at = SliceReader::new(&trace)
+            .unwrap()
+            .map(Result::unwrap)
+            .find(|i| matches!(i.kind(), Ok(hmb_trace_file::ItemKind::Marker(Marker::Frozen { .. }))))
+            .unwrap()
+            .offset as usize;
+        let other = Marker::Frozen {
+            epoch: 1,
+            last_seq: Some(5),
+            next_seq: 5,
+        }
+        .encode();
+        run.fails_with(
+            "trace.bin",
+            |b| b[at..at + other.len()].copy_from_slice(&other),
+            "FROZEN of epoch 1 with next seq 6; trace.bin has Some(5)",
+        );
         // A record trace.bin holds that the log skips: epoch 2 seq 1 made a
         // LOST in the snapshot (a plain gap would fail the walk already).
         let mut h = std::fs::read(run.path("host.bin")).unwrap();
