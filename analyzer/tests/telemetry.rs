@@ -1,5 +1,6 @@
 //! A trace inside a Telemetry log (`nvme telemetry-log` output): every
-//! command reads it as the trace.bin it carries; `telemetry` prints its
+//! command reads it as the trace.bin it carries (info, stats, decode,
+//! convert, gaps, report, export); `telemetry` prints its
 //! header and extracts the stream; truncated and foreign logs get the
 //! documented exit codes (docs/analyzer.md).
 
@@ -51,7 +52,12 @@ fn every_command_reads_the_trace_inside_a_telemetry_log() {
         let stream = std::fs::read(dir.path().join(name)).unwrap();
         let tel = format!("{name}.telemetry");
         std::fs::write(dir.path().join(&tel), telemetry_log(&stream, 7)).unwrap();
-        for cmd in [&["stats", "--json"][..], &["convert", "--format", "jsonl"], &["gaps"]] {
+        for cmd in [
+            &["stats", "--json"][..],
+            &["decode", "--payload"],
+            &["convert", "--format", "jsonl"],
+            &["gaps"],
+        ] {
             let plain = analyze(dir.path(), &[cmd, &[name]].concat());
             let framed = analyze(dir.path(), &[cmd, &[tel.as_str()]].concat());
             assert_eq!(plain.status.code(), Some(0), "{cmd:?} {name}");
@@ -69,6 +75,42 @@ fn every_command_reads_the_trace_inside_a_telemetry_log() {
         let info = analyze(dir.path(), &["info", &tel]);
         assert_eq!(info.status.code(), Some(0));
         assert!(String::from_utf8_lossy(&info.stdout).contains("telemetry log 07h, generation 7"));
+    }
+}
+
+/// The commands that write a file (`report`, `export perfetto`) write the
+/// same bytes for a trace and for its telemetry log (but for the name).
+/// (`export ctf` names each export with a fresh UUID: not comparable.)
+#[test]
+fn report_and_export_read_a_telemetry_log_as_its_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let [name, ..] = synth::write_fixtures(dir.path());
+    let stream = std::fs::read(dir.path().join(name)).unwrap();
+    std::fs::write(dir.path().join("t.bin"), telemetry_log(&stream, 4)).unwrap();
+    for (i, cmd) in [&["report"][..], &["export", "perfetto"]].iter().enumerate() {
+        let mut outs = Vec::new();
+        for (input, output) in [(name, format!("plain{i}.out")), ("t.bin", format!("framed{i}.out"))] {
+            let output = output.as_str();
+            let out = analyze(dir.path(), &[*cmd, &[input, "--output", output]].concat());
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{cmd:?} {input}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let bytes = std::fs::read(dir.path().join(output)).unwrap();
+            outs.push(String::from_utf8_lossy(&bytes).into_owned());
+        }
+        let framed = outs[1]
+            .replace(" (telemetry log 07h, generation 4)", "")
+            .replace("t.bin", name);
+        assert!(!outs[0].is_empty(), "{cmd:?} wrote nothing");
+        assert!(
+            framed == outs[0],
+            "{cmd:?}: {name} and its telemetry log differ ({} and {} bytes)",
+            outs[0].len(),
+            framed.len()
+        );
     }
 }
 

@@ -146,6 +146,11 @@ struct ServeNvmeArgs {
     /// (firmware-sdk's library through FFI; same bytes, docs/firmware-sdk.md).
     #[arg(long, env = "HMB_EMU_NVME_PRODUCER", default_value = "rust")]
     producer: ProducerKind,
+    /// Bound of the controller's own history of trace records, which the
+    /// Telemetry log pages (07h, 08h) serve (K/M suffix; 64K ..= 33553856,
+    /// so that it fits data areas 1-3).
+    #[arg(long, default_value = "4M", value_parser = parse_size)]
+    telemetry_history: String,
 }
 
 #[derive(Subcommand)]
@@ -321,6 +326,7 @@ fn serve_nvme(args: ServeNvmeArgs) -> Result<()> {
         keep_serving: args.stay_after_disconnect,
         personality: args.personality,
         producer: args.producer,
+        telemetry_history_bytes: args.telemetry_history.parse()?,
     };
     let serving = NvmeServing::start(&opts)?;
     let stop = serving.shutdown_sender();

@@ -108,7 +108,7 @@ fn bad_input_is_a_clear_error_and_a_nonzero_exit() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
     let (a, b) = (format!("{d}/a"), format!("{d}/b"));
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 8] = [
         (
             &["serve", "--socket", &a, "--control", &b, "--hmb-size", "3M"],
             "power of two",
@@ -126,6 +126,31 @@ fn bad_input_is_a_clear_error_and_a_nonzero_exit() {
         (
             &["serve-nvme", "--socket", &a, "--control", &b, "--personality", "fast"],
             "unknown personality \"fast\"; one of: stock, tracing, refusing-probe",
+        ),
+        // The controller's telemetry history must hold a record and fit data areas 1-3.
+        (
+            &[
+                "serve-nvme",
+                "--socket",
+                &a,
+                "--control",
+                &b,
+                "--telemetry-history",
+                "1K",
+            ],
+            "a telemetry history of 1024 bytes",
+        ),
+        (
+            &[
+                "serve-nvme",
+                "--socket",
+                &a,
+                "--control",
+                &b,
+                "--telemetry-history",
+                "64M",
+            ],
+            "fit data areas 1-3 (33553856 bytes at most)",
         ),
     ];
     for (args, want) in cases {

@@ -53,6 +53,7 @@ impl Device {
             keep_serving: true,
             personality,
             producer: Default::default(),
+            telemetry_history_bytes: hmb_nvme_trace::telemetry::DEFAULT_HISTORY_BYTES,
         })
         .unwrap();
         let thread = std::thread::spawn(move || serving.run().unwrap());

@@ -6,7 +6,9 @@
 #   DMESG, PATTERN, TRACE, DAEMON_STDERR     file names in the share
 #   PROBED, RESET, FATAL, RECOVERED, DONE    checkpoint names
 #   TRACE_MODULE    nvme-hmb-trace.ko's guest path, empty for no trace
-#   PULL_TELEMETRY  1: pull NVMe Telemetry with nvme-cli (no trace module)
+#   PULL_TELEMETRY  1: pull NVMe Telemetry with nvme-cli (stock driver: two
+#                   snapshots and 08h; with the trace: one snapshot and 08h
+#                   while the daemon still runs)
 #   TELEMETRY_1, TELEMETRY_2, TELEMETRY_CONTROLLER, TELEMETRY_READS_BETWEEN,
 #   NVME_CLI, NVME_CLI_LOADER
 #                   the telemetry logs' files, the reads between the first
@@ -74,6 +76,18 @@ telemetry_pull() {
     nvmecli telemetry-log /dev/nvme0 --output-file="$SHARE/$TELEMETRY_2" > /tmp/tel.txt 2>&1 || { cat /tmp/tel.txt; fail "second nvme telemetry-log"; }
     note telemetry_reads_between "$TELEMETRY_READS_BETWEEN"
     nvmecli telemetry-log /dev/nvme0 --controller-init --output-file="$SHARE/$TELEMETRY_CONTROLLER" > /tmp/tel.txt 2>&1 || { cat /tmp/tel.txt; fail "nvme telemetry-log --controller-init"; }
+}
+
+# telemetry_traced: with the trace module and the daemon running, one
+# Host-Initiated snapshot and the Controller-Initiated log (the capture the
+# controller took when reset_controller froze the ring's first epoch) with
+# Debian's nvme-cli; the daemon then takes the records these commands made,
+# so trace.bin holds every record of both logs (harness/src/traced_telemetry.rs).
+telemetry_traced() {
+    t0=$(now_cs)
+    nvmecli telemetry-log /dev/nvme0 --output-file="$SHARE/$TELEMETRY_1" > /tmp/tel.txt 2>&1 || { cat /tmp/tel.txt; fail "nvme telemetry-log beside the trace"; }
+    nvmecli telemetry-log /dev/nvme0 --controller-init --output-file="$SHARE/$TELEMETRY_CONTROLLER" > /tmp/tel.txt 2>&1 || { cat /tmp/tel.txt; fail "nvme telemetry-log --controller-init beside the trace"; }
+    note telemetry_centiseconds $(( $(now_cs) - t0 ))
 }
 
 # fatal: the host fails the controller (CSTS.CFS) before answering: the
@@ -150,6 +164,7 @@ t1=$(now_cs)
 note qd32_centiseconds $((t1 - t0))
 note qd32_reads $((32 * QD32_PER))
 if [ -n "$TRACE_MODULE" ]; then
+    [ "$PULL_TELEMETRY" != 1 ] || telemetry_traced
     trace_stop
 elif [ "$PULL_TELEMETRY" = 1 ]; then
     telemetry_pull

@@ -46,6 +46,7 @@ pub mod qemu;
 pub mod session;
 pub mod share_wait;
 pub mod soak_nvme;
+pub mod traced_telemetry;
 pub mod truth;
 
 pub use host::{cache_dir, target_dir, workspace_root};

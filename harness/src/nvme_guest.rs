@@ -315,6 +315,9 @@ pub struct NvmeOutcome {
     pub trace: Option<TraceOutcome>,
     /// Stock driver: the Telemetry logs nvme-cli pulled, against the journal.
     pub telemetry: Option<crate::nvme_telemetry::TelemetryOutcome>,
+    /// With the trace: the Telemetry logs nvme-cli pulled beside the ring,
+    /// against trace.bin.
+    pub traced_telemetry: Option<crate::traced_telemetry::TracedTelemetryOutcome>,
     /// With the trace: the drivers against the controller's other personalities.
     pub personalities: Option<Vec<crate::nvme_personalities::PhaseOutcome>>,
     /// With the injected failure: the driver's line and the guest time
@@ -649,7 +652,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         false => None,
     };
     let mods = stage_modules(tools, &share, cfg.trace)?;
-    if !cfg.trace {
+    if cfg.controller.personality.serves_telemetry() {
         crate::nvme_cli::stage(&share)?;
     }
     std::fs::write(
@@ -821,6 +824,19 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         }
         _ => None,
     };
+    let traced_telemetry = match (&ground_truth, cfg.trace) {
+        (Some(answer), true) if cfg.controller.personality.serves_telemetry() => Some(
+            crate::traced_telemetry::check(
+                &cfg.run_dir.join(files::TELEMETRY[0]),
+                &cfg.run_dir.join(files::TELEMETRY_CONTROLLER),
+                &cfg.run_dir.join(files::TRACE),
+                &journal_truth::journal_from_ground_truth(answer)?,
+                num("telemetry_centiseconds")?,
+            )
+            .context("telemetry beside the trace")?,
+        ),
+        _ => None,
+    };
     let personalities = match &persona_audits {
         Some(audits) => Some(crate::nvme_personalities::check(audits, &share, &results)?),
         None => None,
@@ -858,6 +874,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         guest_seconds,
         trace,
         telemetry,
+        traced_telemetry,
         personalities,
         fatal_recovery: match fatal_line {
             Some(driver_line) => Some(FatalRecovery {
@@ -967,6 +984,11 @@ mod tests {
         let done = at("checkpoint \"$DONE\"");
         let removal = at("|| { trace_removal; personas; }");
         assert!(nvme < start && start < reset && reset < stop && stop < done && done < removal);
+        // Telemetry beside the trace: pulled while the daemon still runs, so
+        // trace.bin gets the records nvme-cli's commands make.
+        let pull = at("    [ \"$PULL_TELEMETRY\" != 1 ] || telemetry_traced\n");
+        assert!(reset < pull && pull < stop);
+        assert!(s.contains("PULL_TELEMETRY='1'\n"));
         let removal = s.find("trace_removal() {").unwrap();
         assert!(s[removal..].find("rmmod nvme_hmb_trace").unwrap() < s[removal..].find("rmmod nvme ||").unwrap());
     }

@@ -292,7 +292,14 @@ fn nvme_guest_tests() -> Result<()> {
                     .map(|t| format!(
                         "; {}; poll wake-up p50 {} us, p99 {} us",
                         t.summary, t.wake_latency_us[1], t.wake_latency_us[3]
-                    ))
+                    ) + &outcome
+                        .traced_telemetry
+                        .as_ref()
+                        .map(|t| format!(
+                            "; telemetry beside the ring: 07h {} of {} records in trace.bin, 08h {} of {} ({:.1} s)",
+                            t.host.common, t.host.records, t.controller.common, t.controller.records, t.pull_seconds
+                        ))
+                        .unwrap_or_default())
                     .or_else(|| outcome.telemetry.as_ref().map(|t| format!(
                         "; nvme-cli telemetry-log: generations {} and {}, {} and {} records in the journal; \
                          --controller-init: available {}, generation {}, {} records",

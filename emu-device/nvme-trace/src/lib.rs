@@ -201,6 +201,15 @@ impl NvmeTrace {
         Box::new(TraceObserver { trace: self.clone() })
     }
 
+    /// Bound the controller's own history of records, served as Telemetry
+    /// (`serve-nvme --telemetry-history`; default
+    /// [`telemetry::DEFAULT_HISTORY_BYTES`]); the oldest go if it holds more.
+    pub fn set_history_bytes(&self, bytes: usize) -> Result<(), telemetry::HistoryBytesError> {
+        let bytes = telemetry::check_history_bytes(bytes)?;
+        self.lock().history.set_capacity(bytes);
+        Ok(())
+    }
+
     pub fn journal(&self) -> Journal {
         self.lock().journal.clone()
     }

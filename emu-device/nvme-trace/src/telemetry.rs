@@ -9,6 +9,11 @@
 //! a trace.bin stream (docs/trace-file.md), so `hmb-trace-analyze` reads
 //! the log's data area as it is; the Reason Identifier
 //! (`hmb_trace_file::TelemetryReason`) gives the stream's length.
+//!
+//! The history's bound is a controller option (`serve-nvme
+//! --telemetry-history`), at most [`MAX_HISTORY_BYTES`]: the whole stream
+//! then fits data areas 1-3, so Data Area 4 is never needed (every item is
+//! counted with the EPOCH marker it may need in front of it).
 
 use std::collections::VecDeque;
 
@@ -20,6 +25,28 @@ pub const UNADOPTED_EPOCH: u64 = 0;
 
 /// Default bound of the history, in trace.bin bytes.
 pub const DEFAULT_HISTORY_BYTES: usize = 4 << 20;
+/// Largest bound: the stream (its 64-byte header and the history) fits the
+/// 65535 blocks of data areas 1-3.
+pub const MAX_HISTORY_BYTES: usize = hmb_nvme::TELEMETRY_MAX_DATA_BYTES - hmb_trace_file::FILE_HEADER_SIZE;
+/// Smallest bound: room for the largest record.
+pub const MIN_HISTORY_BYTES: usize = 64 << 10;
+
+/// A history bound outside [`MIN_HISTORY_BYTES`]..=[`MAX_HISTORY_BYTES`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a telemetry history of {0} bytes: it must hold the largest record ({MIN_HISTORY_BYTES} bytes at least) and \
+     fit data areas 1-3 ({MAX_HISTORY_BYTES} bytes at most)"
+)]
+pub struct HistoryBytesError(pub usize);
+
+/// Check a history bound (`serve-nvme --telemetry-history`).
+pub fn check_history_bytes(bytes: usize) -> Result<usize, HistoryBytesError> {
+    if (MIN_HISTORY_BYTES..=MAX_HISTORY_BYTES).contains(&bytes) {
+        Ok(bytes)
+    } else {
+        Err(HistoryBytesError(bytes))
+    }
+}
 
 #[derive(Debug, Clone)]
 enum Item {
@@ -56,10 +83,13 @@ impl Item {
     }
 }
 
-/// The newest items, bounded in bytes.
+/// The newest items, bounded in bytes: each item costs its own bytes and,
+/// when it starts a new epoch (or a new unadopted stretch), the 56-byte
+/// EPOCH marker the snapshot writes in front of it, so the stream never
+/// exceeds its header plus the bound.
 #[derive(Debug)]
 pub(crate) struct History {
-    items: VecDeque<Item>,
+    items: VecDeque<(Item, usize)>,
     bytes: usize,
     capacity: usize,
     /// The next seq of the current unadopted stretch (None: not in one).
@@ -77,12 +107,35 @@ impl History {
     }
 
     fn push(&mut self, item: Item) {
-        self.bytes += item.file_bytes();
-        self.items.push_back(item);
+        let restarts = matches!(
+            item,
+            Item::Record {
+                epoch: UNADOPTED_EPOCH,
+                seq: 0,
+                ..
+            }
+        );
+        let new_epoch = self
+            .items
+            .back()
+            .is_some_and(|(last, _)| last.epoch() != item.epoch() || restarts);
+        let cost = item.file_bytes() + if new_epoch { hmb_trace_file::MARKER_SIZE } else { 0 };
+        self.bytes += cost;
+        self.items.push_back((item, cost));
+        self.trim();
+    }
+
+    fn trim(&mut self) {
         while self.bytes > self.capacity {
-            let Some(old) = self.items.pop_front() else { break };
-            self.bytes -= old.file_bytes();
+            let Some((_, cost)) = self.items.pop_front() else { break };
+            self.bytes -= cost;
         }
+    }
+
+    /// A new bound; the oldest items go if the history is over it.
+    pub(crate) fn set_capacity(&mut self, capacity: usize) {
+        self.capacity = capacity;
+        self.trim();
     }
 
     /// A record the ring of `epoch` got (`bytes`: header and payload).
@@ -99,11 +152,14 @@ impl History {
     /// A record the ring of `epoch` had no room for.
     pub(crate) fn dropped(&mut self, epoch: u64, seq: u64) {
         self.unadopted_seq = None;
-        if let Some(Item::Lost {
-            epoch: e,
-            first_seq,
-            count,
-        }) = self.items.back_mut()
+        if let Some((
+            Item::Lost {
+                epoch: e,
+                first_seq,
+                count,
+            },
+            _,
+        )) = self.items.back_mut()
         {
             if *e == epoch && *first_seq + *count == seq {
                 *count += 1;
@@ -139,12 +195,12 @@ impl History {
     /// header, an EPOCH marker at every change of epoch, LOST and FROZEN
     /// markers where they happened. Empty history: a header only.
     pub(crate) fn snapshot(&self) -> (Vec<u8>, u64) {
-        let first = self.items.front();
+        let first = self.items.front().map(|(i, _)| i);
         let first_epoch = first.map_or(UNADOPTED_EPOCH, Item::epoch);
         let ring_size_of = |epoch: u64| {
             self.items
                 .iter()
-                .find_map(|i| match i {
+                .find_map(|(i, _)| match i {
                     Item::Record {
                         epoch: e, ring_size, ..
                     } if *e == epoch => Some(*ring_size),
@@ -162,7 +218,7 @@ impl History {
         let mut epoch = first_epoch;
         let mut last_seq: Option<u64> = None;
         let mut records = 0u64;
-        for item in &self.items {
+        for (item, _) in &self.items {
             // An unadopted stretch after a ring's epoch starts a new epoch 0:
             // its seqs start over, so it needs its EPOCH marker.
             let restart = matches!(
@@ -216,4 +272,83 @@ fn padded(bytes: &[u8]) -> Vec<u8> {
     let mut v = bytes.to_vec();
     v.resize(align_record(bytes.len() as u32 - 32) as usize, 0);
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hmb_trace_file::{ItemKind, SliceReader, FILE_HEADER_SIZE};
+
+    /// A record of `payload` bytes with seq `seq` (header and payload).
+    fn record(seq: u64, payload: usize) -> Vec<u8> {
+        let mut b = hmb_trace_abi::hmb_record_hdr {
+            length: (payload as u32).into(),
+            opcode: 0x0101.into(),
+            flags: 0.into(),
+            seq: seq.into(),
+            timestamp_ns: seq.into(),
+            source: 0.into(),
+            reserved: 0.into(),
+        }
+        .as_bytes()
+        .to_vec();
+        b.resize(32 + payload, 7);
+        b
+    }
+
+    use zerocopy::IntoBytes;
+
+    #[test]
+    fn the_bound_counts_the_epoch_markers_so_the_stream_never_exceeds_it() {
+        // The worst case for markers: one record per epoch, each one needing
+        // an EPOCH marker (56 bytes) in front of a 40-byte record.
+        let capacity = MIN_HISTORY_BYTES;
+        let mut h = History::new(capacity);
+        for epoch in 1..5000u64 {
+            h.written(epoch, 1 << 16, 0, record(0, 8));
+            h.unadopted(|seq| record(seq, 8));
+        }
+        let (stream, records) = h.snapshot();
+        assert!(
+            stream.len() <= FILE_HEADER_SIZE + capacity,
+            "{} bytes over {capacity} + header",
+            stream.len()
+        );
+        assert!(stream.len() > capacity / 2, "the history is not trimmed to nothing");
+        let items: Vec<_> = SliceReader::new(&stream).unwrap().map(Result::unwrap).collect();
+        let markers = items.iter().filter(|i| i.is_marker()).count();
+        assert_eq!(items.len() as u64 - markers as u64, records);
+        assert!(
+            markers as u64 >= records - 1,
+            "an EPOCH marker in front of every record but the first"
+        );
+        assert!(items
+            .iter()
+            .filter(|i| i.is_marker())
+            .all(|i| matches!(i.kind(), Ok(ItemKind::Marker(Marker::Epoch { .. })))));
+    }
+
+    #[test]
+    fn a_smaller_bound_drops_the_oldest_and_bounds_are_checked() {
+        let mut h = History::new(DEFAULT_HISTORY_BYTES);
+        for seq in 0..10_000 {
+            h.written(1, 1 << 16, seq, record(seq, 24));
+        }
+        let (_, all) = h.snapshot();
+        assert_eq!(all, 10_000, "4 MiB holds 10 000 records of 56 bytes");
+        h.set_capacity(MIN_HISTORY_BYTES);
+        let (stream, kept) = h.snapshot();
+        assert_eq!(kept, (MIN_HISTORY_BYTES / 56) as u64);
+        let last = SliceReader::new(&stream).unwrap().last().unwrap().unwrap();
+        assert_eq!(last.seq(), 9_999, "the newest stay");
+
+        assert_eq!(check_history_bytes(DEFAULT_HISTORY_BYTES), Ok(DEFAULT_HISTORY_BYTES));
+        assert_eq!(check_history_bytes(MAX_HISTORY_BYTES), Ok(MAX_HISTORY_BYTES));
+        assert_eq!(
+            check_history_bytes(MAX_HISTORY_BYTES + 1),
+            Err(HistoryBytesError(MAX_HISTORY_BYTES + 1))
+        );
+        assert_eq!(check_history_bytes(4096), Err(HistoryBytesError(4096)));
+        assert_eq!(MAX_HISTORY_BYTES + FILE_HEADER_SIZE, 65535 * 512);
+    }
 }

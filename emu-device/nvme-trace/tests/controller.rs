@@ -498,6 +498,48 @@ fn telemetry_serves_the_newest_records_with_and_without_a_slice(kind: ProducerKi
     );
 }
 
+/// The history's bound (`serve-nvme --telemetry-history`) is what the log
+/// page serves: with the smallest, a snapshot of many commands holds the
+/// newest records only, within the bound, ending with the newest the
+/// journal has.
+#[test]
+fn the_history_bound_limits_the_log_to_the_newest_records() {
+    use hmb_nvme_trace::telemetry::{HistoryBytesError, MIN_HISTORY_BYTES};
+    let mut r = rig_as(Personality::Tracing);
+    assert_eq!(r.trace.set_history_bytes(100), Err(HistoryBytesError(100)));
+    r.trace.set_history_bytes(MIN_HISTORY_BYTES).unwrap();
+    let data = vec![0x11u8; 4096];
+    for lba in 0..400 {
+        assert!(r.h.write_lbas(1, lba * 8, &data, 9).ok());
+    }
+    let (header, area) = telemetry_log(&mut r.h);
+    let log = [header, area].concat();
+    let parsed = hmb_trace_file::TelemetryLog::parse(&log).unwrap();
+    assert!(
+        parsed.stream.len() <= MIN_HISTORY_BYTES + hmb_trace_file::FILE_HEADER_SIZE,
+        "{} bytes",
+        parsed.stream.len()
+    );
+    let (_, markers, recs) = telemetry_items(&log);
+    assert!(markers.is_empty());
+    let journal = r.trace.journal();
+    assert!(
+        journal.unadopted.len() > recs.len(),
+        "{} records made, {} kept: the bound cut the oldest",
+        journal.unadopted.len(),
+        recs.len()
+    );
+    let all: Vec<(u64, u64, u16)> = journal.unadopted.iter().map(|e| (e.epoch, e.seq, e.opcode)).collect();
+    let start = all.iter().position(|x| *x == recs[0]).unwrap();
+    assert!(start > 0, "the bound cut the oldest records");
+    let end = start + recs.len();
+    assert_eq!(all[start..end], recs[..], "a contiguous run of the journal");
+    // After it only the admin queue's records: the Get Log Page reads that
+    // followed the create (its own fetch is in the snapshot).
+    assert!(journal.unadopted.iter().skip(end).all(|e| e.source == 0));
+    assert!(journal.unadopted.iter().take(end).any(|e| e.source != 0));
+}
+
 fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
 }

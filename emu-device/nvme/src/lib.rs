@@ -34,7 +34,7 @@ mod regs;
 mod report;
 mod status;
 
-pub use admin::{CaptureRefused, TelemetryData};
+pub use admin::{CaptureRefused, TelemetryData, TELEMETRY_MAX_DATA_BYTES};
 pub use audit::{AuditPhase, ChunkSizes, HmbAuditReport, HmbRange, HmbViolation, SetHmbSeen, VendorFeatureSeen};
 pub use config::{Backing, ControllerConfig, PciIdentity};
 pub use controller::Controller;

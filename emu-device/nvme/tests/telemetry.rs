@@ -84,7 +84,18 @@ fn lpa_bit_3_follows_the_vendor() {
 
     let (mut h, buf) = telemetry_host();
     assert!(h.admin(Command::identify(1, 0, buf)).ok());
-    assert_ne!(h.guest_read(buf, 4096)[261] & 1 << 3, 0, "LPA bit 3");
+    let lpa = h.guest_read(buf, 4096)[261];
+    assert_ne!(lpa & 1 << 3, 0, "LPA bit 3");
+    // No Data Area 4 (the vendor's data fits areas 1-3, docs/nvme-controller.md):
+    // LPA bit 6 clear, and Host Behavior Support (16h), whose ETDAS would turn
+    // area 4 on, is not a feature of this controller.
+    assert_eq!(lpa & 1 << 6, 0, "LPA bit 6");
+    assert_eq!(
+        h.admin(Command::new(0x0A).cdw(10, 0x16).prp1(buf)).status,
+        Status::INVALID_FIELD
+    );
+    let (_, hdr) = telemetry(&mut h, buf, 0, 512, true);
+    assert_eq!(&hdr[14..20], &[0; 6], "Data Area 4 Last Block (bytes 16..20) is 0");
 }
 
 #[test]

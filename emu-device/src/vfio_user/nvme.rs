@@ -110,6 +110,9 @@ pub struct NvmeServeOptions {
     /// Which producer writes the trace ring: the Rust firmware model
     /// (default) or firmware-sdk's C library (docs/firmware-sdk.md).
     pub producer: ProducerKind,
+    /// Bound of the controller's own history of trace records, served as
+    /// NVMe Telemetry (hmb-nvme-trace's telemetry.rs; 64 KiB ..= about 32 MiB).
+    pub telemetry_history_bytes: usize,
 }
 
 impl NvmeServeOptions {
@@ -198,6 +201,9 @@ impl NvmeServing {
             )));
         }
         let (shared, trace) = controller_with(cfg, opts.personality, opts.producer)?;
+        trace
+            .set_history_bytes(opts.telemetry_history_bytes)
+            .map_err(|e| EmuError::Control(e.to_string()))?;
         let (tx, rx) = channel();
         let serve_tx = tx.clone();
         let server = VfioUserServer::start(

@@ -78,8 +78,24 @@ pub fn boot(args: &Boot, run_dir: &Path, phases: &mut Phases) -> Result<NvmeOutc
     if let Some(analyzer) = analyzer {
         let trace_bin = run_dir.join(nvme_guest::files::TRACE);
         phases.run("analyze", || super::analyze(&sh, &analyzer, run_dir, &trace_bin))?;
+        if outcome.traced_telemetry.is_some() {
+            phases.run("analyze telemetry", || analyze_telemetry(&sh, &analyzer, run_dir))?;
+        }
     }
     Ok(outcome)
+}
+
+/// The analyzer on the Host-Initiated log nvme-cli pulled beside the trace,
+/// as a stock-kernel user runs it (README, "Tracing with a stock kernel"):
+/// its header, then `info` reading the log as a trace; into telemetry.txt.
+fn analyze_telemetry(sh: &Shell, analyzer: &Path, run_dir: &Path) -> Result<()> {
+    let log = run_dir.join(nvme_guest::files::TELEMETRY[0]);
+    let header = cmd!(sh, "{analyzer} telemetry {log}").read()?;
+    let info = cmd!(sh, "{analyzer} info {log}").read()?;
+    let text = format!("{header}\n\n{info}\n");
+    print!("{text}");
+    std::fs::write(run_dir.join("telemetry.txt"), text)?;
+    Ok(())
 }
 
 pub fn print(outcome: &NvmeOutcome, run_dir: &Path) {
@@ -138,6 +154,17 @@ pub fn print(outcome: &NvmeOutcome, run_dir: &Path) {
             );
         }
     }
+    if let Some(t) = &outcome.traced_telemetry {
+        println!(
+            "  telemetry beside the trace (Debian's nvme-cli, {:.1} s of guest time for both logs):",
+            t.pull_seconds
+        );
+        println!("    Host-Initiated (07h): {}", t.host.summary());
+        println!(
+            "    Controller-Initiated (08h, reset_controller's FROZEN): {}",
+            t.controller.summary()
+        );
+    }
     if let Some(t) = &outcome.trace {
         println!(
             "  trace: patched nvme.ko ({}), {} KiB ring; {}",
@@ -160,6 +187,9 @@ pub fn print(outcome: &NvmeOutcome, run_dir: &Path) {
         "trace.bin",
         "info.txt",
         "report.html",
+        "telemetry.txt",
+        "telemetry-1.bin",
+        "telemetry-controller.bin",
         "ground-truth.json",
         "emu-stats.json",
         "dmesg.txt",

@@ -9,7 +9,7 @@ mod queues;
 mod telemetry;
 
 pub(crate) use error_log::{ErrorLog, ErrorRecord, NOT_A_COMMAND};
-pub use telemetry::{CaptureRefused, TelemetryData};
+pub use telemetry::{CaptureRefused, TelemetryData, MAX_DATA_BYTES as TELEMETRY_MAX_DATA_BYTES};
 pub(crate) use telemetry::{ControllerTelemetry, HostTelemetry};
 
 pub(crate) use identify::WCTEMP;

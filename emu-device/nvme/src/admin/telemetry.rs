@@ -8,8 +8,9 @@
 /// Telemetry data is framed in blocks of 512 bytes; block 0 is the header.
 pub(crate) const BLOCK: usize = 512;
 /// Data Area 3 Last Block is 16 bits: the most blocks data areas 1-3 can hold after the
-/// header (no Data Area 4: LPA bit 6 stays 0).
-pub(crate) const MAX_DATA_BYTES: usize = (u16::MAX as usize) * BLOCK;
+/// header (no Data Area 4: LPA bit 6 stays 0). The vendor keeps its data within it
+/// (hmb-nvme-trace bounds its history so that its stream fits).
+pub const MAX_DATA_BYTES: usize = (u16::MAX as usize) * BLOCK;
 
 /// What the vendor hands the controller when the host asks for a new snapshot.
 #[derive(Clone, Debug, PartialEq, Eq)]
