@@ -5,7 +5,7 @@
 # that script's step, fail, run, wait_for and $GUEST_LOG. Set by the host:
 #   TOOLS_DIR, TOOLS_DONE, TOOLS_OK  its answers' folder in the share, and
 #                                    the rendezvous files with the host
-#   FIO_JOBS       NAME IODEPTH OFFSET_MIB SIZE_MIB of each fio job
+#   FIO_JOBS       NAME ENGINE BS_KIB IODEPTH OFFSET_MIB SIZE_MIB of each fio job
 #   DSM_AT_MIB, WZ_AT_MIB, RANGE_MIB  where the discard checks write
 #   PROBE_FILE     the file the host reads back from the media
 #   ASSERTED, TELEMETRY_CONTROLLER  the host's "firmware assert injected"
@@ -135,20 +135,21 @@ nvme_tools() {
     echo "past_end_lba=$lbas" >> "$out/guest.txt"
     nv error-log.bin error-log "$ctrl" -b
 
-    step "nvme: fio randwrite + crc32c verify, libaio, direct, QD1 and QD32"
+    step "nvme: fio randwrite + crc32c verify, libaio and io_uring, 4 KiB and 128 KiB, QD1 and QD32"
     fio_job() {
         name=$1; shift
-        fio --name="$name" --filename="$ns" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
+        fio --name="$name" --filename="$ns" --direct=1 --rw=randwrite \
             --verify=crc32c --verify_fatal=1 --do_verify=1 --output-format=json \
             --output="$out/fio-${name}.json" "$@" >> "$GUEST_LOG" 2>&1 || fail "fio $name (exit $?)"
     }
     smart before-fio
-    # $FIO_JOBS unquoted: NAME IODEPTH OFFSET_MIB SIZE_MIB, four words a job.
+    # $FIO_JOBS unquoted: NAME ENGINE BS_KIB IODEPTH OFFSET_MIB SIZE_MIB,
+    # six words a job.
     # shellcheck disable=SC2086
     set -- $FIO_JOBS
-    while [ $# -ge 4 ]; do
-        fio_job "$1" --iodepth="$2" --offset="$3M" --size="$4M"
-        shift 4
+    while [ $# -ge 6 ]; do
+        fio_job "$1" --ioengine="$2" --bs="$3k" --iodepth="$4" --offset="$5M" --size="$6M"
+        shift 6
     done
     smart after-fio
 

@@ -42,9 +42,15 @@ pub const STATUS_FILE: &str = "nvme-status.json";
 pub const ASSERTED: &str = "nvme-assert.done";
 pub const TELEMETRY_CONTROLLER: &str = "telemetry-controller.bin";
 
-/// fio jobs: name, iodepth, offset and size in MiB (4 KiB random writes,
-/// then fio's own read-back with crc32c verification).
-const FIO_JOBS: [(&str, u32, u64, u64); 2] = [("qd1", 1, 0, 4), ("qd32", 32, 8, 8)];
+/// fio jobs: name, I/O engine, block size in KiB, iodepth, offset and size
+/// in MiB (random writes, then fio's own read-back with crc32c
+/// verification): 4 KiB and 128 KiB, QD1 and QD32, libaio and io_uring.
+const FIO_JOBS: [(&str, &str, u64, u32, u64, u64); 4] = [
+    ("qd1", "libaio", 4, 1, 0, 4),
+    ("qd32", "libaio", 4, 32, 8, 8),
+    ("uring-qd1", "io_uring", 4, 1, 4, 4),
+    ("uring-128k-qd32", "io_uring", 128, 32, 16, 16),
+];
 /// Where the discard checks write, discard and read back (MiB, 4 MiB each).
 const DSM_AT_MIB: u64 = 32;
 const WZ_AT_MIB: u64 = 40;
@@ -75,7 +81,7 @@ const PROBE_FILE: &str = "data/r3";
 pub fn guest_section(script: Script) -> Script {
     let fio: Vec<String> = FIO_JOBS
         .iter()
-        .map(|(name, qd, off, size)| format!("{name} {qd} {off} {size}"))
+        .map(|(name, engine, bs, qd, off, size)| format!("{name} {engine} {bs} {qd} {off} {size}"))
         .collect();
     script
         .set("TOOLS_DIR", DIR)
@@ -482,10 +488,12 @@ pub fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
     );
     let mut fio_bytes = Vec::new();
     let mut fio_total = 0;
-    for (name, _, _, mib) in FIO_JOBS {
+    let mut fio_writes = 0;
+    for (name, _, bs_kib, _, _, mib) in FIO_JOBS {
         let json = String::from_utf8_lossy(&read(dir, &format!("fio-{name}.json"))?).into_owned();
         let b = fio_written(&json, mib << 20).with_context(|| format!("fio job {name}"))?;
         fio_total += b;
+        fio_writes += b / (bs_kib << 10);
         fio_bytes.push((name.to_string(), b));
     }
     // The jobs across nvme reset and across a Controller Fatal Status: every
@@ -518,8 +526,8 @@ pub fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
     let commands = rise(before_fio.host_write_commands, after_fio.host_write_commands)?;
     let units = rise(before_fio.data_units_written, after_fio.data_units_written)?;
     ensure!(
-        commands == u128::from(fio_total / 4096) && units + 1 >= data_units(fio_total),
-        "SMART across fio: {commands} write commands and {units} data units, fio wrote {fio_total} bytes in 4 KiB writes"
+        commands == u128::from(fio_writes) && units + 1 >= data_units(fio_total),
+        "SMART across fio: {commands} write commands and {units} data units, fio wrote {fio_total} bytes in {fio_writes} writes"
     );
     ensure!(
         after_dsm.host_write_commands == before_dsm.host_write_commands
@@ -895,7 +903,7 @@ mod tests {
     fn the_section_gets_the_fio_jobs_and_the_ranges() {
         let s = guest_section(Script::new()).build();
         for want in [
-            "FIO_JOBS='qd1 1 0 4 qd32 32 8 8'\n",
+            "FIO_JOBS='qd1 libaio 4 1 0 4 qd32 libaio 4 32 8 8 uring-qd1 io_uring 4 1 4 4 uring-128k-qd32 io_uring 128 32 16 16'\n",
             "WZ_AT_MIB='40'\n",
             "TOOLS_DONE='nvme-tools.done'\n",
             "PROBE_FILE='data/r3'\n",
