@@ -5,6 +5,10 @@
 //! QEMU's. Both namespaces are sparse files of the same size read through
 //! the host's page cache (serve-nvme's pread/pwrite on its backing file;
 //! QEMU's drive with `cache=writeback`, its default, `aio=threads`).
+//! The same boot then measures the cost of tracing (`COST_JOBS`: the
+//! series' nvme.ko with the module and the daemon tracing against
+//! `hmb_trace_kb=0`) and reports probe times and the guest's uptime at the
+//! first fio I/O (`Timings`).
 //! It is a bench (`cargo xtask bench --nvme`), not a test: nothing here
 //! judges the figures. docs/performance.md has the figures.
 
