@@ -1,7 +1,9 @@
 # shellcheck shell=sh
 # The full Debian guest's check (harness/src/full_guest/script.rs), run as
 # root by hmbt-check.service: a user's installation on a host, step by
-# step; after full-guest-nvme-tools.sh. Set by the host:
+# step; after full-guest-nvme-tools.sh and full-guest-nvme-traced.sh (the
+# NVMe controller's traced run, between modprobe -r and dkms remove). Set by
+# the host:
 #   SHARE                     the 9p share
 #   LOG, JOURNAL, DMESG, TRACE             files it writes in the share
 #   UDEV_RULE, DAEMON, UNIT_FILE, KMOD, DKMS_TAR  what the host staged there
@@ -133,6 +135,7 @@ step "trace.bin $(stat -c %s /var/lib/hmb-trace/trace.bin) bytes, owner $(stat -
 step "modprobe -r $PKG_NAME; dkms remove $PKG_ID --all"
 run modprobe -r "$PKG_NAME"
 wait_for 30 "$node still there after modprobe -r" test ! -e "$node"
+nvme_traced
 run dkms remove "$PKG_ID" --all
 modinfo "$PKG_NAME" >/dev/null 2>&1 && fail "modinfo still finds $PKG_NAME after dkms remove"
 [ -z "$(dkms status "$PKG_ID")" ] || fail "dkms still lists $PKG_ID: $(dkms status "$PKG_ID")"

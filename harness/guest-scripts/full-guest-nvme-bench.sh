@@ -7,6 +7,11 @@
 #   JOBS       one job a line: NAME|FIO ARGUMENTS
 #   REPS       repetitions of every job on each controller
 #   RUNTIME_S  seconds per fio job (after one second of ramp)
+#   COST_JOBS  the cost of tracing, one job a line: NAME|FIO ARGUMENTS, run
+#              on our controller under the series' nvme.ko with the module
+#              and the daemon tracing, and with hmb_trace_kb=0 (no slice)
+#   SERIES_NVME, DKMS_TAR, DAEMON  the series' nvme.ko, DKMS's build of the
+#              module and the static daemon, in the share
 echo "HMBT-STEP PID 1 is $(cat /proc/1/comm): nvme bench"
 fail() { echo "HMBT-ERROR $*"; dmesg > "$SHARE/dmesg.txt"; echo "HMBT-RESULT rc=1"; exit 1; }
 ours=; qemu=; i=0
@@ -36,6 +41,10 @@ run_job() {
             || fail "fio $1 on $who ($dev)"
     done
 }
+# The guest's uptime (seconds since the kernel started) at the first fio
+# I/O on our controller, and which controller is ours (the probe times).
+echo "first_io_uptime=$(cut -d' ' -f1 /proc/uptime)" > "$SHARE/timing.txt"
+echo "ours=$(basename "$ours" n1)" >> "$SHARE/timing.txt"
 rep=1
 while [ $rep -le "$REPS" ]; do
     # A redirected loop, not a pipe: fail must end the script, not a subshell.
@@ -47,4 +56,76 @@ JOBS_END
     echo "HMBT-STEP rep $rep done"
     rep=$((rep + 1))
 done
+
+# The cost of tracing: the series' nvme.ko, off (hmb_trace_kb=0) and on
+# (its default slice, the module, the daemon --follow), alternating.
+mkdir -p /tmp/dkms
+tar -C /tmp/dkms -xf "$SHARE/$DKMS_TAR" || fail "unpacking $DKMS_TAR"
+tko=$(find /tmp/dkms -name 'nvme-hmb-trace.ko*' | head -n 1)
+[ -n "$tko" ] || fail "no nvme-hmb-trace.ko in $DKMS_TAR"
+# series [ARGS]: the series' nvme.ko (with ARGS) on both controllers; $ours
+# is ours again.
+series() {
+    rmmod nvme_hmb_trace 2>/dev/null
+    rmmod nvme || fail "rmmod nvme"
+    t0=$(date +%s%N)
+    insmod "$SHARE/$SERIES_NVME" "$@" || fail "insmod the series' nvme.ko $*"
+    ours=; i=0
+    while [ -z "$ours" ] && [ $i -lt 600 ]; do
+        for c in /sys/class/nvme/nvme*; do
+            n=$(basename "$c")
+            if [ ! -b "/dev/${n}n1" ] || [ "$(cat "$c/state")" != live ]; then continue; fi
+            case "$(cat "$c/model")" in QEMU*) ;; *) ours=/dev/${n}n1; octrl=$c ;; esac
+        done
+        [ -n "$ours" ] || { sleep 0.05; i=$((i + 1)); }
+    done
+    [ -n "$ours" ] || fail "the series' nvme.ko did not bind our controller"
+    echo "series_probe_ms=$(( ($(date +%s%N) - t0) / 1000000 ))" >> "$SHARE/timing.txt"
+}
+cost_job() {
+    # $2 unquoted: fio's arguments, a word each.
+    # shellcheck disable=SC2086
+    fio --name="$1" --filename="$ours" --ioengine=io_uring --direct=1 --size=64M \
+        --time_based --runtime="$RUNTIME_S" --ramp_time=1 --output-format=json \
+        --output="$SHARE/fio-$1-$3-$rep.json" $2 < /dev/null > /dev/null 2>>"$SHARE/fio.stderr" \
+        || fail "fio $1 with the trace $3"
+}
+cost_rep() {
+    if [ $((rep % 2)) -eq 1 ]; then order="on off"; else order="off on"; fi
+    for mode in $order; do
+        if [ "$mode" = off ]; then
+            series hmb_trace_kb=0
+        else
+            series
+            insmod "$tko" || fail "insmod $tko"
+            pci=$(readlink -f "$octrl/device"); node=; i=0
+            while [ -z "$node" ] && [ $i -lt 200 ]; do
+                for d in /sys/class/nvme-hmb-trace/nvme-hmb-trace*; do
+                    [ "$(readlink -f "$d/device")" = "$pci" ] && [ -c "/dev/${d##*/}" ] && node=/dev/${d##*/}
+                done
+                [ -n "$node" ] || { sleep 0.05; i=$((i + 1)); }
+            done
+            [ -n "$node" ] || fail "no trace node of our controller's slice"
+            "$SHARE/$DAEMON" --device "$node" --output /tmp/cost.bin --follow 2>>"$SHARE/daemon.stderr" &
+            dpid=$!
+        fi
+        while IFS='|' read -r name args; do
+            [ -n "$name" ] && cost_job "$name" "$args" "$mode"
+        done <<COST_END
+$COST_JOBS
+COST_END
+        if [ "$mode" = on ]; then
+            kill -TERM "$dpid"; wait "$dpid" || fail "the daemon exited $?"
+            echo "trace_bytes_$rep=$(stat -c %s /tmp/cost.bin)" >> "$SHARE/timing.txt"
+            rm -f /tmp/cost.bin
+        fi
+    done
+}
+rep=1
+while [ $rep -le "$REPS" ]; do
+    cost_rep
+    echo "HMBT-STEP cost of tracing, rep $rep done"
+    rep=$((rep + 1))
+done
+dmesg > "$SHARE/dmesg.txt"
 echo "HMBT-RESULT rc=0"

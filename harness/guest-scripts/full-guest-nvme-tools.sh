@@ -5,7 +5,7 @@
 # that script's step, fail, run, wait_for and $GUEST_LOG. Set by the host:
 #   TOOLS_DIR, TOOLS_DONE, TOOLS_OK  its answers' folder in the share, and
 #                                    the rendezvous files with the host
-#   FIO_JOBS       NAME IODEPTH OFFSET_MIB SIZE_MIB of each fio job
+#   FIO_JOBS       NAME ENGINE BS_KIB IODEPTH OFFSET_MIB SIZE_MIB of each fio job
 #   DSM_AT_MIB, WZ_AT_MIB, RANGE_MIB  where the discard checks write
 #   PROBE_FILE     the file the host reads back from the media
 #   ASSERTED, TELEMETRY_CONTROLLER  the host's "firmware assert injected"
@@ -14,15 +14,63 @@
 #   RESET_JOB_AT_MIB, RESET_JOB_MIB, RESET_JOB_WRITE_IOPS, RESET_AFTER_WRITES
 #                  fio's verifying job across nvme reset, and after how
 #                  many of its writes the reset is sent
+#   FATAL_JOB_AT_MIB  where the same job runs across a Controller Fatal
+#                  Status the host sets (ask_fatal)
+# Writes completed on the namespace (field 5 of the block device's stat).
+nvme_writes() { awk '{print $5}' /sys/block/nvme0n1/stat; }
+# Called through wait_for.
+# shellcheck disable=SC2317
+nvme_live() { [ "$(cat /sys/class/nvme/nvme0/state)" = live ]; }
+# Called through wait_for: the running job has completed $after writes.
+# shellcheck disable=SC2317
+nvme_job_wrote() { [ $(( $(nvme_writes) - w0 )) -ge "$after" ]; }
+# ask_fatal TAG: the host sets Controller Fatal Status (inject reset on the
+# control socket) once $SHARE/nvme-fatal-TAG.ask exists, and answers with
+# nvme-fatal-TAG.done once it has seen CSTS.CFS set.
+ask_fatal() {
+    touch "$SHARE/nvme-fatal-$1.ask"
+    wait_for 120 "the host did not fail the controller ($1)" test -e "$SHARE/nvme-fatal-$1.done"
+}
+# fio_across NAME AT_MIB MIB RATE ACTION:AFTER...: fio's crc32c-verifying
+# 4 KiB random writes (libaio, direct, QD8; writes held to RATE IOPS unless
+# RATE is 0) over MIB MiB at AT_MIB, into $out/fio-NAME.json; each ACTION
+# (reset: nvme reset; fatal-TAG: ask_fatal TAG) is taken once AFTER of the
+# job's writes have completed, noted as NAME.ACTION_after_writes in
+# guest.txt. The namespace's I/O timeout is 3 s during the job: the driver
+# looks at CSTS only when a command times out (30 s by default).
+fio_across() {
+    name=$1; at=$2; mib=$3; rate=$4; shift 4
+    q=/sys/block/nvme0n1/queue/io_timeout
+    timeout0=$(cat "$q")
+    echo 3000 > "$q" || fail "setting $q"
+    w0=$(nvme_writes)
+    fio --name="$name" --filename=/dev/nvme0n1 --ioengine=libaio --direct=1 --rw=randwrite --bs=4k --iodepth=8 \
+        --rate_iops=,"$rate" --offset="${at}M" --size="${mib}M" \
+        --verify=crc32c --verify_fatal=1 --do_verify=1 \
+        --output-format=json --output="$out/fio-${name}.json" >> "$GUEST_LOG" 2>&1 &
+    fio_pid=$!
+    # Not "what": wait_for sets that one.
+    for action in "$@"; do
+        act=${action%%:*}; after=${action#*:}
+        wait_for 300 "fio $name made no $after writes" nvme_job_wrote
+        echo "$name.${act}_after_writes=$(( $(nvme_writes) - w0 ))" >> "$out/guest.txt"
+        case $act in
+            reset) run nvme reset /dev/nvme0 ;;
+            fatal-*) ask_fatal "${act#fatal-}" ;;
+            *) fail "fio_across: unknown action $act" ;;
+        esac
+    done
+    wait $fio_pid || fail "fio $name through $* (exit $?)"
+    wait_for 60 "nvme0 is not live after fio $name" nvme_live
+    echo "$timeout0" > "$q" || fail "restoring $q"
+}
+
 nvme_tools() {
     out="$SHARE/$TOOLS_DIR"
     mkdir -p "$out"
     ctrl=/dev/nvme0
     ns=/dev/nvme0n1
     wait_for 120 "no $ns: the stock nvme driver did not bind emu-device's controller" test -b "$ns"
-    # Called through wait_for.
-    # shellcheck disable=SC2317
-    nvme_live() { [ "$(cat /sys/class/nvme/nvme0/state)" = live ]; }
     wait_for 60 "nvme0 is not live" nvme_live
     step "nvme: $ns on $(basename "$(readlink /sys/class/nvme/nvme0/device/driver)"), $(nvme version | head -n 1), $(fio --version)"
     wait_for 120 "the host injected no firmware assert" test -e "$SHARE/$ASSERTED"
@@ -87,40 +135,28 @@ nvme_tools() {
     echo "past_end_lba=$lbas" >> "$out/guest.txt"
     nv error-log.bin error-log "$ctrl" -b
 
-    step "nvme: fio randwrite + crc32c verify, libaio, direct, QD1 and QD32"
+    step "nvme: fio randwrite + crc32c verify, libaio and io_uring, 4 KiB and 128 KiB, QD1 and QD32"
     fio_job() {
         name=$1; shift
-        fio --name="$name" --filename="$ns" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
+        fio --name="$name" --filename="$ns" --direct=1 --rw=randwrite \
             --verify=crc32c --verify_fatal=1 --do_verify=1 --output-format=json \
             --output="$out/fio-${name}.json" "$@" >> "$GUEST_LOG" 2>&1 || fail "fio $name (exit $?)"
     }
     smart before-fio
-    # $FIO_JOBS unquoted: NAME IODEPTH OFFSET_MIB SIZE_MIB, four words a job.
+    # $FIO_JOBS unquoted: NAME ENGINE BS_KIB IODEPTH OFFSET_MIB SIZE_MIB,
+    # six words a job.
     # shellcheck disable=SC2086
     set -- $FIO_JOBS
-    while [ $# -ge 4 ]; do
-        fio_job "$1" --iodepth="$2" --offset="$3M" --size="$4M"
-        shift 4
+    while [ $# -ge 6 ]; do
+        fio_job "$1" --ioengine="$2" --bs="$3k" --iodepth="$4" --offset="$5M" --size="$6M"
+        shift 6
     done
     smart after-fio
 
     step "nvme: fio randwrite + crc32c verify through nvme reset"
-    # Writes completed on the namespace (field 5 of the block device's stat).
-    writes() { awk '{print $5}' /sys/block/nvme0n1/stat; }
-    w0=$(writes)
-    fio --name=reset --filename="$ns" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k --iodepth=8 \
-        --rate_iops=,"$RESET_JOB_WRITE_IOPS" --offset="${RESET_JOB_AT_MIB}M" --size="${RESET_JOB_MIB}M" \
-        --verify=crc32c --verify_fatal=1 --do_verify=1 \
-        --output-format=json --output="$out/fio-reset.json" >> "$GUEST_LOG" 2>&1 &
-    fio_pid=$!
-    # Called through wait_for.
-    # shellcheck disable=SC2317
-    writing() { [ $(( $(writes) - w0 )) -ge "$RESET_AFTER_WRITES" ]; }
-    wait_for 60 "fio made no $RESET_AFTER_WRITES writes" writing
-    echo "reset_after_writes=$(( $(writes) - w0 ))" >> "$out/guest.txt"
-    run nvme reset "$ctrl"
-    wait $fio_pid || fail "fio through nvme reset (exit $?)"
-    wait_for 60 "nvme0 is not live after nvme reset" nvme_live
+    fio_across reset "$RESET_JOB_AT_MIB" "$RESET_JOB_MIB" "$RESET_JOB_WRITE_IOPS" "reset:$RESET_AFTER_WRITES"
+    step "nvme: fio randwrite + crc32c verify through a Controller Fatal Status (the host's inject reset)"
+    fio_across fatal "$FATAL_JOB_AT_MIB" "$RESET_JOB_MIB" "$RESET_JOB_WRITE_IOPS" "fatal-tools:$RESET_AFTER_WRITES"
 
     step "nvme: blkdiscard (DSM deallocate) and blkdiscard -z (Write Zeroes), read back"
     # range_check MIB FILE: the 4 MiB at MIB read back (O_DIRECT) equal FILE.

@@ -115,6 +115,9 @@ pub const FULL_GUEST_CHECK: ScriptFile = script_file!("full-guest-check.sh");
 /// The full guest's NVMe tools section: a function the check calls.
 pub const FULL_GUEST_NVME_TOOLS: ScriptFile = script_file!("full-guest-nvme-tools.sh");
 
+/// The full guest's traced run on the NVMe controller: a function the check calls.
+pub const FULL_GUEST_NVME_TRACED: ScriptFile = script_file!("full-guest-nvme-traced.sh");
+
 /// `cargo xtask bench --nvme`'s fio jobs in the full guest.
 pub const FULL_GUEST_NVME_BENCH: ScriptFile = script_file!("full-guest-nvme-bench.sh");
 
@@ -130,6 +133,7 @@ pub const ALL_FILES: &[ScriptFile] = &[
     NVME_SMOKE,
     FULL_GUEST_CHECK,
     FULL_GUEST_NVME_TOOLS,
+    FULL_GUEST_NVME_TRACED,
     FULL_GUEST_NVME_BENCH,
 ];
 

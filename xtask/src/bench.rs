@@ -136,6 +136,12 @@ const NVME: &[(&str, Target, &str)] = &[
     ("nvme_read_128k_qd16", Target::Ratio(1.0), "as nvme_randread_4k_qd1, 128 KiB sequential read at QD16, MB/s"),
     ("nvme_read_1m_qd1", Target::Ratio(1.0), "as nvme_randread_4k_qd1, 1 MiB sequential read at QD1, MB/s"),
     ("nvme_write_1m_qd1", Target::Ratio(1.0), "as nvme_randread_4k_qd1, 1 MiB sequential write at QD1, MB/s"),
+    (
+        "nvme_trace_cost_4k_qd1",
+        Target::Ratio(0.97),
+        "the cost of tracing: fio 4 KiB random read, io_uring, direct, QD1 on emu-device's controller in the same boot, under the patch series' nvme.ko with the module and the daemon tracing, IOPS (median of --nvme-reps); baseline: the series' nvme.ko with hmb_trace_kb=0, alternating",
+    ),
+    ("nvme_trace_cost_4k_qd32", Target::Ratio(0.97), "as nvme_trace_cost_4k_qd1 at QD32"),
 ];
 
 const GUEST: (&str, Target, &str) = (
@@ -290,19 +296,30 @@ impl Bench {
             runtime_s: if self.quick { 1 } else { self.nvme_runtime },
         };
         let mut phases = hmb_harness::phases::Phases::new();
-        let figures = nvme_bench::run(sh, &opts, &mut phases)?;
+        let (figures, timings) = nvme_bench::run(sh, &opts, &mut phases)?;
         phases.summary();
-        std::fs::write(opts.run_dir.join("nvme.json"), serde_json::to_string_pretty(&figures)?)?;
+        std::fs::write(
+            opts.run_dir.join("nvme.json"),
+            serde_json::to_string_pretty(&json!({ "figures": figures, "timings": timings }))?,
+        )?;
+        println!(
+            "    nvme probe at boot (stock driver, pci function to I/O queues): ours {:.0} ms, QEMU's nvme {:.0} ms; series nvme.ko insmod to a live namespace (median): {:.0} ms; guest uptime at the first fio I/O: {:.1} s; trace bytes per traced rep: {:?}",
+            timings.boot_probe_ours_ms,
+            timings.boot_probe_qemu_ms,
+            timings.series_insmod_to_live_ms,
+            timings.uptime_at_first_io_s,
+            timings.trace_bytes_per_rep
+        );
         Ok(figures
             .into_iter()
             .map(|f| {
-                println!("    {}: ours {:?}, QEMU's {:?} {}", f.figure, f.ours, f.qemu, f.unit);
+                println!("    {}: {:?}, baseline {:?} {}", f.figure, f.ours, f.qemu, f.unit);
                 json!({
                     "figure": f.figure,
                     "unit": f.unit,
                     "value": f.value,
                     "baseline": f.baseline,
-                    "baseline_what": "QEMU 11.1 -device nvme, same guest, same boot",
+                    "baseline_what": f.baseline_what,
                     "ratio": f.ratio,
                 })
             })

@@ -75,6 +75,7 @@ impl HostIntegration {
         println!("run folder: {}", opts.run_dir.display());
         let outcome = result?;
         println!("nvme tools: {}", outcome.nvme.summary());
+        println!("nvme traced: {}", outcome.traced.summary());
         println!("ground truth: {}", outcome.truth.summary());
         if !outcome.truth.passed() {
             bail!("trace.bin does not match what the firmware model produced");

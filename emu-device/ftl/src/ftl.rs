@@ -26,6 +26,14 @@ pub(crate) struct Line {
     pub valid: u32,
 }
 
+/// One page of a host read: its physical page, and where its bytes go in the buffer.
+struct PageRead {
+    ppn: u32,
+    at: usize,
+    in_page: usize,
+    n: usize,
+}
+
 /// Counters of the FTL's work (the report, the write-amplification figure).
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct FtlStats {
@@ -161,9 +169,13 @@ impl Ftl {
     pub fn read(&mut self, off: u64, buf: &mut [u8], now: u64, ev: &mut Vec<FtlEvent>) -> Result<u64, FtlError> {
         self.check_range(off, buf.len() as u64)?;
         let pb = self.geo.page_bytes;
-        let mut page = vec![0u8; pb as usize];
         let mut end = now;
         let mut at = 0usize;
+        // The NAND operations are modelled (and their events made) page by page, in
+        // order; the data is read afterwards, a run of physically consecutive pages in
+        // one medium read straight into `buf` (a large sequential read is one pread, not
+        // one per page: the copy and the syscalls were most of a 1 MiB read's time).
+        let mut pages: Vec<PageRead> = Vec::with_capacity(buf.len().div_ceil(pb as usize));
         while at < buf.len() {
             let pos = off + at as u64;
             let lpn = (pos / pb) as u32;
@@ -174,12 +186,43 @@ impl Ftl {
                 buf[at..at + n].fill(0);
                 end = end.max(t);
             } else {
-                end = end.max(self.nand_read(ppn, &mut page, Purpose::Host, t, ev)?);
-                buf[at..at + n].copy_from_slice(&page[in_page..in_page + n]);
+                end = end.max(self.nand_read_op(ppn, Purpose::Host, t, ev));
+                pages.push(PageRead { ppn, at, in_page, n });
             }
             at += n;
         }
+        self.read_pages(&pages, buf)?;
         Ok(end)
+    }
+
+    /// The data of `pages` (as `read` listed them) into `buf`.
+    fn read_pages(&self, pages: &[PageRead], buf: &mut [u8]) -> Result<(), FtlError> {
+        let pb = self.geo.page_bytes as usize;
+        let whole = |p: &PageRead| p.in_page == 0 && p.n == pb;
+        let mut i = 0;
+        while i < pages.len() {
+            let first = &pages[i];
+            if !whole(first) {
+                let mut page = vec![0u8; pb];
+                self.medium.read_at(self.geo.data_at(first.ppn), &mut page)?;
+                buf[first.at..first.at + first.n].copy_from_slice(&page[first.in_page..first.in_page + first.n]);
+                i += 1;
+                continue;
+            }
+            let mut j = i + 1;
+            while j < pages.len()
+                && whole(&pages[j])
+                && pages[j].ppn == pages[j - 1].ppn + 1
+                && pages[j].at == pages[j - 1].at + pb
+            {
+                j += 1;
+            }
+            let len = (j - i) * pb;
+            self.medium
+                .read_at(self.geo.data_at(first.ppn), &mut buf[first.at..first.at + len])?;
+            i = j;
+        }
+        Ok(())
     }
 
     /// Write `data` at `off`: each touched page goes to a new place on the log (a partial
@@ -314,10 +357,16 @@ impl Ftl {
         ev: &mut Vec<FtlEvent>,
     ) -> Result<u64, FtlError> {
         self.medium.read_at(self.geo.data_at(ppn), buf)?;
+        Ok(self.nand_read_op(ppn, purpose, now, ev))
+    }
+
+    /// The modelled NAND read of `ppn` (counted, timed, its event made) without its data:
+    /// the caller reads the data itself; returns when the read ends.
+    fn nand_read_op(&mut self, ppn: u32, purpose: Purpose, now: u64, ev: &mut Vec<FtlEvent>) -> u64 {
         self.stats.nand_reads += 1;
         let op = self.clock.run(NandOpKind::Read, purpose, self.geo.place(ppn), now, 0);
         ev.push(FtlEvent::Nand(op));
-        Ok(op.start_ns + u64::from(op.latency_ns))
+        op.start_ns + u64::from(op.latency_ns)
     }
 
     /// The next page of the log's frontier (a new line when the open one is full: the free

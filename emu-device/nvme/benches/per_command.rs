@@ -1,6 +1,7 @@
 //! The controller's own cost per command over the in-process fake host (no transport).
 //! `cargo bench -p hmb-nvme` prints ns per command for 4 KiB reads and writes at QD1 and
-//! QD32, 128 KiB reads through a PRP list, and Identify. Figures are only meaningful on an
+//! QD32, 128 KiB reads through a PRP list, 512 KiB reads (MDTS: what a 1 MiB fio read
+//! becomes) of data written sequentially, and Identify. Figures are only meaningful on an
 //! idle machine.
 
 use std::time::Instant;
@@ -28,6 +29,15 @@ fn main() {
     let read4k = Command::new(0x02).nsid(1).prp1(buf).cdw(12, 7);
     let write4k = Command::new(0x01).nsid(1).prp1(buf).cdw(12, 7);
     let read128k = Command::new(0x02).nsid(1).prp1(big.0).prp2(big.1).cdw(12, 255);
+    // 512 KiB written in one command at 1 MiB: physically consecutive pages on NAND.
+    assert!(host.write_lbas(1, 2048, &vec![0x5au8; 512 << 10], 9).ok());
+    let max = host.build_prps(512 << 10, 0, 512);
+    let read512k = Command::new(0x02)
+        .nsid(1)
+        .prp1(max.0)
+        .prp2(max.1)
+        .cdw(10, 2048)
+        .cdw(12, 1023);
     let identify = Command::identify(1, 0, id_buf);
 
     println!("hmb-nvme per-command cost over the fake host ({iterations} iterations each)");
@@ -41,6 +51,14 @@ fn main() {
         &mut host,
         1,
         read128k,
+    );
+    bench(
+        "512 KiB read (PRP list), QD1",
+        iterations / 40,
+        1,
+        &mut host,
+        1,
+        read512k,
     );
     bench("Identify controller, QD1", iterations / 10, 1, &mut host, 0, identify);
 }

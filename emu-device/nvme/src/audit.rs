@@ -396,14 +396,10 @@ pub(crate) fn fill_page(page: u64, buf: &mut [u8; PAGE as usize]) {
     }
 }
 
-/// FNV-1a over 8-byte words: each step is a bijection of the running hash, so a change in
-/// one word always changes the result.
+/// hmb-ftl's map-page checksum (FNV-1a in lanes): one function, so the audit's baseline of
+/// a map-cache slot is the cache's own checksum. A change in one word always changes it.
 pub(crate) fn hash_page(buf: &[u8; PAGE as usize]) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for w in buf.chunks_exact(8) {
-        h = (h ^ u64::from_le_bytes(w.try_into().expect("8 bytes"))).wrapping_mul(0x100_0000_01b3);
-    }
-    h
+    hmb_ftl::page_checksum(buf)
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@
 
 pub mod nvme_bench;
 pub mod nvme_tools;
+pub mod nvme_traced;
 pub mod script;
 
 use std::path::{Path, PathBuf};
@@ -65,6 +66,8 @@ pub struct Outcome {
     pub truth: TruthReport,
     /// What nvme-cli, fio and e2fsprogs saw of emu-device's NVMe controller.
     pub nvme: nvme_tools::ToolsOutcome,
+    /// The traced run on the NVMe controller (series nvme.ko, module, daemon).
+    pub traced: nvme_traced::TracedOutcome,
 }
 
 /// Everything prepared before the guest starts.
@@ -77,6 +80,8 @@ struct Prepared {
     qemu: binary::QemuBinary,
     emu_bin: PathBuf,
     daemon_bin: PathBuf,
+    /// The patch series' nvme.ko for the traced run (`nvme_traced`).
+    series_nvme: PathBuf,
 }
 
 pub fn run(sh: &Shell, opts: &Options, phases: &mut Phases) -> Result<Outcome> {
@@ -118,15 +123,23 @@ pub fn run(sh: &Shell, opts: &Options, phases: &mut Phases) -> Result<Outcome> {
     vm.kill();
     emu.shutdown();
     nvme.shutdown();
-    let tools_dir = opts.run_dir.join(nvme_tools::DIR);
-    let _ = std::fs::remove_dir_all(&tools_dir);
-    for name in [files::TRACE, files::LOG, files::JOURNAL, files::DMESG, nvme_tools::DIR] {
+    for dir in [nvme_tools::DIR, nvme_traced::DIR] {
+        let _ = std::fs::remove_dir_all(opts.run_dir.join(dir));
+    }
+    for name in [
+        files::TRACE,
+        files::LOG,
+        files::JOURNAL,
+        files::DMESG,
+        nvme_tools::DIR,
+        nvme_traced::DIR,
+    ] {
         let from = share.join(name);
         if from.exists() {
             std::fs::rename(&from, opts.run_dir.join(name))?;
         }
     }
-    let (rc, ground_truth, stats, tools) = driven.with_context(|| {
+    let (rc, ground_truth, stats, tools, traced) = driven.with_context(|| {
         format!(
             "the full-guest check failed; see {} and {}",
             opts.run_dir.join(files::LOG).display(),
@@ -152,13 +165,11 @@ pub fn run(sh: &Shell, opts: &Options, phases: &mut Phases) -> Result<Outcome> {
     if report.records == 0 {
         bail!("trace.bin holds no record: the device produced nothing the daemon saw");
     }
-    phases.run("nvme media (e2fsck, debugfs on the backing file)", || {
-        nvme_tools::check_media(&opts.run_dir.join(nvme_tools::BACKING), &tools_dir)
-    })?;
     Ok(Outcome {
         run_dir: opts.run_dir.clone(),
         truth: report,
         nvme: tools,
+        traced,
     })
 }
 
@@ -169,6 +180,7 @@ type Driven = (
     hmb_emu_device::report::GroundTruth,
     hmb_emu_device::report::Stats,
     nvme_tools::ToolsOutcome,
+    nvme_traced::TracedOutcome,
 );
 
 /// The host's side of the check, from the guest's first line to its
@@ -178,6 +190,12 @@ type Driven = (
 fn drive(guest: &mut Guest, opts: &Options, phases: &mut Phases) -> Result<Driven> {
     let tools = phases.run("nvme-cli, fio, blkdiscard, mkfs.ext4 on the NVMe controller", || {
         nvme_tools::inject_firmware_assert(guest.nvme, guest.share)?;
+        // The guest's fio job across a Controller Fatal Status asks for it.
+        guest.wait_file(
+            &nvme_tools::fatal_files(nvme_tools::FATAL_TAG).0,
+            Duration::from_secs(900),
+        )?;
+        nvme_tools::inject_fatal(guest.nvme, guest.share, &opts.run_dir, nvme_tools::FATAL_TAG, 0)?;
         guest.wait_file(nvme_tools::DONE, Duration::from_secs(900))?;
         let status = guest.nvme.status()?;
         std::fs::write(
@@ -188,9 +206,16 @@ fn drive(guest: &mut Guest, opts: &Options, phases: &mut Phases) -> Result<Drive
         let mut tools = nvme_tools::check_outputs(&dir, &status)?;
         let truth = guest.nvme.request(&hmb_emu_device::control::Request::GroundTruth)?;
         tools.assert_capture = Some(nvme_tools::check_assert_capture(&dir, &truth)?);
+        let untraced = nvme_traced::untraced(&crate::journal_truth::journal_from_ground_truth(&truth)?)?;
+        // The file system as the guest left it, before the traced run
+        // writes over the namespace (the guest waits for OK, idle; every
+        // write is in the backing file's flat image already).
+        nvme_tools::check_media(&opts.run_dir.join(nvme_tools::BACKING), &dir)
+            .context("nvme media (e2fsck, debugfs on the backing file)")?;
         std::fs::write(guest.share.join(nvme_tools::OK), b"")?;
-        Ok(tools)
+        Ok((tools, status, untraced))
     })?;
+    let (tools, tools_status, untraced_before) = tools;
     println!("    nvme: {}", tools.summary());
     phases.run("DKMS install, modprobe, udev, users, unit start", || {
         guest.wait_file(files::STARTED, Duration::from_secs(600))
@@ -215,6 +240,33 @@ fn drive(guest: &mut Guest, opts: &Options, phases: &mut Phases) -> Result<Drive
         serde_json::to_string_pretty(&stats)?,
     )?;
     std::fs::write(guest.share.join(files::STOP), b"")?;
+    let traced = phases.run(
+        "nvme traced: series nvme.ko, module, daemon; fio verify, reset, fatal status, GC",
+        || {
+            let (ask, _) = nvme_tools::fatal_files(nvme_traced::FATAL_TAG);
+            guest.wait_file(&ask, Duration::from_secs(900))?;
+            nvme_tools::inject_fatal(guest.nvme, guest.share, &opts.run_dir, nvme_traced::FATAL_TAG, 1)?;
+            guest.wait_file(nvme_traced::DONE, Duration::from_secs(900))?;
+            let after = guest.nvme.status()?;
+            std::fs::write(
+                opts.run_dir.join("nvme-status-traced.json"),
+                serde_json::to_string_pretty(&after)?,
+            )?;
+            let truth = guest.nvme.request(&hmb_emu_device::control::Request::GroundTruth)?;
+            let journal = crate::journal_truth::journal_from_ground_truth(&truth)?;
+            drop(truth);
+            let outcome = nvme_traced::check(&nvme_traced::RunData {
+                dir: &guest.share.join(nvme_traced::DIR),
+                before: &tools_status,
+                after: &after,
+                untraced_before: &untraced_before,
+                journal: &journal,
+            })?;
+            std::fs::write(guest.share.join(nvme_traced::OK), b"")?;
+            Ok(outcome)
+        },
+    )?;
+    println!("    nvme traced: {}", traced.summary());
     let rc = phases.run("unit stop, modprobe -r, dkms remove, poweroff", || {
         let line = guest.vm.wait_for("HMBT-RESULT", Duration::from_secs(300), |l| {
             console::parse_result(l).is_some()
@@ -222,7 +274,7 @@ fn drive(guest: &mut Guest, opts: &Options, phases: &mut Phases) -> Result<Drive
         guest.vm.wait_exit(Duration::from_secs(120))?;
         Ok(console::parse_result(&line).unwrap_or(-1))
     })?;
-    Ok((rc, ground_truth, stats, tools))
+    Ok((rc, ground_truth, stats, tools, traced))
 }
 
 /// How long the guest may take to reach its check script (34 s seen at load
@@ -289,6 +341,11 @@ fn prepare(sh: &Shell, kernel: Option<&str>, phases: &mut Phases) -> Result<Prep
         cmd!(sh, "cargo build --release --quiet -p hmb-emu-device").run()?;
         Ok(target_dir().join("release/emu-device"))
     })?;
+    // Before the cache lock: the series takes it itself.
+    let series = phases.run("nvme series (cached)", || {
+        crate::images::nvme_series::prepare_cached(sh, &spec)
+    })?;
+    let series_nvme = series.nvme_ko.context("the series built no nvme.ko")?;
     let _lock = lock_cache(&cache)?;
     let (env, resolved) = phases.run(&format!("toolchain ({})", spec.name), || {
         toolchain::ensure_toolchain(sh, &spec)
@@ -322,6 +379,7 @@ fn prepare(sh: &Shell, kernel: Option<&str>, phases: &mut Phases) -> Result<Prep
         qemu,
         emu_bin,
         daemon_bin,
+        series_nvme,
     })
 }
 
@@ -338,6 +396,7 @@ fn fill_share(sh: &Shell, p: &Prepared, share: &Path) -> Result<()> {
         (p.daemon_bin.clone(), files::DAEMON),
         (root.join("daemon/dist/hmb-trace-daemon.service"), files::UNIT),
         (root.join("kmod/udev/60-nvme-hmb-trace.rules"), files::UDEV_RULE),
+        (p.series_nvme.clone(), nvme_traced::SERIES_NVME),
     ] {
         std::fs::copy(&from, share.join(to)).with_context(|| format!("copying {}", from.display()))?;
     }

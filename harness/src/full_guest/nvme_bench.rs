@@ -5,6 +5,10 @@
 //! QEMU's. Both namespaces are sparse files of the same size read through
 //! the host's page cache (serve-nvme's pread/pwrite on its backing file;
 //! QEMU's drive with `cache=writeback`, its default, `aio=threads`).
+//! The same boot then measures the cost of tracing (`COST_JOBS`: the
+//! series' nvme.ko with the module and the daemon tracing against
+//! `hmb_trace_kb=0`) and reports probe times and the guest's uptime at the
+//! first fio I/O (`Timings`).
 //! It is a bench (`cargo xtask bench --nvme`), not a test: nothing here
 //! judges the figures. docs/performance.md has the figures.
 
@@ -31,6 +35,15 @@ pub const JOBS: &[(&str, &str, bool)] = &[
     ("nvme_write_1m_qd1", "--rw=write --bs=1M --iodepth=1", false),
 ];
 
+/// The cost of tracing: the same kind of fio job on our controller under the
+/// patch series' nvme.ko with the module and the daemon tracing (`on`) and
+/// with `hmb_trace_kb=0` (`off`, no slice: the series' code paths without a
+/// trace), alternating; the figure is on over off.
+pub const COST_JOBS: &[(&str, &str, bool)] = &[
+    ("nvme_trace_cost_4k_qd1", "--rw=randread --bs=4k --iodepth=1", true),
+    ("nvme_trace_cost_4k_qd32", "--rw=randread --bs=4k --iodepth=32", true),
+];
+
 /// QEMU's namespace file in the run folder.
 const QEMU_BACKING: &str = "qemu-nvme.img";
 
@@ -51,17 +64,85 @@ pub struct Figure {
     pub value: f64,
     pub baseline: f64,
     pub ratio: f64,
+    /// Every run of the figure and of its baseline.
     pub ours: Vec<f64>,
     pub qemu: Vec<f64>,
+    pub baseline_what: &'static str,
+}
+
+/// Times of the same boot: probe of our controller and of QEMU's by the stock
+/// driver at boot (its `pci function` line to its I/O queues line), the
+/// series' driver's probes of ours in the cost part (insmod to a live
+/// namespace, median), and the guest's uptime at the first fio I/O.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Timings {
+    pub boot_probe_ours_ms: f64,
+    pub boot_probe_qemu_ms: f64,
+    pub series_insmod_to_live_ms: f64,
+    pub uptime_at_first_io_s: f64,
+    pub trace_bytes_per_rep: Vec<u64>,
+}
+
+/// `nvmeN: pci function` to `nvmeN: ... default/read/poll queues` in `dmesg`, the first of
+/// each (the boot's probe), in milliseconds.
+fn boot_probe_ms(dmesg: &str, ctrl: &str) -> Option<f64> {
+    let stamp = |l: &str| -> Option<f64> { l.strip_prefix('[')?.split(']').next()?.trim().parse().ok() };
+    let start = dmesg
+        .lines()
+        .find(|l| l.contains(&format!("{ctrl}: pci function")))
+        .and_then(stamp)?;
+    let end = dmesg
+        .lines()
+        .find(|l| l.contains(&format!("{ctrl}:")) && l.contains("default/read/poll queues"))
+        .and_then(stamp)?;
+    (end >= start).then_some((end - start) * 1000.0)
+}
+
+fn timings(share: &std::path::Path) -> Result<Timings> {
+    let text = std::fs::read_to_string(share.join("timing.txt")).context("the bench guest left no timing.txt")?;
+    let dmesg = std::fs::read_to_string(share.join("dmesg.txt")).context("the bench guest left no dmesg.txt")?;
+    let values = |key: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.split_once('='))
+            .filter(|(k, _)| *k == key || k.starts_with(&format!("{key}_")))
+            .map(|(_, v)| v.trim().to_string())
+            .collect()
+    };
+    let ours = values("ours").into_iter().next().context("timing.txt: no ours")?;
+    let qemu = if ours == "nvme0" { "nvme1" } else { "nvme0" };
+    let probes: Vec<f64> = values("series_probe_ms")
+        .iter()
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    ensure!(!probes.is_empty(), "timing.txt: no series_probe_ms");
+    Ok(Timings {
+        boot_probe_ours_ms: boot_probe_ms(&dmesg, &ours).context("no boot probe of our controller in dmesg")?,
+        boot_probe_qemu_ms: boot_probe_ms(&dmesg, qemu).context("no boot probe of QEMU's nvme in dmesg")?,
+        series_insmod_to_live_ms: median(&probes),
+        uptime_at_first_io_s: values("first_io_uptime")
+            .first()
+            .and_then(|v| v.parse().ok())
+            .context("timing.txt: no first_io_uptime")?,
+        trace_bytes_per_rep: values("trace_bytes").iter().filter_map(|v| v.parse().ok()).collect(),
+    })
 }
 
 /// The guest's script (harness/guest-scripts/full-guest-nvme-bench.sh):
 /// find both controllers by model, run every job on each, `reps` times,
 /// fio's JSON into the share.
 fn script(reps: u32, runtime_s: u32) -> String {
-    let jobs: Vec<String> = JOBS.iter().map(|(name, args, _)| format!("{name}|{args}")).collect();
+    let lines = |jobs: &[(&str, &str, bool)]| -> String {
+        jobs.iter()
+            .map(|(name, args, _)| format!("{name}|{args}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     Script::new()
-        .set("JOBS", jobs.join("\n"))
+        .set("JOBS", lines(JOBS))
+        .set("COST_JOBS", lines(COST_JOBS))
+        .set("SERIES_NVME", super::nvme_traced::SERIES_NVME)
+        .set("DKMS_TAR", super::script::files::DKMS_TAR)
+        .set("DAEMON", super::script::files::DAEMON)
         .set("REPS", reps)
         .set("RUNTIME_S", runtime_s)
         .file(&guest_script::FULL_GUEST_NVME_BENCH)
@@ -105,7 +186,7 @@ fn median(xs: &[f64]) -> f64 {
 
 /// Boot the full guest with both controllers, run the jobs, return one
 /// figure per job.
-pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<Vec<Figure>> {
+pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<Figure>, Timings)> {
     ensure!(
         opts.reps >= 1 && opts.runtime_s >= 1,
         "reps and runtime must be at least 1"
@@ -119,6 +200,19 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<Vec<F
         share.join(super::script::files::SCRIPT),
         script(opts.reps, opts.runtime_s),
     )?;
+    // The cost part's series driver, module and daemon.
+    for (from, to) in [
+        (&p.series_nvme, super::nvme_traced::SERIES_NVME),
+        (&p.module.tar, super::script::files::DKMS_TAR),
+        (&p.daemon_bin, super::script::files::DAEMON),
+    ] {
+        std::fs::copy(from, share.join(to)).with_context(|| format!("copying {}", from.display()))?;
+    }
+    let daemon = share.join(super::script::files::DAEMON);
+    xshell::cmd!(sh, "strip --strip-debug {daemon}")
+        .quiet()
+        .run()
+        .context("strip")?;
     // QEMU's nvme: a sparse raw file of our namespace's size, behind its own root port.
     let qemu_img = opts.run_dir.join(QEMU_BACKING);
     let _ = std::fs::remove_file(&qemu_img);
@@ -139,7 +233,8 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<Vec<F
     let (mut emu, mut nvme, mut vm) =
         phases.run("boot (both controllers)", || boot(&p, &opts.run_dir, &share, &extra))?;
     let per_job = u64::from(opts.runtime_s) + 4;
-    let budget = Duration::from_secs(300 + per_job * JOBS.len() as u64 * 2 * u64::from(opts.reps));
+    let jobs = (JOBS.len() + COST_JOBS.len()) as u64;
+    let budget = Duration::from_secs(300 + (per_job * jobs * 2 + 20) * u64::from(opts.reps));
     let ended = phases.run("fio on ours and QEMU's nvme", || {
         let line = vm.wait_for("HMBT-RESULT", budget, |l| console::parse_result(l).is_some())?;
         let _ = vm.wait_exit(Duration::from_secs(120));
@@ -156,7 +251,18 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<Vec<F
         );
     }
     let mut figures = Vec::new();
-    for (name, _, iops) in JOBS {
+    let all = JOBS
+        .iter()
+        .map(|j| (j, "ours", "qemu", "QEMU 11.1 -device nvme, same guest, same boot"));
+    let cost = COST_JOBS.iter().map(|j| {
+        (
+            j,
+            "on",
+            "off",
+            "the same job under the series' nvme.ko with hmb_trace_kb=0 (no slice, no module), same boot",
+        )
+    });
+    for ((name, _, iops), mine, theirs, baseline_what) in all.chain(cost) {
         let side = |who: &str| -> Result<Vec<f64>> {
             (1..=opts.reps)
                 .map(|rep| {
@@ -166,7 +272,7 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<Vec<F
                 })
                 .collect()
         };
-        let (ours, qemu) = (side("ours")?, side("qemu")?);
+        let (ours, qemu) = (side(mine)?, side(theirs)?);
         let (value, baseline) = (median(&ours), median(&qemu));
         figures.push(Figure {
             figure: name.to_string(),
@@ -176,9 +282,10 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<Vec<F
             ratio: value / baseline,
             ours,
             qemu,
+            baseline_what,
         });
     }
-    Ok(figures)
+    Ok((figures, timings(&share)?))
 }
 
 #[cfg(test)]
@@ -202,8 +309,23 @@ mod tests {
         for (name, args, _) in JOBS {
             assert!(s.contains(&format!("{name}|{args}")), "{name}");
         }
+        for (name, args, _) in COST_JOBS {
+            assert!(s.contains(&format!("{name}|{args}")), "{name}");
+        }
         assert!(s.contains("REPS='3'\n") && s.contains("RUNTIME_S='4'\n"));
+        assert!(s.contains("series hmb_trace_kb=0\n") && s.contains("SERIES_NVME='nvme-series.ko'\n"));
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0]), 2.5);
+    }
+
+    #[test]
+    fn probe_times_come_from_each_controllers_own_lines() {
+        let dmesg = "[    2.100000] nvme nvme0: pci function 0000:02:00.0\n\
+                     [    2.150000] nvme nvme1: pci function 0000:03:00.0\n\
+                     [    2.400000] nvme nvme1: 2/0/0 default/read/poll queues\n\
+                     [    2.900000] nvme nvme0: 2/0/0 default/read/poll queues\n";
+        assert!((boot_probe_ms(dmesg, "nvme0").unwrap() - 800.0).abs() < 1e-6);
+        assert!((boot_probe_ms(dmesg, "nvme1").unwrap() - 250.0).abs() < 1e-6);
+        assert!(boot_probe_ms(dmesg, "nvme2").is_none());
     }
 }

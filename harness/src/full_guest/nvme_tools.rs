@@ -42,9 +42,15 @@ pub const STATUS_FILE: &str = "nvme-status.json";
 pub const ASSERTED: &str = "nvme-assert.done";
 pub const TELEMETRY_CONTROLLER: &str = "telemetry-controller.bin";
 
-/// fio jobs: name, iodepth, offset and size in MiB (4 KiB random writes,
-/// then fio's own read-back with crc32c verification).
-const FIO_JOBS: [(&str, u32, u64, u64); 2] = [("qd1", 1, 0, 4), ("qd32", 32, 8, 8)];
+/// fio jobs: name, I/O engine, block size in KiB, iodepth, offset and size
+/// in MiB (random writes, then fio's own read-back with crc32c
+/// verification): 4 KiB and 128 KiB, QD1 and QD32, libaio and io_uring.
+const FIO_JOBS: [(&str, &str, u64, u32, u64, u64); 4] = [
+    ("qd1", "libaio", 4, 1, 0, 4),
+    ("qd32", "libaio", 4, 32, 8, 8),
+    ("uring-qd1", "io_uring", 4, 1, 4, 4),
+    ("uring-128k-qd32", "io_uring", 128, 32, 16, 16),
+];
 /// Where the discard checks write, discard and read back (MiB, 4 MiB each).
 const DSM_AT_MIB: u64 = 32;
 const WZ_AT_MIB: u64 = 40;
@@ -61,6 +67,11 @@ const RESET_JOB_MIB: u64 = 4;
 const RESET_JOB_WRITE_IOPS: u64 = 300;
 /// Writes of that job completed before the guest sends the reset.
 const RESET_AFTER_WRITES: u64 = 64;
+/// The same job across a Controller Fatal Status the host sets (`inject
+/// reset`) after as many writes, on its own range.
+const FATAL_JOB_AT_MIB: u64 = 60;
+/// The tag of that failure's rendezvous files (`fatal_files`).
+pub const FATAL_TAG: &str = "tools";
 /// The random file the host reads back from the media with debugfs.
 const PROBE_FILE: &str = "data/r3";
 
@@ -70,7 +81,7 @@ const PROBE_FILE: &str = "data/r3";
 pub fn guest_section(script: Script) -> Script {
     let fio: Vec<String> = FIO_JOBS
         .iter()
-        .map(|(name, qd, off, size)| format!("{name} {qd} {off} {size}"))
+        .map(|(name, engine, bs, qd, off, size)| format!("{name} {engine} {bs} {qd} {off} {size}"))
         .collect();
     script
         .set("TOOLS_DIR", DIR)
@@ -89,6 +100,7 @@ pub fn guest_section(script: Script) -> Script {
         .set("RESET_JOB_MIB", RESET_JOB_MIB)
         .set("RESET_JOB_WRITE_IOPS", RESET_JOB_WRITE_IOPS)
         .set("RESET_AFTER_WRITES", RESET_AFTER_WRITES)
+        .set("FATAL_JOB_AT_MIB", FATAL_JOB_AT_MIB)
         .file(&guest_script::FULL_GUEST_NVME_TOOLS)
 }
 
@@ -148,6 +160,45 @@ pub fn inject_firmware_assert(nvme: &mut crate::nvme_guest::NvmeDevice, share: &
         "the firmware assert's capture: {answer}; want generation 1, the controller's first"
     );
     std::fs::write(share.join(ASSERTED), b"").context("writing the assert's file to the share")
+}
+
+/// The share's files of the guest's `ask_fatal TAG`: its request, and the
+/// host's answer once CSTS.CFS is set.
+pub fn fatal_files(tag: &str) -> (String, String) {
+    (format!("nvme-fatal-{tag}.ask"), format!("nvme-fatal-{tag}.done"))
+}
+
+/// A device-side failure in the middle of a guest's verifying fio job:
+/// Controller Fatal Status over the control socket (`inject reset`), checked
+/// on the controller (CFS set, the HMB let go, `fatal_errors` one more than
+/// `fatal_before`), then the answer file for the guest. The controller's
+/// status right after the injection is saved as `nvme-status-fatal-TAG.json`.
+pub fn inject_fatal(
+    nvme: &mut crate::nvme_guest::NvmeDevice,
+    share: &Path,
+    run_dir: &Path,
+    tag: &str,
+    fatal_before: u64,
+) -> Result<Value> {
+    use hmb_emu_device::control::{Fault, Request};
+    let answer = nvme.request(&Request::Inject(Fault::Reset))?;
+    ensure!(
+        answer["fatal_status"] == true,
+        "inject reset ({tag}): {answer}; want the controller's fatal status"
+    );
+    let status = nvme.status()?;
+    std::fs::write(
+        run_dir.join(format!("nvme-status-fatal-{tag}.json")),
+        serde_json::to_string_pretty(&status)?,
+    )?;
+    crate::nvme_guest::check_failed(&status).with_context(|| format!("right after inject reset ({tag})"))?;
+    let fatal = u64_at(&status, "/controller/counters/fatal_errors")?;
+    ensure!(
+        fatal == fatal_before + 1,
+        "the controller counts {fatal} fatal errors after inject reset ({tag}), {fatal_before} before"
+    );
+    std::fs::write(share.join(fatal_files(tag).1), b"").context("writing the failure's answer to the share")?;
+    Ok(status)
 }
 
 /// The assert's capture as the guest pulled it, against the controller's
@@ -223,7 +274,7 @@ fn feature_value(out: &str) -> Result<u32> {
 
 /// fio's JSON: bytes written by the job, which must have no error and have
 /// read back (verified) what it wrote.
-fn fio_written(json: &str, want_bytes: u64) -> Result<u64> {
+pub(crate) fn fio_written(json: &str, want_bytes: u64) -> Result<u64> {
     let start = json.find('{').context("no JSON in fio's output")?;
     let v: Value = serde_json::from_str(&json[start..]).context("fio's JSON")?;
     let job = v.pointer("/jobs/0").context("fio reported no job")?;
@@ -241,7 +292,7 @@ fn fio_written(json: &str, want_bytes: u64) -> Result<u64> {
     Ok(written)
 }
 
-fn key_values(text: &str) -> std::collections::BTreeMap<String, String> {
+pub(crate) fn key_values(text: &str) -> std::collections::BTreeMap<String, String> {
     text.lines()
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
@@ -437,28 +488,46 @@ pub fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
     );
     let mut fio_bytes = Vec::new();
     let mut fio_total = 0;
-    for (name, _, _, mib) in FIO_JOBS {
+    let mut fio_writes = 0;
+    for (name, _, bs_kib, _, _, mib) in FIO_JOBS {
         let json = String::from_utf8_lossy(&read(dir, &format!("fio-{name}.json"))?).into_owned();
         let b = fio_written(&json, mib << 20).with_context(|| format!("fio job {name}"))?;
         fio_total += b;
+        fio_writes += b / (bs_kib << 10);
         fio_bytes.push((name.to_string(), b));
     }
-    // The job across nvme reset: every byte verified, and the reset sent
-    // while it was still writing.
-    let json = String::from_utf8_lossy(&read(dir, "fio-reset.json")?).into_owned();
-    let reset_job = fio_written(&json, RESET_JOB_MIB << 20).context("fio job across nvme reset")?;
-    fio_bytes.push(("reset".to_string(), reset_job));
-    let reset_after: u64 = g("reset_after_writes")?.parse().context("reset_after_writes")?;
+    // The jobs across nvme reset and across a Controller Fatal Status: every
+    // byte verified, and the failure made while the job was still writing.
+    for (name, action, what) in [
+        ("reset", "reset", "nvme reset"),
+        ("fatal", "fatal-tools", "the Controller Fatal Status"),
+    ] {
+        let json = String::from_utf8_lossy(&read(dir, &format!("fio-{name}.json"))?).into_owned();
+        let job = fio_written(&json, RESET_JOB_MIB << 20).with_context(|| format!("fio job across {what}"))?;
+        fio_bytes.push((name.to_string(), job));
+        let key = format!("{name}.{action}_after_writes");
+        let after: u64 = g(&key)?.parse().with_context(|| key.clone())?;
+        ensure!(
+            (RESET_AFTER_WRITES..job / 4096).contains(&after),
+            "{what} came after {after} of the job's {} writes: not while it was writing",
+            job / 4096
+        );
+    }
+    // The failure counted once, and the controller running again with its HMB.
+    let fatal_errors = u64_at(status, "/controller/counters/fatal_errors")?;
     ensure!(
-        (RESET_AFTER_WRITES..reset_job / 4096).contains(&reset_after),
-        "nvme reset was sent after {reset_after} of the job's {} writes: not while it was writing",
-        reset_job / 4096
+        fatal_errors == 1
+            && status.pointer("/controller/ready") == Some(&Value::Bool(true))
+            && status.pointer("/controller/fatal") == Some(&Value::Bool(false)),
+        "after the fatal job the controller counts {fatal_errors} fatal errors (want 1), ready {}, fatal {}",
+        status.pointer("/controller/ready").unwrap_or(&Value::Null),
+        status.pointer("/controller/fatal").unwrap_or(&Value::Null)
     );
     let commands = rise(before_fio.host_write_commands, after_fio.host_write_commands)?;
     let units = rise(before_fio.data_units_written, after_fio.data_units_written)?;
     ensure!(
-        commands == u128::from(fio_total / 4096) && units + 1 >= data_units(fio_total),
-        "SMART across fio: {commands} write commands and {units} data units, fio wrote {fio_total} bytes in 4 KiB writes"
+        commands == u128::from(fio_writes) && units + 1 >= data_units(fio_total),
+        "SMART across fio: {commands} write commands and {units} data units, fio wrote {fio_total} bytes in {fio_writes} writes"
     );
     ensure!(
         after_dsm.host_write_commands == before_dsm.host_write_commands
@@ -490,20 +559,9 @@ pub fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
         "the controller saw {deallocations} Dataset Management deallocations; nvme dsm, blkdiscard and mkfs.ext4 each send at least one"
     );
 
-    // The kernel log: nothing but the one error asked for.
+    // The kernel log: nothing but the one error asked for and the recoveries.
     let dmesg = String::from_utf8_lossy(&read(dir, "dmesg-nvme.txt")?).into_owned();
-    let asked = format!("LBA {past_end}");
-    let trouble: Vec<&str> = dmesg
-        .lines()
-        .filter(|l| crate::nvme_guest::is_trouble_line(l) && !l.contains(&asked))
-        .collect();
-    ensure!(trouble.is_empty(), "the guest's kernel log: {}", trouble.join("\n"));
-    // The recovery from nvme reset: the driver set its I/O queues up again.
-    let queue_setups = dmesg.lines().filter(|l| l.contains("default/read/poll queues")).count();
-    ensure!(
-        queue_setups == 2,
-        "the guest's kernel log sets the I/O queues up {queue_setups} times; want 2 (the probe and the recovery from nvme reset)"
-    );
+    check_recoveries(&dmesg, &[&format!("LBA {past_end}")], 3, 1)?;
 
     Ok(ToolsOutcome {
         model,
@@ -517,6 +575,36 @@ pub fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
         error_log_entries: last.error_log_entries,
         assert_capture: None,
     })
+}
+
+/// The guest's nvme kernel log `dmesg`: the driver set its I/O queues up
+/// `queue_setups` times (the probe and one per recovery: nvme reset, each
+/// Controller Fatal Status), found the failed controller (`FATAL_DRIVER_LINE`)
+/// `fatals` times (at least once per failure: one line per command that
+/// timed out on it), and no other trouble line but those containing one of
+/// `asked` (errors made on purpose).
+pub fn check_recoveries(dmesg: &str, asked: &[&str], queue_setups: usize, fatals: usize) -> Result<()> {
+    use crate::nvme_guest::FATAL_DRIVER_LINE;
+    let trouble: Vec<&str> = dmesg
+        .lines()
+        .filter(|l| {
+            crate::nvme_guest::is_trouble_line(l)
+                && !l.contains(FATAL_DRIVER_LINE)
+                && !asked.iter().any(|a| l.contains(a))
+        })
+        .collect();
+    ensure!(trouble.is_empty(), "the guest's kernel log: {}", trouble.join("\n"));
+    let setups = dmesg.lines().filter(|l| l.contains("default/read/poll queues")).count();
+    ensure!(
+        setups == queue_setups,
+        "the guest's kernel log sets the I/O queues up {setups} times; want {queue_setups} (the probe and one per recovery)"
+    );
+    let found = dmesg.lines().filter(|l| l.contains(FATAL_DRIVER_LINE)).count();
+    ensure!(
+        found >= fatals && (fatals > 0 || found == 0),
+        "the guest's kernel log has {found} '{FATAL_DRIVER_LINE}' lines; want at least {fatals} (one per Controller Fatal Status)"
+    );
+    Ok(())
 }
 
 /// After QEMU has exited: the file system on the controller's backing file
@@ -642,6 +730,7 @@ mod tests {
             ("/controller/counters/deallocations", -100, "deallocations"),
             ("/controller/counters/flushes", 1, "Flush commands"),
             ("/controller/counters/errors", 1, "error log entries"),
+            ("/controller/counters/fatal_errors", 1, "fatal errors (want 1)"),
         ] {
             let mut s = status.clone();
             bump(&mut s, path, by);
@@ -656,7 +745,10 @@ mod tests {
             let mut b = std::fs::read(&p).unwrap();
             f(&mut b);
             std::fs::write(&p, b).unwrap();
-            let e = check_outputs(dir.path(), &status).unwrap_err().to_string();
+            let e = match check_outputs(dir.path(), &status) {
+                Ok(_) => panic!("{file} altered ({want}) passed"),
+                Err(e) => e.to_string(),
+            };
             assert!(e.contains(want), "{file}: {e}");
         };
         // Write Zeroes done as zero-page writes: data units grow.
@@ -687,8 +779,8 @@ mod tests {
             move |b: &mut Vec<u8>| {
                 let text: String = String::from_utf8_lossy(b)
                     .lines()
-                    .map(|l| match l.starts_with("reset_after_writes=") {
-                        true => format!("reset_after_writes={n}\n"),
+                    .map(|l| match l.starts_with("reset.reset_after_writes=") {
+                        true => format!("reset.reset_after_writes={n}\n"),
                         false => format!("{l}\n"),
                     })
                     .collect();
@@ -697,6 +789,37 @@ mod tests {
         };
         alter("guest.txt", &set_reset_after(4096), "not while it was writing");
         alter("guest.txt", &set_reset_after(3), "not while it was writing");
+        alter(
+            "guest.txt",
+            &|b| {
+                *b = String::from_utf8_lossy(b)
+                    .replace("fatal.fatal-tools_after_writes=", "fatal.fatal-tools_after_writes=9")
+                    .into_bytes()
+            },
+            "the Controller Fatal Status came after",
+        );
+        alter(
+            "fio-fatal.json",
+            &|b| {
+                *b = String::from_utf8_lossy(b)
+                    .replacen("\"error\" : 0", "\"error\" : 84", 1)
+                    .into_bytes()
+            },
+            "across the Controller Fatal Status",
+        );
+        // The recovery from the fatal status is missing from the kernel log.
+        alter(
+            "dmesg-nvme.txt",
+            &|b| {
+                let text: String = String::from_utf8_lossy(b)
+                    .lines()
+                    .filter(|l| !l.contains(crate::nvme_guest::FATAL_DRIVER_LINE))
+                    .map(|l| format!("{l}\n"))
+                    .collect();
+                *b = text.into_bytes();
+            },
+            "want at least 1",
+        );
         alter(
             "dmesg-nvme.txt",
             &|b| {
@@ -749,10 +872,38 @@ mod tests {
     }
 
     #[test]
+    fn the_kernel_log_may_show_the_recoveries_and_nothing_else() {
+        let fatal = "[ 9.1] nvme nvme0: controller is down; will reset: CSTS=0x3, PCI_STATUS=0x10";
+        let setup = "[ 1.0] nvme nvme0: 2/0/0 default/read/poll queues";
+        let log = [setup, setup, fatal, setup].join("\n");
+        check_recoveries(&log, &[], 3, 1).unwrap();
+        assert!(check_recoveries(&log, &[], 2, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("up 3 times"));
+        assert!(check_recoveries(&log, &[], 3, 2)
+            .unwrap_err()
+            .to_string()
+            .contains("at least 2"));
+        assert!(
+            check_recoveries(&log, &[], 3, 0).is_err(),
+            "a fatal line where none was made"
+        );
+        let timeout = format!("{log}\n[ 9.2] nvme nvme0: I/O 7 QID 1 timeout, reset controller");
+        assert!(check_recoveries(&timeout, &[], 3, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("QID 1 timeout"));
+        let asked = format!("{log}\n[ 5.0] I/O error, dev nvme0n1, sector 262144 op 0x0:(READ) LBA 262144");
+        check_recoveries(&asked, &["LBA 262144"], 3, 1).unwrap();
+        assert!(check_recoveries(&asked, &[], 3, 1).is_err());
+    }
+
+    #[test]
     fn the_section_gets_the_fio_jobs_and_the_ranges() {
         let s = guest_section(Script::new()).build();
         for want in [
-            "FIO_JOBS='qd1 1 0 4 qd32 32 8 8'\n",
+            "FIO_JOBS='qd1 libaio 4 1 0 4 qd32 libaio 4 32 8 8 uring-qd1 io_uring 4 1 4 4 uring-128k-qd32 io_uring 128 32 16 16'\n",
             "WZ_AT_MIB='40'\n",
             "TOOLS_DONE='nvme-tools.done'\n",
             "PROBE_FILE='data/r3'\n",
@@ -763,9 +914,11 @@ mod tests {
             "COMPARE_AT_MIB='48'\n",
             "NVME_DSM_AT_MIB='52'\n",
             "RESET_JOB_WRITE_IOPS='300'\n",
+            "FATAL_JOB_AT_MIB='60'\n",
+            "fio_across fatal \"$FATAL_JOB_AT_MIB\" \"$RESET_JOB_MIB\" \"$RESET_JOB_WRITE_IOPS\" \"fatal-tools:$RESET_AFTER_WRITES\"",
             "nv flush.txt flush \"$ns\"",
             "--data=/tmp/cmp-off",
-            "run nvme reset \"$ctrl\"",
+            "reset) run nvme reset /dev/nvme0 ;;",
             "--controller-init --output-file=\"$out/$TELEMETRY_CONTROLLER\"",
         ] {
             assert!(s.contains(want), "{want} missing");

@@ -53,7 +53,8 @@ pub fn check_script(pkg: &DkmsPackage) -> String {
         .set("PKG_ID", pkg.id())
         .set("PKG_NAME", &pkg.name)
         .set("PKG_SRC", pkg.source_dir());
-    super::nvme_tools::guest_section(script)
+    let script = super::nvme_tools::guest_section(script);
+    super::nvme_traced::guest_section(script, super::nvme_tools::NAMESPACE_BYTES >> 20)
         .file(&guest_script::FULL_GUEST_CHECK)
         .build()
 }
@@ -80,6 +81,12 @@ mod tests {
             assert!(s.contains(want), "{want} missing");
         }
         assert!(s.find("nvme_tools() {").unwrap() < s.rfind("\nnvme_tools\n").unwrap());
+        // The traced run needs the module installed and the ivshmem steps'
+        // modprobe -r done, and comes before dkms remove.
+        let traced = s.rfind("\nnvme_traced\n").unwrap();
+        assert!(s.find("nvme_traced() {").unwrap() < traced);
+        assert!(s.rfind("run modprobe -r \"$PKG_NAME\"\nwait_for").unwrap() < traced);
+        assert!(traced < s.rfind("run dkms remove").unwrap());
         assert!(s.ends_with("HMBT-RESULT rc=0\"\n"));
     }
 }
