@@ -12,6 +12,9 @@ use hmb_emu_device::report::{GroundTruth, Stats, Status};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::guest::devices::RootPort;
+use crate::qemu::args::{self, PciPlace};
+
 /// An emu-device child (`serve` or `serve-nvme`): spawned with its log,
 /// ready once its sockets exist, checked for an unexpected death, asked
 /// over its control socket, and always stopped (Drop).
@@ -130,8 +133,28 @@ impl Drop for EmuProcess {
     }
 }
 
+/// QMP id of the ivshmem controller (`device_del` names it).
+pub const DEVICE_ID: &str = "hmb0";
+/// MSI-X vectors of the ivshmem device (emu-device serves two by default).
+pub const VECTORS: u16 = 2;
+
 impl crate::guest::GuestDevice for EmuDevice {
     const MORE_FILES: &'static [&'static str] = &[];
+    /// Its scripts start with `guest_script::prelude` (the module and the
+    /// daemon), which the NVMe sessions share: nothing of the device's own.
+    const PRELUDE: &'static [crate::guest_script::ScriptFile] = &[];
+
+    /// `ivshmem-doorbell` on emu-device's socket, behind the first root port.
+    fn configure(&self, vm: &mut crate::qemu::VmConfig) {
+        let port = RootPort::FIRST;
+        vm.devices.extend(port.args());
+        vm.devices.extend(args::ivshmem_doorbell(
+            &self.ivshmem_socket,
+            DEVICE_ID,
+            VECTORS,
+            PciPlace::Bus(port.id),
+        ));
+    }
 
     fn check_alive(&mut self) -> Result<()> {
         self.process.check_alive()

@@ -19,7 +19,8 @@ use serde_json::Value;
 use xshell::{cmd, Shell};
 
 use crate::emu::EmuProcess;
-use crate::guest::{boot, share, Guest};
+use crate::guest::devices::RootPort;
+use crate::guest::{share, FirstLine, Guest, GuestDevice};
 use crate::guest_script::{self, Script};
 use crate::host::{cache_dir, target_dir, workspace_root};
 use crate::images::guest_modules::{self, ModuleIndex};
@@ -28,7 +29,7 @@ use crate::journal_truth::{self, JournalReport};
 use crate::phases::Phases;
 use crate::qemu::args::{self, MemoryBackend, PciPlace};
 use crate::qemu::binary::{self, QemuBinary, QemuVersion};
-use crate::qemu::{accel, console, kernel_checks, Accel, Vm, VmConfig};
+use crate::qemu::{console, kernel_checks, Accel, VmConfig};
 
 /// QMP id of the NVMe controller.
 pub const DEVICE_ID: &str = "nvme0";
@@ -150,6 +151,19 @@ pub fn stock_modules_dir(kernel: &str, abi: &str) -> Result<PathBuf> {
 
 impl crate::guest::GuestDevice for NvmeDevice {
     const MORE_FILES: &'static [&'static str] = &[files::RESULTS];
+    const PRELUDE: &'static [guest_script::ScriptFile] = &[guest_script::NVME_LIB];
+
+    /// QEMU 11.1's `vfio-user-pci` on serve-nvme's socket, behind its root
+    /// port; guest RAM a shared memfd (the server maps it for DMA).
+    fn configure(&self, vm: &mut VmConfig) {
+        vm.memory_backend = MemoryBackend::Memfd;
+        vm.devices.extend(self.port.args());
+        vm.devices.extend(args::vfio_user_pci(
+            &self.socket,
+            DEVICE_ID,
+            PciPlace::Bus(self.port.id),
+        ));
+    }
 
     fn check_alive(&mut self) -> Result<()> {
         self.process.check_alive()
@@ -164,6 +178,8 @@ impl crate::guest::GuestDevice for NvmeDevice {
 pub struct NvmeDevice {
     process: EmuProcess,
     pub socket: PathBuf,
+    /// The root port it sits behind (`RootPort::FIRST` unless `behind`).
+    port: RootPort,
 }
 
 impl NvmeDevice {
@@ -218,7 +234,16 @@ impl NvmeDevice {
             control_socket,
             &[&socket],
         )?;
-        Ok(NvmeDevice { process, socket })
+        Ok(NvmeDevice {
+            process,
+            socket,
+            port: RootPort::FIRST,
+        })
+    }
+
+    /// The same controller behind `port` (a guest with two controllers).
+    pub fn behind(self, port: RootPort) -> NvmeDevice {
+        NvmeDevice { port, ..self }
     }
 
     pub fn control_socket(&self) -> &Path {
@@ -411,8 +436,8 @@ pub fn guest_script(
         .set("PATTERN_BLOCKS", PATTERN_BYTES / 4096)
         .set("IOPS_READS", iops_reads)
         .set("QD32_PER", qd32_per(iops_reads))
-        .set("WAKE_ROUNDS", WAKE_ROUNDS)
-        .file(&guest_script::NVME_LIB);
+        .set("WAKE_ROUNDS", WAKE_ROUNDS);
+    let script = NvmeDevice::prelude(script);
     crate::nvme_personalities::guest_script(script)
         .file(&guest_script::NVME_BOOT)
         .build()
@@ -491,33 +516,23 @@ pub fn hmb_line_bytes(line: &str) -> Option<u64> {
 /// hangs (or faults) before init is retried once from scratch
 /// (`guest::boot`: nothing of ours has run yet).
 pub(crate) fn start(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path) -> Result<Guest<NvmeDevice>> {
-    boot::retry_early_hang(|_| {
+    let mut vm_cfg = VmConfig::new(
+        tools.qemu.clone(),
+        tools.image.boot_kernel.clone(),
+        tools.image.initramfs.clone(),
+        cfg.run_dir.clone(),
+    );
+    vm_cfg.accel = cfg.accel;
+    vm_cfg.share_dir = Some(share.to_path_buf());
+    let first = FirstLine {
+        what: "HMBT-INIT",
+        marker: "HMBT-INIT",
+        timeout: Duration::from_secs(120),
+    };
+    Guest::boot(vm_cfg, first, |_| {
         let backing = cfg.run_dir.join("namespace.img");
         let _ = std::fs::remove_file(&backing);
-        let dev = NvmeDevice::start(&tools.emu_bin, &cfg.run_dir, &backing, &cfg.controller)?;
-        let mut vm_cfg = VmConfig::new(
-            tools.qemu.clone(),
-            tools.image.boot_kernel.clone(),
-            tools.image.initramfs.clone(),
-            cfg.run_dir.clone(),
-        );
-        vm_cfg.accel = accel::resolve(cfg.accel, &vm_cfg)?;
-        vm_cfg.share_dir = Some(share.to_path_buf());
-        vm_cfg.memory_backend = MemoryBackend::Memfd;
-        vm_cfg.extra_args = args::pcie_root_port("hmbrp", 1, 1);
-        vm_cfg
-            .extra_args
-            .extend(args::vfio_user_pci(&dev.socket, DEVICE_ID, PciPlace::Bus("hmbrp")));
-        let mut vm = Vm::start(&vm_cfg)?;
-        boot::wait_started(&mut vm, "HMBT-INIT", Duration::from_secs(120), |l| {
-            l.contains("HMBT-INIT")
-        })?;
-        Ok(Guest {
-            run_dir: cfg.run_dir.clone(),
-            share: share.to_path_buf(),
-            dev,
-            vm,
-        })
+        NvmeDevice::start(&tools.emu_bin, &cfg.run_dir, &backing, &cfg.controller)
     })
 }
 

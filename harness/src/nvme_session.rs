@@ -15,7 +15,7 @@ use hmb_emu_device::control::{Fault, Request};
 use hmb_emu_device::report::Journal;
 use serde_json::Value;
 
-use crate::guest::Guest;
+use crate::guest::{Guest, GuestDevice};
 use crate::guest_script::{self, files};
 use crate::journal_truth;
 use crate::nvme_guest::{self, ControllerOptions, NvmeDevice, NvmeRunConfig, NvmeTools};
@@ -100,7 +100,7 @@ impl Guest<NvmeDevice> {
 /// daemon, the share), the NVMe ones (nvme-lib.sh, nvme-session.sh), then
 /// `body`. `mods` are the stock modules nvme.ko needs, in load order.
 pub fn script(trace_module: &str, mods: &[String], opts: &NvmeGuestOptions, body: &str) -> String {
-    guest_script::prelude(trace_module)
+    let script = guest_script::prelude(trace_module)
         .set("RESULTS", nvme_guest::files::RESULTS)
         .set("MODS", mods.join(" "))
         .set(
@@ -108,8 +108,8 @@ pub fn script(trace_module: &str, mods: &[String], opts: &NvmeGuestOptions, body
             opts.io_timeout.map(|t| format!("io_timeout={t}")).unwrap_or_default(),
         )
         .set("IO_BLOCK", IO_BLOCK)
-        .set("IO_BLOCKS", IO_BLOCKS)
-        .file(&guest_script::NVME_LIB)
+        .set("IO_BLOCKS", IO_BLOCKS);
+    NvmeDevice::prelude(script)
         .file(&guest_script::NVME_SESSION)
         .body(body)
         .build()

@@ -5,10 +5,12 @@
 use crate::image::Image;
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use hmb_harness::guest::devices::NoDevice;
+use hmb_harness::guest::{FirstLine, Guest};
 use hmb_harness::images;
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::{self, QemuVersion};
-use hmb_harness::qemu::{accel, console, kernel_checks, Accel, Vm, VmConfig};
+use hmb_harness::qemu::{accel, console, kernel_checks, Accel, VmConfig};
 use hmb_harness::{interrupt, target_dir};
 use std::path::Path;
 use std::time::Duration;
@@ -108,15 +110,19 @@ fn boot_and_check(
     boot_timeout: Duration,
     phases: &mut Phases,
 ) -> Result<()> {
-    let mut vm = phases.run("qemu start", || Vm::start(config))?;
+    let first = FirstLine {
+        what: "HMBT-INIT marker",
+        marker: "HMBT-INIT",
+        timeout: boot_timeout,
+    };
+    // An early-boot hang is retried once (`Guest::boot`).
+    let mut guest = phases.run("boot to init", || Guest::boot(config.clone(), first, |_| Ok(NoDevice)))?;
     println!(
         "    qemu pid {}, QMP socket {}",
-        vm.pid().unwrap_or(0),
-        vm.qmp_socket.display()
+        guest.vm.pid().unwrap_or(0),
+        guest.vm.qmp_socket.display()
     );
-    phases.run("boot to init", || {
-        vm.wait_for("HMBT-INIT marker", boot_timeout, |l| l.contains("HMBT-INIT"))
-    })?;
+    let vm = &mut guest.vm;
     phases.run("boot modules + share", || {
         vm.wait_for("HMBT-READY marker", Duration::from_secs(60), |l| {
             l.contains("HMBT-READY") || l.contains("HMBT-RESULT")

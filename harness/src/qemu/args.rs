@@ -137,6 +137,26 @@ pub fn virtio_blk_scratch(image: &Path, id: &str) -> Args {
     ])
 }
 
+/// A raw disk image as the guest's virtio disk, booted from; `snapshot=on`:
+/// the guest's writes go to a temporary file, never to the (cached) image.
+pub fn virtio_disk_snapshot(image: &Path) -> Args {
+    args([
+        "-drive".into(),
+        format!("file={},format=raw,if=virtio,snapshot=on", image.display()),
+    ])
+}
+
+/// QEMU's own NVMe controller on a raw image (`nvme,serial=SERIAL`), for the
+/// series' nvme.ko against a controller that is not ours.
+pub fn qemu_nvme(image: &Path, serial: &str) -> Args {
+    args([
+        "-drive".into(),
+        format!("file={},if=none,id=nvm,format=raw", image.display()),
+        "-device".into(),
+        format!("nvme,serial={serial},drive=nvm"),
+    ])
+}
+
 /// A PCIe root port: a device behind it can be surprise-removed with QMP
 /// `device_del` (q35's root bus is not hot-pluggable).
 pub fn pcie_root_port(id: &str, chassis: u8, slot: u8) -> Args {
