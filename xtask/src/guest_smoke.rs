@@ -2,6 +2,7 @@
 //! and an insmod of our module (when built), bring a file back over the 9p
 //! share, power off, and print phase timings.
 
+use crate::flags::AccelArg;
 use crate::image::Image;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -10,7 +11,7 @@ use hmb_harness::guest::{FirstLine, Guest};
 use hmb_harness::images;
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::{self, QemuVersion};
-use hmb_harness::qemu::{accel, console, kernel_checks, Accel, VmConfig};
+use hmb_harness::qemu::{accel, console, kernel_checks, VmConfig};
 use hmb_harness::{interrupt, target_dir};
 use std::path::Path;
 use std::time::Duration;
@@ -23,9 +24,8 @@ pub struct GuestSmoke {
     /// QEMU to use.
     #[arg(long, value_enum, default_value = "7.2")]
     pub qemu: QemuVersion,
-    /// Accelerator.
-    #[arg(long, value_enum, default_value = "tcg")]
-    pub accel: Accel,
+    #[command(flatten)]
+    pub accel: AccelArg,
     /// Seconds allowed from QEMU start to the guest being ready.
     #[arg(long, default_value_t = 180)]
     pub boot_timeout: u64,
@@ -41,17 +41,16 @@ pub struct GuestSmoke {
 const KEEP_LIMIT: Duration = Duration::from_secs(24 * 3600);
 
 impl GuestSmoke {
-    pub fn run(self) -> Result<()> {
-        run(self)
+    pub fn run(self, sh: &Shell) -> Result<()> {
+        run(self, sh)
     }
 }
 
-fn run(args: GuestSmoke) -> Result<()> {
+fn run(args: GuestSmoke, sh: &Shell) -> Result<()> {
     interrupt::install();
-    let sh = Shell::new()?;
     let mut phases = Phases::new();
-    let image = images::prepare(&sh, &args.image.options(), &mut phases)?;
-    let qemu = phases.run("qemu binary", || binary::ensure(&sh, args.qemu))?;
+    let image = images::prepare(sh, &args.image.options(), &mut phases)?;
+    let qemu = phases.run("qemu binary", || binary::ensure(sh, args.qemu))?;
     println!("    {} ({})", qemu.path.display(), qemu.version);
 
     let run_dir = target_dir().join("hmb-trace/smoke").join(&image.kernel_name);
@@ -74,7 +73,7 @@ fn run(args: GuestSmoke) -> Result<()> {
     }
     config.guest_script = Some(script);
     config.keep = args.keep;
-    config.accel = phases.run("accelerator", || accel::resolve(args.accel, &config))?;
+    config.accel = phases.run("accelerator", || accel::resolve(args.accel.accel, &config))?;
     println!("    accelerator: {:?}", config.accel);
 
     let result = boot_and_check(

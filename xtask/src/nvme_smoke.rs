@@ -10,6 +10,8 @@
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
+
+use crate::flags::KernelArg;
 use hmb_harness::guest::devices::QemuNvme;
 use hmb_harness::guest::{FirstLine, Guest, GuestDevice};
 use hmb_harness::guest_script::{self, Script};
@@ -27,36 +29,34 @@ use xshell::Shell;
 
 #[derive(Args)]
 pub struct NvmeSmoke {
-    /// Guest kernel, a name from images/KERNELS (default: its first line).
-    #[arg(long)]
-    pub kernel: Option<String>,
+    #[command(flatten)]
+    pub kernel: KernelArg,
     /// Seconds allowed from QEMU start to the end of the guest job.
     #[arg(long, default_value_t = 300)]
     pub timeout: u64,
 }
 
 impl NvmeSmoke {
-    pub fn run(self) -> Result<()> {
-        run(self)
+    pub fn run(self, sh: &Shell) -> Result<()> {
+        run(self, sh)
     }
 }
 
-fn run(args: NvmeSmoke) -> Result<()> {
+fn run(args: NvmeSmoke, sh: &Shell) -> Result<()> {
     interrupt::install();
-    let sh = Shell::new()?;
     let mut phases = Phases::new();
     let specs = kernels::load(&workspace_root().join("images/KERNELS"))?;
-    let spec = kernels::select(&specs, args.kernel.as_deref())?;
-    let series = phases.run("nvme series", || nvme_series::prepare(&sh, &spec, true))?;
+    let spec = kernels::select(&specs, args.kernel.name())?;
+    let series = phases.run("nvme series", || nvme_series::prepare(sh, &spec, true))?;
     let nvme_ko = series.nvme_ko.context("the series built no nvme.ko")?;
     let image_args = ImageOptions {
         kernel: Some(spec.name.clone()),
         kmod_dir: None,
         with_daemon: false,
     };
-    let image = images::prepare(&sh, &image_args, &mut phases)?;
+    let image = images::prepare(sh, &image_args, &mut phases)?;
     let trace_ko = image.trace_module()?;
-    let qemu = phases.run("qemu binary", || binary::ensure(&sh, QemuVersion::V7_2))?;
+    let qemu = phases.run("qemu binary", || binary::ensure(sh, QemuVersion::V7_2))?;
 
     let run_dir = target_dir().join("hmb-trace/nvme-smoke").join(&spec.name);
     if run_dir.exists() {

@@ -13,7 +13,6 @@
 //!
 //! Figures are printed and written to `soak.json` in the run folder.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
@@ -25,7 +24,7 @@ use hmb_harness::{target_dir, workspace_root};
 use serde_json::json;
 use xshell::Shell;
 
-use crate::boot::Device;
+use crate::flags::{Device, KernelArg, RunDirArg};
 
 #[derive(Args)]
 pub struct Soak {
@@ -54,16 +53,15 @@ pub struct Soak {
     /// with `--output tmpfs`).
     #[arg(long)]
     pub guest_memory_mb: Option<u32>,
-    /// Guest kernel, a name from images/KERNELS (default: its first line).
-    #[arg(long)]
-    pub kernel: Option<String>,
-    /// Run folder (default: target/hmb-trace/runs/soak-<device>-<timestamp>).
-    #[arg(long)]
-    pub run_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub kernel: KernelArg,
+    // Default run folder: target/hmb-trace/runs/soak-<device>-<timestamp>.
+    #[command(flatten)]
+    pub run_dir: RunDirArg,
 }
 
 impl Soak {
-    pub fn run(self) -> Result<()> {
+    pub fn run(self, sh: &Shell) -> Result<()> {
         if self.minutes == 0 || self.reset_every == 0 {
             bail!("--minutes and --reset-every must be at least 1");
         }
@@ -84,7 +82,7 @@ impl Soak {
             }
             return Ok(());
         }
-        let run_dir = self.run_dir.clone().unwrap_or_else(|| {
+        let run_dir = self.run_dir.or_else(|| {
             let device = match self.device {
                 Device::Ivshmem => "ivshmem",
                 Device::Nvme => "nvme",
@@ -96,11 +94,8 @@ impl Soak {
         std::fs::create_dir_all(&run_dir)?;
         let mut phases = Phases::new();
         let result = match self.device {
-            Device::Ivshmem => {
-                let sh = Shell::new()?;
-                soak_ivshmem::run(&sh, &self.ivshmem(), &run_dir, &mut phases)
-            }
-            Device::Nvme => soak_nvme(&self, &run_dir, &mut phases),
+            Device::Ivshmem => soak_ivshmem::run(sh, &self.ivshmem(), &run_dir, &mut phases),
+            Device::Nvme => soak_nvme(sh, &self, &run_dir, &mut phases),
         };
         phases.summary();
         let figures = result?;
@@ -122,7 +117,7 @@ impl Soak {
     /// The ivshmem soak's options.
     fn ivshmem(&self) -> soak_ivshmem::Options {
         soak_ivshmem::Options {
-            kernel: self.kernel.clone(),
+            kernel: self.kernel.kernel.clone(),
             minutes: self.minutes,
             reset_every: self.reset_every,
             rate: self.rate,
@@ -142,10 +137,9 @@ fn unix_secs() -> u64 {
 /// Set for the release re-run of the soak.
 const RELEASE_ENV: &str = "HMB_SOAK_RELEASE";
 
-fn soak_nvme(args: &Soak, run_dir: &std::path::Path, phases: &mut Phases) -> Result<serde_json::Value> {
-    let sh = Shell::new()?;
+fn soak_nvme(sh: &Shell, args: &Soak, run_dir: &std::path::Path, phases: &mut Phases) -> Result<serde_json::Value> {
     sh.change_dir(workspace_root());
-    let tools = hmb_harness::nvme_guest::prepare(&sh, args.kernel.as_deref(), true, phases)?;
+    let tools = hmb_harness::nvme_guest::prepare(sh, args.kernel.name(), true, phases)?;
     let load_start = load_average();
     let soak = hmb_harness::soak_nvme::run(
         &tools,
