@@ -1,6 +1,8 @@
 //! emu-device as a child process of a run: started with its sockets in the
 //! run folder, talked to over its control socket, and always stopped.
 
+pub mod nvme;
+
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
