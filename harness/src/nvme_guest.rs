@@ -14,16 +14,17 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use hmb_emu_device::control::{Fault, Request};
 use serde_json::Value;
-use xshell::{cmd, Shell};
+use xshell::Shell;
 
+use crate::guest::tools::{self, GuestTools};
 use crate::guest::{share, FirstLine, Guest, GuestDevice};
 use crate::guest_script::{self, Script};
-use crate::host::{cache_dir, target_dir, workspace_root};
+use crate::host::{cache_dir, workspace_root};
 use crate::images::guest_modules::{self, ModuleIndex};
-use crate::images::{self, initramfs, kernels, nvme_series, Image, ImageOptions};
+use crate::images::{initramfs, kernels, nvme_series};
 use crate::journal_truth::{self, JournalReport};
 use crate::phases::Phases;
-use crate::qemu::binary::{self, QemuBinary, QemuVersion};
+use crate::qemu::binary::QemuVersion;
 use crate::qemu::{console, kernel_checks, Accel, VmConfig};
 
 pub use crate::emu::nvme::{ControllerOptions, NvmeDevice, DEVICE_ID, NAMESPACE_BYTES};
@@ -56,15 +57,22 @@ pub mod files {
 
 /// Everything built once for NVMe guest runs on one kernel.
 pub struct NvmeTools {
-    pub image: Image,
-    pub qemu: QemuBinary,
-    pub emu_bin: PathBuf,
+    /// The image, QEMU 11.1 and emu-device.
+    pub guest: GuestTools,
     /// The kernel's own modules directory (modules.dep).
     pub modules_dir: PathBuf,
     /// nvme and what it needs, dependencies first, relative to `modules_dir`.
     pub stock_modules: Vec<String>,
     /// With the trace: the patched driver and our module.
     pub trace: Option<TraceParts>,
+}
+
+impl std::ops::Deref for NvmeTools {
+    type Target = GuestTools;
+
+    fn deref(&self) -> &GuestTools {
+        &self.guest
+    }
 }
 
 /// What a trace run adds to the stock one (issue 14).
@@ -82,18 +90,8 @@ pub struct TraceParts {
 /// first Debian QEMU with vfio-user-pci) and emu-device; with `trace`, also
 /// the patch series' nvme.ko. All cached.
 pub fn prepare(sh: &Shell, kernel: Option<&str>, trace: bool, phases: &mut Phases) -> Result<NvmeTools> {
-    let image_args = ImageOptions {
-        kernel: kernel.map(str::to_string),
-        kmod_dir: None,
-        with_daemon: true,
-    };
-    let image = images::prepare(sh, &image_args, phases)?;
-    let qemu = phases.run("qemu 11.1", || binary::ensure(sh, QemuVersion::V11_1))?;
-    let emu_bin = phases.run("emu-device", || {
-        let _dir = sh.push_dir(workspace_root());
-        cmd!(sh, "cargo build --release --quiet -p hmb-emu-device").run()?;
-        Ok(target_dir().join("release/emu-device"))
-    })?;
+    let guest = tools::prepare(sh, kernel, QemuVersion::V11_1, &[], phases)?;
+    let image = &guest.image;
     let modules_dir = stock_modules_dir(&image.kernel_name, &image.abi)?;
     // The stock driver: whatever nvme needs on this kernel (nvme-core, and
     // on newer kernels nvme-auth, nvme-keyring, ...), from modules.dep.
@@ -121,9 +119,7 @@ pub fn prepare(sh: &Shell, kernel: Option<&str>, trace: bool, phases: &mut Phase
         }
     };
     Ok(NvmeTools {
-        image,
-        qemu,
-        emu_bin,
+        guest,
         modules_dir,
         stock_modules,
         trace,

@@ -6,25 +6,32 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use xshell::{cmd, Shell};
+use xshell::Shell;
 
 use crate::emu::EmuDevice;
+use crate::guest::tools::{self, GuestTools};
 use crate::guest::{share, FirstLine, Guest};
 use crate::guest_script::files;
-use crate::host::{target_dir, workspace_root};
-use crate::images::{self, Image, ImageOptions};
+use crate::host::target_dir;
 use crate::phases::Phases;
-use crate::qemu::binary::{self, QemuBinary, QemuVersion};
+use crate::qemu::binary::QemuVersion;
 use crate::qemu::{Accel, VmConfig};
 
 pub use crate::emu::DEVICE_ID;
 
-/// Everything built once and shared by the sessions of a run.
+/// Everything built once and shared by the sessions of a run: the guest's
+/// image, QEMU and emu-device (`guest::tools`), and the analyzer.
 pub struct Tools {
-    pub image: Image,
-    pub qemu: QemuBinary,
-    pub emu_bin: PathBuf,
+    pub guest: GuestTools,
     pub analyzer_bin: PathBuf,
+}
+
+impl std::ops::Deref for Tools {
+    type Target = GuestTools;
+
+    fn deref(&self) -> &GuestTools {
+        &self.guest
+    }
 }
 
 impl Tools {
@@ -41,28 +48,10 @@ impl Tools {
 /// Prepare the image (kernel, module, static daemon, initramfs), QEMU and
 /// the host tools. Everything is cached.
 pub fn prepare(sh: &Shell, kernel: Option<&str>, qemu: QemuVersion, phases: &mut Phases) -> Result<Tools> {
-    let image_args = ImageOptions {
-        kernel: kernel.map(str::to_string),
-        kmod_dir: None,
-        with_daemon: true,
-    };
-    let image = images::prepare(sh, &image_args, phases)?;
-    let qemu = phases.run("qemu", || binary::ensure(sh, qemu))?;
-    let (emu_bin, analyzer_bin) = phases.run("host tools", || {
-        let _dir = sh.push_dir(workspace_root());
-        cmd!(
-            sh,
-            "cargo build --release --quiet -p hmb-emu-device -p hmb-trace-analyze"
-        )
-        .run()?;
-        let release = target_dir().join("release");
-        Ok((release.join("emu-device"), release.join("hmb-trace-analyze")))
-    })?;
+    let guest = tools::prepare(sh, kernel, qemu, &["hmb-trace-analyze"], phases)?;
     Ok(Tools {
-        image,
-        qemu,
-        emu_bin,
-        analyzer_bin,
+        guest,
+        analyzer_bin: target_dir().join("release/hmb-trace-analyze"),
     })
 }
 

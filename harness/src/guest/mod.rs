@@ -11,6 +11,7 @@
 pub mod boot;
 pub mod devices;
 pub mod share;
+pub mod tools;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
