@@ -16,7 +16,7 @@ use xshell::Shell;
 use crate::guest_script::{self, files};
 use crate::host::{load_average, workspace_root};
 use crate::output_disk::{self, OutputDisk};
-use crate::phases::Phases;
+use crate::phases::{Every, Phases};
 use crate::qemu::binary::QemuVersion;
 use crate::qemu::Accel;
 use crate::session::{self, Session, SessionConfig};
@@ -245,7 +245,7 @@ fn stream(args: &Options, s: &mut Session) -> Result<(Duration, u64)> {
     s.dev.start_workload("ssd", 1, args.rate)?;
     let start = Instant::now();
     let mut resets = 0;
-    let mut last_report = Instant::now();
+    let mut report = Every::new(Duration::from_secs(30));
     while start.elapsed() < args.duration() {
         if pending.last().is_some_and(|t| start.elapsed() >= *t) {
             pending.pop();
@@ -260,8 +260,7 @@ fn stream(args: &Options, s: &mut Session) -> Result<(Duration, u64)> {
         if interrupt::requested() {
             bail!("interrupted");
         }
-        if last_report.elapsed() >= Duration::from_secs(30) {
-            last_report = Instant::now();
+        if report.due() {
             let st = s.dev.stats()?;
             println!(
                 "    {:>4.0} s: {} records written, {} dropped (engines, as of the last stop)",

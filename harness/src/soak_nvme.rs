@@ -25,7 +25,7 @@ use crate::nvme_guest::{
     self, files, is_trouble_line, parse_results, stage_modules, NvmeDevice, NvmeRunConfig, NvmeTools,
     FATAL_DRIVER_LINE, FATAL_IO_TIMEOUT_S,
 };
-use crate::phases::Phases;
+use crate::phases::{Every, Phases};
 use crate::qemu::{console, Accel, WaitError};
 
 /// The host tells the guest to stop its I/O loop and the daemon.
@@ -123,7 +123,7 @@ pub fn run(
     let resets = phases.run("soak", || {
         let mut resets = 0u64;
         let mut next = reset_every;
-        let mut last_report = Instant::now();
+        let mut report = Every::new(Duration::from_secs(30));
         while start.elapsed() < duration {
             if start.elapsed() >= next && next < duration {
                 g.dev.request(&Request::Inject(Fault::Reset))?;
@@ -148,8 +148,7 @@ pub fn run(
             if interrupt::requested() {
                 bail!("interrupted");
             }
-            if last_report.elapsed() >= Duration::from_secs(30) {
-                last_report = Instant::now();
+            if report.due() {
                 let s = g.dev.status()?;
                 println!(
                     "    {:>4.0} s: controller resets {}, reads {}, writes {}",
