@@ -25,7 +25,7 @@ use crate::images::{initramfs, kernels, nvme_series};
 use crate::journal_truth::{self, JournalReport};
 use crate::phases::Phases;
 use crate::qemu::binary::QemuVersion;
-use crate::qemu::{console, kernel_checks, Accel, VmConfig};
+use crate::qemu::{console, kernel_checks, Accel};
 
 pub use crate::emu::nvme::{ControllerOptions, NvmeDevice, DEVICE_ID, NAMESPACE_BYTES};
 /// The pattern: 1 MiB at 8 MiB into the namespace (not LBA 0, so a
@@ -367,14 +367,7 @@ pub fn hmb_line_bytes(line: &str) -> Option<u64> {
 /// hangs (or faults) before init is retried once from scratch
 /// (`guest::boot`: nothing of ours has run yet).
 pub(crate) fn start(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path) -> Result<Guest<NvmeDevice>> {
-    let mut vm_cfg = VmConfig::new(
-        tools.qemu.clone(),
-        tools.image.boot_kernel.clone(),
-        tools.image.initramfs.clone(),
-        cfg.run_dir.clone(),
-    );
-    vm_cfg.accel = cfg.accel;
-    vm_cfg.share_dir = Some(share.to_path_buf());
+    let vm_cfg = tools.vm_config(&cfg.run_dir, share, cfg.accel);
     let first = FirstLine {
         what: "HMBT-INIT",
         marker: "HMBT-INIT",

@@ -15,7 +15,7 @@ use crate::guest_script::files;
 use crate::host::target_dir;
 use crate::phases::Phases;
 use crate::qemu::binary::QemuVersion;
-use crate::qemu::{Accel, VmConfig};
+use crate::qemu::Accel;
 
 pub use crate::emu::DEVICE_ID;
 
@@ -79,14 +79,7 @@ impl Guest<EmuDevice> {
     /// share and emu-device (`Guest::boot`).
     pub fn start(tools: &Tools, cfg: &SessionConfig, phases: &mut Phases) -> Result<Session> {
         let share = cfg.run_dir.join("share");
-        let mut vm_cfg = VmConfig::new(
-            tools.qemu.clone(),
-            tools.image.boot_kernel.clone(),
-            tools.image.initramfs.clone(),
-            cfg.run_dir.clone(),
-        );
-        vm_cfg.accel = cfg.accel;
-        vm_cfg.share_dir = Some(share.clone());
+        let mut vm_cfg = tools.vm_config(&cfg.run_dir, &share, cfg.accel);
         vm_cfg.keep = cfg.keep;
         vm_cfg.extra_args.extend(cfg.extra_qemu_args.iter().map(Into::into));
         vm_cfg.extra_cmdline.extend(cfg.extra_cmdline.iter().cloned());

@@ -123,13 +123,7 @@ pub fn run(sh: &Shell, args: &Options, run_dir: &Path, phases: &mut Phases) -> R
     })?;
     let (streamed, resets) = phases.run("soak", || stream(args, &mut s))?;
     phases.run("drain", || s.dev.wait_drained(Duration::from_secs(120)))?;
-    let ground_truth = s.dev.ground_truth()?;
-    std::fs::write(
-        run_dir.join("ground-truth.json"),
-        serde_json::to_string_pretty(&ground_truth)?,
-    )?;
-    let stats = s.dev.stats()?;
-    std::fs::write(run_dir.join("emu-stats.json"), serde_json::to_string_pretty(&stats)?)?;
+    let (ground_truth, stats) = s.dev.save_truth(run_dir)?;
     s.signal(files::STOP)?;
     // The guest copies trace.bin (GBs) from its tmpfs to the 9p share.
     let rc = phases.run("guest stop", || s.finish(Duration::from_secs(1800)))?;

@@ -251,6 +251,19 @@ impl EmuDevice {
         self.typed(&Request::GroundTruth)
     }
 
+    /// The ground truth and statistics after a run, saved in `run_dir` as
+    /// ground-truth.json and emu-stats.json (the truth check's inputs).
+    pub fn save_truth(&mut self, run_dir: &Path) -> Result<(GroundTruth, Stats)> {
+        let ground_truth = self.ground_truth()?;
+        std::fs::write(
+            run_dir.join("ground-truth.json"),
+            serde_json::to_string_pretty(&ground_truth)?,
+        )?;
+        let stats = self.stats()?;
+        std::fs::write(run_dir.join("emu-stats.json"), serde_json::to_string_pretty(&stats)?)?;
+        Ok((ground_truth, stats))
+    }
+
     /// Wait until the consumer has caught up with the producer (tail == head).
     pub fn wait_drained(&mut self, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;

@@ -4,7 +4,7 @@
 //! beside it. All cached. The ivshmem session (`session::Tools`) and the
 //! NVMe runs (`nvme_guest::NvmeTools`) add their own parts on top.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use xshell::{cmd, Shell};
@@ -13,12 +13,29 @@ use crate::host::{target_dir, workspace_root};
 use crate::images::{self, Image, ImageOptions};
 use crate::phases::Phases;
 use crate::qemu::binary::{self, QemuBinary, QemuVersion};
+use crate::qemu::{Accel, VmConfig};
 
 /// The image, QEMU and emu-device of a guest run.
 pub struct GuestTools {
     pub image: Image,
     pub qemu: QemuBinary,
     pub emu_bin: PathBuf,
+}
+
+impl GuestTools {
+    /// A guest of the image on this QEMU, with its files in `run_dir` and
+    /// `share` as its share (the caller adds what is its own).
+    pub fn vm_config(&self, run_dir: &Path, share: &Path, accel: Accel) -> VmConfig {
+        let mut vm = VmConfig::new(
+            self.qemu.clone(),
+            self.image.boot_kernel.clone(),
+            self.image.initramfs.clone(),
+            run_dir.to_path_buf(),
+        );
+        vm.accel = accel;
+        vm.share_dir = Some(share.to_path_buf());
+        vm
+    }
 }
 
 /// Prepare them for `kernel` (a name from images/KERNELS, default its first

@@ -252,13 +252,7 @@ pub fn boot(sh: &Shell, args: &Boot, phases: &mut Phases) -> Result<RunOutcome> 
     })?;
     phases.run("workload", || produce(args, &mut s))?;
     phases.run("drain", || s.wait_drained(Duration::from_secs(60)))?;
-    let ground_truth = s.dev.ground_truth()?;
-    std::fs::write(
-        run_dir.join("ground-truth.json"),
-        serde_json::to_string_pretty(&ground_truth)?,
-    )?;
-    let stats = s.dev.stats()?;
-    std::fs::write(run_dir.join("emu-stats.json"), serde_json::to_string_pretty(&stats)?)?;
+    let (ground_truth, stats) = s.dev.save_truth(&run_dir)?;
     s.signal(files::STOP)?;
     if args.guest.keep {
         println!("--keep: the guest shell is on this terminal; `poweroff -f` ends the VM");
