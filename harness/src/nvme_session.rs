@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use hmb_emu_device::control::{Fault, Request};
-use hmb_emu_device::report::Journal;
+use hmb_nvme_trace::Journal;
 use serde_json::Value;
 
 use crate::guest::{Guest, GuestDevice};

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use hmb_emu_device::control::Fault;
-use hmb_emu_device::hmb::hmb_size_for;
+use hmb_emu_device::ivshmem::hmb::hmb_size_for;
 use serde_json::json;
 use xshell::Shell;
 

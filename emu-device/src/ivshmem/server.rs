@@ -19,7 +19,7 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use super::wire::{send_msg, IVSHMEM_PROTOCOL_VERSION, MAX_PEER_ID, SHM_FD_MESSAGE};
 use crate::error::EmuError;
-use crate::hmb::Hmb;
+use crate::ivshmem::hmb::Hmb;
 
 /// The device's own peer id: the kernel module's `device_peer` parameter
 /// defaults to it.

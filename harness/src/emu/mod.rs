@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use hmb_emu_device::control::{call, Fault, Request};
-use hmb_emu_device::report::{GroundTruth, Stats, Status};
+use hmb_emu_device::ivshmem::report::{GroundTruth, Stats, Status};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -233,7 +233,7 @@ impl EmuDevice {
         self.request(&Request::Inject(fault))
     }
 
-    /// A request whose answer has a type in `hmb_emu_device::report`.
+    /// A request whose answer has a type in `hmb_emu_device::ivshmem::report`.
     fn typed<T: DeserializeOwned>(&mut self, req: &Request) -> Result<T> {
         let value = self.request(req)?;
         serde_json::from_value(value).with_context(|| format!("emu-device's answer to {req:?}"))

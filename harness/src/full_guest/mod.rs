@@ -165,8 +165,8 @@ pub fn run(sh: &Shell, opts: &Options, phases: &mut Phases) -> Result<Outcome> {
 /// ground truth and statistics, and the NVMe tools' checked answers.
 type Driven = (
     i32,
-    hmb_emu_device::report::GroundTruth,
-    hmb_emu_device::report::Stats,
+    hmb_emu_device::ivshmem::report::GroundTruth,
+    hmb_emu_device::ivshmem::report::Stats,
     nvme_tools::ToolsOutcome,
 );
 
@@ -255,7 +255,7 @@ fn boot(
         let emu = EmuDevice::start(
             &p.emu_bin,
             run_dir,
-            &hmb_emu_device::hmb::hmb_size_for(MODULE_DEFAULT_RING).to_string(),
+            &hmb_emu_device::ivshmem::hmb::hmb_size_for(MODULE_DEFAULT_RING).to_string(),
         )?;
         let backing = run_dir.join(nvme_tools::BACKING);
         let _ = std::fs::remove_file(&backing);

@@ -14,7 +14,7 @@ use clap::Args;
 use hmb_emu_device::control::Fault;
 use xshell::{cmd, Shell};
 
-use hmb_emu_device::hmb::hmb_size_for;
+use hmb_emu_device::ivshmem::hmb::hmb_size_for;
 use hmb_harness::guest_script::{self, files};
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::QemuVersion;

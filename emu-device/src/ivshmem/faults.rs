@@ -10,10 +10,10 @@ use hmb_trace_abi::{
 use serde::Serialize;
 use zerocopy::IntoBytes;
 
-use crate::advert::Slice;
 use crate::control::VersionPart;
 use crate::error::EmuError;
-use crate::hmb::MemRegion;
+use crate::ivshmem::advert::Slice;
+use crate::ivshmem::hmb::MemRegion;
 
 /// The magic `corrupt-magic` writes: every byte of the real one flipped.
 pub const CORRUPT_MAGIC: u32 = !HMB_RING_MAGIC;
@@ -159,9 +159,9 @@ pub fn vanish(mem: &MemRegion, slice: &Slice) -> Result<FaultEffect, EmuError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::advert::tests::module_advertise;
-    use crate::advert::{read_advert, Slice};
-    use crate::hmb::Hmb;
+    use crate::ivshmem::advert::tests::module_advertise;
+    use crate::ivshmem::advert::{read_advert, Slice};
+    use crate::ivshmem::hmb::Hmb;
     use hmb_trace_abi::{check_compat, parse_record_at, AbiError, RingSnapshot};
 
     fn setup() -> (Hmb, Slice) {

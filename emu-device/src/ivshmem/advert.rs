@@ -15,7 +15,7 @@ use hmb_trace_abi::{
 use zerocopy::FromBytes;
 
 use crate::error::EmuError;
-use crate::hmb::MemRegion;
+use crate::ivshmem::hmb::MemRegion;
 
 /// Byte offset of `state` inside the advert.
 const ADVERT_STATE_OFF: usize = HMB_ADVERT_OFFSET as usize + core::mem::offset_of!(hmb_advert, state);
@@ -148,7 +148,7 @@ pub fn read_advert(mem: &MemRegion, min_generation: u64) -> Result<Slice, EmuErr
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::hmb::Hmb;
+    use crate::ivshmem::hmb::Hmb;
     use hmb_trace_abi::{HMB_ADVERT_STATE_NONE, HMB_RING_MIN_SIZE};
     use zerocopy::IntoBytes;
 
