@@ -40,13 +40,7 @@ pub struct GuestSmoke {
 /// How long a --keep session may last.
 const KEEP_LIMIT: Duration = Duration::from_secs(24 * 3600);
 
-impl GuestSmoke {
-    pub fn run(self, sh: &Shell) -> Result<()> {
-        run(self, sh)
-    }
-}
-
-fn run(args: GuestSmoke, sh: &Shell) -> Result<()> {
+pub fn run(args: GuestSmoke, sh: &Shell) -> Result<()> {
     interrupt::install();
     let mut phases = Phases::new();
     let image = images::prepare(sh, &args.image.options(), &mut phases)?;

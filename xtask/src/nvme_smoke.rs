@@ -36,13 +36,7 @@ pub struct NvmeSmoke {
     pub timeout: u64,
 }
 
-impl NvmeSmoke {
-    pub fn run(self, sh: &Shell) -> Result<()> {
-        run(self, sh)
-    }
-}
-
-fn run(args: NvmeSmoke, sh: &Shell) -> Result<()> {
+pub fn run(args: NvmeSmoke, sh: &Shell) -> Result<()> {
     interrupt::install();
     let mut phases = Phases::new();
     let specs = kernels::load(&workspace_root().join("images/KERNELS"))?;
