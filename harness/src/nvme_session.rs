@@ -23,8 +23,8 @@ use crate::qemu::Accel;
 
 /// Namespace offset (in 4 KiB blocks) and size of the I/O loop's pattern:
 /// not LBA 0, and small enough that a round is a few commands.
-pub const IO_BLOCK: u64 = 2048;
-pub const IO_BLOCKS: u64 = 16;
+pub(crate) const IO_BLOCK: u64 = 2048;
+pub(crate) const IO_BLOCKS: u64 = 16;
 
 /// What the guest body may ask for beyond the defaults.
 #[derive(Debug, Clone, Default)]

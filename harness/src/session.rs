@@ -17,8 +17,6 @@ use crate::phases::Phases;
 use crate::qemu::binary::QemuVersion;
 use crate::qemu::Accel;
 
-pub use crate::emu::DEVICE_ID;
-
 /// Everything built once and shared by the sessions of a run: the guest's
 /// image, QEMU and emu-device (`guest::tools`), and the analyzer.
 pub struct Tools {

@@ -136,9 +136,9 @@ impl Drop for EmuProcess {
 }
 
 /// QMP id of the ivshmem controller (`device_del` names it).
-pub const DEVICE_ID: &str = "hmb0";
+pub(crate) const DEVICE_ID: &str = "hmb0";
 /// MSI-X vectors of the ivshmem device (emu-device serves two by default).
-pub const VECTORS: u16 = 2;
+pub(crate) const VECTORS: u16 = 2;
 
 impl crate::guest::GuestDevice for EmuDevice {
     const MORE_FILES: &'static [&'static str] = &[];
@@ -301,7 +301,7 @@ impl EmuDevice {
 /// sockpath.rs). Then a short folder under /tmp named after a hash of the
 /// run folder (the same run folder gets the same one; stale sockets in it
 /// are replaced), linked from the run folder as `sockets`.
-pub fn socket_dir(run_dir: &Path) -> Result<PathBuf> {
+pub(crate) fn socket_dir(run_dir: &Path) -> Result<PathBuf> {
     // The longest name bound there: ".vfio-user.sock.<u32 pid>.binding" and a slash.
     const LONGEST: usize = 1 + ".vfio-user.sock.4294967295.binding".len();
     const SUN_PATH: usize = 107;
@@ -322,7 +322,7 @@ pub fn socket_dir(run_dir: &Path) -> Result<PathBuf> {
 /// Start `command` as a child of a run: stdin closed, stdout and stderr
 /// into `log`, its own process group (a terminal Ctrl-C reaches only us, and
 /// we stop it in order), and killed by the kernel if we die outright.
-pub fn spawn_child(mut command: Command, log: &Path) -> Result<Child> {
+pub(crate) fn spawn_child(mut command: Command, log: &Path) -> Result<Child> {
     let file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     command
         .stdin(std::process::Stdio::null())

@@ -58,7 +58,7 @@ pub struct FirstLine<'a> {
 }
 
 /// The files every traced guest's script hands over through the share.
-pub const SESSION_FILES: [&str; 5] = [
+pub(crate) const SESSION_FILES: [&str; 5] = [
     files::TRACE,
     files::DAEMON_STDERR,
     files::DMESG,

@@ -32,7 +32,7 @@ pub struct KernelSpec {
 /// `6.12-debug` is the debug kernel built from the source of `6.12`
 /// (docs/debug-checks.md); accepted for a kernel with an
 /// images/debug-<name>.config.
-pub const DEBUG_SUFFIX: &str = "-debug";
+pub(crate) const DEBUG_SUFFIX: &str = "-debug";
 
 impl KernelSpec {
     /// The Debian kernel's name: `6.12` for both `6.12` and `6.12-debug`

@@ -24,7 +24,7 @@ use std::process::{Child, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// The 9p mount tag of the host share (images/guest/init mounts it at /mnt/host).
-pub const SHARE_TAG: &str = "hmbt";
+pub(crate) const SHARE_TAG: &str = "hmbt";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Accel {
