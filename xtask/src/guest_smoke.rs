@@ -7,6 +7,7 @@ use crate::image::Image;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use hmb_harness::guest::devices::NoDevice;
+use hmb_harness::guest::tools;
 use hmb_harness::guest::{FirstLine, Guest};
 use hmb_harness::images;
 use hmb_harness::phases::Phases;
@@ -53,13 +54,7 @@ pub fn run(args: GuestSmoke, sh: &Shell) -> Result<()> {
         std::fs::remove_dir_all(&run_dir)?;
     }
     std::fs::create_dir_all(&share)?;
-    let mut config = VmConfig::new(
-        qemu,
-        image.boot_kernel.clone(),
-        image.initramfs.clone(),
-        run_dir.clone(),
-    );
-    config.share_dir = Some(share.clone());
+    let mut config = tools::vm_config(qemu, &image, &run_dir, &share);
     let mut script = smoke_script(&image.our_modules);
     if let Some(extra) = &args.run {
         script.push_str(extra);

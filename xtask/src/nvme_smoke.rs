@@ -13,6 +13,7 @@ use clap::Args;
 
 use crate::flags::KernelArg;
 use hmb_harness::guest::devices::QemuNvme;
+use hmb_harness::guest::tools;
 use hmb_harness::guest::{FirstLine, Guest, GuestDevice};
 use hmb_harness::guest_script::{self, Script};
 use hmb_harness::images::{self, guest_modules::ModuleIndex, kernels, nvme_series, ImageOptions};
@@ -71,13 +72,7 @@ pub fn run(args: NvmeSmoke, sh: &Shell) -> Result<()> {
     let disk = run_dir.join("nvme.img");
     std::fs::File::create(&disk)?.set_len(64 << 20)?;
 
-    let mut config = VmConfig::new(
-        qemu,
-        image.boot_kernel.clone(),
-        image.initramfs.clone(),
-        run_dir.clone(),
-    );
-    config.share_dir = Some(share.clone());
+    let mut config = tools::vm_config(qemu, &image, &run_dir, &share);
     // Through the share, not hmbt.cmd: the script is longer than x86's
     // 2048-byte kernel command line.
     std::fs::write(share.join("run.sh"), guest_script(&stock, &trace_ko))?;

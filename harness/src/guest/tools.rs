@@ -26,16 +26,23 @@ impl GuestTools {
     /// A guest of the image on this QEMU, with its files in `run_dir` and
     /// `share` as its share (the caller adds what is its own).
     pub fn vm_config(&self, run_dir: &Path, share: &Path, accel: Accel) -> VmConfig {
-        let mut vm = VmConfig::new(
-            self.qemu.clone(),
-            self.image.boot_kernel.clone(),
-            self.image.initramfs.clone(),
-            run_dir.to_path_buf(),
-        );
+        let mut vm = vm_config(self.qemu.clone(), &self.image, run_dir, share);
         vm.accel = accel;
-        vm.share_dir = Some(share.to_path_buf());
         vm
     }
+}
+
+/// A guest of `image` on `qemu` with its files in `run_dir` and `share` as
+/// its share (TCG, the defaults of `VmConfig::new`).
+pub fn vm_config(qemu: QemuBinary, image: &Image, run_dir: &Path, share: &Path) -> VmConfig {
+    let mut vm = VmConfig::new(
+        qemu,
+        image.boot_kernel.clone(),
+        image.initramfs.clone(),
+        run_dir.to_path_buf(),
+    );
+    vm.share_dir = Some(share.to_path_buf());
+    vm
 }
 
 /// Prepare them for `kernel` (a name from images/KERNELS, default its first
