@@ -32,7 +32,7 @@ pub fn announce(mem: &MemRegion) -> Result<(), EmuError> {
 }
 
 /// The advert's generation, if it has the advert magic at all.
-pub fn advert_generation(mem: &MemRegion) -> Option<u64> {
+pub(crate) fn advert_generation(mem: &MemRegion) -> Option<u64> {
     let magic = mem.load_u32(HMB_ADVERT_OFFSET as usize).ok()?;
     (magic == HMB_ADVERT_MAGIC)
         .then(|| mem.load_u64(GENERATION_OFF).ok())
@@ -81,7 +81,7 @@ pub fn withdrawn(mem: &MemRegion) -> bool {
 ///
 /// `min_generation`: after a reset the device needs a strictly newer ring,
 /// so it passes the last generation + 1; at start it passes 0.
-pub fn read_advert(mem: &MemRegion, min_generation: u64) -> Result<Slice, EmuError> {
+pub(crate) fn read_advert(mem: &MemRegion, min_generation: u64) -> Result<Slice, EmuError> {
     let state = mem.atomic_u32(ADVERT_STATE_OFF)?.load(Ordering::Acquire);
     let mut raw = [0u8; core::mem::size_of::<hmb_advert>()];
     mem.read(HMB_ADVERT_OFFSET as usize, &mut raw)?;

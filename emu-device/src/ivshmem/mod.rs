@@ -13,7 +13,7 @@
 //! - `report`: its typed answers to control requests (status, statistics,
 //!   ground truth).
 
-pub mod advert;
+pub(crate) mod advert;
 pub mod client;
 pub mod device;
 pub mod faults;
@@ -23,7 +23,7 @@ pub mod report;
 pub mod serve;
 pub mod server;
 pub mod transport;
-pub mod wire;
+pub(crate) mod wire;
 
 pub use client::{IvshmemClient, Notification};
 pub use server::{IvshmemServer, PeerEvent, PeerTable, ServerConfig, StopHandle, DEFAULT_VECTORS, DEVICE_PEER_ID};

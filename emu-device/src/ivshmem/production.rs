@@ -97,7 +97,7 @@ impl Plan {
 }
 
 /// Build an engine over `slice` of the transport's memory.
-pub fn build_engine(
+pub(crate) fn build_engine(
     transport: &Arc<dyn Transport>,
     slice: &Slice,
     plan: &Plan,

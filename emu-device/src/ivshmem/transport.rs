@@ -42,7 +42,7 @@ impl Default for Vectors {
     }
 }
 /// Doorbell vector the module rings after writing a READY advert.
-pub const DOORBELL_ADVERT: u16 = 0;
+pub(crate) const DOORBELL_ADVERT: u16 = 0;
 
 /// Something that happened on the transport.
 #[derive(Debug, Clone, PartialEq, Eq)]
