@@ -124,7 +124,7 @@ impl Env {
             run_dir,
             accel: Accel::Tcg,
             keep: false,
-            hmb_size: hmb_emu_device::hmb::hmb_size_for(ring_size),
+            hmb_size: hmb_emu_device::ivshmem::hmb::hmb_size_for(ring_size),
             guest_script: script,
             extra_qemu_args: extra.qemu_args,
             extra_cmdline: extra.cmdline,

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use anyhow::Result;
-use hmb_emu_device::report::{GroundTruth, Stats};
+use hmb_emu_device::ivshmem::report::{GroundTruth, Stats};
 use hmb_harness::guest_script::files;
 use hmb_harness::journal_truth::JournalReport;
 use hmb_harness::matrix::Device;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use conformance::env::FINISH;
 use conformance::Env;
-use hmb_emu_device::report::Phase;
+use hmb_emu_device::ivshmem::report::Phase;
 
 /// The module's default ring: at 20 000 records/s nobody drains it, and it
 /// must not fill within the 5 s of the test (a full ring raises no data

@@ -306,7 +306,7 @@ pub fn call(path: &Path, req: &Request, timeout: Duration) -> Result<Response, E
 /// The longest response `call` reads. The NVMe controller's journal (its
 /// ground truth) of a 10-minute soak with guest I/O was over 16 MiB, the
 /// earlier bound, and got cut (`cargo xtask soak --device nvme`).
-pub const MAX_RESPONSE: usize = 1 << 30;
+pub(crate) const MAX_RESPONSE: usize = 1 << 30;
 
 #[cfg(test)]
 mod tests {

@@ -6,18 +6,10 @@
 //! slice, turns the model's notifications into guest interrupts, and takes
 //! orders from a control socket. docs/emu-device.md describes it.
 
-pub mod advert;
 pub mod control;
-pub mod device;
 pub mod error;
-pub mod faults;
-pub mod hmb;
 pub mod ivshmem;
-pub mod production;
-pub mod report;
-pub mod serve;
 pub mod sockpath;
-pub mod transport;
 pub mod vfio_user;
 
 pub use error::EmuError;

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use crate::error::EmuError;
 
-pub fn bind_listener(path: &Path, what: &'static str) -> Result<UnixListener, EmuError> {
+pub(crate) fn bind_listener(path: &Path, what: &'static str) -> Result<UnixListener, EmuError> {
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => {
             if UnixStream::connect(path).is_ok() {

@@ -10,11 +10,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hmb_emu_device::control::{call, Fault, Request, VersionPart};
-use hmb_emu_device::faults::{CORRUPT_MAGIC, HOSTILE_LENGTH};
-use hmb_emu_device::hmb::MemRegion;
+use hmb_emu_device::ivshmem::faults::{CORRUPT_MAGIC, HOSTILE_LENGTH};
+use hmb_emu_device::ivshmem::hmb::MemRegion;
+use hmb_emu_device::ivshmem::serve::{ServeOptions, Serving};
+use hmb_emu_device::ivshmem::transport::Vectors;
 use hmb_emu_device::ivshmem::{IvshmemClient, DEVICE_PEER_ID};
-use hmb_emu_device::serve::{ServeOptions, Serving};
-use hmb_emu_device::transport::Vectors;
 use hmb_emu_device::EmuError;
 use hmb_firmware_model::{expected_record, NotifyPolicy, Workload};
 use hmb_trace_abi::reference::{decode, DecodedItem};

@@ -5,7 +5,7 @@ use std::sync::mpsc::{channel, Receiver};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hmb_emu_device::hmb::Hmb;
+use hmb_emu_device::ivshmem::hmb::Hmb;
 use hmb_emu_device::ivshmem::{IvshmemClient, IvshmemServer, Notification, PeerEvent, ServerConfig, DEVICE_PEER_ID};
 
 const T: Duration = Duration::from_secs(5);

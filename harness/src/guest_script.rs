@@ -89,37 +89,37 @@ macro_rules! script_file {
 
 /// Functions every ivshmem-side script body calls (load the module, start
 /// and stop the daemon, collect results).
-pub const IVSHMEM_PRELUDE: ScriptFile = script_file!("ivshmem-prelude.sh");
+pub(crate) const IVSHMEM_PRELUDE: ScriptFile = script_file!("ivshmem-prelude.sh");
 
 /// Functions of every guest on emu-device's NVMe controller.
-pub const NVME_LIB: ScriptFile = script_file!("nvme-lib.sh");
+pub(crate) const NVME_LIB: ScriptFile = script_file!("nvme-lib.sh");
 
 /// The conformance sessions on the NVMe controller (after the two above).
-pub const NVME_SESSION: ScriptFile = script_file!("nvme-session.sh");
+pub(crate) const NVME_SESSION: ScriptFile = script_file!("nvme-session.sh");
 
 /// `cargo xtask boot --device nvme`'s checks (after nvme-lib.sh).
-pub const NVME_BOOT: ScriptFile = script_file!("nvme-boot.sh");
+pub(crate) const NVME_BOOT: ScriptFile = script_file!("nvme-boot.sh");
 
 /// The boot's driver-against-personality loads (issue 26, after nvme-lib.sh).
-pub const NVME_PERSONALITIES: ScriptFile = script_file!("nvme-personalities.sh");
+pub(crate) const NVME_PERSONALITIES: ScriptFile = script_file!("nvme-personalities.sh");
 
 /// `cargo xtask soak --device nvme`'s guest (after nvme-lib.sh).
-pub const NVME_SOAK: ScriptFile = script_file!("nvme-soak.sh");
+pub(crate) const NVME_SOAK: ScriptFile = script_file!("nvme-soak.sh");
 
 /// `cargo xtask nvme-smoke`'s guest (after nvme-lib.sh).
 pub const NVME_SMOKE: ScriptFile = script_file!("nvme-smoke.sh");
 
 /// The full Debian guest's check (harness/src/full_guest/script.rs).
-pub const FULL_GUEST_CHECK: ScriptFile = script_file!("full-guest-check.sh");
+pub(crate) const FULL_GUEST_CHECK: ScriptFile = script_file!("full-guest-check.sh");
 
 /// The full guest's NVMe tools section: a function the check calls.
-pub const FULL_GUEST_NVME_TOOLS: ScriptFile = script_file!("full-guest-nvme-tools.sh");
+pub(crate) const FULL_GUEST_NVME_TOOLS: ScriptFile = script_file!("full-guest-nvme-tools.sh");
 
 /// The full guest's traced run on the NVMe controller: a function the check calls.
 pub const FULL_GUEST_NVME_TRACED: ScriptFile = script_file!("full-guest-nvme-traced.sh");
 
 /// `cargo xtask bench --nvme`'s fio jobs in the full guest.
-pub const FULL_GUEST_NVME_BENCH: ScriptFile = script_file!("full-guest-nvme-bench.sh");
+pub(crate) const FULL_GUEST_NVME_BENCH: ScriptFile = script_file!("full-guest-nvme-bench.sh");
 
 /// Every file of harness/guest-scripts/ (the shellcheck test checks that
 /// this list and the folder agree).

@@ -14,10 +14,10 @@ use anyhow::{Context, Result};
 use hmb_trace_file::{Event, TraceReader, Walker};
 use zerocopy::IntoBytes;
 
-pub use hmb_emu_device::report::{Journal, JournalEntry};
+pub use hmb_nvme_trace::{Journal, JournalEntry};
 
 /// The journal out of emu-device's `ground-truth` answer on the NVMe device.
-pub fn journal_from_ground_truth(answer: &serde_json::Value) -> Result<Journal> {
+pub(crate) fn journal_from_ground_truth(answer: &serde_json::Value) -> Result<Journal> {
     serde_json::from_value(answer["journal"].clone()).context("emu-device's ground truth has no journal")
 }
 

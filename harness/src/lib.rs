@@ -45,6 +45,7 @@ pub mod phases;
 pub mod qemu;
 pub mod session;
 pub mod share_wait;
+pub mod soak_ivshmem;
 pub mod soak_nvme;
 pub mod traced_telemetry;
 pub mod truth;

@@ -3,8 +3,8 @@
 //! list for the suite (conformance/, which runs them) and `cargo xtask
 //! conformance` (which picks, tabulates and says "n/a" with the reason).
 
-/// The emulated SSD a scenario runs against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The emulated SSD a scenario runs against (and `cargo xtask`'s `--device`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Device {
     /// emu-device's firmware model behind QEMU's ivshmem-doorbell (any QEMU).
     Ivshmem,

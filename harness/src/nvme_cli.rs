@@ -11,16 +11,16 @@ use std::process::Command;
 use anyhow::{bail, ensure, Context, Result};
 
 /// The binary Debian's nvme-cli installs.
-pub const NVME_BINARY: &str = "/usr/sbin/nvme";
+pub(crate) const NVME_BINARY: &str = "/usr/sbin/nvme";
 /// Folder of the share the tool is staged into.
-pub const SHARE_DIR: &str = "nvme-cli";
+pub(crate) const SHARE_DIR: &str = "nvme-cli";
 /// The loader's name in that folder.
-pub const LOADER: &str = "ld-linux-x86-64.so.2";
+pub(crate) const LOADER: &str = "ld-linux-x86-64.so.2";
 
 /// Copy nvme and its libraries into `share/nvme-cli`. The guest runs it as
 /// `$share/nvme-cli/ld-linux-x86-64.so.2 --library-path $share/nvme-cli
 /// $share/nvme-cli/nvme ...` (the `nvmecli` function of harness/guest-scripts/nvme-boot.sh).
-pub fn stage(share: &Path) -> Result<()> {
+pub(crate) fn stage(share: &Path) -> Result<()> {
     let binary = Path::new(NVME_BINARY);
     ensure!(
         binary.is_file(),

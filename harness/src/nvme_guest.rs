@@ -9,32 +9,25 @@
 //! side. docs/nvme-controller.md ("Guest runs") has the decisions.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use hmb_emu_device::control::{Fault, Request};
-use hmb_nvme_trace::{Personality, ProducerKind};
 use serde_json::Value;
-use xshell::{cmd, Shell};
+use xshell::Shell;
 
-use crate::emu::EmuProcess;
-use crate::guest::{boot, share, Guest};
+use crate::guest::tools::{self, GuestTools};
+use crate::guest::{share, FirstLine, Guest, GuestDevice};
 use crate::guest_script::{self, Script};
-use crate::host::{cache_dir, target_dir, workspace_root};
+use crate::host::{cache_dir, workspace_root};
 use crate::images::guest_modules::{self, ModuleIndex};
-use crate::images::{self, initramfs, kernels, nvme_series, Image, ImageOptions};
+use crate::images::{initramfs, kernels, nvme_series};
 use crate::journal_truth::{self, JournalReport};
 use crate::phases::Phases;
-use crate::qemu::args::{self, MemoryBackend, PciPlace};
-use crate::qemu::binary::{self, QemuBinary, QemuVersion};
-use crate::qemu::{accel, console, kernel_checks, Accel, Vm, VmConfig};
+use crate::qemu::binary::QemuVersion;
+use crate::qemu::{console, kernel_checks, Accel};
 
-/// QMP id of the NVMe controller.
-pub const DEVICE_ID: &str = "nvme0";
-/// Namespace size: room for the pattern and the read loop, small enough
-/// that the sparse backing file costs nothing.
-pub const NAMESPACE_BYTES: u64 = 64 << 20;
+pub use crate::emu::nvme::{ControllerOptions, NvmeDevice, DEVICE_ID, NAMESPACE_BYTES};
 /// The pattern: 1 MiB at 8 MiB into the namespace (not LBA 0, so a
 /// controller that ignored SLBA would be caught by the host's check of
 /// the backing file).
@@ -44,7 +37,7 @@ pub const PATTERN_BYTES: u64 = 1 << 20;
 /// Files the guest script writes into the share (and the host's answers).
 pub mod files {
     pub const SCRIPT: &str = "run.sh";
-    pub const RESULTS: &str = "nvme-results.txt";
+    pub use crate::emu::nvme::RESULTS;
     pub const PATTERN: &str = "pattern.bin";
     pub const DMESG: &str = "dmesg.txt";
     pub const TRACE: &str = "trace.bin";
@@ -64,15 +57,22 @@ pub mod files {
 
 /// Everything built once for NVMe guest runs on one kernel.
 pub struct NvmeTools {
-    pub image: Image,
-    pub qemu: QemuBinary,
-    pub emu_bin: PathBuf,
+    /// The image, QEMU 11.1 and emu-device.
+    pub guest: GuestTools,
     /// The kernel's own modules directory (modules.dep).
     pub modules_dir: PathBuf,
     /// nvme and what it needs, dependencies first, relative to `modules_dir`.
     pub stock_modules: Vec<String>,
     /// With the trace: the patched driver and our module.
     pub trace: Option<TraceParts>,
+}
+
+impl std::ops::Deref for NvmeTools {
+    type Target = GuestTools;
+
+    fn deref(&self) -> &GuestTools {
+        &self.guest
+    }
 }
 
 /// What a trace run adds to the stock one (issue 14).
@@ -90,18 +90,8 @@ pub struct TraceParts {
 /// first Debian QEMU with vfio-user-pci) and emu-device; with `trace`, also
 /// the patch series' nvme.ko. All cached.
 pub fn prepare(sh: &Shell, kernel: Option<&str>, trace: bool, phases: &mut Phases) -> Result<NvmeTools> {
-    let image_args = ImageOptions {
-        kernel: kernel.map(str::to_string),
-        kmod_dir: None,
-        with_daemon: true,
-    };
-    let image = images::prepare(sh, &image_args, phases)?;
-    let qemu = phases.run("qemu 11.1", || binary::ensure(sh, QemuVersion::V11_1))?;
-    let emu_bin = phases.run("emu-device", || {
-        let _dir = sh.push_dir(workspace_root());
-        cmd!(sh, "cargo build --release --quiet -p hmb-emu-device").run()?;
-        Ok(target_dir().join("release/emu-device"))
-    })?;
+    let guest = tools::prepare(sh, kernel, QemuVersion::V11_1, &[], phases)?;
+    let image = &guest.image;
     let modules_dir = stock_modules_dir(&image.kernel_name, &image.abi)?;
     // The stock driver: whatever nvme needs on this kernel (nvme-core, and
     // on newer kernels nvme-auth, nvme-keyring, ...), from modules.dep.
@@ -129,9 +119,7 @@ pub fn prepare(sh: &Shell, kernel: Option<&str>, trace: bool, phases: &mut Phase
         }
     };
     Ok(NvmeTools {
-        image,
-        qemu,
-        emu_bin,
+        guest,
         modules_dir,
         stock_modules,
         trace,
@@ -146,118 +134,6 @@ pub fn stock_modules_dir(kernel: &str, abi: &str) -> Result<PathBuf> {
         .map(|d| root.join(d).join(abi))
         .find(|p| p.join("modules.dep").exists())
         .with_context(|| format!("no modules.dep for {abi} under {}", root.display()))
-}
-
-impl crate::guest::GuestDevice for NvmeDevice {
-    const MORE_FILES: &'static [&'static str] = &[files::RESULTS];
-
-    fn check_alive(&mut self) -> Result<()> {
-        self.process.check_alive()
-    }
-
-    fn shutdown(&mut self) {
-        self.process.shutdown();
-    }
-}
-
-/// emu-device's NVMe controller (`serve-nvme`).
-pub struct NvmeDevice {
-    process: EmuProcess,
-    pub socket: PathBuf,
-}
-
-impl NvmeDevice {
-    /// The namespace is the sparse file `backing`, so the host can check
-    /// where the guest's data landed.
-    pub fn start(binary: &Path, run_dir: &Path, backing: &Path, controller: &ControllerOptions) -> Result<NvmeDevice> {
-        Self::start_with(binary, run_dir, backing, NAMESPACE_BYTES, "", controller)
-    }
-
-    /// `start` with the namespace size and a prefix for the sockets' and
-    /// log's names, for a run folder another emu-device shares (the full
-    /// guest's `serve` has `control.sock` and `emu-device.log`).
-    pub fn start_with(
-        binary: &Path,
-        run_dir: &Path,
-        backing: &Path,
-        namespace_bytes: u64,
-        prefix: &str,
-        controller: &ControllerOptions,
-    ) -> Result<NvmeDevice> {
-        let sockets = crate::emu::socket_dir(run_dir)?;
-        let socket = sockets.join(format!("{prefix}vfio-user.sock"));
-        let control_socket = sockets.join(format!("{prefix}control.sock"));
-        for stale in [&socket, &control_socket] {
-            let _ = std::fs::remove_file(stale);
-        }
-        let mut command = Command::new(binary);
-        command
-            .arg("serve-nvme")
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--control")
-            .arg(&control_socket)
-            .arg("--namespace-size")
-            .arg(namespace_bytes.to_string())
-            .arg("--backing")
-            .arg(backing)
-            .arg("--personality")
-            .arg(controller.personality.name())
-            .arg("--producer")
-            .arg(controller.producer.to_string())
-            // serve-nvme reads these too: flags, not an inherited variable,
-            // decide which controller a run gets.
-            .env_remove("HMB_EMU_NVME_PERSONALITY")
-            .env_remove("HMB_EMU_NVME_PRODUCER")
-            .env("RUST_LOG", "info");
-        let process = EmuProcess::spawn(
-            "emu-device serve-nvme",
-            command,
-            run_dir,
-            &format!("{prefix}emu-device.log"),
-            control_socket,
-            &[&socket],
-        )?;
-        Ok(NvmeDevice { process, socket })
-    }
-
-    pub fn control_socket(&self) -> &Path {
-        &self.process.control_socket
-    }
-
-    pub fn check_alive(&mut self) -> Result<()> {
-        self.process.check_alive()
-    }
-
-    /// `status` over the control socket: transport, controller report, trace.
-    pub fn status(&mut self) -> Result<Value> {
-        self.request(&Request::Status)
-    }
-
-    pub fn request(&mut self, req: &Request) -> Result<Value> {
-        self.process.request(req)
-    }
-
-    /// SIGKILL, as a crashed controller: no clean shutdown, QEMU loses its
-    /// vfio-user server mid-flight. Later `check_alive` calls pass (the death
-    /// was asked for).
-    pub fn kill(&mut self) {
-        self.process.kill();
-    }
-
-    /// Ask for a clean shutdown, then make sure the process is gone.
-    pub fn shutdown(&mut self) {
-        self.process.shutdown();
-    }
-}
-
-/// Which controller serve-nvme is: its personality (does it declare the
-/// trace contract, how big an HMB it asks for) and which producer writes
-/// its trace ring (the Rust model or firmware-sdk's C library).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ControllerOptions {
-    pub personality: Personality,
-    pub producer: ProducerKind,
 }
 
 /// One guest run.
@@ -414,8 +290,8 @@ pub fn guest_script(
         .set("PATTERN_BLOCKS", PATTERN_BYTES / 4096)
         .set("IOPS_READS", iops_reads)
         .set("QD32_PER", qd32_per(iops_reads))
-        .set("WAKE_ROUNDS", WAKE_ROUNDS)
-        .file(&guest_script::NVME_LIB);
+        .set("WAKE_ROUNDS", WAKE_ROUNDS);
+    let script = NvmeDevice::prelude(script);
     crate::nvme_personalities::guest_script(script)
         .file(&guest_script::NVME_BOOT)
         .build()
@@ -494,33 +370,16 @@ pub fn hmb_line_bytes(line: &str) -> Option<u64> {
 /// hangs (or faults) before init is retried once from scratch
 /// (`guest::boot`: nothing of ours has run yet).
 pub(crate) fn start(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path) -> Result<Guest<NvmeDevice>> {
-    boot::retry_early_hang(|_| {
+    let vm_cfg = tools.vm_config(&cfg.run_dir, share, cfg.accel);
+    let first = FirstLine {
+        what: "HMBT-INIT",
+        marker: "HMBT-INIT",
+        timeout: Duration::from_secs(120),
+    };
+    Guest::boot(vm_cfg, first, |_| {
         let backing = cfg.run_dir.join("namespace.img");
         let _ = std::fs::remove_file(&backing);
-        let dev = NvmeDevice::start(&tools.emu_bin, &cfg.run_dir, &backing, &cfg.controller)?;
-        let mut vm_cfg = VmConfig::new(
-            tools.qemu.clone(),
-            tools.image.boot_kernel.clone(),
-            tools.image.initramfs.clone(),
-            cfg.run_dir.clone(),
-        );
-        vm_cfg.accel = accel::resolve(cfg.accel, &vm_cfg)?;
-        vm_cfg.share_dir = Some(share.to_path_buf());
-        vm_cfg.memory_backend = MemoryBackend::Memfd;
-        vm_cfg.extra_args = args::pcie_root_port("hmbrp", 1, 1);
-        vm_cfg
-            .extra_args
-            .extend(args::vfio_user_pci(&dev.socket, DEVICE_ID, PciPlace::Bus("hmbrp")));
-        let mut vm = Vm::start(&vm_cfg)?;
-        boot::wait_started(&mut vm, "HMBT-INIT", Duration::from_secs(120), |l| {
-            l.contains("HMBT-INIT")
-        })?;
-        Ok(Guest {
-            run_dir: cfg.run_dir.clone(),
-            share: share.to_path_buf(),
-            dev,
-            vm,
-        })
+        NvmeDevice::start(&tools.emu_bin, &cfg.run_dir, &backing, &cfg.controller)
     })
 }
 
@@ -948,6 +807,7 @@ fn check_trace(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hmb_nvme_trace::Personality;
     use serde_json::json;
 
     #[test]

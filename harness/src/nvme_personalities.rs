@@ -37,8 +37,8 @@ use hmb_emu_device::control::Request;
 use hmb_nvme_trace::Personality;
 use serde_json::Value;
 
+use crate::emu::nvme::NvmeDevice;
 use crate::guest_script::Script;
-use crate::nvme_guest::NvmeDevice;
 use crate::qemu::Vm;
 
 /// Which nvme.ko a phase loads: `$share/mods/<file>.ko`.

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use hmb_emu_device::control::{Fault, Request};
-use hmb_emu_device::report::Journal;
+use hmb_nvme_trace::Journal;
 use serde_json::Value;
 
-use crate::guest::Guest;
+use crate::guest::{Guest, GuestDevice};
 use crate::guest_script::{self, files};
 use crate::journal_truth;
 use crate::nvme_guest::{self, ControllerOptions, NvmeDevice, NvmeRunConfig, NvmeTools};
@@ -23,8 +23,8 @@ use crate::qemu::Accel;
 
 /// Namespace offset (in 4 KiB blocks) and size of the I/O loop's pattern:
 /// not LBA 0, and small enough that a round is a few commands.
-pub const IO_BLOCK: u64 = 2048;
-pub const IO_BLOCKS: u64 = 16;
+pub(crate) const IO_BLOCK: u64 = 2048;
+pub(crate) const IO_BLOCKS: u64 = 16;
 
 /// What the guest body may ask for beyond the defaults.
 #[derive(Debug, Clone, Default)]
@@ -100,7 +100,7 @@ impl Guest<NvmeDevice> {
 /// daemon, the share), the NVMe ones (nvme-lib.sh, nvme-session.sh), then
 /// `body`. `mods` are the stock modules nvme.ko needs, in load order.
 pub fn script(trace_module: &str, mods: &[String], opts: &NvmeGuestOptions, body: &str) -> String {
-    guest_script::prelude(trace_module)
+    let script = guest_script::prelude(trace_module)
         .set("RESULTS", nvme_guest::files::RESULTS)
         .set("MODS", mods.join(" "))
         .set(
@@ -108,8 +108,8 @@ pub fn script(trace_module: &str, mods: &[String], opts: &NvmeGuestOptions, body
             opts.io_timeout.map(|t| format!("io_timeout={t}")).unwrap_or_default(),
         )
         .set("IO_BLOCK", IO_BLOCK)
-        .set("IO_BLOCKS", IO_BLOCKS)
-        .file(&guest_script::NVME_LIB)
+        .set("IO_BLOCKS", IO_BLOCKS);
+    NvmeDevice::prelude(script)
         .file(&guest_script::NVME_SESSION)
         .body(body)
         .build()

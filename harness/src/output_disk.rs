@@ -14,7 +14,7 @@ use crate::host::apt::{self, Need};
 use crate::qemu::args::{self, Args};
 
 /// The disk's device node in the guest: the session's only virtio-blk disk.
-pub const GUEST_DEVICE: &str = "/dev/vda";
+pub(crate) const GUEST_DEVICE: &str = "/dev/vda";
 
 pub struct OutputDisk {
     pub image: PathBuf,
@@ -23,7 +23,7 @@ pub struct OutputDisk {
 /// Image size for `payload` bytes of output: room for the file system's
 /// own blocks and a margin, rounded up to a GiB. Sparse, so only what the
 /// guest writes takes host disk space.
-pub fn image_bytes(payload: u64) -> u64 {
+pub(crate) fn image_bytes(payload: u64) -> u64 {
     let with_margin = payload + payload / 8 + (1 << 30);
     with_margin.div_ceil(1 << 30) << 30
 }

@@ -48,3 +48,42 @@ impl Phases {
         println!("  {:<32} {:>7.1}s", "total", total.as_secs_f64());
     }
 }
+
+/// The clock of a long run's progress lines: `due` says yes once every
+/// `period`.
+pub struct Every {
+    period: Duration,
+    last: Instant,
+}
+
+impl Every {
+    pub fn new(period: Duration) -> Every {
+        Every {
+            period,
+            last: Instant::now(),
+        }
+    }
+
+    /// True when `period` has passed since the last time it said so (or
+    /// since `new`).
+    pub fn due(&mut self) -> bool {
+        let due = self.last.elapsed() >= self.period;
+        if due {
+            self.last = Instant::now();
+        }
+        due
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_is_due_only_once_its_period_has_passed() {
+        let mut hour = Every::new(Duration::from_secs(3600));
+        assert!(!hour.due());
+        let mut always = Every::new(Duration::ZERO);
+        assert!(always.due() && always.due());
+    }
+}

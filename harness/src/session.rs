@@ -6,29 +6,30 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use xshell::{cmd, Shell};
+use xshell::Shell;
 
 use crate::emu::EmuDevice;
-use crate::guest::{boot, share, Guest};
+use crate::guest::tools::{self, GuestTools};
+use crate::guest::{share, FirstLine, Guest};
 use crate::guest_script::files;
-use crate::host::{target_dir, workspace_root};
-use crate::images::{self, Image, ImageOptions};
+use crate::host::target_dir;
 use crate::phases::Phases;
-use crate::qemu::args::{self, PciPlace};
-use crate::qemu::binary::{self, QemuBinary, QemuVersion};
-use crate::qemu::{accel, Accel, Vm, VmConfig};
+use crate::qemu::binary::QemuVersion;
+use crate::qemu::Accel;
 
-/// QMP id of the emulated controller (`device_del` names it).
-pub const DEVICE_ID: &str = "hmb0";
-/// MSI-X vectors of the ivshmem device (emu-device serves two by default).
-const VECTORS: u16 = 2;
-
-/// Everything built once and shared by the sessions of a run.
+/// Everything built once and shared by the sessions of a run: the guest's
+/// image, QEMU and emu-device (`guest::tools`), and the analyzer.
 pub struct Tools {
-    pub image: Image,
-    pub qemu: QemuBinary,
-    pub emu_bin: PathBuf,
+    pub guest: GuestTools,
     pub analyzer_bin: PathBuf,
+}
+
+impl std::ops::Deref for Tools {
+    type Target = GuestTools;
+
+    fn deref(&self) -> &GuestTools {
+        &self.guest
+    }
 }
 
 impl Tools {
@@ -45,28 +46,10 @@ impl Tools {
 /// Prepare the image (kernel, module, static daemon, initramfs), QEMU and
 /// the host tools. Everything is cached.
 pub fn prepare(sh: &Shell, kernel: Option<&str>, qemu: QemuVersion, phases: &mut Phases) -> Result<Tools> {
-    let image_args = ImageOptions {
-        kernel: kernel.map(str::to_string),
-        kmod_dir: None,
-        with_daemon: true,
-    };
-    let image = images::prepare(sh, &image_args, phases)?;
-    let qemu = phases.run("qemu", || binary::ensure(sh, qemu))?;
-    let (emu_bin, analyzer_bin) = phases.run("host tools", || {
-        let _dir = sh.push_dir(workspace_root());
-        cmd!(
-            sh,
-            "cargo build --release --quiet -p hmb-emu-device -p hmb-trace-analyze"
-        )
-        .run()?;
-        let release = target_dir().join("release");
-        Ok((release.join("emu-device"), release.join("hmb-trace-analyze")))
-    })?;
+    let guest = tools::prepare(sh, kernel, qemu, &["hmb-trace-analyze"], phases)?;
     Ok(Tools {
-        image,
-        qemu,
-        emu_bin,
-        analyzer_bin,
+        guest,
+        analyzer_bin: target_dir().join("release/hmb-trace-analyze"),
     })
 }
 
@@ -89,57 +72,34 @@ pub struct SessionConfig {
 pub type Session = Guest<EmuDevice>;
 
 impl Guest<EmuDevice> {
-    /// Start emu-device and the guest, and wait until the guest runs its script.
+    /// Start emu-device and the guest, and wait until the guest runs its
+    /// script. An early-boot hang is retried once, from scratch: a fresh
+    /// share and emu-device (`Guest::boot`).
     pub fn start(tools: &Tools, cfg: &SessionConfig, phases: &mut Phases) -> Result<Session> {
-        // An early-boot hang is retried once, from scratch (guest::boot).
-        boot::retry_early_hang(|_| Self::start_once(tools, cfg, phases))
-    }
-
-    fn start_once(tools: &Tools, cfg: &SessionConfig, phases: &mut Phases) -> Result<Session> {
         let share = cfg.run_dir.join("share");
-        let _ = std::fs::remove_dir_all(&share);
-        std::fs::create_dir_all(&share).with_context(|| format!("creating {}", share.display()))?;
-        std::fs::write(share.join(files::SCRIPT), &cfg.guest_script)?;
-        let emu = phases.run("emu-device", || {
-            EmuDevice::start(&tools.emu_bin, &cfg.run_dir, &cfg.hmb_size.to_string())
-        })?;
-        let mut vm_cfg = VmConfig::new(
-            tools.qemu.clone(),
-            tools.image.boot_kernel.clone(),
-            tools.image.initramfs.clone(),
-            cfg.run_dir.clone(),
-        );
-        vm_cfg.accel = accel::resolve(cfg.accel, &vm_cfg)?;
-        vm_cfg.share_dir = Some(share.clone());
+        let mut vm_cfg = tools.vm_config(&cfg.run_dir, &share, cfg.accel);
         vm_cfg.keep = cfg.keep;
-        // The controller sits behind a PCIe root port so that QMP device_del
-        // is a real surprise removal (q35's root bus is not hot-pluggable).
-        vm_cfg.extra_args = args::pcie_root_port("hmbrp", 1, 1);
-        vm_cfg.extra_args.extend(args::ivshmem_doorbell(
-            &emu.ivshmem_socket,
-            DEVICE_ID,
-            VECTORS,
-            PciPlace::Bus("hmbrp"),
-        ));
         vm_cfg.extra_args.extend(cfg.extra_qemu_args.iter().map(Into::into));
         vm_cfg.extra_cmdline.extend(cfg.extra_cmdline.iter().cloned());
-        let vm = Vm::start(&vm_cfg)?;
-        let mut session = Session {
-            run_dir: cfg.run_dir.clone(),
-            share,
-            dev: emu,
-            vm,
+        // Before HMBT-INIT nothing of ours has run (the module loads later,
+        // from the script).
+        let first = FirstLine {
+            what: "HMBT-INIT",
+            marker: "HMBT-INIT",
+            timeout: Duration::from_secs(90),
         };
         phases.run("guest boot", || {
-            let vm = &mut session.vm;
-            // Before HMBT-INIT nothing of ours has run (the module loads later,
-            // from the script), so a timeout or a kernel fault there is TCG's
-            // early-boot flake.
-            boot::wait_started(vm, "HMBT-INIT", Duration::from_secs(90), |l| l.contains("HMBT-INIT"))?;
-            vm.wait_for("HMBT-READY", Duration::from_secs(90), |l| l.contains("HMBT-READY"))
-                .map(drop)
-        })?;
-        Ok(session)
+            let mut session = Guest::boot(vm_cfg, first, |_| {
+                let _ = std::fs::remove_dir_all(&share);
+                std::fs::create_dir_all(&share).with_context(|| format!("creating {}", share.display()))?;
+                std::fs::write(share.join(files::SCRIPT), &cfg.guest_script)?;
+                EmuDevice::start(&tools.emu_bin, &cfg.run_dir, &cfg.hmb_size.to_string())
+            })?;
+            session
+                .vm
+                .wait_for("HMBT-READY", Duration::from_secs(90), |l| l.contains("HMBT-READY"))?;
+            Ok(session)
+        })
     }
 
     /// Fail if the guest's daemon has already exited (the script records

@@ -17,15 +17,15 @@ use anyhow::{bail, ensure, Context, Result};
 use hmb_emu_device::control::{Fault, Request};
 use serde::Serialize;
 
-use crate::guest::share;
+use crate::guest::{share, GuestDevice};
 use crate::guest_script::{self, Script};
 use crate::interrupt;
 use crate::journal_truth;
 use crate::nvme_guest::{
-    self, files, is_trouble_line, parse_results, stage_modules, NvmeRunConfig, NvmeTools, FATAL_DRIVER_LINE,
-    FATAL_IO_TIMEOUT_S,
+    self, files, is_trouble_line, parse_results, stage_modules, NvmeDevice, NvmeRunConfig, NvmeTools,
+    FATAL_DRIVER_LINE, FATAL_IO_TIMEOUT_S,
 };
-use crate::phases::Phases;
+use crate::phases::{Every, Phases};
 use crate::qemu::{console, Accel, WaitError};
 
 /// The host tells the guest to stop its I/O loop and the daemon.
@@ -63,7 +63,7 @@ pub struct NvmeSoak {
 }
 
 fn guest_script(mods: &[String], trace_module: &str) -> String {
-    Script::new()
+    let script = Script::new()
         .set("RESULTS", files::RESULTS)
         .set("MODS", mods.join(" "))
         // A short I/O timeout: the driver finds CFS at the next timeout.
@@ -77,10 +77,8 @@ fn guest_script(mods: &[String], trace_module: &str) -> String {
         .set("TRACE_MODULE", trace_module)
         .set("ROUND_BLOCKS", ROUND_BYTES / 4096)
         // Rounds cycle over the namespace's first 32 MiB.
-        .set("SLOTS", (32 << 20) / ROUND_BYTES)
-        .file(&guest_script::NVME_LIB)
-        .file(&guest_script::NVME_SOAK)
-        .build()
+        .set("SLOTS", (32 << 20) / ROUND_BYTES);
+    NvmeDevice::prelude(script).file(&guest_script::NVME_SOAK).build()
 }
 
 fn counter(status: &serde_json::Value, name: &str) -> u64 {
@@ -125,7 +123,7 @@ pub fn run(
     let resets = phases.run("soak", || {
         let mut resets = 0u64;
         let mut next = reset_every;
-        let mut last_report = Instant::now();
+        let mut report = Every::new(Duration::from_secs(30));
         while start.elapsed() < duration {
             if start.elapsed() >= next && next < duration {
                 g.dev.request(&Request::Inject(Fault::Reset))?;
@@ -150,8 +148,7 @@ pub fn run(
             if interrupt::requested() {
                 bail!("interrupted");
             }
-            if last_report.elapsed() >= Duration::from_secs(30) {
-                last_report = Instant::now();
+            if report.due() {
                 let s = g.dev.status()?;
                 println!(
                     "    {:>4.0} s: controller resets {}, reads {}, writes {}",

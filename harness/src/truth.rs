@@ -10,8 +10,8 @@ use anyhow::{Context, Result};
 use hmb_firmware_model::{expected_record, Workload};
 use hmb_trace_file::{Event, Item, TraceReader, Walker};
 
-pub use hmb_emu_device::report::Segment;
-use hmb_emu_device::report::Stats;
+pub use hmb_emu_device::ivshmem::report::Segment;
+use hmb_emu_device::ivshmem::report::Stats;
 
 /// What the check found. `passed()` is the verdict.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

@@ -22,8 +22,8 @@ use hmb_harness::qemu::binary::QemuBinary;
 use hmb_harness::qemu::Accel;
 
 use hmb_emu_device::control::{call, Fault, Request};
-use hmb_emu_device::serve::{ServeOptions, Serving};
-use hmb_emu_device::transport::Vectors;
+use hmb_emu_device::ivshmem::serve::{ServeOptions, Serving};
+use hmb_emu_device::ivshmem::transport::Vectors;
 use hmb_firmware_model::NotifyPolicy;
 use hmb_qmp::Qmp;
 use hmb_trace_abi::{

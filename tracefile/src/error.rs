@@ -1,5 +1,7 @@
 //! Every way a trace.bin can be wrong, each with its own variant so callers
-//! can map them to distinct exit codes.
+//! can map them to distinct exit codes, and every way a telemetry log that
+//! carries one can be (`telemetry`). The leaf of the crate: it uses no
+//! module of it.
 
 use thiserror::Error;
 
@@ -26,7 +28,7 @@ pub enum FileError {
     #[error("corrupt item at offset {offset}: PAD record (flags {flags:#06x}) must never be copied into a file")]
     PadInFile { offset: u64, flags: u16 },
     #[error("telemetry log: {0}")]
-    Telemetry(#[from] crate::telemetry::TelemetryError),
+    Telemetry(#[from] TelemetryError),
     #[error("corrupt marker at offset {offset}: opcode {opcode:#06x} needs {need} payload bytes, has {length}")]
     BadMarker {
         offset: u64,
@@ -53,4 +55,19 @@ impl FileError {
             _ => None,
         }
     }
+}
+
+/// Why a telemetry log holds no readable hmb-trace snapshot (`telemetry`).
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum TelemetryError {
+    #[error("telemetry log of {0} bytes is shorter than its 512-byte header")]
+    Short(usize),
+    #[error("log identifier {0:#04x} is not a telemetry log (07h or 08h)")]
+    NotTelemetry(u8),
+    #[error("the Reason Identifier is not an hmb-trace snapshot (another vendor's telemetry?)")]
+    ForeignReason,
+    #[error("data area 3 ends at block {last_block} ({need} bytes) but the file has {have} bytes (truncated?)")]
+    Truncated { last_block: u16, need: u64, have: u64 },
+    #[error("the trace stream is {stream} bytes but data areas 1-3 hold {room}")]
+    StreamTooLong { stream: u64, room: u64 },
 }

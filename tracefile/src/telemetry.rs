@@ -6,8 +6,7 @@
 //! Telemetry log", is the specification; emu-device's controller writes it,
 //! the analyzer reads it.
 
-use thiserror::Error;
-
+pub use crate::error::TelemetryError;
 use crate::header::FILE_MAGIC;
 
 /// Telemetry data comes in blocks of 512 bytes; block 0 is the header.
@@ -75,20 +74,6 @@ impl TelemetryReason {
             stream_bytes: w(5),
         })
     }
-}
-
-#[derive(Debug, Error, PartialEq, Eq)]
-pub enum TelemetryError {
-    #[error("telemetry log of {0} bytes is shorter than its 512-byte header")]
-    Short(usize),
-    #[error("log identifier {0:#04x} is not a telemetry log (07h or 08h)")]
-    NotTelemetry(u8),
-    #[error("the Reason Identifier is not an hmb-trace snapshot (another vendor's telemetry?)")]
-    ForeignReason,
-    #[error("data area 3 ends at block {last_block} ({need} bytes) but the file has {have} bytes (truncated?)")]
-    Truncated { last_block: u16, need: u64, have: u64 },
-    #[error("the trace stream is {stream} bytes but data areas 1-3 hold {room}")]
-    StreamTooLong { stream: u64, room: u64 },
 }
 
 /// A parsed telemetry log holding an hmb-trace snapshot.

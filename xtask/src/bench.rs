@@ -10,10 +10,12 @@
 //! on the dev build the tests already made (the test command uses it to
 //! check that every figure is produced; its numbers mean nothing).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+
+use crate::flags::RunDirArg;
 use hmb_harness::{target_dir, workspace_root};
 use serde_json::{json, Value};
 use xshell::{cmd, Shell};
@@ -56,9 +58,9 @@ pub struct Bench {
     /// median over them (--quick: always 1).
     #[arg(long, default_value_t = 3)]
     pub runs: u32,
-    /// Run folder (default: target/hmb-trace/runs/bench-<unix seconds>).
-    #[arg(long)]
-    pub run_dir: Option<PathBuf>,
+    // Default run folder: target/hmb-trace/runs/bench-<unix seconds>.
+    #[command(flatten)]
+    pub run_dir: RunDirArg,
 }
 
 /// How a figure is judged against its target.
@@ -151,10 +153,9 @@ const GUEST: (&str, Target, &str) = (
 );
 
 impl Bench {
-    pub fn run(self) -> Result<()> {
-        let sh = Shell::new()?;
+    pub fn run(self, sh: &Shell) -> Result<()> {
         sh.change_dir(workspace_root());
-        let run_dir = self.run_dir.clone().unwrap_or_else(|| {
+        let run_dir = self.run_dir.or_else(|| {
             let secs = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs());
@@ -180,7 +181,7 @@ impl Bench {
             let dir = run_dir.join(format!("run-{k}"));
             std::fs::create_dir_all(&dir)?;
             let load_before = loadavg();
-            let lines = self.one_run(&sh, &dir, daemon_gib, ring_gib, analyzer_mb)?;
+            let lines = self.one_run(sh, &dir, daemon_gib, ring_gib, analyzer_mb)?;
             let load_after = loadavg();
             let figures = expected
                 .iter()

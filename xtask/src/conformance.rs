@@ -53,8 +53,8 @@ pub struct CaseResult {
 }
 
 impl Conformance {
-    pub fn run(self) -> Result<()> {
-        run(self)
+    pub fn run(self, sh: &Shell) -> Result<()> {
+        run(self, sh)
     }
 }
 
@@ -66,8 +66,7 @@ struct Column {
     seconds: f64,
 }
 
-fn run(args: Conformance) -> Result<()> {
-    let sh = Shell::new()?;
+fn run(args: Conformance, sh: &Shell) -> Result<()> {
     let root = workspace_root();
     sh.change_dir(&root);
     let specs = kernels::load(&root.join("images/KERNELS"))?;
@@ -89,7 +88,7 @@ fn run(args: Conformance) -> Result<()> {
             bail!("scenario {name} applies to none of the selected devices; see `cargo xtask conformance --help`");
         }
     }
-    ensure_nextest(&sh)?;
+    ensure_nextest(sh)?;
     let out_dir = target_dir().join("hmb-trace/conformance");
     std::fs::create_dir_all(&out_dir)?;
     let mut table: Vec<Column> = Vec::new();
@@ -116,8 +115,8 @@ fn run(args: Conformance) -> Result<()> {
             // Build the image once here so the parallel scenarios find it cached.
             let mut phases = Phases::new();
             match device {
-                Device::Ivshmem => drop(session::prepare(&sh, Some(kernel), qemu, &mut phases)?),
-                Device::Nvme => drop(nvme_guest::prepare(&sh, Some(kernel), true, &mut phases)?),
+                Device::Ivshmem => drop(session::prepare(sh, Some(kernel), qemu, &mut phases)?),
+                Device::Nvme => drop(nvme_guest::prepare(sh, Some(kernel), true, &mut phases)?),
             }
             // Only the scenarios that apply to this device (and the suite's
             // own consistency test); the others are "n/a" in the table.

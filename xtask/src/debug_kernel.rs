@@ -50,12 +50,11 @@ pub struct DebugKernel {
 }
 
 impl DebugKernel {
-    pub fn run(self) -> Result<()> {
+    pub fn run(self, sh: &xshell::Shell) -> Result<()> {
         let mut phases = Phases::new();
-        let sh = xshell::Shell::new()?;
         // The image (the kernel, built on first use) and the series' nvme.ko.
         let image = images::prepare(
-            &sh,
+            sh,
             &ImageOptions {
                 kernel: Some(KERNEL.into()),
                 kmod_dir: None,
@@ -64,7 +63,7 @@ impl DebugKernel {
             &mut phases,
         )?;
         println!("    guest kernel {} ({})", image.abi, image.boot_kernel.display());
-        drop(nvme_guest::prepare(&sh, Some(KERNEL), true, &mut phases)?);
+        drop(nvme_guest::prepare(sh, Some(KERNEL), true, &mut phases)?);
         phases.summary();
         if self.build_only {
             return Ok(());
@@ -75,12 +74,9 @@ impl DebugKernel {
             println!("==> cargo xtask boot --kernel {KERNEL} --inject reset");
             let run_dir = target_dir().join("hmb-trace/test-runs/nvme-trace-debug");
             let _ = std::fs::remove_dir_all(&run_dir);
-            let args = <Boot as clap::FromArgMatches>::from_arg_matches(
-                &<Boot as clap::Args>::augment_args(clap::Command::new("boot"))
-                    .get_matches_from(["boot", "--kernel", KERNEL, "--inject", "reset"]),
-            )?;
+            let args: Boot = crate::flags::parse(&["boot", "--kernel", KERNEL, "--inject", "reset"])?;
             let mut phases = Phases::new();
-            boot::nvme::boot(&args, &run_dir, &mut phases)?;
+            boot::nvme::boot(sh, &args, &run_dir, &mut phases)?;
             ensure!(
                 run_dir.join("report.html").is_file(),
                 "boot on {KERNEL}: no report.html"
@@ -100,7 +96,7 @@ impl DebugKernel {
                 inject: None,
                 junit: Some(target_dir().join(format!("hmb-trace/conformance/junit-debug-{device}.xml"))),
             }
-            .run()?;
+            .run(sh)?;
             times.push((device, started.elapsed().as_secs_f64()));
         }
         for (what, seconds) in times {

@@ -26,12 +26,11 @@ pub struct Deps {
 }
 
 impl Deps {
-    pub fn run(self) -> Result<()> {
-        let sh = Shell::new()?;
+    pub fn run(self, sh: &Shell) -> Result<()> {
         let mut phases = Phases::new();
         phases.run("host packages", || {
-            apt::ensure(&sh, &apt::base_needs())?;
-            apt::ensure(&sh, &apt::test_needs())
+            apt::ensure(sh, &apt::base_needs())?;
+            apt::ensure(sh, &apt::test_needs())
         })?;
         let specs = kernels::load(&workspace_root().join("images/KERNELS"))?;
         let chosen: Vec<_> = if self.all {
@@ -45,15 +44,15 @@ impl Deps {
         let _lock = lock_cache(&cache_dir())?;
         for spec in chosen {
             phases.run(&format!("kernel {} toolchain", spec.name), || {
-                toolchain::ensure_toolchain(&sh, &spec).map(|_| ())
+                toolchain::ensure_toolchain(sh, &spec).map(|_| ())
             })?;
         }
         if self.qemu10 {
-            phases.run("QEMU 10.0", || binary::ensure(&sh, QemuVersion::V10_0).map(|_| ()))?;
+            phases.run("QEMU 10.0", || binary::ensure(sh, QemuVersion::V10_0).map(|_| ()))?;
         }
         if self.qemu11 {
             phases.run("QEMU 11.1", || {
-                hmb_harness::qemu::chroot_qemu::ensure_locked(&sh, &cache_dir()).map(|_| ())
+                hmb_harness::qemu::chroot_qemu::ensure_locked(sh, &cache_dir()).map(|_| ())
             })?;
         }
         phases.summary();

@@ -17,8 +17,7 @@ pub struct FirmwareSdk {
 }
 
 impl FirmwareSdk {
-    pub fn run(self) -> Result<()> {
-        let sh = Shell::new()?;
+    pub fn run(self, sh: &Shell) -> Result<()> {
         sh.change_dir(workspace_root());
         if self.regen {
             cmd!(sh, "cargo run -q -p hmb-firmware-sdk --bin hmbt-gen-events").run()?;

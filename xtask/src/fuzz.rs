@@ -61,16 +61,15 @@ pub struct Fuzz {
 }
 
 impl Fuzz {
-    pub fn run(self) -> Result<()> {
-        run(self)
+    pub fn run(self, sh: &Shell) -> Result<()> {
+        run(self, sh)
     }
 }
 
-fn run(args: Fuzz) -> Result<()> {
-    let sh = Shell::new()?;
+fn run(args: Fuzz, sh: &Shell) -> Result<()> {
     let root = hmb_harness::workspace_root();
     sh.change_dir(&root);
-    ensure_nightly(&sh)?;
+    ensure_nightly(sh)?;
     let target_dir = root.join("target/fuzz");
     println!("building the fuzz targets (nightly, sancov + AddressSanitizer)");
     let _flags = sh.push_env("RUSTFLAGS", RUSTFLAGS);
@@ -85,7 +84,7 @@ fn run(args: Fuzz) -> Result<()> {
         if args.target.as_deref().is_some_and(|t| t != *name) {
             continue;
         }
-        done.push(run_target(&sh, &root, &bin_dir, &target_dir, name, seeds, &args)?);
+        done.push(run_target(sh, &root, &bin_dir, &target_dir, name, seeds, &args)?);
     }
     print_table(&done);
     Ok(())

@@ -2,13 +2,17 @@
 //! and an insmod of our module (when built), bring a file back over the 9p
 //! share, power off, and print phase timings.
 
+use crate::flags::AccelArg;
 use crate::image::Image;
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use hmb_harness::guest::devices::NoDevice;
+use hmb_harness::guest::tools;
+use hmb_harness::guest::{FirstLine, Guest};
 use hmb_harness::images;
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::{self, QemuVersion};
-use hmb_harness::qemu::{accel, console, kernel_checks, Accel, Vm, VmConfig};
+use hmb_harness::qemu::{accel, console, kernel_checks, VmConfig};
 use hmb_harness::{interrupt, target_dir};
 use std::path::Path;
 use std::time::Duration;
@@ -21,9 +25,8 @@ pub struct GuestSmoke {
     /// QEMU to use.
     #[arg(long, value_enum, default_value = "7.2")]
     pub qemu: QemuVersion,
-    /// Accelerator.
-    #[arg(long, value_enum, default_value = "tcg")]
-    pub accel: Accel,
+    #[command(flatten)]
+    pub accel: AccelArg,
     /// Seconds allowed from QEMU start to the guest being ready.
     #[arg(long, default_value_t = 180)]
     pub boot_timeout: u64,
@@ -38,18 +41,11 @@ pub struct GuestSmoke {
 /// How long a --keep session may last.
 const KEEP_LIMIT: Duration = Duration::from_secs(24 * 3600);
 
-impl GuestSmoke {
-    pub fn run(self) -> Result<()> {
-        run(self)
-    }
-}
-
-fn run(args: GuestSmoke) -> Result<()> {
+pub fn run(args: GuestSmoke, sh: &Shell) -> Result<()> {
     interrupt::install();
-    let sh = Shell::new()?;
     let mut phases = Phases::new();
-    let image = images::prepare(&sh, &args.image.options(), &mut phases)?;
-    let qemu = phases.run("qemu binary", || binary::ensure(&sh, args.qemu))?;
+    let image = images::prepare(sh, &args.image.options(), &mut phases)?;
+    let qemu = phases.run("qemu binary", || binary::ensure(sh, args.qemu))?;
     println!("    {} ({})", qemu.path.display(), qemu.version);
 
     let run_dir = target_dir().join("hmb-trace/smoke").join(&image.kernel_name);
@@ -58,13 +54,7 @@ fn run(args: GuestSmoke) -> Result<()> {
         std::fs::remove_dir_all(&run_dir)?;
     }
     std::fs::create_dir_all(&share)?;
-    let mut config = VmConfig::new(
-        qemu,
-        image.boot_kernel.clone(),
-        image.initramfs.clone(),
-        run_dir.clone(),
-    );
-    config.share_dir = Some(share.clone());
+    let mut config = tools::vm_config(qemu, &image, &run_dir, &share);
     let mut script = smoke_script(&image.our_modules);
     if let Some(extra) = &args.run {
         script.push_str(extra);
@@ -72,7 +62,7 @@ fn run(args: GuestSmoke) -> Result<()> {
     }
     config.guest_script = Some(script);
     config.keep = args.keep;
-    config.accel = phases.run("accelerator", || accel::resolve(args.accel, &config))?;
+    config.accel = phases.run("accelerator", || accel::resolve(args.accel.accel, &config))?;
     println!("    accelerator: {:?}", config.accel);
 
     let result = boot_and_check(
@@ -108,15 +98,19 @@ fn boot_and_check(
     boot_timeout: Duration,
     phases: &mut Phases,
 ) -> Result<()> {
-    let mut vm = phases.run("qemu start", || Vm::start(config))?;
+    let first = FirstLine {
+        what: "HMBT-INIT marker",
+        marker: "HMBT-INIT",
+        timeout: boot_timeout,
+    };
+    // An early-boot hang is retried once (`Guest::boot`).
+    let mut guest = phases.run("boot to init", || Guest::boot(config.clone(), first, |_| Ok(NoDevice)))?;
     println!(
         "    qemu pid {}, QMP socket {}",
-        vm.pid().unwrap_or(0),
-        vm.qmp_socket.display()
+        guest.vm.pid().unwrap_or(0),
+        guest.vm.qmp_socket.display()
     );
-    phases.run("boot to init", || {
-        vm.wait_for("HMBT-INIT marker", boot_timeout, |l| l.contains("HMBT-INIT"))
-    })?;
+    let vm = &mut guest.vm;
     phases.run("boot modules + share", || {
         vm.wait_for("HMBT-READY marker", Duration::from_secs(60), |l| {
             l.contains("HMBT-READY") || l.contains("HMBT-RESULT")

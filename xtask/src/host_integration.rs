@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::Args;
+
+use crate::flags::{KernelArg, RunDirArg};
 use hmb_harness::full_guest::{self, Options};
 use hmb_harness::phases::Phases;
 use hmb_harness::{target_dir, workspace_root};
@@ -16,9 +18,8 @@ use xshell::Shell;
 
 #[derive(Args)]
 pub struct HostIntegration {
-    /// Guest kernel, a name from images/KERNELS (default: its first line).
-    #[arg(long)]
-    pub kernel: Option<String>,
+    #[command(flatten)]
+    pub kernel: KernelArg,
     /// Firmware workload emu-device runs.
     #[arg(long, default_value = "ssd")]
     pub workload: String,
@@ -30,9 +31,9 @@ pub struct HostIntegration {
     /// Seconds the device produces before the SIGKILL, and again after the restart.
     #[arg(long, default_value_t = 3.0)]
     pub produce: f64,
-    /// Run folder (default: target/hmb-trace/runs/host-integration-<kernel>).
-    #[arg(long)]
-    pub run_dir: Option<PathBuf>,
+    // Default run folder: target/hmb-trace/runs/host-integration-<kernel>.
+    #[command(flatten)]
+    pub run_dir: RunDirArg,
 }
 
 impl HostIntegration {
@@ -40,29 +41,27 @@ impl HostIntegration {
     /// what `cargo xtask test` runs.
     pub fn with_run_dir(run_dir: PathBuf) -> HostIntegration {
         HostIntegration {
-            kernel: None,
+            kernel: KernelArg::default(),
             workload: "ssd".into(),
             seed: 1,
             rate: 2000,
             produce: 3.0,
-            run_dir: Some(run_dir),
+            run_dir: RunDirArg { run_dir: Some(run_dir) },
         }
     }
 
-    pub fn run(self) -> Result<()> {
+    pub fn run(self, sh: &Shell) -> Result<()> {
         if !(self.produce > 0.0 && self.produce <= 600.0) {
             bail!("--produce must be in (0, 600] seconds, got {}", self.produce);
         }
-        let sh = Shell::new()?;
         sh.change_dir(workspace_root());
-        let run_dir = self.run_dir.clone().unwrap_or_else(|| {
-            target_dir().join("hmb-trace/runs").join(format!(
-                "host-integration-{}",
-                self.kernel.as_deref().unwrap_or("default")
-            ))
+        let run_dir = self.run_dir.or_else(|| {
+            target_dir()
+                .join("hmb-trace/runs")
+                .join(format!("host-integration-{}", self.kernel.name().unwrap_or("default")))
         });
         let opts = Options {
-            kernel: self.kernel.clone(),
+            kernel: self.kernel.kernel.clone(),
             run_dir,
             workload: self.workload.clone(),
             seed: self.seed,
@@ -70,7 +69,7 @@ impl HostIntegration {
             produce: Duration::from_secs_f64(self.produce),
         };
         let mut phases = Phases::new();
-        let result = full_guest::run(&sh, &opts, &mut phases);
+        let result = full_guest::run(sh, &opts, &mut phases);
         phases.summary();
         println!("run folder: {}", opts.run_dir.display());
         let outcome = result?;

@@ -2,6 +2,8 @@
 
 use anyhow::Result;
 use clap::Args;
+
+use crate::flags::KernelArg;
 use hmb_harness::images::{self, ImageOptions};
 use hmb_harness::phases::Phases;
 use std::path::PathBuf;
@@ -9,9 +11,8 @@ use xshell::Shell;
 
 #[derive(Args, Clone)]
 pub struct Image {
-    /// Guest kernel, a name from images/KERNELS (default: its first line).
-    #[arg(long)]
-    pub kernel: Option<String>,
+    #[command(flatten)]
+    pub kernel: KernelArg,
     /// Module source directory (default: kmod/). Built when it has a Makefile.
     #[arg(long)]
     pub kmod_dir: Option<PathBuf>,
@@ -23,17 +24,16 @@ pub struct Image {
 impl Image {
     pub fn options(&self) -> ImageOptions {
         ImageOptions {
-            kernel: self.kernel.clone(),
+            kernel: self.kernel.kernel.clone(),
             kmod_dir: self.kmod_dir.clone(),
             with_daemon: self.with_daemon,
         }
     }
 
-    pub fn run(self) -> Result<()> {
+    pub fn run(self, sh: &Shell) -> Result<()> {
         hmb_harness::interrupt::install();
-        let sh = Shell::new()?;
         let mut phases = Phases::new();
-        let image = images::prepare(&sh, &self.options(), &mut phases)?;
+        let image = images::prepare(sh, &self.options(), &mut phases)?;
         phases.summary();
         println!("kernel     {} ({})", image.vmlinuz.display(), image.abi);
         println!("boots      {}", image.boot_kernel.display());

@@ -8,6 +8,7 @@ mod conformance;
 mod debug_kernel;
 mod deps;
 mod firmware_sdk;
+mod flags;
 mod fuzz;
 mod guest_smoke;
 mod host_integration;
@@ -32,6 +33,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// The main job: emulated SSD -> QEMU guest (real module and daemon) -> trace.bin -> report.
+    /// Without --device: nvme, or ivshmem when an option only ivshmem has is given.
     Boot(boot::Boot),
     /// Conformance scenarios on real guest kernels (snapshots, table, JUnit).
     Conformance(conformance::Conformance),
@@ -66,22 +68,26 @@ enum Command {
 }
 
 fn main() -> Result<()> {
-    match Cli::parse().command {
-        Command::Boot(c) => c.run(),
-        Command::Conformance(c) => c.run(),
-        Command::DebugKernel(c) => c.run(),
-        Command::Test(c) => c.run(),
-        Command::Bench(c) => c.run(),
-        Command::Vectors(c) => c.run(),
-        Command::Deps(c) => c.run(),
-        Command::Image(c) => c.run(),
-        Command::GuestSmoke(c) => c.run(),
-        Command::NvmeSeries(c) => c.run(),
-        Command::NvmeSmoke(c) => c.run(),
-        Command::HostIntegration(c) => c.run(),
-        Command::Fuzz(c) => c.run(),
-        Command::Sanitize(c) => c.run(),
-        Command::Soak(c) => c.run(),
-        Command::FirmwareSdk(c) => c.run(),
+    let command = Cli::parse().command;
+    // One shell for the whole command: its steps and the library's helpers
+    // run their host commands through it.
+    let sh = &xshell::Shell::new()?;
+    match command {
+        Command::Boot(c) => c.run(sh),
+        Command::Conformance(c) => c.run(sh),
+        Command::DebugKernel(c) => c.run(sh),
+        Command::Test(c) => c.run(sh),
+        Command::Bench(c) => c.run(sh),
+        Command::Vectors(c) => c.run(sh),
+        Command::Deps(c) => c.run(sh),
+        Command::Image(c) => c.run(sh),
+        Command::GuestSmoke(c) => guest_smoke::run(c, sh),
+        Command::NvmeSeries(c) => c.run(sh),
+        Command::NvmeSmoke(c) => nvme_smoke::run(c, sh),
+        Command::HostIntegration(c) => c.run(sh),
+        Command::Fuzz(c) => c.run(sh),
+        Command::Sanitize(c) => c.run(sh),
+        Command::Soak(c) => c.run(sh),
+        Command::FirmwareSdk(c) => c.run(sh),
     }
 }

@@ -25,9 +25,8 @@ pub struct NvmeSeries {
 }
 
 impl NvmeSeries {
-    pub fn run(self) -> Result<()> {
+    pub fn run(self, sh: &Shell) -> Result<()> {
         interrupt::install();
-        let sh = Shell::new()?;
         let specs = kernels::load(&workspace_root().join("images/KERNELS"))?;
         let selected: Vec<KernelSpec> = if self.kernel == "all" {
             specs
@@ -45,7 +44,7 @@ impl NvmeSeries {
         let mut done = Vec::new();
         for spec in &selected {
             println!("==> nvme series for kernel {}", spec.name);
-            done.push(prepare(&sh, spec, !self.no_build)?);
+            done.push(prepare(sh, spec, !self.no_build)?);
         }
         for o in &done {
             println!(

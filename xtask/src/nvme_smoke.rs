@@ -10,52 +10,48 @@
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
-use hmb_harness::guest;
+
+use crate::flags::KernelArg;
+use hmb_harness::guest::devices::QemuNvme;
+use hmb_harness::guest::tools;
+use hmb_harness::guest::{FirstLine, Guest, GuestDevice};
 use hmb_harness::guest_script::{self, Script};
 use hmb_harness::images::{self, guest_modules::ModuleIndex, kernels, nvme_series, ImageOptions};
 // The NVMe guest runs' one rule for a failing log line (console fault
 // patterns and the nvme driver's timeouts).
-use hmb_harness::nvme_guest::is_trouble_line as is_fault_line;
+use hmb_harness::nvme_guest::{is_trouble_line as is_fault_line, stock_modules_dir};
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::{self, QemuVersion};
-use hmb_harness::qemu::{console, Vm, VmConfig};
-use hmb_harness::{cache_dir, interrupt, target_dir, workspace_root};
-use std::path::PathBuf;
+use hmb_harness::qemu::{console, VmConfig};
+use hmb_harness::{interrupt, target_dir, workspace_root};
+use std::path::Path;
 use std::time::Duration;
 use xshell::Shell;
 
 #[derive(Args)]
 pub struct NvmeSmoke {
-    /// Guest kernel, a name from images/KERNELS (default: its first line).
-    #[arg(long)]
-    pub kernel: Option<String>,
+    #[command(flatten)]
+    pub kernel: KernelArg,
     /// Seconds allowed from QEMU start to the end of the guest job.
     #[arg(long, default_value_t = 300)]
     pub timeout: u64,
 }
 
-impl NvmeSmoke {
-    pub fn run(self) -> Result<()> {
-        run(self)
-    }
-}
-
-fn run(args: NvmeSmoke) -> Result<()> {
+pub fn run(args: NvmeSmoke, sh: &Shell) -> Result<()> {
     interrupt::install();
-    let sh = Shell::new()?;
     let mut phases = Phases::new();
     let specs = kernels::load(&workspace_root().join("images/KERNELS"))?;
-    let spec = kernels::select(&specs, args.kernel.as_deref())?;
-    let series = phases.run("nvme series", || nvme_series::prepare(&sh, &spec, true))?;
+    let spec = kernels::select(&specs, args.kernel.name())?;
+    let series = phases.run("nvme series", || nvme_series::prepare(sh, &spec, true))?;
     let nvme_ko = series.nvme_ko.context("the series built no nvme.ko")?;
     let image_args = ImageOptions {
         kernel: Some(spec.name.clone()),
         kmod_dir: None,
         with_daemon: false,
     };
-    let image = images::prepare(&sh, &image_args, &mut phases)?;
+    let image = images::prepare(sh, &image_args, &mut phases)?;
     let trace_ko = image.trace_module()?;
-    let qemu = phases.run("qemu binary", || binary::ensure(&sh, QemuVersion::V7_2))?;
+    let qemu = phases.run("qemu binary", || binary::ensure(sh, QemuVersion::V7_2))?;
 
     let run_dir = target_dir().join("hmb-trace/nvme-smoke").join(&spec.name);
     if run_dir.exists() {
@@ -76,26 +72,18 @@ fn run(args: NvmeSmoke) -> Result<()> {
     let disk = run_dir.join("nvme.img");
     std::fs::File::create(&disk)?.set_len(64 << 20)?;
 
-    let mut config = VmConfig::new(
-        qemu,
-        image.boot_kernel.clone(),
-        image.initramfs.clone(),
-        run_dir.clone(),
-    );
-    config.share_dir = Some(share.clone());
+    let mut config = tools::vm_config(qemu, &image, &run_dir, &share);
     // Through the share, not hmbt.cmd: the script is longer than x86's
     // 2048-byte kernel command line.
     std::fs::write(share.join("run.sh"), guest_script(&stock, &trace_ko))?;
     // TCG on a loaded host can fail the IO-APIC timer check and panic before init.
     config.extra_cmdline.push("no_timer_check".into());
-    let drive = format!("file={},if=none,id=nvm,format=raw", disk.display());
-    config.extra_args = ["-drive", &drive, "-device", "nvme,serial=hmbt0,drive=nvm"]
-        .iter()
-        .map(Into::into)
-        .collect();
-    let result = phases.run("guest", || check_guest(&config, Duration::from_secs(args.timeout)));
+    let console_log = config.console_path();
+    let result = phases.run("guest", || {
+        check_guest(config, &disk, Duration::from_secs(args.timeout))
+    });
     phases.summary();
-    println!("console log: {}", config.console_path().display());
+    println!("console log: {}", console_log.display());
     result?;
     let dmesg = std::fs::read_to_string(share.join(DMESG)).context("the guest wrote no dmesg over 9p")?;
     let faults: Vec<&str> = dmesg.lines().filter(|l| is_fault_line(l)).collect();
@@ -108,46 +96,35 @@ fn run(args: NvmeSmoke) -> Result<()> {
     Ok(())
 }
 
-fn stock_modules_dir(kernel: &str, abi: &str) -> Result<PathBuf> {
-    let root = cache_dir().join("kernels").join(kernel).join("root");
-    ["lib/modules", "usr/lib/modules"]
-        .iter()
-        .map(|d| root.join(d).join(abi))
-        .find(|p| p.join("modules.dep").exists())
-        .with_context(|| format!("no modules.dep for {abi} under {}", root.display()))
-}
-
 /// The kernel log's file in the share.
 const DMESG: &str = "dmesg";
 /// The series' nvme.ko in the share.
 const PATCHED_NVME: &str = "nvme.ko";
 
 fn guest_script(stock: &[String], trace_ko: &str) -> String {
-    Script::new()
+    let script = Script::new()
         .set("MODS", stock.join(" "))
         .set("NVME_CORE_PARAMS", "")
         .set("PATCHED_NVME", PATCHED_NVME)
         .set("TRACE_MODULE", trace_ko)
-        .set("DMESG", DMESG)
-        .file(&guest_script::NVME_LIB)
-        .file(&guest_script::NVME_SMOKE)
-        .build()
+        .set("DMESG", DMESG);
+    QemuNvme::prelude(script).file(&guest_script::NVME_SMOKE).build()
 }
 
-/// Boot and wait for init; an early-boot hang is retried once
-/// (`guest::boot`): nothing after init is.
-fn boot(config: &VmConfig) -> Result<Vm> {
-    guest::boot::retry_early_hang(|_| {
-        let mut vm = Vm::start(config)?;
-        guest::boot::wait_started(&mut vm, "HMBT-INIT marker", Duration::from_secs(150), |l| {
-            l.contains("HMBT-INIT")
-        })?;
-        Ok(vm)
-    })
-}
-
-fn check_guest(config: &VmConfig, timeout: Duration) -> Result<()> {
-    let mut vm = boot(config)?;
+/// Boot (an early-boot hang is retried once: `Guest::boot`), run the
+/// script, check its result and the console.
+fn check_guest(config: VmConfig, disk: &Path, timeout: Duration) -> Result<()> {
+    let first = FirstLine {
+        what: "HMBT-INIT marker",
+        marker: "HMBT-INIT",
+        timeout: Duration::from_secs(150),
+    };
+    let mut guest = Guest::boot(config, first, |_| {
+        Ok(QemuNvme {
+            image: disk.to_path_buf(),
+        })
+    })?;
+    let vm = &mut guest.vm;
     let line = vm.wait_for("HMBT-RESULT marker", timeout, |l| l.contains("HMBT-RESULT"))?;
     let status = vm.wait_exit(Duration::from_secs(60))?;
     let fails: Vec<&String> = vm

@@ -23,15 +23,15 @@ pub struct Test {
 }
 
 impl Test {
-    pub fn run(self) -> Result<()> {
-        run(self)
+    pub fn run(self, sh: &Shell) -> Result<()> {
+        run(self, sh)
     }
 }
 
 /// The steps, then their time table (also when one fails: the table says
 /// which, and how long everything before it took).
-fn run(args: Test) -> Result<()> {
-    let result = steps(args);
+fn run(args: Test, sh: &Shell) -> Result<()> {
+    let result = steps(args, sh);
     times::report(result.is_err(), &target_dir().join("hmb-trace/test-times.json"))?;
     if result.is_ok() {
         println!("xtask test: all passed");
@@ -39,15 +39,14 @@ fn run(args: Test) -> Result<()> {
     result
 }
 
-fn steps(args: Test) -> Result<()> {
-    let sh = Shell::new()?;
+fn steps(args: Test, sh: &Shell) -> Result<()> {
     sh.change_dir(workspace_root());
     step("cargo fmt --check");
     cmd!(sh, "cargo fmt --all -- --check").run()?;
     step("cargo clippy -D warnings");
     cmd!(sh, "cargo clippy --workspace --all-targets --quiet -- -D warnings").run()?;
     step("actionlint .github/workflows");
-    lint_workflows(&sh)?;
+    lint_workflows(sh)?;
     let mut qemu_env = Vec::new();
     if !args.host_only {
         // Host packages (QEMU among them) and the default guest image first,
@@ -55,8 +54,8 @@ fn steps(args: Test) -> Result<()> {
         // skipping.
         step("host packages and the default guest image");
         let mut phases = Phases::new();
-        let tools = session::prepare(&sh, None, QemuVersion::V7_2, &mut phases)?;
-        apt::ensure(&sh, &apt::test_needs())?;
+        let tools = session::prepare(sh, None, QemuVersion::V7_2, &mut phases)?;
+        apt::ensure(sh, &apt::test_needs())?;
         qemu_env = real_qemu_env(&tools.qemu);
     }
     step("host tests");
@@ -81,9 +80,11 @@ fn steps(args: Test) -> Result<()> {
         nvme_reps: 1,
         nvme_runtime: 1,
         runs: 1,
-        run_dir: Some(bench_dir.clone()),
+        run_dir: crate::flags::RunDirArg {
+            run_dir: Some(bench_dir.clone()),
+        },
     }
-    .run()?;
+    .run(sh)?;
     crate::bench::check_json(&bench_dir.join("bench.json"))?;
     // The ring's orderings under the loom model checker (docs/memory-model.md),
     // in its own target directory: --cfg loom rebuilds every dependency.
@@ -106,7 +107,7 @@ fn steps(args: Test) -> Result<()> {
         seed: Some(1),
         max_len: None,
     }
-    .run()?;
+    .run(sh)?;
     // The unsafe mapping code under AddressSanitizer (docs/fuzzing.md),
     // with the nightly the fuzz step made sure of: the daemon's tests only
     // (both sides of the ring), to keep CI short; `cargo xtask sanitize`
@@ -116,7 +117,7 @@ fn steps(args: Test) -> Result<()> {
         package: None,
         quick: true,
     }
-    .run()?;
+    .run(sh)?;
     if !args.host_only {
         // No guest, but Debian's sources and kernel headers through apt (as
         // root, like the images): so not in --host-only, which a non-Debian
@@ -129,11 +130,11 @@ fn steps(args: Test) -> Result<()> {
             no_build: false,
             write: false,
         }
-        .run()?;
+        .run(sh)?;
     }
     if !args.host_only {
-        guest_tests()?;
-        nvme_guest_tests()?;
+        guest_tests(sh)?;
+        nvme_guest_tests(sh)?;
         // The shipped DKMS config, udev rule and systemd unit, installed as a
         // user would in a full Debian guest (systemd, udev) on the default
         // kernel: ~3 min warm, the image is cached (docs/host-integration.md).
@@ -141,7 +142,7 @@ fn steps(args: Test) -> Result<()> {
         crate::host_integration::HostIntegration::with_run_dir(
             target_dir().join("hmb-trace/test-runs/host-integration"),
         )
-        .run()?;
+        .run(sh)?;
         step("conformance on every guest kernel and both devices");
         Conformance {
             kernel: Some("all".into()),
@@ -151,7 +152,7 @@ fn steps(args: Test) -> Result<()> {
             inject: None,
             junit: Some(target_dir().join("hmb-trace/conformance/junit.xml")),
         }
-        .run()?;
+        .run(sh)?;
     }
     Ok(())
 }
@@ -199,7 +200,7 @@ fn lint_workflows(sh: &Shell) -> Result<()> {
 /// The main job on the default kernel, plain and with a controller reset:
 /// `boot` itself fails unless trace.bin matches the firmware model's ground
 /// truth exactly; here we also require the report and a second epoch.
-fn guest_tests() -> Result<()> {
+fn guest_tests(sh: &Shell) -> Result<()> {
     let runs = target_dir().join("hmb-trace/test-runs");
     for (name, inject) in [("boot", None), ("boot-reset", Some("reset"))] {
         step(&format!(
@@ -222,7 +223,7 @@ fn guest_tests() -> Result<()> {
             &<Boot as clap::Args>::augment_args(clap::Command::new("boot")).get_matches_from(argv),
         )?;
         let mut phases = Phases::new();
-        let outcome = boot::boot(&args, &mut phases)?;
+        let outcome = boot::boot(sh, &args, &mut phases)?;
         println!("    {}", outcome.truth.summary());
         anyhow::ensure!(
             outcome.truth.passed(),
@@ -248,7 +249,7 @@ fn guest_tests() -> Result<()> {
 /// back and in the namespace, a clean kernel log (but for the failure's
 /// own line), and with the trace trace.bin identical to the controller's
 /// journal with the controller still tracing at the end.
-fn nvme_guest_tests() -> Result<()> {
+fn nvme_guest_tests(sh: &Shell) -> Result<()> {
     let specs = kernels::load(&workspace_root().join("images/KERNELS"))?;
     let runs = target_dir().join("hmb-trace/test-runs");
     for spec in &specs {
@@ -272,12 +273,10 @@ fn nvme_guest_tests() -> Result<()> {
             let _ = std::fs::remove_dir_all(&run_dir);
             let mut argv = vec!["boot", "--kernel", &spec.name];
             argv.extend_from_slice(extra);
-            let args = <Boot as clap::FromArgMatches>::from_arg_matches(
-                &<Boot as clap::Args>::augment_args(clap::Command::new("boot")).get_matches_from(argv),
-            )?;
+            let args: Boot = crate::flags::parse(&argv)?;
             let started = std::time::Instant::now();
             let mut phases = Phases::new();
-            let outcome = boot::nvme::boot(&args, &run_dir, &mut phases)?;
+            let outcome = boot::nvme::boot(sh, &args, &run_dir, &mut phases)?;
             if trace {
                 anyhow::ensure!(run_dir.join("report.html").is_file(), "{name}: no report.html");
             }

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 pub struct Vectors {}
 
 impl Vectors {
-    pub fn run(self) -> Result<()> {
+    pub fn run(self, _sh: &xshell::Shell) -> Result<()> {
         let dir = hmb_harness::workspace_root().join("docs/test-vectors/v1");
         hmb_trace_abi::vectors::write_all(&dir).with_context(|| format!("writing {}", dir.display()))?;
         println!(

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use hmb_emu_device::control::Fault;
-use hmb_emu_device::report::{GroundTruth, HeaderView, Stats};
+use hmb_emu_device::ivshmem::report::{GroundTruth, HeaderView, Stats};
 use hmb_harness::guest_script::files;
 use hmb_harness::qemu::console;
 use hmb_harness::session::Session;

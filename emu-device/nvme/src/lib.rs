@@ -19,6 +19,7 @@ mod controller;
 mod dma;
 mod doorbell;
 mod error;
+#[cfg(feature = "test-util")]
 pub mod fake_host;
 mod hmb;
 mod io;

@@ -19,7 +19,7 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use super::wire::{send_msg, IVSHMEM_PROTOCOL_VERSION, MAX_PEER_ID, SHM_FD_MESSAGE};
 use crate::error::EmuError;
-use crate::hmb::Hmb;
+use crate::ivshmem::hmb::Hmb;
 
 /// The device's own peer id: the kernel module's `device_peer` parameter
 /// defaults to it.
@@ -27,7 +27,7 @@ pub const DEVICE_PEER_ID: u16 = 0;
 /// Vectors per peer unless configured: 0 = data, 1 = state change.
 pub const DEFAULT_VECTORS: u16 = 2;
 /// QEMU's ivshmem accepts at most this many vectors per peer.
-pub const MAX_VECTORS: u16 = 64;
+pub(crate) const MAX_VECTORS: u16 = 64;
 
 /// What the server reports to the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

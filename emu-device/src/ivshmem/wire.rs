@@ -11,14 +11,14 @@ use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, Ms
 use crate::error::EmuError;
 
 /// The only protocol version defined (QEMU 2.5 and later).
-pub const IVSHMEM_PROTOCOL_VERSION: i64 = 0;
+pub(crate) const IVSHMEM_PROTOCOL_VERSION: i64 = 0;
 /// The number that accompanies the shared-memory fd.
-pub const SHM_FD_MESSAGE: i64 = -1;
+pub(crate) const SHM_FD_MESSAGE: i64 = -1;
 /// Peer ids fit the 16 high bits of the Doorbell register.
-pub const MAX_PEER_ID: i64 = 65535;
+pub(crate) const MAX_PEER_ID: i64 = 65535;
 
 /// Send one message on a connected unix stream socket.
-pub fn send_msg(sock: BorrowedFd<'_>, value: i64, fd: Option<BorrowedFd<'_>>) -> Result<(), EmuError> {
+pub(crate) fn send_msg(sock: BorrowedFd<'_>, value: i64, fd: Option<BorrowedFd<'_>>) -> Result<(), EmuError> {
     let bytes = value.to_le_bytes();
     let iov = [IoSlice::new(&bytes)];
     let raw: [RawFd; 1];
@@ -52,7 +52,7 @@ pub enum Received {
 
 /// Receive one message. Reads exactly 8 bytes per `recvmsg` so that a file
 /// descriptor is never attached to the wrong number.
-pub fn recv_msg(sock: BorrowedFd<'_>) -> Result<Received, EmuError> {
+pub(crate) fn recv_msg(sock: BorrowedFd<'_>) -> Result<Received, EmuError> {
     let mut buf = [0u8; 8];
     let mut got = 0usize;
     let mut fd: Option<OwnedFd> = None;

@@ -24,11 +24,11 @@ use hmb_nvme_trace::{AdoptedRing, NvmeTrace};
 use hmb_trace_abi::{offsets, HMB_RING_HDR_SIZE};
 
 use super::backend::{PciFunction, Shared};
-use crate::advert::Slice;
 use crate::control::{Fault, Handler, Request, Response};
 use crate::error::EmuError;
-use crate::faults::{self, FaultEffect};
-use crate::hmb::MemRegion;
+use crate::ivshmem::advert::Slice;
+use crate::ivshmem::faults::{self, FaultEffect};
+use crate::ivshmem::hmb::MemRegion;
 
 type ShutdownFn = Box<dyn Fn(String) -> bool + Send + Sync>;
 

@@ -30,13 +30,14 @@ use anyhow::{bail, Context, Result};
 use xshell::{cmd, Shell};
 
 use crate::emu::EmuDevice;
-use crate::guest::boot;
+use crate::guest::devices::RootPort;
+use crate::guest::{FirstLine, GuestDevice};
+use crate::guest_script::ScriptFile;
 use crate::host::apt::{self, Need};
 use crate::host::{cache_dir, lock_cache, target_dir, workspace_root};
 use crate::images::{self, debian_root, dkms_prebuilt, fetch, kernels, kmod_build, toolchain};
 use crate::nvme_guest::NvmeDevice;
 use crate::phases::Phases;
-use crate::qemu::args::{self, MemoryBackend, PciPlace};
 use crate::qemu::binary::{self, QemuVersion};
 use crate::qemu::{console, Vm, VmConfig, WaitError};
 use crate::truth::{self, TruthReport};
@@ -45,8 +46,6 @@ use script::files;
 /// The ring size the module uses by default (its `ring_size` parameter is
 /// not given: modprobe loads it as a user would).
 const MODULE_DEFAULT_RING: u64 = 16 << 20;
-/// MSI-X vectors of the ivshmem device (emu-device serves two by default).
-const VECTORS: u16 = 2;
 
 pub struct Options {
     /// A name from images/KERNELS (default: its first line).
@@ -177,8 +176,8 @@ pub fn run(sh: &Shell, opts: &Options, phases: &mut Phases) -> Result<Outcome> {
 /// ground truth and statistics, and the NVMe tools' checked answers.
 type Driven = (
     i32,
-    hmb_emu_device::report::GroundTruth,
-    hmb_emu_device::report::Stats,
+    hmb_emu_device::ivshmem::report::GroundTruth,
+    hmb_emu_device::ivshmem::report::Stats,
     nvme_tools::ToolsOutcome,
     nvme_traced::TracedOutcome,
 );
@@ -293,7 +292,14 @@ fn boot(
     share: &Path,
     extra: &[std::ffi::OsString],
 ) -> Result<(EmuDevice, NvmeDevice, Vm)> {
-    boot::retry_early_hang(|attempt| {
+    let mut cfg = vm_config(p, run_dir, share);
+    cfg.extra_args.extend(extra.iter().cloned());
+    let first = FirstLine {
+        what: "the check's first line",
+        marker: "HMBT-STEP PID 1",
+        timeout: BOOT_TIMEOUT,
+    };
+    let guest = crate::guest::Guest::boot(cfg, first, |attempt| {
         if attempt == 2 {
             // The first boot's console, kept beside the second's.
             let _ = std::fs::rename(run_dir.join("console.log"), run_dir.join("console.1.log"));
@@ -301,7 +307,7 @@ fn boot(
         let emu = EmuDevice::start(
             &p.emu_bin,
             run_dir,
-            &hmb_emu_device::hmb::hmb_size_for(MODULE_DEFAULT_RING).to_string(),
+            &hmb_emu_device::ivshmem::hmb::hmb_size_for(MODULE_DEFAULT_RING).to_string(),
         )?;
         let backing = run_dir.join(nvme_tools::BACKING);
         let _ = std::fs::remove_file(&backing);
@@ -313,14 +319,41 @@ fn boot(
             nvme_tools::PREFIX,
             &Default::default(),
         )?;
-        let mut cfg = vm_config(p, run_dir, share, &emu.ivshmem_socket, &nvme.socket);
-        cfg.extra_args.extend(extra.iter().cloned());
-        let mut vm = Vm::start(&cfg)?;
-        boot::wait_started(&mut vm, "the check's first line", BOOT_TIMEOUT, |l| {
-            l.contains("HMBT-STEP PID 1")
-        })?;
-        Ok((emu, nvme, vm))
-    })
+        Ok(Devices {
+            emu,
+            nvme: nvme.behind(RootPort::SECOND),
+        })
+    })?;
+    Ok((guest.dev.emu, guest.dev.nvme, guest.vm))
+}
+
+/// The full guest's two controllers: emu-device's ivshmem one and its NVMe
+/// one, each behind its own root port.
+struct Devices {
+    emu: EmuDevice,
+    nvme: NvmeDevice,
+}
+
+impl GuestDevice for Devices {
+    /// The check hands its files over itself (`run`).
+    const MORE_FILES: &'static [&'static str] = &[];
+    /// The check is its own script (`script`).
+    const PRELUDE: &'static [ScriptFile] = &[];
+
+    fn configure(&self, vm: &mut VmConfig) {
+        self.emu.configure(vm);
+        self.nvme.configure(vm);
+    }
+
+    fn check_alive(&mut self) -> Result<()> {
+        self.emu.check_alive()?;
+        self.nvme.check_alive()
+    }
+
+    fn shutdown(&mut self) {
+        self.emu.shutdown();
+        self.nvme.shutdown();
+    }
 }
 
 /// Host packages, the kernel, the full guest's image, DKMS's build of the
@@ -409,7 +442,7 @@ fn fill_share(sh: &Shell, p: &Prepared, share: &Path) -> Result<()> {
     Ok(())
 }
 
-fn vm_config(p: &Prepared, run_dir: &Path, share: &Path, ivshmem: &Path, nvme: &Path) -> VmConfig {
+fn vm_config(p: &Prepared, run_dir: &Path, share: &Path) -> VmConfig {
     let mut cfg = VmConfig::new(
         p.qemu.clone(),
         p.boot_kernel.clone(),
@@ -418,27 +451,12 @@ fn vm_config(p: &Prepared, run_dir: &Path, share: &Path, ivshmem: &Path, nvme: &
     );
     // systemd, udev and a DKMS install want more than the busybox guests' 512 MiB.
     cfg.memory_mb = 1024;
-    // vfio-user: serve-nvme maps guest RAM from QEMU's memfd to move data.
-    cfg.memory_backend = MemoryBackend::Memfd;
     cfg.share_dir = Some(share.to_path_buf());
     // Debian's initramfs mounts the disk and hands over to systemd.
     cfg.extra_cmdline = ["root=/dev/vda", "rw", "systemd.show_status=error"]
         .map(String::from)
         .to_vec();
-    // snapshot=on: the guest's writes go to a temporary file, never to the cached image.
-    cfg.extra_args = vec![
-        "-drive".into(),
-        format!("file={},format=raw,if=virtio,snapshot=on", p.image.disk.display()).into(),
-    ];
-    cfg.extra_args.extend(args::pcie_root_port("hmbrp", 1, 1));
-    cfg.extra_args
-        .extend(args::ivshmem_doorbell(ivshmem, "hmb0", VECTORS, PciPlace::Bus("hmbrp")));
-    cfg.extra_args.extend(args::pcie_root_port("nvmerp", 2, 2));
-    cfg.extra_args.extend(args::vfio_user_pci(
-        nvme,
-        nvme_tools::DEVICE_ID,
-        PciPlace::Bus("nvmerp"),
-    ));
+    cfg.boot_disk = Some(p.image.disk.clone());
     cfg
 }
 

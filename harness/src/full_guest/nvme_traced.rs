@@ -338,7 +338,7 @@ pub fn check(run: &RunData) -> Result<TracedOutcome> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hmb_emu_device::report::JournalEntry;
+    use hmb_nvme_trace::JournalEntry;
 
     fn entry(opcode: u16, written: bool, moved: u32) -> JournalEntry {
         let mut payload = vec![0u8; 16];

@@ -24,7 +24,12 @@ pub enum BootError {
 
 /// Wait for the first line of ours (`marker`, e.g. HMBT-INIT); a timeout or
 /// a kernel fault before it is a [`BootError::EarlyHang`].
-pub fn wait_started(vm: &mut Vm, marker: &str, timeout: Duration, want: impl Fn(&str) -> bool) -> Result<String> {
+pub(crate) fn wait_started(
+    vm: &mut Vm,
+    marker: &str,
+    timeout: Duration,
+    want: impl Fn(&str) -> bool,
+) -> Result<String> {
     match vm.wait_for(marker, timeout, want) {
         Err(e) if WaitError::is_hang_or_fault(&e) => Err(BootError::EarlyHang {
             marker: marker.to_string(),
@@ -39,7 +44,7 @@ pub fn wait_started(vm: &mut Vm, marker: &str, timeout: Duration, want: impl Fn(
 /// Run `attempt` (start what the guest needs and boot it, waiting with
 /// [`wait_started`]); when it ends in an early hang, say so and run it
 /// once more. `attempt` gets the attempt's number (1 or 2).
-pub fn retry_early_hang<T>(mut attempt: impl FnMut(u32) -> Result<T>) -> Result<T> {
+pub(crate) fn retry_early_hang<T>(mut attempt: impl FnMut(u32) -> Result<T>) -> Result<T> {
     match attempt(1) {
         Err(e) if e.downcast_ref::<BootError>().is_some() => {
             println!("    {e}; retrying the boot once");

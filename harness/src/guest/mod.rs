@@ -1,34 +1,64 @@
 //! What every guest run of the project shares, whichever device it has:
-//! the boot with its one early-boot retry (`boot`), the end of a script
-//! run through the share (`share`), and [`Guest`], a running guest with
-//! its device, its share and its run folder. emu-device's child is
-//! `emu::EmuProcess`; the ivshmem session is `Guest<EmuDevice>`
-//! (`session.rs`), the NVMe one `Guest<NvmeDevice>` (`nvme_session.rs`).
+//! the boot with its one early-boot retry (`boot`, [`Guest::boot`]), the
+//! end of a script run through the share (`share`), and [`Guest`], a
+//! running guest with its device, its share and its run folder. A device
+//! is a [`GuestDevice`]: its QEMU arguments, its in-guest prelude, its
+//! process. emu-device's child is `emu::EmuProcess`; the ivshmem session is
+//! `Guest<EmuDevice>` (`session.rs`), the NVMe one `Guest<NvmeDevice>`
+//! (`nvme_session.rs`, `nvme_guest.rs`); the guests without an emu-device
+//! are in `devices` (`NoDevice`, `QemuNvme`).
 
 pub mod boot;
+pub mod devices;
 pub mod share;
+pub mod tools;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::guest_script::files;
-use crate::qemu::Vm;
+use crate::guest_script::{files, Script, ScriptFile};
+use crate::qemu::{accel, Vm, VmConfig};
 
-/// The device half of a guest run (an emu-device child).
+/// The device half of a guest run: what it puts into QEMU, the shell
+/// functions its guest scripts start with, and its host process (an
+/// emu-device child, or none).
 pub trait GuestDevice {
     /// Files of the share this device's scripts hand over, beyond the
     /// trace, the daemon's output, sysfs and the kernel log.
     const MORE_FILES: &'static [&'static str];
+    /// The files of harness/guest-scripts/ every script on this device
+    /// starts with (ivshmem: the module and daemon functions; NVMe:
+    /// nvme-lib.sh; none).
+    const PRELUDE: &'static [ScriptFile];
+    /// Put the device into the guest: its arguments (from `qemu::args`) into
+    /// `vm.devices`, and what it needs of the machine (memfd RAM for a
+    /// vfio-user server).
+    fn configure(&self, vm: &mut VmConfig);
     /// Fail if the device process has died.
     fn check_alive(&mut self) -> Result<()>;
     /// Stop the device process (a clean shutdown, then a kill).
     fn shutdown(&mut self);
+    /// `script` followed by this device's prelude files.
+    fn prelude(script: Script) -> Script {
+        Self::PRELUDE.iter().fold(script, |s, f| s.file(f))
+    }
+}
+
+/// The first line of ours a boot waits for: before it nothing of ours has
+/// run, so a timeout or a fault there is TCG's early-boot flake.
+#[derive(Debug, Clone, Copy)]
+pub struct FirstLine<'a> {
+    /// What the errors call it.
+    pub what: &'a str,
+    /// A console line containing this is the line.
+    pub marker: &'a str,
+    pub timeout: Duration,
 }
 
 /// The files every traced guest's script hands over through the share.
-pub const SESSION_FILES: [&str; 5] = [
+pub(crate) const SESSION_FILES: [&str; 5] = [
     files::TRACE,
     files::DAEMON_STDERR,
     files::DMESG,
@@ -45,6 +75,32 @@ pub struct Guest<D> {
 }
 
 impl<D: GuestDevice> Guest<D> {
+    /// Boot `vm` with the device `start_device` starts for each attempt
+    /// (it gets the attempt's number, 1 or 2) and wait for `first`; an
+    /// early hang is retried once, from scratch (`boot`). `vm.share_dir`
+    /// is the share; its accelerator is resolved here.
+    pub fn boot(
+        mut vm: VmConfig,
+        first: FirstLine,
+        mut start_device: impl FnMut(u32) -> Result<D>,
+    ) -> Result<Guest<D>> {
+        let share = vm.share_dir.clone().context("a guest needs a share")?;
+        vm.accel = accel::resolve(vm.accel, &vm)?;
+        boot::retry_early_hang(|attempt| {
+            let dev = start_device(attempt)?;
+            let mut cfg = vm.clone();
+            dev.configure(&mut cfg);
+            let mut running = Vm::start(&cfg)?;
+            boot::wait_started(&mut running, first.what, first.timeout, |l| l.contains(first.marker))?;
+            Ok(Guest {
+                run_dir: cfg.run_dir,
+                share: share.clone(),
+                dev,
+                vm: running,
+            })
+        })
+    }
+
     pub fn share_file(&self, name: &str) -> PathBuf {
         self.share.join(name)
     }

@@ -11,19 +11,19 @@ use crate::qemu::{console, Vm};
 
 /// Wait (`timeout`) for the script's `HMBT-RESULT rc=N` line, then (`power_off`)
 /// for QEMU to exit: the guest powers off after its script. The line.
-pub fn wait_result(vm: &mut Vm, timeout: Duration, power_off: Duration) -> Result<String> {
+pub(crate) fn wait_result(vm: &mut Vm, timeout: Duration, power_off: Duration) -> Result<String> {
     let line = vm.wait_for("HMBT-RESULT", timeout, |l| console::parse_result(l).is_some())?;
     vm.wait_exit(power_off)?;
     Ok(line)
 }
 
 /// The script's exit code in its result line (-1 when it has none).
-pub fn exit_code(result_line: &str) -> i32 {
+pub(crate) fn exit_code(result_line: &str) -> i32 {
     console::parse_result(result_line).unwrap_or(-1)
 }
 
 /// Move those of `names` the guest left in `share` into `run_dir`.
-pub fn move_artifacts(share: &Path, run_dir: &Path, names: &[&str]) -> Result<()> {
+pub(crate) fn move_artifacts(share: &Path, run_dir: &Path, names: &[&str]) -> Result<()> {
     for name in names {
         let from = share.join(name);
         if from.exists() {
@@ -40,7 +40,7 @@ pub fn answer(share: &Path, checkpoint: &str) -> Result<()> {
 }
 
 /// The numbers of a file of one number a line (the daemon's exit codes).
-pub fn read_codes(path: &Path) -> Vec<i32> {
+pub(crate) fn read_codes(path: &Path) -> Vec<i32> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()

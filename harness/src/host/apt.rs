@@ -119,7 +119,7 @@ pub fn missing(sh: &Shell, needs: &[Need]) -> Result<Vec<Need>> {
 }
 
 /// Set to 1 to only report missing host packages, never install them.
-pub const NO_INSTALL_ENV: &str = "HMB_TRACE_NO_INSTALL";
+pub(crate) const NO_INSTALL_ENV: &str = "HMB_TRACE_NO_INSTALL";
 
 /// Install the missing ones, saying what and why for each.
 ///
@@ -298,7 +298,7 @@ pub use super::apt_env::is_root;
 /// Add `<codename>-backports` to the host's apt sources if it is not there
 /// (backports are pinned at 100 by Debian: nothing is upgraded from them
 /// unless asked for by name). Returns true when it was added.
-pub fn ensure_backports_source(sh: &Shell, codename: &str) -> Result<bool> {
+pub(crate) fn ensure_backports_source(sh: &Shell, codename: &str) -> Result<bool> {
     let suite = format!("{codename}-backports");
     let mut texts = vec![std::fs::read_to_string("/etc/apt/sources.list").unwrap_or_default()];
     if let Ok(entries) = std::fs::read_dir("/etc/apt/sources.list.d") {

@@ -14,7 +14,7 @@ pub enum AptEnv {
 }
 
 /// The host's Debian/Ubuntu codename, from /etc/os-release.
-pub fn host_codename() -> Option<String> {
+pub(crate) fn host_codename() -> Option<String> {
     let text = std::fs::read_to_string("/etc/os-release").ok()?;
     text.lines()
         .find_map(|l| l.strip_prefix("VERSION_CODENAME="))

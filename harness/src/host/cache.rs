@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 
 /// The environment variable naming a shared cache folder.
-pub const CACHE_ENV: &str = "HMB_TRACE_CACHE";
+pub(crate) const CACHE_ENV: &str = "HMB_TRACE_CACHE";
 
 /// The workspace root, whichever directory cargo was started from.
 pub fn workspace_root() -> PathBuf {

@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use xshell::{cmd, Shell};
 
-pub const MIRROR: &str = "http://deb.debian.org/debian";
+pub(crate) const MIRROR: &str = "http://deb.debian.org/debian";
 
 /// Packages every chroot gets: enough to run kbuild for an external module.
 const BUILD_PACKAGES: &[&str] = &["make", "gcc", "binutils", "libc6-dev", "xz-utils", "zstd", "kmod"];
@@ -168,7 +168,7 @@ fn is_mounted(path: &Path) -> Result<bool> {
 }
 
 /// A killed run can leave /proc mounted inside; never `rm -rf` through a mount.
-pub fn unmount_everything_under(sh: &Shell, root: &Path) -> Result<()> {
+pub(crate) fn unmount_everything_under(sh: &Shell, root: &Path) -> Result<()> {
     let mut under: Vec<PathBuf> = mount_points()?.into_iter().filter(|m| m.starts_with(root)).collect();
     under.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
     for m in under {

@@ -10,3 +10,14 @@ pub mod chroot;
 pub mod stamp;
 
 pub use cache::{cache_dir, lock_cache, target_dir, workspace_root, CacheLock};
+
+/// The host's 1, 5 and 15 minute load averages (`/proc/loadavg`), for
+/// the figures of a long run.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -89,9 +89,6 @@ const MASKED_UNITS: &[&str] = &[
 const FSTAB: &str = "/dev/vda / ext4 rw,noatime 0 0\n\
 hmbt /mnt/host 9p trans=virtio,version=9p2000.L,msize=262144,nofail 0 0\n";
 
-/// Guest path of the check script the unit runs (on the share).
-pub const CHECK_SCRIPT: &str = "/mnt/host/run.sh";
-
 /// The unit that runs the check once the system is up, then powers off.
 /// Its output goes to the console (the harness reads the markers there).
 const CHECK_UNIT: &str = "[Unit]

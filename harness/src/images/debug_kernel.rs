@@ -14,7 +14,6 @@ use super::linux_source;
 use crate::host::apt::{self, Need};
 use crate::host::apt_env::AptEnv;
 use crate::host::stamp::{Fingerprint, Stamp};
-use crate::host::workspace_root;
 use anyhow::{bail, ensure, Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -33,10 +32,7 @@ const DEFAULT_JOBS: &str = "2";
 /// in docs/debug-checks.md); this only catches a hung build.
 const BUILD_TIMEOUT_S: &str = "14400";
 
-/// `images/debug-<debian>.config`: the fragment for `<debian>-debug`.
-pub fn fragment_path(debian: &str) -> PathBuf {
-    workspace_root().join("images").join(format!("debug-{debian}.config"))
-}
+pub use super::kernels::fragment_path;
 
 /// Where the build happens and its stamps live.
 fn work_dir(cache: &Path, spec: &KernelSpec) -> PathBuf {

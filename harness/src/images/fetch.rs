@@ -89,7 +89,7 @@ fn is_same_abi_part(dep: &str, abi: &str) -> bool {
 
 /// `resolve`, remembered in the cache until apt's package lists or
 /// configuration change (apt-cache takes seconds; this is the warm path).
-pub fn resolve_cached(sh: &Shell, env: &AptEnv, spec: &KernelSpec, cache: &Path) -> Result<ResolvedKernel> {
+pub(crate) fn resolve_cached(sh: &Shell, env: &AptEnv, spec: &KernelSpec, cache: &Path) -> Result<ResolvedKernel> {
     let mut fp = env.apt_state()?;
     fp.add_str("recipe", "1")
         .add_str("suite", &spec.suite)

@@ -91,7 +91,7 @@ impl ModuleIndex {
 }
 
 /// Module names listed in a data file: one per line, `#` comments.
-pub fn read_list(path: &Path) -> Result<Vec<String>> {
+pub(crate) fn read_list(path: &Path) -> Result<Vec<String>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     Ok(text
         .lines()
@@ -102,7 +102,7 @@ pub fn read_list(path: &Path) -> Result<Vec<String>> {
 }
 
 /// File name of a module inside the guest (decompressed).
-pub fn guest_file_name(rel: &str) -> String {
+pub(crate) fn guest_file_name(rel: &str) -> String {
     format!("{}.ko", module_name(rel))
 }
 

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use xshell::{cmd, Shell};
 
-pub const BUSYBOX: &str = "/bin/busybox";
+pub(crate) const BUSYBOX: &str = "/bin/busybox";
 
 /// One line of images/initramfs-files.
 #[derive(Debug, PartialEq, Eq)]
@@ -27,7 +27,7 @@ pub struct Placeholders<'a> {
     pub kmod_build: Option<&'a Path>,
 }
 
-pub fn parse_extra_files(text: &str) -> Result<Vec<ExtraFile>> {
+pub(crate) fn parse_extra_files(text: &str) -> Result<Vec<ExtraFile>> {
     let mut out = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or("").trim();
@@ -65,7 +65,7 @@ pub fn parse_extra_files(text: &str) -> Result<Vec<ExtraFile>> {
 }
 
 /// `{root}`, `{target}` and `{kmod_build}` substituted; None when the value is unknown.
-pub fn substitute(host: &str, p: &Placeholders) -> Option<PathBuf> {
+pub(crate) fn substitute(host: &str, p: &Placeholders) -> Option<PathBuf> {
     let mut s = host.replace("{root}", &p.root.to_string_lossy());
     s = s.replace("{target}", &p.target.to_string_lossy());
     if s.contains("{kmod_build}") {

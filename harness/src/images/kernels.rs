@@ -3,7 +3,7 @@
 use crate::host::apt_env::{host_codename, AptEnv};
 use crate::host::chroot::Chroot;
 use anyhow::{bail, Context, Result};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Where the module build finds `linux-headers-<ABI>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,7 +32,7 @@ pub struct KernelSpec {
 /// `6.12-debug` is the debug kernel built from the source of `6.12`
 /// (docs/debug-checks.md); accepted for a kernel with an
 /// images/debug-<name>.config.
-pub const DEBUG_SUFFIX: &str = "-debug";
+pub(crate) const DEBUG_SUFFIX: &str = "-debug";
 
 impl KernelSpec {
     /// The Debian kernel's name: `6.12` for both `6.12` and `6.12-debug`
@@ -127,6 +127,14 @@ pub fn load(path: &Path) -> Result<Vec<KernelSpec>> {
 }
 
 /// The spec named `name`, or the first (default) one when `name` is None.
+/// `images/debug-<debian>.config`: the fragment for `<debian>-debug`
+/// (`images::debug_kernel` builds with it).
+pub fn fragment_path(debian: &str) -> PathBuf {
+    crate::host::workspace_root()
+        .join("images")
+        .join(format!("debug-{debian}.config"))
+}
+
 /// `<name>-debug` is the debug kernel of a listed kernel that has a config
 /// fragment (`images/debug-<name>.config`).
 pub fn select(specs: &[KernelSpec], name: Option<&str>) -> Result<KernelSpec> {
@@ -138,7 +146,7 @@ pub fn select(specs: &[KernelSpec], name: Option<&str>) -> Result<KernelSpec> {
     }
     let debug = n.strip_suffix(DEBUG_SUFFIX).and_then(|base| {
         let spec = specs.iter().find(|s| s.name == base)?;
-        super::debug_kernel::fragment_path(base).is_file().then(|| KernelSpec {
+        fragment_path(base).is_file().then(|| KernelSpec {
             name: n.to_string(),
             debug: true,
             ..spec.clone()
@@ -149,7 +157,7 @@ pub fn select(specs: &[KernelSpec], name: Option<&str>) -> Result<KernelSpec> {
         known.extend(
             specs
                 .iter()
-                .filter(|s| super::debug_kernel::fragment_path(&s.name).is_file())
+                .filter(|s| fragment_path(&s.name).is_file())
                 .map(|s| format!("{}{DEBUG_SUFFIX}", s.name)),
         );
         format!(

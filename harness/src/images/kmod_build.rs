@@ -22,7 +22,7 @@ pub struct BuiltModule {
 }
 
 /// Build products and editor litter that must not change the source fingerprint.
-pub fn is_build_product(name: &str) -> bool {
+pub(crate) fn is_build_product(name: &str) -> bool {
     const SUFFIXES: &[&str] = &[".o", ".ko", ".mod", ".mod.c", ".cmd", ".a", ".swp", "~"];
     const NAMES: &[&str] = &["modules.order", "Module.symvers", ".tmp_versions", ".git"];
     NAMES.contains(&name) || SUFFIXES.iter().any(|s| name.ends_with(s)) || name.starts_with(".#")
@@ -117,7 +117,7 @@ pub fn build(
 
 /// What the module is built against (make's KDIR) and what identifies it
 /// in a stamp: Debian's headers package, or the debug kernel's own tree.
-pub fn kernel_dir(
+pub(crate) fn kernel_dir(
     sh: &Shell,
     env: &AptEnv,
     spec: &KernelSpec,
@@ -160,7 +160,7 @@ fn installed_headers_version(sh: &Shell, env: &AptEnv, spec: &KernelSpec, header
 }
 
 /// The static guest test program kmod/Makefile builds with `make test TEST_BIN=...`.
-pub const TEST_PROGRAM: &str = "hmbtrace-test";
+pub(crate) const TEST_PROGRAM: &str = "hmbtrace-test";
 
 fn has_test_target(dir: &Path) -> bool {
     std::fs::read_to_string(dir.join("Makefile")).is_ok_and(|m| m.lines().any(|l| l.starts_with("test:")))
@@ -184,7 +184,7 @@ fn find_modules(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-pub fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+pub(crate) fn copy_tree(from: &Path, to: &Path) -> Result<()> {
     for entry in std::fs::read_dir(from).with_context(|| format!("listing {}", from.display()))? {
         let entry = entry?;
         let name = entry.file_name();

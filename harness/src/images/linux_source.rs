@@ -53,7 +53,7 @@ pub struct SourceTree {
 }
 
 /// `6.1.0-57-amd64` -> `6.1`, `6.12.95+deb12-amd64` -> `6.12`, `7.3.4+deb13-amd64` -> `7.3`.
-pub fn series_of_abi(abi: &str) -> Result<String> {
+pub(crate) fn series_of_abi(abi: &str) -> Result<String> {
     let mut parts = abi.split(['.', '-', '+']);
     let major = parts
         .next()
@@ -67,7 +67,7 @@ pub fn series_of_abi(abi: &str) -> Result<String> {
     }
 }
 
-pub fn source_package(kernel: &ResolvedKernel) -> Result<String> {
+pub(crate) fn source_package(kernel: &ResolvedKernel) -> Result<String> {
     Ok(format!("linux-source-{}", series_of_abi(&kernel.abi)?))
 }
 
@@ -154,7 +154,7 @@ pub enum Tristate {
     Off,
 }
 
-pub fn config_value(config: &str, symbol: &str) -> Tristate {
+pub(crate) fn config_value(config: &str, symbol: &str) -> Tristate {
     let set = format!("CONFIG_{symbol}=");
     match config.lines().find_map(|l| l.strip_prefix(&set)) {
         Some("m") => Tristate::Module,
@@ -165,7 +165,7 @@ pub fn config_value(config: &str, symbol: &str) -> Tristate {
 
 /// The replacement nvme.ko only works when Debian ships both halves as
 /// modules: nvme.ko is replaced, the stock nvme-core.ko is loaded under it.
-pub fn check_nvme_modular(config: &str, what: &str) -> Result<()> {
+pub(crate) fn check_nvme_modular(config: &str, what: &str) -> Result<()> {
     for symbol in ["NVME_CORE", "BLK_DEV_NVME"] {
         match config_value(config, symbol) {
             Tristate::Module => {}
@@ -179,7 +179,7 @@ pub fn check_nvme_modular(config: &str, what: &str) -> Result<()> {
 
 /// The kernel's config in the unpacked image (boot/config-<abi>, or next to
 /// the modules on usr-merged 7.x).
-pub fn find_config(kernel_root: &Path, abi: &str) -> Result<PathBuf> {
+pub(crate) fn find_config(kernel_root: &Path, abi: &str) -> Result<PathBuf> {
     let candidates = [
         format!("boot/config-{abi}"),
         format!("usr/lib/modules/{abi}/config"),

@@ -65,12 +65,12 @@ pub struct ImageOptions {
 }
 
 /// Where the static daemon is built (and where images/initramfs-files looks for it).
-pub const DAEMON_TARGET: &str = "x86_64-unknown-linux-gnu";
+pub(crate) const DAEMON_TARGET: &str = "x86_64-unknown-linux-gnu";
 
 /// `cargo build --release` of hmb-trace-daemon, statically linked (glibc
 /// crt-static: the initramfs has no libc). A separate --target keeps these
 /// RUSTFLAGS from invalidating the host build.
-pub fn build_static_daemon(sh: &Shell) -> Result<PathBuf> {
+pub(crate) fn build_static_daemon(sh: &Shell) -> Result<PathBuf> {
     let root = workspace_root();
     let _dir = sh.push_dir(&root);
     cmd!(sh, "cargo build --release --target {DAEMON_TARGET} -p hmb-trace-daemon")

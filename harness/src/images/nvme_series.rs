@@ -22,21 +22,21 @@ use std::path::{Path, PathBuf};
 use xshell::{cmd, Shell};
 
 /// Files of drivers/nvme/host/ the replacement nvme.ko is built from.
-pub const DRIVER_FILES: &[&str] = &["pci.c", "pci-hmb-trace.c", "pci-hmb-trace.h", "nvme.h", "trace.h"];
+pub(crate) const DRIVER_FILES: &[&str] = &["pci.c", "pci-hmb-trace.c", "pci-hmb-trace.h", "nvme.h", "trace.h"];
 
 /// Headers the series adds to the kernel tree, each the copy of a file of kmod/.
-pub const SHARED_HEADERS: &[&str] = &["include/uapi/linux/nvme_hmb_trace.h", "include/linux/nvme-hmb-trace.h"];
+pub(crate) const SHARED_HEADERS: &[&str] = &["include/uapi/linux/nvme_hmb_trace.h", "include/linux/nvme-hmb-trace.h"];
 
 /// Driver files the series adds, from kmod/nvme/ (pci-hmb-trace.c after
 /// the kernel's compat lines, `nvme_series_gen::COMPAT`).
-pub const DRIVER_SOURCES: &[&str] = &["pci-hmb-trace.c", "pci-hmb-trace.h"];
+pub(crate) const DRIVER_SOURCES: &[&str] = &["pci-hmb-trace.c", "pci-hmb-trace.h"];
 
 /// The series of one kernel line: kmod/patches/<name>/*.patch in order.
-pub fn series_dir(kernel_name: &str) -> PathBuf {
+pub(crate) fn series_dir(kernel_name: &str) -> PathBuf {
     workspace_root().join("kmod/patches").join(kernel_name)
 }
 
-pub fn series_patches(kernel_name: &str) -> Result<Vec<PathBuf>> {
+pub(crate) fn series_patches(kernel_name: &str) -> Result<Vec<PathBuf>> {
     let dir = series_dir(kernel_name);
     let mut patches: Vec<PathBuf> = std::fs::read_dir(&dir)
         .with_context(|| format!("no patch series at {}", dir.display()))?
@@ -63,7 +63,7 @@ pub struct SeriesOutcome {
 /// needs the series' nvme.ko, not a fresh copy of the kernel tree and a
 /// checkpatch pass in every test process (about 30 s each, serialised by the
 /// cache lock). `cargo xtask nvme-series` always runs everything.
-pub fn prepare_cached(sh: &Shell, spec: &KernelSpec) -> Result<SeriesOutcome> {
+pub(crate) fn prepare_cached(sh: &Shell, spec: &KernelSpec) -> Result<SeriesOutcome> {
     let cache = cache_dir();
     let mut fp = Fingerprint::new();
     fp.add_str(
@@ -148,7 +148,7 @@ pub fn prepare(sh: &Shell, spec_to_build: &KernelSpec, build: bool) -> Result<Se
 
 /// A fresh copy of the pristine tree with the series applied (`git apply`,
 /// which refuses fuzz and partial hunks). Returns the patched tree.
-pub fn apply_series(sh: &Shell, pristine: &Path, patches: &[PathBuf], work: &Path) -> Result<PathBuf> {
+pub(crate) fn apply_series(sh: &Shell, pristine: &Path, patches: &[PathBuf], work: &Path) -> Result<PathBuf> {
     if work.exists() {
         std::fs::remove_dir_all(work)?;
     }
@@ -174,7 +174,7 @@ pub fn apply_series(sh: &Shell, pristine: &Path, patches: &[PathBuf], work: &Pat
 
 /// The trace module's own sources under this tree's checkpatch.pl --strict
 /// (`make -C kmod checkpatch`; the Makefile says which types are ignored and why).
-pub fn checkpatch_kmod(sh: &Shell, tree: &Path) -> Result<()> {
+pub(crate) fn checkpatch_kmod(sh: &Shell, tree: &Path) -> Result<()> {
     let kmod = workspace_root().join("kmod");
     let checkpatch = tree.join("scripts/checkpatch.pl");
     cmd!(sh, "make -s -C {kmod} checkpatch CHECKPATCH={checkpatch}")
@@ -218,7 +218,7 @@ impl Verdict {
 }
 
 /// checkpatch's `total: N errors, N warnings, N checks, ...` line per patch.
-pub fn checkpatch_verdicts(text: &str) -> Vec<Verdict> {
+pub(crate) fn checkpatch_verdicts(text: &str) -> Vec<Verdict> {
     text.lines()
         .filter_map(|l| l.strip_prefix("total: "))
         .filter_map(|rest| {
@@ -247,7 +247,7 @@ pub fn checkpatch_verdicts(text: &str) -> Vec<Verdict> {
 
 /// The headers the series adds are byte-identical to kmod's (the trace module
 /// and the driver must agree on every layout).
-pub fn check_shared_headers(kernel: &str, patched: &Path) -> Result<()> {
+pub(crate) fn check_shared_headers(kernel: &str, patched: &Path) -> Result<()> {
     let kmod = workspace_root().join("kmod");
     for h in SHARED_HEADERS {
         let ours = std::fs::read(kmod.join(h)).with_context(|| format!("kmod/{h}"))?;
@@ -281,7 +281,7 @@ ccflags-y := -I$(src)/include -Werror\n";
 
 /// Build the replacement nvme.ko: pci.c, nvme.h and trace.h of the patched
 /// tree plus the series' headers, against linux-headers-<abi>, W=1 -Werror.
-pub fn build_nvme_ko(
+pub(crate) fn build_nvme_ko(
     sh: &Shell,
     env: &AptEnv,
     spec: &KernelSpec,

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 /// Per-kernel differences of pci-hmb-trace.c: (kernel, upstream text, text
 /// on that kernel). Each must occur in the source, so the table cannot rot.
-pub const COMPAT: &[(&str, &str, &str)] = &[
+pub(crate) const COMPAT: &[(&str, &str, &str)] = &[
     // nvme_ctrl_state() arrived in 6.7.
     ("6.1", "nvme_ctrl_state(t->ctrl)", "READ_ONCE(t->ctrl->state)"),
 ];
@@ -55,7 +55,7 @@ pub fn generate(kernel: &str) -> Result<Vec<GeneratedPatch>> {
     generate_from(&workspace_root(), kernel)
 }
 
-pub fn generate_from(root: &Path, kernel: &str) -> Result<Vec<GeneratedPatch>> {
+pub(crate) fn generate_from(root: &Path, kernel: &str) -> Result<Vec<GeneratedPatch>> {
     let total = NEW_FILES.len();
     let mut out = Vec::new();
     for (i, new_files) in NEW_FILES.iter().enumerate() {
@@ -89,7 +89,7 @@ fn read(p: &Path) -> Result<String> {
 }
 
 /// pci-hmb-trace.c as it goes into `kernel`'s tree.
-pub fn apply_compat(kernel: &str, text: &str) -> Result<String> {
+pub(crate) fn apply_compat(kernel: &str, text: &str) -> Result<String> {
     let mut text = text.to_string();
     for (k, from, to) in COMPAT.iter().filter(|(k, ..)| *k == kernel) {
         ensure!(
@@ -266,7 +266,7 @@ fn slug(subject: &str) -> String {
 }
 
 /// The series directory's .patch files differ from what would be generated.
-pub fn check_committed(kernel: &str) -> Result<()> {
+pub(crate) fn check_committed(kernel: &str) -> Result<()> {
     let dir = workspace_root().join("kmod/patches").join(kernel);
     let want = generate(kernel)?;
     let mut have: Vec<PathBuf> = std::fs::read_dir(&dir)

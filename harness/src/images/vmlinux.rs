@@ -19,7 +19,7 @@ const FORMATS: &[(&[u8], &str, &[&str])] = &[
 ];
 
 /// Candidate payload offsets, in file order, for each format.
-pub fn payload_offsets(image: &[u8]) -> Vec<(usize, usize)> {
+pub(crate) fn payload_offsets(image: &[u8]) -> Vec<(usize, usize)> {
     let mut found = Vec::new();
     for (index, (magic, _, _)) in FORMATS.iter().enumerate() {
         let mut start = 0;

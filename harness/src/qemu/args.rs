@@ -26,7 +26,7 @@ pub fn base() -> Args {
 /// A guest reboot makes QEMU exit: with `panic=-1` a guest panic ends the
 /// run instead of booting again. (A test that sends QMP `system_reset`
 /// leaves it out.)
-pub fn no_reboot() -> Args {
+pub(crate) fn no_reboot() -> Args {
     vec!["-no-reboot".into()]
 }
 
@@ -82,7 +82,7 @@ pub fn firmware_dirs(dirs: &[std::path::PathBuf]) -> Args {
 }
 
 /// Direct kernel boot: `-kernel`, `-initrd`, `-append`.
-pub fn direct_kernel(kernel: &Path, initrd: &Path, cmdline: &str) -> Args {
+pub(crate) fn direct_kernel(kernel: &Path, initrd: &Path, cmdline: &str) -> Args {
     vec![
         "-kernel".into(),
         kernel.into(),
@@ -95,7 +95,7 @@ pub fn direct_kernel(kernel: &Path, initrd: &Path, cmdline: &str) -> Args {
 
 /// The serial console, logged to `log`. Interactive: the terminal is the
 /// console and the log still gets every byte for the fault scan.
-pub fn serial_console(log: &Path, interactive: bool) -> Args {
+pub(crate) fn serial_console(log: &Path, interactive: bool) -> Args {
     let chardev = if interactive {
         format!("stdio,id=con,signal=off,logfile={}", log.display())
     } else {
@@ -115,7 +115,7 @@ pub fn qtest(socket: &Path) -> Args {
 }
 
 /// A host directory shared over virtio-9p with mount tag `tag`.
-pub fn share_9p(dir: &Path, tag: &str) -> Args {
+pub(crate) fn share_9p(dir: &Path, tag: &str) -> Args {
     args([
         "-fsdev".into(),
         format!("local,id=hmbtfs,path={},security_model=none", dir.display()),
@@ -128,7 +128,7 @@ pub fn share_9p(dir: &Path, tag: &str) -> Args {
 /// /dev/vda). `cache=unsafe`: the guest's flushes are not forwarded to the
 /// host's disk, only its writes: the image is scratch space read back after
 /// QEMU exits, when its data is in the host's page cache either way.
-pub fn virtio_blk_scratch(image: &Path, id: &str) -> Args {
+pub(crate) fn virtio_blk_scratch(image: &Path, id: &str) -> Args {
     args([
         "-drive".into(),
         format!("file={},if=none,id={id},format=raw,cache=unsafe", image.display()),
@@ -137,9 +137,29 @@ pub fn virtio_blk_scratch(image: &Path, id: &str) -> Args {
     ])
 }
 
+/// A raw disk image as the guest's virtio disk, booted from; `snapshot=on`:
+/// the guest's writes go to a temporary file, never to the (cached) image.
+pub(crate) fn virtio_disk_snapshot(image: &Path) -> Args {
+    args([
+        "-drive".into(),
+        format!("file={},format=raw,if=virtio,snapshot=on", image.display()),
+    ])
+}
+
+/// QEMU's own NVMe controller on a raw image (`nvme,serial=SERIAL`), for the
+/// series' nvme.ko against a controller that is not ours.
+pub(crate) fn qemu_nvme(image: &Path, serial: &str) -> Args {
+    args([
+        "-drive".into(),
+        format!("file={},if=none,id=nvm,format=raw", image.display()),
+        "-device".into(),
+        format!("nvme,serial={serial},drive=nvm"),
+    ])
+}
+
 /// A PCIe root port: a device behind it can be surprise-removed with QMP
 /// `device_del` (q35's root bus is not hot-pluggable).
-pub fn pcie_root_port(id: &str, chassis: u8, slot: u8) -> Args {
+pub(crate) fn pcie_root_port(id: &str, chassis: u8, slot: u8) -> Args {
     args([
         "-device".into(),
         format!("pcie-root-port,id={id},chassis={chassis},slot={slot}"),
@@ -179,7 +199,7 @@ pub fn ivshmem_doorbell(socket: &Path, id: &str, vectors: u16, place: PciPlace) 
 /// JSON form of -device because `socket` is a SocketAddress. Guest RAM must
 /// be `MemoryBackend::Memfd`: the server maps guest memory from the fds
 /// QEMU passes in DMA_MAP (the `vfio_user` crate has no socket DMA).
-pub fn vfio_user_pci(socket: &Path, id: &str, place: PciPlace) -> Args {
+pub(crate) fn vfio_user_pci(socket: &Path, id: &str, place: PciPlace) -> Args {
     let mut device = serde_json::json!({
         "driver": "vfio-user-pci",
         "id": id,

@@ -20,7 +20,7 @@ use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use xshell::Shell;
 
-pub const SUITE: &str = "trixie-backports";
+pub(crate) const SUITE: &str = "trixie-backports";
 const CODENAME: &str = "trixie";
 /// What apt installs in the chroot (seabios and the data package carry
 /// the firmware; the rest comes as their dependencies).
@@ -91,7 +91,7 @@ pub fn ensure_locked(sh: &Shell, cache: &Path) -> Result<QemuBinary> {
 }
 
 /// The script that runs the chroot's QEMU with the chroot's loader.
-pub fn wrapper_script(root: &Path) -> String {
+pub(crate) fn wrapper_script(root: &Path) -> String {
     let r = root.display();
     format!(
         "#!/bin/sh\n# Written by xtask (qemu/chroot_qemu.rs): QEMU 11.1 of the trixie chroot, run with\n# the chroot's loader and libraries so that host paths work unchanged.\nexec {r}/{LIB_DIR}/ld-linux-x86-64.so.2 --inhibit-cache --library-path {r}/{LIB_DIR}:{r}/{LIB_DIR}/qemu --argv0 qemu-system-x86_64 {r}/usr/bin/qemu-system-x86_64 \"$@\"\n"

@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 
 /// The environment variable that turns the checks off (`off`), to measure
 /// what they cost; anything else, or unset, leaves them on.
-pub const CHECKS_ENV: &str = "HMB_TRACE_KERNEL_CHECKS";
+pub(crate) const CHECKS_ENV: &str = "HMB_TRACE_KERNEL_CHECKS";
 
 /// `images/KERNEL_CHECKS`, compiled in: a guest must not depend on where
 /// the binary runs from.

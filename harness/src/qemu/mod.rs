@@ -24,7 +24,7 @@ use std::process::{Child, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// The 9p mount tag of the host share (images/guest/init mounts it at /mnt/host).
-pub const SHARE_TAG: &str = "hmbt";
+pub(crate) const SHARE_TAG: &str = "hmbt";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Accel {
@@ -36,6 +36,7 @@ pub enum Accel {
     Auto,
 }
 
+#[derive(Clone)]
 pub struct VmConfig {
     pub binary: QemuBinary,
     /// Tcg or Kvm (Auto is resolved before starting).
@@ -56,7 +57,13 @@ pub struct VmConfig {
     /// Leave a shell on the console after the job instead of powering off.
     pub keep: bool,
     pub extra_cmdline: Vec<String>,
-    /// Extra QEMU arguments: the devices, from the builders in `args`.
+    /// A disk image the guest boots from (`root=/dev/vda`), its writes
+    /// kept out of the image (`args::virtio_disk_snapshot`).
+    pub boot_disk: Option<PathBuf>,
+    /// The guest's device (`guest::GuestDevice::configure`), from the
+    /// builders in `args`.
+    pub devices: Vec<OsString>,
+    /// More QEMU arguments after the device's (a second device, say).
     pub extra_args: Vec<OsString>,
 }
 
@@ -77,6 +84,8 @@ impl VmConfig {
             guest_script: None,
             keep: false,
             extra_cmdline: Vec::new(),
+            boot_disk: None,
+            devices: Vec::new(),
             extra_args: Vec::new(),
         }
     }
@@ -133,6 +142,10 @@ impl VmConfig {
         if let Some(share) = &self.share_dir {
             a.extend(args::share_9p(share, SHARE_TAG));
         }
+        if let Some(disk) = &self.boot_disk {
+            a.extend(args::virtio_disk_snapshot(disk));
+        }
+        a.extend(self.devices.iter().cloned());
         a.extend(self.extra_args.iter().cloned());
         a
     }
@@ -369,7 +382,9 @@ mod tests {
             guest_script: Some("true".into()),
             keep: false,
             extra_cmdline: vec![],
-            extra_args: vec!["-device".into(), "ivshmem-doorbell,chardev=ivsh".into()],
+            boot_disk: None,
+            devices: vec!["-device".into(), "ivshmem-doorbell,chardev=ivsh".into()],
+            extra_args: vec!["-device".into(), "virtio-rng-pci".into()],
         };
         let args: Vec<String> = cfg.args().iter().map(|a| a.to_string_lossy().into_owned()).collect();
         let joined = args.join(" ");
@@ -381,7 +396,7 @@ mod tests {
         ] {
             assert!(joined.contains(want), "{want} missing from {joined}");
         }
-        assert!(joined.ends_with("-device ivshmem-doorbell,chardev=ivsh"));
+        assert!(joined.ends_with("-device ivshmem-doorbell,chardev=ivsh -device virtio-rng-pci"));
         let cmdline = cfg.kernel_cmdline();
         assert!(
             cmdline.contains("panic=-1") && cmdline.contains("hmbt.cmd=dHJ1ZQ=="),

@@ -14,38 +14,30 @@ use clap::Args;
 use hmb_emu_device::control::Fault;
 use xshell::{cmd, Shell};
 
-use hmb_emu_device::hmb::hmb_size_for;
+use hmb_emu_device::ivshmem::hmb::hmb_size_for;
 use hmb_harness::guest_script::{self, files};
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::QemuVersion;
-use hmb_harness::qemu::Accel;
 use hmb_harness::session::{self, Session, SessionConfig};
 use hmb_harness::{interrupt, target_dir, truth, workspace_root};
 use hmb_nvme_trace::ProducerKind;
 use inject::Injection;
 
+use crate::flags::GuestArgs;
+
+/// `--device`: nvme (the default: the patch series' nvme.ko lends the
+/// controller the HMB, the module and the daemon carry its trace, checked
+/// against the controller's journal) or ivshmem. Without --device, an
+/// ivshmem-only option (--workload, --rate, --duration, --ring-size,
+/// --seed, --keep, a timed --inject) selects ivshmem.
 #[derive(Args, Clone)]
 pub struct Boot {
-    /// Guest kernel, a name from images/KERNELS (default: its first line).
-    #[arg(long)]
-    pub kernel: Option<String>,
-    /// The emulated SSD: nvme (the default: emu-device's NVMe controller
-    /// over vfio-user, QEMU 11.1; the patch series' nvme.ko lends it the
-    /// HMB, the module and the daemon carry its trace, checked against the
-    /// controller's journal) or ivshmem (the firmware model's synthetic
-    /// workload over ivshmem-doorbell, any QEMU). Without --device, an
-    /// ivshmem-only option (--workload, --rate, --duration, --ring-size,
-    /// --seed, --keep, a timed --inject) selects ivshmem.
-    #[arg(long, value_enum)]
-    pub device: Option<Device>,
+    #[command(flatten)]
+    pub guest: GuestArgs,
     /// QEMU to run: trixie-backports' 11.1 (nvme, the only one with
     /// vfio-user-pci), bookworm's 7.2 (ivshmem's default) or 10.0.
     #[arg(long, value_enum)]
     pub qemu: Option<QemuVersion>,
-    /// Accelerator: tcg (default: KVM guests hang on some hosts), kvm, or
-    /// auto (probe KVM with a short boot, else TCG, saying why).
-    #[arg(long, value_enum, default_value = "tcg")]
-    pub accel: Accel,
     /// ivshmem: firmware workload: ssd (default), npu, sizes,
     /// sizes:fixed=N, sizes:uniform=A-B.
     #[arg(long)]
@@ -69,12 +61,6 @@ pub struct Boot {
     /// `reset`, a device-side failure (CSTS.CFS) after reset_controller.
     #[arg(long)]
     pub inject: Vec<Injection>,
-    /// Leave the VM running with a shell on the console after the job (ivshmem).
-    #[arg(long)]
-    pub keep: bool,
-    /// Run folder (default: target/hmb-trace/runs/<timestamp>).
-    #[arg(long)]
-    pub run_dir: Option<PathBuf>,
     /// nvme: 4 KiB O_DIRECT reads timed for the QD1 figure (default 2000).
     #[arg(long)]
     pub nvme_reads: Option<u32>,
@@ -113,7 +99,7 @@ impl Boot {
             ("--duration", self.duration.is_some()),
             ("--ring-size", self.ring_size.is_some()),
             ("--seed", self.seed.is_some()),
-            ("--keep", self.keep),
+            ("--keep", self.guest.keep),
             (
                 "--inject with a time or a stall",
                 self.inject.iter().any(|i| *i != Injection::Reset { at: None }),
@@ -127,7 +113,7 @@ impl Boot {
     /// The device asked for; without --device, ivshmem when an option only
     /// it has was given, else nvme.
     pub fn device(&self) -> Device {
-        match self.device {
+        match self.guest.device {
             Some(d) => d,
             None if !self.ivshmem_options().is_empty() => Device::Ivshmem,
             None => Device::Nvme,
@@ -167,11 +153,7 @@ impl Boot {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Device {
-    Ivshmem,
-    Nvme,
-}
+pub use crate::flags::Device;
 
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let (num, mult) = match s.char_indices().last() {
@@ -195,28 +177,28 @@ pub struct RunOutcome {
 }
 
 impl Boot {
-    pub fn run(self) -> Result<()> {
-        run(self)
+    pub fn run(self, sh: &Shell) -> Result<()> {
+        run(self, sh)
     }
 }
 
-fn run(args: Boot) -> Result<()> {
+fn run(args: Boot, sh: &Shell) -> Result<()> {
     args.check_device_options()?;
     let mut phases = Phases::new();
-    if args.device.is_none() && args.device() == Device::Ivshmem {
+    if args.guest.device.is_none() && args.device() == Device::Ivshmem {
         println!(
             "device: ivshmem ({} given; the default device is nvme)",
             args.ivshmem_options().join(", ")
         );
     }
     if args.device() == Device::Nvme {
-        let run_dir = args.run_dir.clone().unwrap_or_else(default_run_dir);
-        let result = nvme::boot(&args, &run_dir, &mut phases);
+        let run_dir = args.guest.run_dir.or_else(default_run_dir);
+        let result = nvme::boot(sh, &args, &run_dir, &mut phases);
         phases.summary();
         nvme::print(&result?, &run_dir);
         return Ok(());
     }
-    let result = boot(&args, &mut phases);
+    let result = boot(sh, &args, &mut phases);
     phases.summary();
     let outcome = result?;
     println!("run folder: {}", outcome.run_dir.display());
@@ -241,21 +223,20 @@ fn run(args: Boot) -> Result<()> {
 }
 
 /// The whole main job; returns what it produced. Used by `boot` and tests.
-pub fn boot(args: &Boot, phases: &mut Phases) -> Result<RunOutcome> {
+pub fn boot(sh: &Shell, args: &Boot, phases: &mut Phases) -> Result<RunOutcome> {
     if args.device() != Device::Ivshmem {
         bail!("the trace main job runs on --device ivshmem; --device nvme is nvme::boot");
     }
-    let sh = Shell::new()?;
     sh.change_dir(workspace_root());
     let qemu = args.qemu.unwrap_or(QemuVersion::V7_2);
-    let tools = session::prepare(&sh, args.kernel.as_deref(), qemu, phases)?;
-    let run_dir = args.run_dir.clone().unwrap_or_else(default_run_dir);
+    let tools = session::prepare(sh, args.guest.kernel.name(), qemu, phases)?;
+    let run_dir = args.guest.run_dir.or_else(default_run_dir);
     let follow = args.inject.iter().any(|i| matches!(i, Injection::Reset { .. }));
     let memory_mb = guest_memory_mb(args.rate(), args.duration());
     let cfg = SessionConfig {
         run_dir: run_dir.clone(),
-        accel: args.accel,
-        keep: args.keep,
+        accel: args.guest.accel.accel,
+        keep: args.guest.keep,
         hmb_size: hmb_size_for(args.ring_size()),
         guest_script: guest_script::streaming(
             tools.module()?,
@@ -271,21 +252,19 @@ pub fn boot(args: &Boot, phases: &mut Phases) -> Result<RunOutcome> {
     })?;
     phases.run("workload", || produce(args, &mut s))?;
     phases.run("drain", || s.wait_drained(Duration::from_secs(60)))?;
-    let ground_truth = s.dev.ground_truth()?;
-    std::fs::write(
-        run_dir.join("ground-truth.json"),
-        serde_json::to_string_pretty(&ground_truth)?,
-    )?;
-    let stats = s.dev.stats()?;
-    std::fs::write(run_dir.join("emu-stats.json"), serde_json::to_string_pretty(&stats)?)?;
+    let (ground_truth, stats) = s.dev.save_truth(&run_dir)?;
     s.signal(files::STOP)?;
-    if args.keep {
+    if args.guest.keep {
         println!("--keep: the guest shell is on this terminal; `poweroff -f` ends the VM");
     }
     // The guest copies trace.bin to the share before it powers off: 2.5 MB/s
     // through 9p under TCG on a loaded machine, so a bigger run (more guest
     // RAM, see guest_memory_mb) gets longer.
-    let timeout = Duration::from_secs(if args.keep { 86_400 } else { 60 + (memory_mb - 512) / 2 });
+    let timeout = Duration::from_secs(if args.guest.keep {
+        86_400
+    } else {
+        60 + (memory_mb - 512) / 2
+    });
     let result = phases.run("guest stop", || s.finish(timeout))?;
     if result != 0 {
         bail!(
@@ -306,7 +285,7 @@ pub fn boot(args: &Boot, phases: &mut Phases) -> Result<RunOutcome> {
     let report = phases.run("ground truth", || {
         truth::check(&trace, &ground_truth.segments, truth::live_ring(&stats))
     })?;
-    phases.run("analyze", || analyze(&sh, &tools.analyzer_bin, &run_dir, &trace))?;
+    phases.run("analyze", || analyze(sh, &tools.analyzer_bin, &run_dir, &trace))?;
     Ok(RunOutcome { run_dir, truth: report })
 }
 

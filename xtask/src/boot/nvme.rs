@@ -29,7 +29,7 @@ fn inject_fatal(args: &Boot) -> Result<bool> {
     if args.qemu.is_some_and(|q| q != QemuVersion::V11_1) {
         bail!("--device nvme needs QEMU 11.1 (vfio-user-pci); drop --qemu or pass --qemu 11.1");
     }
-    if args.keep {
+    if args.guest.keep {
         bail!("--keep is not available with --device nvme yet");
     }
     if args.stock_driver && args.producer.is_some() {
@@ -45,11 +45,10 @@ fn inject_fatal(args: &Boot) -> Result<bool> {
     }
 }
 
-pub fn boot(args: &Boot, run_dir: &Path, phases: &mut Phases) -> Result<NvmeOutcome> {
+pub fn boot(sh: &Shell, args: &Boot, run_dir: &Path, phases: &mut Phases) -> Result<NvmeOutcome> {
     let inject_fatal = inject_fatal(args)?;
-    let sh = Shell::new()?;
     let trace = !args.stock_driver;
-    let tools = nvme_guest::prepare(&sh, args.kernel.as_deref(), trace, phases)?;
+    let tools = nvme_guest::prepare(sh, args.guest.kernel.name(), trace, phases)?;
     let analyzer = match trace {
         true => Some(phases.run("analyzer", || {
             let _dir = sh.push_dir(workspace_root());
@@ -60,7 +59,7 @@ pub fn boot(args: &Boot, run_dir: &Path, phases: &mut Phases) -> Result<NvmeOutc
     };
     let cfg = NvmeRunConfig {
         run_dir: run_dir.to_path_buf(),
-        accel: args.accel,
+        accel: args.guest.accel.accel,
         iops_reads: args.nvme_reads.unwrap_or(2000),
         timeout: Duration::from_secs(300),
         trace,
@@ -77,9 +76,9 @@ pub fn boot(args: &Boot, run_dir: &Path, phases: &mut Phases) -> Result<NvmeOutc
     )?;
     if let Some(analyzer) = analyzer {
         let trace_bin = run_dir.join(nvme_guest::files::TRACE);
-        phases.run("analyze", || super::analyze(&sh, &analyzer, run_dir, &trace_bin))?;
+        phases.run("analyze", || super::analyze(sh, &analyzer, run_dir, &trace_bin))?;
         if outcome.traced_telemetry.is_some() {
-            phases.run("analyze telemetry", || analyze_telemetry(&sh, &analyzer, run_dir))?;
+            phases.run("analyze telemetry", || analyze_telemetry(sh, &analyzer, run_dir))?;
         }
     }
     Ok(outcome)

@@ -10,10 +10,10 @@ use hmb_trace_abi::{
 use serde::Serialize;
 use zerocopy::IntoBytes;
 
-use crate::advert::Slice;
 use crate::control::VersionPart;
 use crate::error::EmuError;
-use crate::hmb::MemRegion;
+use crate::ivshmem::advert::Slice;
+use crate::ivshmem::hmb::MemRegion;
 
 /// The magic `corrupt-magic` writes: every byte of the real one flipped.
 pub const CORRUPT_MAGIC: u32 = !HMB_RING_MAGIC;
@@ -37,7 +37,7 @@ fn hdr_off(slice: &Slice, field: usize) -> usize {
 }
 
 /// Overwrite the ring magic (it stays wrong until the module re-initialises).
-pub fn corrupt_magic(mem: &MemRegion, slice: &Slice) -> Result<FaultEffect, EmuError> {
+pub(crate) fn corrupt_magic(mem: &MemRegion, slice: &Slice) -> Result<FaultEffect, EmuError> {
     let off = hdr_off(slice, offsets::MAGIC);
     let before = mem.load_u32(off)?;
     mem.store_u32(off, CORRUPT_MAGIC)?;
@@ -50,7 +50,7 @@ pub fn corrupt_magic(mem: &MemRegion, slice: &Slice) -> Result<FaultEffect, EmuE
 }
 
 /// The bit `unknown-flag` sets: the lowest one ABI v1 leaves undefined.
-pub const UNKNOWN_FLAG: u32 = 1 << 9;
+pub(crate) const UNKNOWN_FLAG: u32 = 1 << 9;
 
 /// Set a flag bit ABI v1 does not define. Atomic OR, because the producer
 /// updates the same word with its own atomic OR/AND.
@@ -66,7 +66,7 @@ pub fn unknown_flag(mem: &MemRegion, slice: &Slice) -> Result<FaultEffect, EmuEr
 }
 
 /// Raise the major or minor version by one.
-pub fn bump_version(mem: &MemRegion, slice: &Slice, part: VersionPart) -> Result<FaultEffect, EmuError> {
+pub(crate) fn bump_version(mem: &MemRegion, slice: &Slice, part: VersionPart) -> Result<FaultEffect, EmuError> {
     let (field, name) = match part {
         VersionPart::Major => (VERSION_MAJOR_OFF, "bump-version major"),
         VersionPart::Minor => (VERSION_MINOR_OFF, "bump-version minor"),
@@ -90,7 +90,7 @@ pub fn bump_version(mem: &MemRegion, slice: &Slice, part: VersionPart) -> Result
 /// carrying sequence `seq`. The producer must be stopped (it owns head and
 /// next_seq) and must not resume on this epoch: its cached cursors are now
 /// stale. Returns the new head.
-pub fn hostile_record(mem: &MemRegion, slice: &Slice, head: u64, seq: u64) -> Result<FaultEffect, EmuError> {
+pub(crate) fn hostile_record(mem: &MemRegion, slice: &Slice, head: u64, seq: u64) -> Result<FaultEffect, EmuError> {
     let ring_size = slice.ring_size;
     let mut pos = head;
     let room = ring_size - (pos & (ring_size - 1));
@@ -159,9 +159,9 @@ pub fn vanish(mem: &MemRegion, slice: &Slice) -> Result<FaultEffect, EmuError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::advert::tests::module_advertise;
-    use crate::advert::{read_advert, Slice};
-    use crate::hmb::Hmb;
+    use crate::ivshmem::advert::tests::module_advertise;
+    use crate::ivshmem::advert::{read_advert, Slice};
+    use crate::ivshmem::hmb::Hmb;
     use hmb_trace_abi::{check_compat, parse_record_at, AbiError, RingSnapshot};
 
     fn setup() -> (Hmb, Slice) {

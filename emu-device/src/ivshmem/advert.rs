@@ -15,7 +15,7 @@ use hmb_trace_abi::{
 use zerocopy::FromBytes;
 
 use crate::error::EmuError;
-use crate::hmb::MemRegion;
+use crate::ivshmem::hmb::MemRegion;
 
 /// Byte offset of `state` inside the advert.
 const ADVERT_STATE_OFF: usize = HMB_ADVERT_OFFSET as usize + core::mem::offset_of!(hmb_advert, state);
@@ -32,7 +32,7 @@ pub fn announce(mem: &MemRegion) -> Result<(), EmuError> {
 }
 
 /// The advert's generation, if it has the advert magic at all.
-pub fn advert_generation(mem: &MemRegion) -> Option<u64> {
+pub(crate) fn advert_generation(mem: &MemRegion) -> Option<u64> {
     let magic = mem.load_u32(HMB_ADVERT_OFFSET as usize).ok()?;
     (magic == HMB_ADVERT_MAGIC)
         .then(|| mem.load_u64(GENERATION_OFF).ok())
@@ -81,7 +81,7 @@ pub fn withdrawn(mem: &MemRegion) -> bool {
 ///
 /// `min_generation`: after a reset the device needs a strictly newer ring,
 /// so it passes the last generation + 1; at start it passes 0.
-pub fn read_advert(mem: &MemRegion, min_generation: u64) -> Result<Slice, EmuError> {
+pub(crate) fn read_advert(mem: &MemRegion, min_generation: u64) -> Result<Slice, EmuError> {
     let state = mem.atomic_u32(ADVERT_STATE_OFF)?.load(Ordering::Acquire);
     let mut raw = [0u8; core::mem::size_of::<hmb_advert>()];
     mem.read(HMB_ADVERT_OFFSET as usize, &mut raw)?;
@@ -148,7 +148,7 @@ pub fn read_advert(mem: &MemRegion, min_generation: u64) -> Result<Slice, EmuErr
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::hmb::Hmb;
+    use crate::ivshmem::hmb::Hmb;
     use hmb_trace_abi::{HMB_ADVERT_STATE_NONE, HMB_RING_MIN_SIZE};
     use zerocopy::IntoBytes;
 

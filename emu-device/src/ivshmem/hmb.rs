@@ -17,11 +17,11 @@ use nix::unistd::ftruncate;
 use crate::error::EmuError;
 
 /// Smallest HMB accepted: the advert page plus the smallest legal slice.
-pub const HMB_MIN_SIZE: u64 = 64 * 1024;
+pub(crate) const HMB_MIN_SIZE: u64 = 64 * 1024;
 /// Default HMB: room for the default 16 MiB ring at offset 4096.
 pub const HMB_DEFAULT_SIZE: u64 = 32 * 1024 * 1024;
 /// Largest HMB accepted (QEMU maps it as a 64-bit BAR, but keep it sane).
-pub const HMB_MAX_SIZE: u64 = 4 * 1024 * 1024 * 1024;
+pub(crate) const HMB_MAX_SIZE: u64 = 4 * 1024 * 1024 * 1024;
 
 /// The HMB to serve for a ring of `ring_size` data bytes: the module puts
 /// the trace slice (header + data) at the first 4 KiB boundary after the

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use hmb_firmware_model::NotifyPolicy;
 
 use crate::control::ControlServer;
-use crate::device::{Device, DeviceConfig, DeviceHandle, Msg};
 use crate::error::EmuError;
-use crate::hmb::Hmb;
+use crate::ivshmem::device::{Device, DeviceConfig, DeviceHandle, Msg};
+use crate::ivshmem::hmb::Hmb;
+use crate::ivshmem::production::Plan;
+use crate::ivshmem::transport::{IvshmemTransport, Transport, Vectors};
 use crate::ivshmem::ServerConfig;
-use crate::production::Plan;
-use crate::transport::{IvshmemTransport, Transport, Vectors};
 
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -51,7 +51,7 @@ impl Serving {
         let hmb = Arc::new(Hmb::create(opts.hmb_size)?);
         // Power-on: the opt-in signature the module looks for before it
         // writes anything to the HMB.
-        crate::advert::announce(&hmb)?;
+        crate::ivshmem::advert::announce(&hmb)?;
         let (tx, rx) = channel();
         let cfg = ServerConfig {
             socket_path: opts.ivshmem_socket.clone(),

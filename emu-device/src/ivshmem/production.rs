@@ -11,9 +11,9 @@ use hmb_firmware_model::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::advert::Slice;
 use crate::error::EmuError;
-use crate::transport::{Transport, Vectors};
+use crate::ivshmem::advert::Slice;
+use crate::ivshmem::transport::{Transport, Vectors};
 
 /// Interrupts raised, shared between the engine thread and status reports.
 #[derive(Debug, Default)]
@@ -97,7 +97,7 @@ impl Plan {
 }
 
 /// Build an engine over `slice` of the transport's memory.
-pub fn build_engine(
+pub(crate) fn build_engine(
     transport: &Arc<dyn Transport>,
     slice: &Slice,
     plan: &Plan,

@@ -1,6 +1,8 @@
 //! emu-device as a child process of a run: started with its sockets in the
 //! run folder, talked to over its control socket, and always stopped.
 
+pub mod nvme;
+
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -8,9 +10,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use hmb_emu_device::control::{call, Fault, Request};
-use hmb_emu_device::report::{GroundTruth, Stats, Status};
+use hmb_emu_device::ivshmem::report::{GroundTruth, Stats, Status};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+
+use crate::guest::devices::RootPort;
+use crate::qemu::args::{self, PciPlace};
 
 /// An emu-device child (`serve` or `serve-nvme`): spawned with its log,
 /// ready once its sockets exist, checked for an unexpected death, asked
@@ -130,8 +135,28 @@ impl Drop for EmuProcess {
     }
 }
 
+/// QMP id of the ivshmem controller (`device_del` names it).
+pub(crate) const DEVICE_ID: &str = "hmb0";
+/// MSI-X vectors of the ivshmem device (emu-device serves two by default).
+pub(crate) const VECTORS: u16 = 2;
+
 impl crate::guest::GuestDevice for EmuDevice {
     const MORE_FILES: &'static [&'static str] = &[];
+    /// Its scripts start with `guest_script::prelude` (the module and the
+    /// daemon), which the NVMe sessions share: nothing of the device's own.
+    const PRELUDE: &'static [crate::guest_script::ScriptFile] = &[];
+
+    /// `ivshmem-doorbell` on emu-device's socket, behind the first root port.
+    fn configure(&self, vm: &mut crate::qemu::VmConfig) {
+        let port = RootPort::FIRST;
+        vm.devices.extend(port.args());
+        vm.devices.extend(args::ivshmem_doorbell(
+            &self.ivshmem_socket,
+            DEVICE_ID,
+            VECTORS,
+            PciPlace::Bus(port.id),
+        ));
+    }
 
     fn check_alive(&mut self) -> Result<()> {
         self.process.check_alive()
@@ -208,7 +233,7 @@ impl EmuDevice {
         self.request(&Request::Inject(fault))
     }
 
-    /// A request whose answer has a type in `hmb_emu_device::report`.
+    /// A request whose answer has a type in `hmb_emu_device::ivshmem::report`.
     fn typed<T: DeserializeOwned>(&mut self, req: &Request) -> Result<T> {
         let value = self.request(req)?;
         serde_json::from_value(value).with_context(|| format!("emu-device's answer to {req:?}"))
@@ -224,6 +249,19 @@ impl EmuDevice {
 
     pub fn ground_truth(&mut self) -> Result<GroundTruth> {
         self.typed(&Request::GroundTruth)
+    }
+
+    /// The ground truth and statistics after a run, saved in `run_dir` as
+    /// ground-truth.json and emu-stats.json (the truth check's inputs).
+    pub fn save_truth(&mut self, run_dir: &Path) -> Result<(GroundTruth, Stats)> {
+        let ground_truth = self.ground_truth()?;
+        std::fs::write(
+            run_dir.join("ground-truth.json"),
+            serde_json::to_string_pretty(&ground_truth)?,
+        )?;
+        let stats = self.stats()?;
+        std::fs::write(run_dir.join("emu-stats.json"), serde_json::to_string_pretty(&stats)?)?;
+        Ok((ground_truth, stats))
     }
 
     /// Wait until the consumer has caught up with the producer (tail == head).
@@ -263,7 +301,7 @@ impl EmuDevice {
 /// sockpath.rs). Then a short folder under /tmp named after a hash of the
 /// run folder (the same run folder gets the same one; stale sockets in it
 /// are replaced), linked from the run folder as `sockets`.
-pub fn socket_dir(run_dir: &Path) -> Result<PathBuf> {
+pub(crate) fn socket_dir(run_dir: &Path) -> Result<PathBuf> {
     // The longest name bound there: ".vfio-user.sock.<u32 pid>.binding" and a slash.
     const LONGEST: usize = 1 + ".vfio-user.sock.4294967295.binding".len();
     const SUN_PATH: usize = 107;
@@ -284,7 +322,7 @@ pub fn socket_dir(run_dir: &Path) -> Result<PathBuf> {
 /// Start `command` as a child of a run: stdin closed, stdout and stderr
 /// into `log`, its own process group (a terminal Ctrl-C reaches only us, and
 /// we stop it in order), and killed by the kernel if we die outright.
-pub fn spawn_child(mut command: Command, log: &Path) -> Result<Child> {
+pub(crate) fn spawn_child(mut command: Command, log: &Path) -> Result<Child> {
     let file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     command
         .stdin(std::process::Stdio::null())

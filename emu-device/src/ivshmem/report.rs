@@ -6,15 +6,11 @@
 use hmb_trace_abi::{offsets, HMB_RING_FLAG_FROZEN, HMB_RING_FLAG_OVERFLOWED};
 use serde::{Deserialize, Serialize};
 
-use crate::advert::Slice;
-use crate::faults::FaultEffect;
-use crate::hmb::MemRegion;
-use crate::production::Plan;
+use crate::ivshmem::advert::Slice;
+use crate::ivshmem::faults::FaultEffect;
+use crate::ivshmem::hmb::MemRegion;
+use crate::ivshmem::production::Plan;
 use hmb_firmware_model::EngineStats;
-
-/// The NVMe device's `ground-truth` answer carries the trace producer's
-/// journal (under `journal`): its types are the producer's own.
-pub use hmb_nvme_trace::{Journal, JournalEntry};
 
 /// Where the device stands, as `status` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,18 +1,21 @@
-//! How the device reaches the guest, kept apart from the firmware model and
-//! the control plane so that a second transport (a full NVMe controller
-//! over vfio-user, with the ring in the real HMB in guest RAM) plugs in
-//! without touching either.
+//! How the ivshmem device reaches the guest, kept apart from the device's
+//! state machine (`device`) and the producer (`production`), which see only
+//! the [`Transport`] trait.
 //!
 //! A transport gives three things: the memory shared with the guest, a way
 //! to raise an interrupt vector in the guest, and a stream of events
-//! (doorbells from the guest, guest arriving or leaving).
+//! (doorbells from the guest, guest arriving or leaving). ivshmem-doorbell
+//! is its one implementation. The NVMe controller over vfio-user
+//! (`crate::vfio_user`) does not go through it: its ring lives in the HMB
+//! the host driver lends from guest RAM, reached by DMA, and its
+//! interrupts are the NVMe queues' MSI-X (docs/nvme-controller.md).
 
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::error::EmuError;
-use crate::hmb::{Hmb, MemRegion};
+use crate::ivshmem::hmb::{Hmb, MemRegion};
 use crate::ivshmem::{IvshmemServer, PeerEvent, PeerTable, ServerConfig, StopHandle};
 
 /// Default vector raised when new records are published.
@@ -39,7 +42,7 @@ impl Default for Vectors {
     }
 }
 /// Doorbell vector the module rings after writing a READY advert.
-pub const DOORBELL_ADVERT: u16 = 0;
+pub(crate) const DOORBELL_ADVERT: u16 = 0;
 
 /// Something that happened on the transport.
 #[derive(Debug, Clone, PartialEq, Eq)]

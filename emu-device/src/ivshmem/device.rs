@@ -19,14 +19,14 @@ use hmb_trace_abi::offsets;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::advert::{acknowledge, acknowledged, advert_generation, read_advert, withdrawn, Slice};
 use crate::control::{Fault, Handler, Request, Response};
 use crate::error::EmuError;
-use crate::faults::{self, FaultEffect};
-use crate::production::{build_engine, DeviceEngine, IrqCounters, Plan, Running};
-use crate::report::{AdvertView, GroundTruth, HeaderView, InterruptCounts, SliceView, Stats, Status};
-pub use crate::report::{Phase, Segment};
-use crate::transport::{Transport, TransportEvent, Vectors, DOORBELL_ADVERT};
+use crate::ivshmem::advert::{acknowledge, acknowledged, advert_generation, read_advert, withdrawn, Slice};
+use crate::ivshmem::faults::{self, FaultEffect};
+use crate::ivshmem::production::{build_engine, DeviceEngine, IrqCounters, Plan, Running};
+use crate::ivshmem::report::{AdvertView, GroundTruth, HeaderView, InterruptCounts, SliceView, Stats, Status};
+pub use crate::ivshmem::report::{Phase, Segment};
+use crate::ivshmem::transport::{Transport, TransportEvent, Vectors, DOORBELL_ADVERT};
 
 /// How often a live advert is re-read to notice a withdrawal.
 const ADVERT_WATCH: Duration = Duration::from_millis(20);
