@@ -32,6 +32,15 @@ use crate::qemu::{accel, console, kernel_checks, Accel, Vm, VmConfig};
 
 /// QMP id of the NVMe controller.
 pub const DEVICE_ID: &str = "nvme0";
+/// Trace runs: the second controller of the pair phase (issue 26, two
+/// controllers in one guest), a `stock` emu-device behind its own root
+/// port at a fixed slot, so the guest finds it by its port's address.
+pub const PEER_ID: &str = "nvme1";
+const PEER_PORT_ID: &str = "hmbrp2";
+const PEER_PORT_SLOT: u8 = 0x10;
+pub const PEER_PORT: &str = "0000:00:10.0";
+/// Its sockets', log's and namespace's names start so.
+const PEER_PREFIX: &str = "peer-";
 /// Namespace size: room for the pattern and the read loop, small enough
 /// that the sparse backing file costs nothing.
 pub const NAMESPACE_BYTES: u64 = 64 << 20;
@@ -152,11 +161,11 @@ impl crate::guest::GuestDevice for NvmeDevice {
     const MORE_FILES: &'static [&'static str] = &[files::RESULTS];
 
     fn check_alive(&mut self) -> Result<()> {
-        self.process.check_alive()
+        NvmeDevice::check_alive(self)
     }
 
     fn shutdown(&mut self) {
-        self.process.shutdown();
+        NvmeDevice::shutdown(self);
     }
 }
 
@@ -164,6 +173,9 @@ impl crate::guest::GuestDevice for NvmeDevice {
 pub struct NvmeDevice {
     process: EmuProcess,
     pub socket: PathBuf,
+    /// A second controller in the same guest (trace runs' pair phase),
+    /// watched and stopped with this one.
+    peer: Option<Box<NvmeDevice>>,
 }
 
 impl NvmeDevice {
@@ -218,7 +230,16 @@ impl NvmeDevice {
             control_socket,
             &[&socket],
         )?;
-        Ok(NvmeDevice { process, socket })
+        Ok(NvmeDevice {
+            process,
+            socket,
+            peer: None,
+        })
+    }
+
+    /// The second controller of the pair phase.
+    pub fn peer_mut(&mut self) -> Result<&mut NvmeDevice> {
+        self.peer.as_deref_mut().context("this run has no second controller")
     }
 
     pub fn control_socket(&self) -> &Path {
@@ -226,7 +247,11 @@ impl NvmeDevice {
     }
 
     pub fn check_alive(&mut self) -> Result<()> {
-        self.process.check_alive()
+        self.process.check_alive()?;
+        match &mut self.peer {
+            Some(peer) => peer.check_alive().context("the second controller"),
+            None => Ok(()),
+        }
     }
 
     /// `status` over the control socket: transport, controller report, trace.
@@ -248,6 +273,9 @@ impl NvmeDevice {
     /// Ask for a clean shutdown, then make sure the process is gone.
     pub fn shutdown(&mut self) {
         self.process.shutdown();
+        if let Some(peer) = &mut self.peer {
+            peer.shutdown();
+        }
     }
 }
 
@@ -277,6 +305,9 @@ pub struct NvmeRunConfig {
     /// recovery: its I/O timeout (3 s here) finds CFS and resets.
     pub inject_fatal: bool,
     pub controller: ControllerOptions,
+    /// Behind QEMU's `intel-iommu` with the guest's IOMMU on (`intel_iommu=on`):
+    /// the controller sees DMA addresses (IOVAs), not guest physical ones.
+    pub viommu: bool,
 }
 
 /// What a passing run saw. Every field was checked before it is returned.
@@ -317,6 +348,10 @@ pub struct NvmeOutcome {
     pub telemetry: Option<crate::nvme_telemetry::TelemetryOutcome>,
     /// With the trace: the drivers against the controller's other personalities.
     pub personalities: Option<Vec<crate::nvme_personalities::PhaseOutcome>>,
+    /// Behind the virtual IOMMU: what shows the controller saw IOVAs.
+    pub viommu: Option<ViommuOutcome>,
+    /// With the trace: two controllers in one guest (the pair phase).
+    pub two_controllers: Option<crate::nvme_personalities::PairOutcome>,
     /// With the injected failure: the driver's line and the guest time
     /// from the read that found the failed controller to its completion.
     pub fatal_recovery: Option<FatalRecovery>,
@@ -413,7 +448,8 @@ pub fn guest_script(
         .set("QD32_PER", qd32_per(iops_reads))
         .set("WAKE_ROUNDS", WAKE_ROUNDS)
         .file(&guest_script::NVME_LIB);
-    crate::nvme_personalities::guest_script(script)
+    // A trace run has the second (stock) controller of the pair phase.
+    crate::nvme_personalities::guest_script(script, trace_module.map(|_| PEER_PORT))
         .file(&guest_script::NVME_BOOT)
         .build()
 }
@@ -491,10 +527,34 @@ pub fn hmb_line_bytes(line: &str) -> Option<u64> {
 /// hangs (or faults) before init is retried once from scratch
 /// (`guest::boot`: nothing of ours has run yet).
 pub(crate) fn start(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path) -> Result<Guest<NvmeDevice>> {
+    start_guest(tools, cfg, share, false)
+}
+
+/// `start`; with `peer`, the second (stock) controller of the pair phase
+/// too (the boot's trace run: its script keeps that one unbound until then).
+fn start_guest(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path, peer: bool) -> Result<Guest<NvmeDevice>> {
     boot::retry_early_hang(|_| {
         let backing = cfg.run_dir.join("namespace.img");
         let _ = std::fs::remove_file(&backing);
-        let dev = NvmeDevice::start(&tools.emu_bin, &cfg.run_dir, &backing, &cfg.controller)?;
+        let mut dev = NvmeDevice::start(&tools.emu_bin, &cfg.run_dir, &backing, &cfg.controller)?;
+        if peer {
+            let backing = cfg.run_dir.join(format!("{PEER_PREFIX}namespace.img"));
+            let _ = std::fs::remove_file(&backing);
+            let stock = ControllerOptions {
+                personality: Personality::Stock,
+                ..Default::default()
+            };
+            let peer = NvmeDevice::start_with(
+                &tools.emu_bin,
+                &cfg.run_dir,
+                &backing,
+                NAMESPACE_BYTES,
+                PEER_PREFIX,
+                &stock,
+            )
+            .context("the second (stock) controller")?;
+            dev.peer = Some(Box::new(peer));
+        }
         let mut vm_cfg = VmConfig::new(
             tools.qemu.clone(),
             tools.image.boot_kernel.clone(),
@@ -504,10 +564,27 @@ pub(crate) fn start(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path) -> Res
         vm_cfg.accel = accel::resolve(cfg.accel, &vm_cfg)?;
         vm_cfg.share_dir = Some(share.to_path_buf());
         vm_cfg.memory_backend = MemoryBackend::Memfd;
-        vm_cfg.extra_args = args::pcie_root_port("hmbrp", 1, 1);
+        vm_cfg.extra_args = Vec::new();
+        if cfg.viommu {
+            // Before every device it translates for: QEMU attaches a PCI
+            // device to the IOMMU's address space when the device is
+            // realized. caching-mode=on: QEMU's vfio (and vfio-user) client
+            // needs the guest's map notifications to mirror them as DMA_MAP.
+            vm_cfg.extra_args.extend(args::intel_iommu());
+            vm_cfg.extra_cmdline.push("intel_iommu=on".into());
+        }
+        vm_cfg.extra_args.extend(args::pcie_root_port("hmbrp", 1, 1));
         vm_cfg
             .extra_args
             .extend(args::vfio_user_pci(&dev.socket, DEVICE_ID, PciPlace::Bus("hmbrp")));
+        if let Some(peer) = &dev.peer {
+            vm_cfg
+                .extra_args
+                .extend(args::pcie_root_port_at(PEER_PORT_ID, 2, 2, PEER_PORT_SLOT));
+            vm_cfg
+                .extra_args
+                .extend(args::vfio_user_pci(&peer.socket, PEER_ID, PciPlace::Bus(PEER_PORT_ID)));
+        }
         let mut vm = Vm::start(&vm_cfg)?;
         boot::wait_started(&mut vm, "HMBT-INIT", Duration::from_secs(120), |l| {
             l.contains("HMBT-INIT")
@@ -663,7 +740,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         ),
     )?;
     let started = Instant::now();
-    let mut g = phases.run("guest boot", || start(tools, cfg, &share))?;
+    let mut g = phases.run("guest boot", || start_guest(tools, cfg, &share, cfg.trace))?;
 
     let probe_phase = if cfg.trace {
         "probe (patched nvme)"
@@ -790,6 +867,10 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
             );
         }
     }
+    let viommu = match cfg.viommu {
+        true => Some(check_viommu(&probed, &get("iommu_group").unwrap_or_default())?),
+        false => None,
+    };
     ensure!(
         get("driver")? == "nvme",
         "the controller is bound to {:?}, not nvme",
@@ -821,9 +902,17 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         }
         _ => None,
     };
-    let personalities = match &persona_audits {
-        Some(audits) => Some(crate::nvme_personalities::check(audits, &share, &results)?),
-        None => None,
+    let (personalities, two_controllers) = match &persona_audits {
+        Some(audits) => (
+            Some(crate::nvme_personalities::check(&audits.phases, &share, &results)?),
+            Some(crate::nvme_personalities::check_pair(
+                &audits.pair,
+                &audits.phases,
+                &share,
+                &results,
+            )?),
+        ),
+        None => (None, None),
     };
     let reads = num("iops_reads")?;
     let cs = num("iops_centiseconds")?.max(1);
@@ -859,6 +948,8 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         trace,
         telemetry,
         personalities,
+        two_controllers,
+        viommu,
         fatal_recovery: match fatal_line {
             Some(driver_line) => Some(FatalRecovery {
                 driver_line,
@@ -866,6 +957,43 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
             }),
             None => None,
         },
+    })
+}
+
+/// What a run behind QEMU's intel-iommu showed.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ViommuOutcome {
+    /// The controller's IOMMU group in the guest.
+    pub iommu_group: String,
+    /// The lowest HMB descriptor address the controller was given.
+    pub lowest_hmb_address: u64,
+}
+
+/// Behind the virtual IOMMU the guest put the controller in an IOMMU group,
+/// and every HMB descriptor address is an IOVA beyond guest RAM (512 MiB at
+/// guest physical 0 on q35): DMA addresses are not physical addresses, so
+/// the trace and HMB checks of this run went through the translation.
+pub fn check_viommu(probed: &Value, iommu_group: &str) -> Result<ViommuOutcome> {
+    ensure!(
+        !iommu_group.is_empty(),
+        "--viommu: the controller has no IOMMU group in the guest (is intel_iommu=on in effect?)"
+    );
+    let lowest = probed
+        .pointer("/controller/hmb/descriptors")
+        .and_then(Value::as_array)
+        .context("no HMB descriptors in the controller's report")?
+        .iter()
+        .map(|d| d["addr"].as_u64().unwrap_or(0))
+        .min()
+        .context("no HMB descriptor")?;
+    let ram = u64::from(VmConfig::DEFAULT_MEMORY_MB) << 20;
+    ensure!(
+        lowest >= ram,
+        "--viommu: an HMB descriptor at {lowest:#x} lies in guest RAM (below {ram:#x}): not an IOVA"
+    );
+    Ok(ViommuOutcome {
+        iommu_group: iommu_group.to_string(),
+        lowest_hmb_address: lowest,
     })
 }
 
@@ -1084,5 +1212,23 @@ mod tests {
         let r = parse_results("probe_ms=230\nhmb=allocated 32 MiB host memory buffer.\n");
         assert_eq!(r["probe_ms"], "230");
         assert_eq!(r["hmb"], "allocated 32 MiB host memory buffer.");
+    }
+
+    #[test]
+    fn the_viommu_check_wants_a_group_and_iovas_beyond_guest_ram() {
+        let probed = |addrs: &[u64]| {
+            let d: Vec<Value> = addrs.iter().map(|a| json!({"addr": a, "bytes": 4096})).collect();
+            json!({"controller": {"hmb": {"descriptors": d}}})
+        };
+        let out = check_viommu(&probed(&[0xfff0_0000, 0xffe0_0000]), "3").unwrap();
+        assert_eq!(out.lowest_hmb_address, 0xffe0_0000);
+        assert!(check_viommu(&probed(&[0xfff0_0000]), "")
+            .unwrap_err()
+            .to_string()
+            .contains("IOMMU group"));
+        let e = check_viommu(&probed(&[0xfff0_0000, 0x0100_0000]), "3")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not an IOVA"), "{e}");
     }
 }

@@ -69,6 +69,7 @@ pub fn boot(args: &Boot, run_dir: &Path, phases: &mut Phases) -> Result<NvmeOutc
             producer: args.producer.unwrap_or_default(),
             ..Default::default()
         },
+        viommu: args.viommu,
     };
     let outcome = nvme_guest::run(&tools, &cfg, phases)?;
     std::fs::write(
@@ -154,6 +155,9 @@ pub fn print(outcome: &NvmeOutcome, run_dir: &Path) {
         if !p.driver_line.is_empty() {
             println!("    driver: {}", p.driver_line);
         }
+    }
+    if let Some(p) = &outcome.two_controllers {
+        println!("  {}", p.summary());
     }
     for name in [
         "nvme-run.json",
