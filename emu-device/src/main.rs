@@ -146,6 +146,11 @@ struct ServeNvmeArgs {
     /// (firmware-sdk's library through FFI; same bytes, docs/firmware-sdk.md).
     #[arg(long, env = "HMB_EMU_NVME_PRODUCER", default_value = "rust")]
     producer: ProducerKind,
+    /// Identify Controller's serial number, at most 20 ASCII characters
+    /// (default HMBTRACE0001); the subsystem NQN ends in it. Give each
+    /// controller of one guest its own.
+    #[arg(long)]
+    serial: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -321,6 +326,7 @@ fn serve_nvme(args: ServeNvmeArgs) -> Result<()> {
         keep_serving: args.stay_after_disconnect,
         personality: args.personality,
         producer: args.producer,
+        serial: args.serial,
     };
     let serving = NvmeServing::start(&opts)?;
     let stop = serving.shutdown_sender();

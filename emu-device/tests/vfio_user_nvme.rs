@@ -53,6 +53,7 @@ impl Device {
             keep_serving: true,
             personality,
             producer: Default::default(),
+            serial: None,
         })
         .unwrap();
         let thread = std::thread::spawn(move || serving.run().unwrap());

@@ -41,6 +41,8 @@ const PEER_PORT_SLOT: u8 = 0x10;
 pub const PEER_PORT: &str = "0000:00:10.0";
 /// Its sockets', log's and namespace's names start so.
 const PEER_PREFIX: &str = "peer-";
+/// Its serial number (the first controller has serve-nvme's HMBTRACE0001).
+const PEER_SERIAL: &str = "HMBTRACE0002";
 /// Namespace size: room for the pattern and the read loop, small enough
 /// that the sparse backing file costs nothing.
 pub const NAMESPACE_BYTES: u64 = 64 << 20;
@@ -217,6 +219,7 @@ impl NvmeDevice {
             .arg(controller.personality.name())
             .arg("--producer")
             .arg(controller.producer.to_string())
+            .args(controller.serial.map(|s| ["--serial", s]).into_iter().flatten())
             // serve-nvme reads these too: flags, not an inherited variable,
             // decide which controller a run gets.
             .env_remove("HMB_EMU_NVME_PERSONALITY")
@@ -286,6 +289,10 @@ impl NvmeDevice {
 pub struct ControllerOptions {
     pub personality: Personality,
     pub producer: ProducerKind,
+    /// Identify's serial number (serve-nvme's default when `None`): two
+    /// controllers of one guest must differ, or Linux rejects the second
+    /// as a duplicate controller of the same subsystem.
+    pub serial: Option<&'static str>,
 }
 
 /// One guest run.
@@ -542,6 +549,7 @@ fn start_guest(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path, peer: bool)
             let _ = std::fs::remove_file(&backing);
             let stock = ControllerOptions {
                 personality: Personality::Stock,
+                serial: Some(PEER_SERIAL),
                 ..Default::default()
             };
             let peer = NvmeDevice::start_with(

@@ -31,9 +31,9 @@
 //!
 //! Then the pair phase (two controllers in one guest): a second controller,
 //! a second emu-device with the `stock` personality behind its own root
-//! port, kept from every driver by `driver_override` until then (the host's
-//! personality request to it at the pair checkpoint succeeds only if no
-//! driver ever ran it), and the first one made `tracing` again. The guest
+//! port, kept from every driver by `driver_override` until then (its audit
+//! at the pair checkpoint must show no HMB ever set), and the first one
+//! made `tracing` again. The guest
 //! loads nvme-hmb-trace.ko BEFORE the series' nvme.ko, then reloads it
 //! after, reads and resets both: only the tracing controller gets a slice
 //! and the one trace device (both times), and the stock controller's audit
@@ -157,6 +157,10 @@ pub struct PhaseAudit {
 pub struct PairAudit {
     pub tracing: Value,
     pub stock: Value,
+    /// The second controller's audit at the pair checkpoint: no driver may
+    /// have given it an HMB before (its firmware, SeaBIOS, enables it at
+    /// boot but never sets an HMB).
+    pub stock_before: Value,
 }
 
 /// Everything the persona checkpoints collected.
@@ -177,9 +181,9 @@ fn audit(dev: &mut NvmeDevice, run_dir: &Path, name: &str) -> Result<Value> {
 
 /// Answer the guest's persona checkpoints: at each, take the audit of the
 /// load before (if any), make the controller the next personality, answer.
-/// At the pair checkpoint the first controller becomes `tracing` and the
-/// second one (`dev`'s peer) starts a fresh audit as `stock`, which
-/// serve-nvme refuses if a driver runs it: the guest kept it unbound.
+/// At the pair checkpoint the first controller becomes `tracing`, and the
+/// second one's (`dev`'s peer) audit so far is taken: the guest kept it
+/// unbound, so no HMB may have been set on it.
 pub fn serve(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, run_dir: &Path) -> Result<Audits> {
     let mut phases = Vec::new();
     let names: Vec<String> = PHASES
@@ -188,6 +192,7 @@ pub fn serve(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, run_dir: &Path) ->
         .chain([PAIR.to_string(), END.to_string()])
         .collect();
     let mut pair = None;
+    let mut stock_before = None;
     for (i, name) in names.iter().enumerate() {
         crate::share_wait::wait_share_file(vm, share, name, PHASE_TIMEOUT, || dev.check_alive())
             .with_context(|| format!("waiting for the guest at {name}"))?;
@@ -205,15 +210,14 @@ pub fn serve(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, run_dir: &Path) ->
                 personality: Personality::Tracing,
             })
             .context("making the controller tracing for the pair phase")?;
-            dev.peer_mut()?
-                .request(&Request::Personality {
-                    personality: Personality::Stock,
-                })
-                .context("a driver ran the second (stock) controller before the pair phase")?;
+            stock_before = Some(audit(dev.peer_mut()?, run_dir, &format!("{PAIR}-stock-before"))?);
         } else {
             pair = Some(PairAudit {
                 tracing: audit(dev, run_dir, &format!("{PAIR}-tracing"))?,
                 stock: audit(dev.peer_mut()?, run_dir, &format!("{PAIR}-stock"))?,
+                stock_before: stock_before
+                    .take()
+                    .context("no audit of the stock controller before the pair")?,
             });
         }
         std::fs::write(share.join(format!("{name}.ok")), b"")?;
@@ -535,6 +539,11 @@ pub fn check_pair(
             .as_u64()
             .with_context(|| format!("pair, {who}: the audit has no {key}: {audit}"))
     };
+    let b = &pair.stock_before;
+    ensure!(
+        u(b, "stock before the pair", "set_features_0d_total")? == 0 && u(b, "stock before the pair", "enables")? == 0,
+        "pair: a driver set an HMB on the second controller before the pair phase (driver_override did not hold): {b}"
+    );
     let t = &pair.tracing;
     ensure!(
         t["c0h_received"] == true && u(t, "tracing", "violations")? == 0,
@@ -738,6 +747,7 @@ mod tests {
         let good = PairAudit {
             tracing: audit(true, &[(40 * m / 4, 13, m), (40 * m / 4, 13, m)], 0),
             stock: audit(false, &[stock_list, stock_list], 0),
+            stock_before: serde_json::json!({"set_features_0d_total": 0, "enables": 0}),
         };
         let out = check_pair(&good, &phases, dir.path(), &results).unwrap();
         assert_eq!((out.trace_devices_before, out.stock_descriptors), (1, 8));
@@ -750,6 +760,9 @@ mod tests {
         let mut r = results.clone();
         r.insert("persona-pair-before-trace-devices".into(), "2".into());
         assert!(fails(&good, &r).contains("loaded before"));
+        let mut bad = good.clone();
+        bad.stock_before = serde_json::json!({"set_features_0d_total": 1, "enables": 1});
+        assert!(fails(&bad, &results).contains("driver_override"));
         let mut bad = good.clone();
         bad.stock = audit(true, &[stock_list, stock_list], 0);
         assert!(fails(&bad, &results).contains("vendor feature"));

@@ -110,6 +110,10 @@ pub struct NvmeServeOptions {
     /// Which producer writes the trace ring: the Rust firmware model
     /// (default) or firmware-sdk's C library (docs/firmware-sdk.md).
     pub producer: ProducerKind,
+    /// Identify Controller's serial number (and so the subsystem NQN);
+    /// `None`: the default. Two controllers in one guest need two, or
+    /// Linux takes them for one subsystem and rejects the second.
+    pub serial: Option<String>,
 }
 
 impl NvmeServeOptions {
@@ -127,6 +131,10 @@ impl NvmeServeOptions {
             },
             hmpre_bytes: self.hmb_preferred,
             hmmin_bytes: self.hmb_minimum,
+            serial: self
+                .serial
+                .clone()
+                .unwrap_or_else(|| ControllerConfig::default().serial),
             ..ControllerConfig::default()
         }
     }
