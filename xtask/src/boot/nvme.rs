@@ -156,6 +156,12 @@ pub fn print(outcome: &NvmeOutcome, run_dir: &Path) {
             println!("    driver: {}", p.driver_line);
         }
     }
+    if let Some(v) = &outcome.viommu {
+        println!(
+            "  behind intel-iommu (intel_iommu=on): IOMMU group {}, lowest HMB descriptor address {:#x} (an IOVA beyond guest RAM)",
+            v.iommu_group, v.lowest_hmb_address
+        );
+    }
     if let Some(p) = &outcome.two_controllers {
         println!("  {}", p.summary());
     }
