@@ -13,9 +13,12 @@
  *
  * The client API is looked up with symbol_get() rather than linked, so the
  * module also loads over the stock nvme driver (the ivshmem glue alone then
- * works). The patched nvme.ko must therefore be loaded first; while this
- * module is loaded it holds a reference on nvme.ko, so `rmmod nvme` is
- * refused (EBUSY) until this module is removed.
+ * works). Either load order works: at load the glue attaches to a patched
+ * nvme.ko already there, and a module notifier attaches it when nvme.ko
+ * comes up later (at MODULE_STATE_LIVE, after nvme's init registered its
+ * PCI driver; slices advertised before the client registers are replayed
+ * to it). Once attached it holds a reference on nvme.ko, so `rmmod nvme`
+ * is refused (EBUSY) until this module is removed.
  *
  * Wake-ups: the controller raises no interrupt for new records, so the
  * core samples the ring header every poll_ms while the device is open.
@@ -26,6 +29,9 @@
 #include <linux/err.h>
 #include <linux/io.h>
 #include <linux/mm.h>
+#include <linux/mutex.h>
+#include <linux/notifier.h>
+#include <linux/string.h>
 #include <linux/slab.h>
 #include <linux/nvme-hmb-trace.h>
 #include <asm/byteorder.h>
@@ -150,31 +156,83 @@ static void hmb_nvme_put_symbols(void)
 	hmb_nvme_reinit_fn = NULL;
 }
 
-int hmb_nvme_glue_init(void)
-{
-	int ret;
+/* Serialises attaching (at load, or from the notifier) and detaching. */
+static DEFINE_MUTEX(hmb_nvme_attach_lock);
 
+/*
+ * Attach to the patched driver if it is loaded: take its entry points and
+ * register our client. Quietly does nothing without it (the stock driver,
+ * or no nvme.ko yet).
+ */
+static int hmb_nvme_attach(void)
+{
+	int ret = 0;
+
+	mutex_lock(&hmb_nvme_attach_lock);
+	if (hmb_nvme_register_fn)
+		goto out;
 	hmb_nvme_register_fn = symbol_get(nvme_hmb_trace_register);
 	hmb_nvme_unregister_fn = symbol_get(nvme_hmb_trace_unregister);
 	hmb_nvme_reinit_fn = symbol_get(nvme_hmb_trace_reinit);
 	if (!hmb_nvme_register_fn || !hmb_nvme_unregister_fn || !hmb_nvme_reinit_fn) {
 		hmb_nvme_put_symbols();
-		pr_info("nvme-hmb-trace: no patched nvme driver loaded; NVMe trace slices off\n");
-		return 0;
+		goto out;
 	}
 	ret = hmb_nvme_register_fn(&hmb_nvme_client);
 	if (ret) {
 		pr_warn("nvme-hmb-trace: cannot register with the nvme driver (%d)\n", ret);
 		hmb_nvme_put_symbols();
+		goto out;
+	}
+	pr_info("nvme-hmb-trace: attached to the patched nvme driver\n");
+out:
+	mutex_unlock(&hmb_nvme_attach_lock);
+	return ret;
+}
+
+/*
+ * nvme.ko loaded after us: attach once it is live. Its probes may still
+ * run (asynchronously); every slice they advertise reaches our add, from
+ * the replay or from the driver directly.
+ */
+static int hmb_nvme_module_event(struct notifier_block *nb, unsigned long state, void *data)
+{
+	struct module *mod = data;
+
+	if (state == MODULE_STATE_LIVE && !strcmp(mod->name, "nvme"))
+		hmb_nvme_attach();
+	return NOTIFY_DONE;
+}
+
+static struct notifier_block hmb_nvme_module_nb = {
+	.notifier_call = hmb_nvme_module_event,
+};
+
+int hmb_nvme_glue_init(void)
+{
+	int ret;
+
+	/* First the notifier, so a nvme.ko coming up meanwhile is not missed. */
+	ret = register_module_notifier(&hmb_nvme_module_nb);
+	if (ret)
+		return ret;
+	ret = hmb_nvme_attach();
+	if (ret) {
+		unregister_module_notifier(&hmb_nvme_module_nb);
 		return ret;
 	}
+	if (!hmb_nvme_register_fn)
+		pr_info("nvme-hmb-trace: no patched nvme driver loaded yet; attaching when one is\n");
 	return 0;
 }
 
 void hmb_nvme_glue_exit(void)
 {
-	if (!hmb_nvme_unregister_fn)
-		return;
-	hmb_nvme_unregister_fn(&hmb_nvme_client);
-	hmb_nvme_put_symbols();
+	unregister_module_notifier(&hmb_nvme_module_nb);
+	mutex_lock(&hmb_nvme_attach_lock);
+	if (hmb_nvme_unregister_fn) {
+		hmb_nvme_unregister_fn(&hmb_nvme_client);
+		hmb_nvme_put_symbols();
+	}
+	mutex_unlock(&hmb_nvme_attach_lock);
 }

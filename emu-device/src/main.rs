@@ -151,6 +151,11 @@ struct ServeNvmeArgs {
     /// so that it fits data areas 1-3).
     #[arg(long, default_value = "4M", value_parser = parse_size)]
     telemetry_history: String,
+    /// Identify Controller's serial number, at most 20 ASCII characters
+    /// (default HMBTRACE0001); the subsystem NQN ends in it. Give each
+    /// controller of one guest its own.
+    #[arg(long)]
+    serial: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -327,6 +332,7 @@ fn serve_nvme(args: ServeNvmeArgs) -> Result<()> {
         personality: args.personality,
         producer: args.producer,
         telemetry_history_bytes: args.telemetry_history.parse()?,
+        serial: args.serial,
     };
     let serving = NvmeServing::start(&opts)?;
     let stop = serving.shutdown_sender();

@@ -54,6 +54,7 @@ impl Device {
             personality,
             producer: Default::default(),
             telemetry_history_bytes: hmb_nvme_trace::telemetry::DEFAULT_HISTORY_BYTES,
+            serial: None,
         })
         .unwrap();
         let thread = std::thread::spawn(move || serving.run().unwrap());

@@ -106,6 +106,7 @@ fatal() {
 
 rm -f "$SHARE/$RESULTS"
 insmod_stock
+peer_hold
 t0=$(now_cs)
 insmod "$SHARE/mods/nvme.ko" || fail insmod nvme.ko
 wait_namespace
@@ -115,6 +116,9 @@ wait_live
 pci=$(basename "$(readlink /sys/class/nvme/nvme0/device)")
 note pci "$pci"
 note driver "$(basename "$(readlink /sys/class/nvme/nvme0/device/driver)")"
+# Empty unless the guest's IOMMU is on (--viommu).
+group=$(readlink "/sys/bus/pci/devices/$pci/iommu_group" 2>/dev/null) || group=
+note iommu_group "${group##*/}"
 note model "$(cat /sys/class/nvme/nvme0/model)"
 [ -z "$TRACE_MODULE" ] || trace_start
 hmb=$(dmesg | grep -o 'allocated .* host memory buffer.*' | tail -n 1)

@@ -73,5 +73,98 @@ personas() {
     done <<PHASES
 $PERSONA_PHASES
 PHASES
+    [ -z "$PEER_PORT" ] || pair
     checkpoint "$PERSONA_END"
+}
+
+# Issue 26, two controllers in one guest: a second controller (emu-device's
+# `stock` personality, behind the root port PEER_PORT, empty without one)
+# is kept from the driver (driver_override) until the pair phase, so the
+# trace checks and the phases above see one controller, nvme0.
+#   PEER_PORT     the peer's root port's PCI address, or empty
+#   PERSONA_PAIR  the pair phase's checkpoint name
+
+# nvme_functions: the PCI addresses of the NVMe functions (class 010802).
+nvme_functions() {
+    for d in /sys/bus/pci/devices/*; do
+        [ "$(cat "$d/class")" = 0x010802 ] && basename "$d"
+    done
+}
+
+# peer_hold: find the peer behind PEER_PORT and keep every driver off it.
+peer_hold() {
+    [ -n "$PEER_PORT" ] || return 0
+    peer=
+    for f in $(nvme_functions); do
+        case $(readlink -f "/sys/bus/pci/devices/$f") in
+            */"$PEER_PORT"/"$f") peer=$f ;;
+        esac
+    done
+    [ -n "$peer" ] || fail "no NVMe function behind the peer's root port $PEER_PORT"
+    echo none > "/sys/bus/pci/devices/$peer/driver_override" || fail "driver_override of the peer $peer"
+    note peer_pci "$peer"
+}
+
+# wait_ctrl PCI: ctrl= the nvmeN of the controller at PCI, once it is live
+# with its namespace (60 s at most).
+wait_ctrl() {
+    i=0
+    while :; do
+        c=$(ls "/sys/bus/pci/devices/$1/nvme" 2>/dev/null)
+        [ -n "$c" ] && [ "$(cat "/sys/class/nvme/$c/state" 2>/dev/null)" = live ] && [ -b "/dev/${c}n1" ] && break
+        i=$((i + 1)); [ $i -lt 600 ] || fail "pair: the controller at $1 is not live after 60 s"
+        sleep 0.1
+    done
+    ctrl=$c
+}
+
+# pair_devices WHEN: the trace devices now and whose PCI function each is
+# (the tracing controller's only, once its slice is there: 10 s at most).
+pair_devices() {
+    i=0
+    while [ ! -e /sys/class/nvme-hmb-trace/nvme-hmb-trace0 ]; do
+        i=$((i + 1)); [ $i -lt 100 ] || break
+        sleep 0.1
+    done
+    # The class folder holds only the devices' links.
+    # shellcheck disable=SC2012
+    note "persona-pair-$1-trace-devices" "$(ls /sys/class/nvme-hmb-trace | wc -l)"
+    owners=
+    for t in /sys/class/nvme-hmb-trace/*; do
+        [ -e "$t/device" ] && owners="$owners$(basename "$(readlink "$t/device")") "
+    done
+    note "persona-pair-$1-trace-pci" "$owners"
+}
+
+# pair: both controllers on the series' nvme.ko, nvme-hmb-trace.ko loaded
+# BEFORE nvme.ko (it attaches when nvme.ko comes up), then reloaded after
+# it; reads and a reset on each; the host audits both controllers.
+pair() {
+    checkpoint "$PERSONA_PAIR"
+    n0=$(dmesg | wc -l)
+    main=
+    for f in $(nvme_functions); do [ "$f" = "$peer" ] || main=$f; done
+    echo > "/sys/bus/pci/devices/$peer/driver_override" || fail "pair: clearing the peer's driver_override"
+    insmod "$TRACE_MODULE" || fail "pair: insmod nvme-hmb-trace.ko before nvme.ko"
+    insmod "$SHARE/mods/nvme.ko" || fail "pair: insmod nvme.ko"
+    wait_ctrl "$main"; mc=$ctrl
+    wait_ctrl "$peer"; pc=$ctrl
+    note persona-pair-tracing "$main $mc"
+    note persona-pair-stock "$peer $pc"
+    pair_devices before
+    rmmod nvme_hmb_trace || fail "pair: rmmod nvme-hmb-trace"
+    insmod "$TRACE_MODULE" || fail "pair: insmod nvme-hmb-trace.ko after nvme.ko"
+    pair_devices after
+    for c in "$mc" "$pc"; do
+        dd if="/dev/${c}n1" of=/dev/null bs=4096 count=64 iflag=direct 2>/dev/null || fail "pair: reads on $c"
+        echo 1 > "/sys/class/nvme/$c/reset_controller" || fail "pair: reset_controller of $c"
+    done
+    wait_ctrl "$main"
+    wait_ctrl "$peer"
+    for c in "$mc" "$pc"; do
+        dd if="/dev/${c}n1" of=/dev/null bs=4096 count=64 iflag=direct 2>/dev/null || fail "pair: reads on $c after the reset"
+    done
+    rmmod nvme_hmb_trace || fail "pair: rmmod nvme-hmb-trace"
+    rmmod nvme || fail "pair: rmmod nvme"
+    dmesg | tail -n +$((n0 + 1)) > "$SHARE/persona-pair.log"
 }

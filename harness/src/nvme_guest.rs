@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use hmb_emu_device::control::{Fault, Request};
+use hmb_nvme_trace::Personality;
 use serde_json::Value;
 use xshell::Shell;
 
@@ -25,9 +26,18 @@ use crate::images::{initramfs, kernels, nvme_series};
 use crate::journal_truth::{self, JournalReport};
 use crate::phases::Phases;
 use crate::qemu::binary::QemuVersion;
-use crate::qemu::{console, kernel_checks, Accel};
+use crate::qemu::{args, console, kernel_checks, Accel, VmConfig};
 
 pub use crate::emu::nvme::{ControllerOptions, NvmeDevice, DEVICE_ID, NAMESPACE_BYTES};
+/// Trace runs: the second controller of the pair phase (issue 26, two
+/// controllers in one guest), a `stock` emu-device behind its own root
+/// port at a fixed slot (`RootPort::PEER`), so the guest finds it by its
+/// port's address.
+pub const PEER_PORT: &str = "0000:00:10.0";
+/// Its sockets', log's and namespace's names start so.
+const PEER_PREFIX: &str = "peer-";
+/// Its serial number (the first controller has serve-nvme's HMBTRACE0001).
+const PEER_SERIAL: &str = "HMBTRACE0002";
 /// The pattern: 1 MiB at 8 MiB into the namespace (not LBA 0, so a
 /// controller that ignored SLBA would be caught by the host's check of
 /// the backing file).
@@ -153,6 +163,9 @@ pub struct NvmeRunConfig {
     /// recovery: its I/O timeout (3 s here) finds CFS and resets.
     pub inject_fatal: bool,
     pub controller: ControllerOptions,
+    /// Behind QEMU's `intel-iommu` with the guest's IOMMU on (`intel_iommu=on`):
+    /// the controller sees DMA addresses (IOVAs), not guest physical ones.
+    pub viommu: bool,
 }
 
 /// What a passing run saw. Every field was checked before it is returned.
@@ -196,6 +209,10 @@ pub struct NvmeOutcome {
     pub traced_telemetry: Option<crate::traced_telemetry::TracedTelemetryOutcome>,
     /// With the trace: the drivers against the controller's other personalities.
     pub personalities: Option<Vec<crate::nvme_personalities::PhaseOutcome>>,
+    /// Behind the virtual IOMMU: what shows the controller saw IOVAs.
+    pub viommu: Option<ViommuOutcome>,
+    /// With the trace: two controllers in one guest (the pair phase).
+    pub two_controllers: Option<crate::nvme_personalities::PairOutcome>,
     /// With the injected failure: the driver's line and the guest time
     /// from the read that found the failed controller to its completion.
     pub fatal_recovery: Option<FatalRecovery>,
@@ -292,7 +309,8 @@ pub fn guest_script(
         .set("QD32_PER", qd32_per(iops_reads))
         .set("WAKE_ROUNDS", WAKE_ROUNDS);
     let script = NvmeDevice::prelude(script);
-    crate::nvme_personalities::guest_script(script)
+    // A trace run has the second (stock) controller of the pair phase.
+    crate::nvme_personalities::guest_script(script, trace_module.map(|_| PEER_PORT))
         .file(&guest_script::NVME_BOOT)
         .build()
 }
@@ -370,7 +388,21 @@ pub fn hmb_line_bytes(line: &str) -> Option<u64> {
 /// hangs (or faults) before init is retried once from scratch
 /// (`guest::boot`: nothing of ours has run yet).
 pub(crate) fn start(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path) -> Result<Guest<NvmeDevice>> {
-    let vm_cfg = tools.vm_config(&cfg.run_dir, share, cfg.accel);
+    start_guest(tools, cfg, share, false)
+}
+
+/// `start`; with `peer`, the second (stock) controller of the pair phase
+/// too (the boot's trace run: its script keeps that one unbound until then).
+fn start_guest(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path, peer: bool) -> Result<Guest<NvmeDevice>> {
+    let mut vm_cfg = tools.vm_config(&cfg.run_dir, share, cfg.accel);
+    if cfg.viommu {
+        // Before every device it translates for: QEMU attaches a PCI
+        // device to the IOMMU's address space when the device is
+        // realized. caching-mode=on: QEMU's vfio (and vfio-user) client
+        // needs the guest's map notifications to mirror them as DMA_MAP.
+        vm_cfg.devices.extend(args::intel_iommu());
+        vm_cfg.extra_cmdline.push("intel_iommu=on".into());
+    }
     let first = FirstLine {
         what: "HMBT-INIT",
         marker: "HMBT-INIT",
@@ -379,7 +411,27 @@ pub(crate) fn start(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path) -> Res
     Guest::boot(vm_cfg, first, |_| {
         let backing = cfg.run_dir.join("namespace.img");
         let _ = std::fs::remove_file(&backing);
-        NvmeDevice::start(&tools.emu_bin, &cfg.run_dir, &backing, &cfg.controller)
+        let dev = NvmeDevice::start(&tools.emu_bin, &cfg.run_dir, &backing, &cfg.controller)?;
+        if !peer {
+            return Ok(dev);
+        }
+        let backing = cfg.run_dir.join(format!("{PEER_PREFIX}namespace.img"));
+        let _ = std::fs::remove_file(&backing);
+        let stock = ControllerOptions {
+            personality: Personality::Stock,
+            serial: Some(PEER_SERIAL),
+            ..Default::default()
+        };
+        let second = NvmeDevice::start_with(
+            &tools.emu_bin,
+            &cfg.run_dir,
+            &backing,
+            NAMESPACE_BYTES,
+            PEER_PREFIX,
+            &stock,
+        )
+        .context("the second (stock) controller")?;
+        Ok(dev.with_peer(second))
     })
 }
 
@@ -525,7 +577,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         ),
     )?;
     let started = Instant::now();
-    let mut g = phases.run("guest boot", || start(tools, cfg, &share))?;
+    let mut g = phases.run("guest boot", || start_guest(tools, cfg, &share, cfg.trace))?;
 
     let probe_phase = if cfg.trace {
         "probe (patched nvme)"
@@ -652,6 +704,10 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
             );
         }
     }
+    let viommu = match cfg.viommu {
+        true => Some(check_viommu(&probed, &get("iommu_group").unwrap_or_default())?),
+        false => None,
+    };
     ensure!(
         get("driver")? == "nvme",
         "the controller is bound to {:?}, not nvme",
@@ -696,9 +752,17 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         ),
         _ => None,
     };
-    let personalities = match &persona_audits {
-        Some(audits) => Some(crate::nvme_personalities::check(audits, &share, &results)?),
-        None => None,
+    let (personalities, two_controllers) = match &persona_audits {
+        Some(audits) => (
+            Some(crate::nvme_personalities::check(&audits.phases, &share, &results)?),
+            Some(crate::nvme_personalities::check_pair(
+                &audits.pair,
+                &audits.phases,
+                &share,
+                &results,
+            )?),
+        ),
+        None => (None, None),
     };
     let reads = num("iops_reads")?;
     let cs = num("iops_centiseconds")?.max(1);
@@ -735,6 +799,8 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         telemetry,
         traced_telemetry,
         personalities,
+        two_controllers,
+        viommu,
         fatal_recovery: match fatal_line {
             Some(driver_line) => Some(FatalRecovery {
                 driver_line,
@@ -742,6 +808,43 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
             }),
             None => None,
         },
+    })
+}
+
+/// What a run behind QEMU's intel-iommu showed.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ViommuOutcome {
+    /// The controller's IOMMU group in the guest.
+    pub iommu_group: String,
+    /// The lowest HMB descriptor address the controller was given.
+    pub lowest_hmb_address: u64,
+}
+
+/// Behind the virtual IOMMU the guest put the controller in an IOMMU group,
+/// and every HMB descriptor address is an IOVA beyond guest RAM (512 MiB at
+/// guest physical 0 on q35): DMA addresses are not physical addresses, so
+/// the trace and HMB checks of this run went through the translation.
+pub fn check_viommu(probed: &Value, iommu_group: &str) -> Result<ViommuOutcome> {
+    ensure!(
+        !iommu_group.is_empty(),
+        "--viommu: the controller has no IOMMU group in the guest (is intel_iommu=on in effect?)"
+    );
+    let lowest = probed
+        .pointer("/controller/hmb/descriptors")
+        .and_then(Value::as_array)
+        .context("no HMB descriptors in the controller's report")?
+        .iter()
+        .map(|d| d["addr"].as_u64().unwrap_or(0))
+        .min()
+        .context("no HMB descriptor")?;
+    let ram = u64::from(VmConfig::DEFAULT_MEMORY_MB) << 20;
+    ensure!(
+        lowest >= ram,
+        "--viommu: an HMB descriptor at {lowest:#x} lies in guest RAM (below {ram:#x}): not an IOVA"
+    );
+    Ok(ViommuOutcome {
+        iommu_group: iommu_group.to_string(),
+        lowest_hmb_address: lowest,
     })
 }
 
@@ -966,5 +1069,23 @@ mod tests {
         let r = parse_results("probe_ms=230\nhmb=allocated 32 MiB host memory buffer.\n");
         assert_eq!(r["probe_ms"], "230");
         assert_eq!(r["hmb"], "allocated 32 MiB host memory buffer.");
+    }
+
+    #[test]
+    fn the_viommu_check_wants_a_group_and_iovas_beyond_guest_ram() {
+        let probed = |addrs: &[u64]| {
+            let d: Vec<Value> = addrs.iter().map(|a| json!({"addr": a, "bytes": 4096})).collect();
+            json!({"controller": {"hmb": {"descriptors": d}}})
+        };
+        let out = check_viommu(&probed(&[0xfff0_0000, 0xffe0_0000]), "3").unwrap();
+        assert_eq!(out.lowest_hmb_address, 0xffe0_0000);
+        assert!(check_viommu(&probed(&[0xfff0_0000]), "")
+            .unwrap_err()
+            .to_string()
+            .contains("IOMMU group"));
+        let e = check_viommu(&probed(&[0xfff0_0000, 0x0100_0000]), "3")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not an IOVA"), "{e}");
     }
 }

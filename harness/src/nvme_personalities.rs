@@ -28,6 +28,18 @@
 //!
 //! Every load's list must keep its personality's HMPRE, HMMIN, HMMAXD and
 //! HMMINDS, as the controller saw it.
+//!
+//! Then the pair phase (two controllers in one guest): a second controller,
+//! a second emu-device with the `stock` personality behind its own root
+//! port, kept from every driver by `driver_override` until then (its audit
+//! at the pair checkpoint must show no HMB ever set), and the first one
+//! made `tracing` again. The guest
+//! loads nvme-hmb-trace.ko BEFORE the series' nvme.ko, then reloads it
+//! after, reads and resets both: only the tracing controller gets a slice
+//! and the one trace device (both times), and the stock controller's audit
+//! is the stock driver's (the same list as the `stock` phase with the
+//! kernel's own driver, no C0h, no vendor feature, no host write into its
+//! HMB across the MR=1 re-enable).
 
 use std::path::Path;
 use std::time::Duration;
@@ -104,6 +116,9 @@ pub const DAEMON_DEVICE_GONE: u64 = 10;
 /// The last checkpoint: the host takes the last phase's audit.
 const END: &str = "persona-end";
 
+/// The pair phase's checkpoint (and its log's stem in the share).
+const PAIR: &str = "persona-pair";
+
 impl Phase {
     /// Its checkpoint (the guest waits there for the switch) and log's stem.
     pub fn name(&self) -> String {
@@ -114,7 +129,9 @@ impl Phase {
 /// The guest script's part (harness/guest-scripts/nvme-personalities.sh),
 /// run after the trace checks with nvme unloaded: its parameters, then the
 /// file. The script calls its `personas` after the trace removal.
-pub fn guest_script(script: Script) -> Script {
+/// `peer_port`: the PCI address of the root port the second (stock)
+/// controller sits behind, or `None` without one (no pair phase).
+pub fn guest_script(script: Script, peer_port: Option<&str>) -> Script {
     let phases: String = PHASES
         .iter()
         .map(|p| format!("{} {}\n", p.personality.name(), p.driver.file()))
@@ -122,6 +139,8 @@ pub fn guest_script(script: Script) -> Script {
     script
         .set("PERSONA_PHASES", phases)
         .set("PERSONA_END", END)
+        .set("PERSONA_PAIR", PAIR)
+        .set("PEER_PORT", peer_port.unwrap_or_default())
         .file(&crate::guest_script::NVME_PERSONALITIES)
 }
 
@@ -132,32 +151,81 @@ pub struct PhaseAudit {
     pub audit: Value,
 }
 
+/// The pair phase's two audits: the first controller (made `tracing`) and
+/// the second one (`stock`).
+#[derive(Debug, Clone)]
+pub struct PairAudit {
+    pub tracing: Value,
+    pub stock: Value,
+    /// The second controller's audit at the pair checkpoint: no driver may
+    /// have given it an HMB before (its firmware, SeaBIOS, enables it at
+    /// boot but never sets an HMB).
+    pub stock_before: Value,
+}
+
+/// Everything the persona checkpoints collected.
+#[derive(Debug, Clone)]
+pub struct Audits {
+    pub phases: Vec<PhaseAudit>,
+    pub pair: PairAudit,
+}
+
+fn audit(dev: &mut NvmeDevice, run_dir: &Path, name: &str) -> Result<Value> {
+    let audit = dev.request(&Request::HmbAudit)?;
+    std::fs::write(
+        run_dir.join(format!("{name}.audit.json")),
+        serde_json::to_string_pretty(&audit)?,
+    )?;
+    Ok(audit)
+}
+
 /// Answer the guest's persona checkpoints: at each, take the audit of the
 /// load before (if any), make the controller the next personality, answer.
-pub fn serve(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, run_dir: &Path) -> Result<Vec<PhaseAudit>> {
-    let mut audits = Vec::new();
-    let names: Vec<String> = PHASES.iter().map(Phase::name).chain([END.to_string()]).collect();
+/// At the pair checkpoint the first controller becomes `tracing`, and the
+/// second one's (`dev`'s peer) audit so far is taken: the guest kept it
+/// unbound, so no HMB may have been set on it.
+pub fn serve(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, run_dir: &Path) -> Result<Audits> {
+    let mut phases = Vec::new();
+    let names: Vec<String> = PHASES
+        .iter()
+        .map(Phase::name)
+        .chain([PAIR.to_string(), END.to_string()])
+        .collect();
+    let mut pair = None;
+    let mut stock_before = None;
     for (i, name) in names.iter().enumerate() {
         crate::share_wait::wait_share_file(vm, share, name, PHASE_TIMEOUT, || dev.check_alive())
             .with_context(|| format!("waiting for the guest at {name}"))?;
-        if i > 0 {
-            let phase = PHASES[i - 1];
-            let audit = dev.request(&Request::HmbAudit)?;
-            std::fs::write(
-                run_dir.join(format!("{}.audit.json", phase.name())),
-                serde_json::to_string_pretty(&audit)?,
-            )?;
-            audits.push(PhaseAudit { phase, audit });
+        if let Some(phase) = i.checked_sub(1).and_then(|j| PHASES.get(j)) {
+            let audit = audit(dev, run_dir, &phase.name())?;
+            phases.push(PhaseAudit { phase: *phase, audit });
         }
         if let Some(next) = PHASES.get(i) {
             dev.request(&Request::Personality {
                 personality: next.personality,
             })
             .with_context(|| format!("making the controller {}", next.personality))?;
+        } else if name == PAIR {
+            dev.request(&Request::Personality {
+                personality: Personality::Tracing,
+            })
+            .context("making the controller tracing for the pair phase")?;
+            stock_before = Some(audit(dev.peer_mut()?, run_dir, &format!("{PAIR}-stock-before"))?);
+        } else {
+            pair = Some(PairAudit {
+                tracing: audit(dev, run_dir, &format!("{PAIR}-tracing"))?,
+                stock: audit(dev.peer_mut()?, run_dir, &format!("{PAIR}-stock"))?,
+                stock_before: stock_before
+                    .take()
+                    .context("no audit of the stock controller before the pair")?,
+            });
         }
         std::fs::write(share.join(format!("{name}.ok")), b"")?;
     }
-    Ok(audits)
+    Ok(Audits {
+        phases,
+        pair: pair.context("no audit of the pair phase")?,
+    })
 }
 
 /// One phase as the report shows it.
@@ -374,6 +442,156 @@ pub fn check(
     Ok(out)
 }
 
+/// The pair phase as the report shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PairOutcome {
+    /// PCI function and nvmeN of each controller in the pair phase.
+    pub tracing: String,
+    pub stock: String,
+    /// Trace devices (all the tracing controller's) with nvme-hmb-trace.ko
+    /// loaded before nvme.ko, and reloaded after it.
+    pub trace_devices_before: u64,
+    pub trace_devices_after: u64,
+    pub stock_hmb_bytes: u64,
+    pub stock_descriptors: u64,
+    pub stock_mr_reenables: u64,
+    pub stock_pages_checked: u64,
+    pub stock_violations: u64,
+    pub tracing_violations: u64,
+}
+
+impl PairOutcome {
+    pub fn summary(&self) -> String {
+        format!(
+            "two controllers: tracing {} has the one trace device ({} with the module loaded before nvme.ko, {} after); \
+             stock {} got the stock driver's list ({} bytes in {} descriptors), no C0h, {} MR=1 re-enable(s), \
+             {} pages checked, {} violations (tracing: {})",
+            self.tracing,
+            self.trace_devices_before,
+            self.trace_devices_after,
+            self.stock,
+            self.stock_hmb_bytes,
+            self.stock_descriptors,
+            self.stock_mr_reenables,
+            self.stock_pages_checked,
+            self.stock_violations,
+            self.tracing_violations
+        )
+    }
+}
+
+/// The pair phase (see the module's comment). `phases` must hold the stock
+/// driver's phase on the `stock` personality: its list is the reference.
+pub fn check_pair(
+    pair: &PairAudit,
+    phases: &[PhaseAudit],
+    share: &Path,
+    results: &std::collections::BTreeMap<String, String>,
+) -> Result<PairOutcome> {
+    let get = |key: &str| {
+        results
+            .get(key)
+            .map(|v| v.trim().to_string())
+            .with_context(|| format!("pair: the guest noted no {key}"))
+    };
+    let (tracing_pci, tracing_ctrl) = get("persona-pair-tracing")?
+        .split_once(' ')
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .context("pair: persona-pair-tracing is not 'PCI nvmeN'")?;
+    let (stock_pci, stock_ctrl) = get("persona-pair-stock")?
+        .split_once(' ')
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .context("pair: persona-pair-stock is not 'PCI nvmeN'")?;
+    let mut devices = [0u64; 2];
+    for (n, when) in devices.iter_mut().zip(["before", "after"]) {
+        *n = get(&format!("persona-pair-{when}-trace-devices"))?
+            .parse()
+            .context("pair: trace device count")?;
+        let owners = get(&format!("persona-pair-{when}-trace-pci"))?;
+        ensure!(
+            *n == 1 && owners == tracing_pci,
+            "pair, nvme-hmb-trace.ko loaded {when} nvme.ko: {n} trace device(s) of [{owners}]; \
+             want one, of the tracing controller {tracing_pci} (the stock one is {stock_pci})"
+        );
+    }
+    let log = std::fs::read_to_string(share.join(format!("{PAIR}.log")))
+        .with_context(|| format!("the guest left no {PAIR}.log"))?;
+    let waiting = log.find("no patched nvme driver loaded yet; attaching when one is");
+    let attached = log.find("attached to the patched nvme driver");
+    ensure!(
+        waiting.is_some() && attached.is_some() && waiting < attached,
+        "pair: the module loaded before nvme.ko did not wait for it and attach when it came up:\n{log}"
+    );
+    ensure!(
+        log.contains(&format!("{tracing_ctrl}: HMB trace slice:")),
+        "pair: no trace slice for the tracing controller {tracing_ctrl}:\n{log}"
+    );
+    let stock_lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(&format!("{stock_ctrl}:")) && l.to_lowercase().contains("trace"))
+        .collect();
+    ensure!(
+        stock_lines.is_empty(),
+        "pair: the driver did trace work on the stock controller {stock_ctrl}: {stock_lines:?}"
+    );
+    let u = |audit: &Value, who: &str, key: &str| {
+        audit[key]
+            .as_u64()
+            .with_context(|| format!("pair, {who}: the audit has no {key}: {audit}"))
+    };
+    let b = &pair.stock_before;
+    ensure!(
+        u(b, "stock before the pair", "set_features_0d_total")? == 0 && u(b, "stock before the pair", "enables")? == 0,
+        "pair: a driver set an HMB on the second controller before the pair phase (driver_override did not hold): {b}"
+    );
+    let t = &pair.tracing;
+    ensure!(
+        t["c0h_received"] == true && u(t, "tracing", "violations")? == 0,
+        "pair: the tracing controller's slice was not advertised, or the host wrote into its HMB: {t}"
+    );
+    let st = &pair.stock;
+    ensure!(
+        st["c0h_received"] != true && u(st, "stock", "vendor_feature_commands")? == 0,
+        "pair: a vendor feature reached the stock controller: {st}"
+    );
+    ensure!(
+        u(st, "stock", "violations")? == 0,
+        "pair: the host wrote into the stock controller's HMB: {}",
+        st["first_violations"]
+    );
+    ensure!(
+        u(st, "stock", "mr_reenables")? >= 1 && u(st, "stock", "pages_checked")? > 0,
+        "pair: the stock controller's HMB was not given back with MR=1 and checked: {st}"
+    );
+    let reference = phases
+        .iter()
+        .find(|p| p.phase.personality == Personality::Stock && p.phase.driver == Driver::Stock)
+        .context("pair: no phase of the stock driver on the stock personality")?;
+    let reference = shape(
+        enabled_lists(&reference.audit)?
+            .first()
+            .context("pair: the stock driver's phase enabled no HMB")?,
+    );
+    let lists = enabled_lists(st)?;
+    ensure!(
+        !lists.is_empty() && lists.iter().all(|c| shape(c) == reference),
+        "pair: the stock controller's lists {:?} differ from the stock driver's {reference:?}",
+        lists.iter().map(|c| shape(c)).collect::<Vec<_>>()
+    );
+    Ok(PairOutcome {
+        tracing: format!("{tracing_pci} ({tracing_ctrl})"),
+        stock: format!("{stock_pci} ({stock_ctrl})"),
+        trace_devices_before: devices[0],
+        trace_devices_after: devices[1],
+        stock_hmb_bytes: lists[0]["bytes"].as_u64().unwrap_or(0),
+        stock_descriptors: lists[0]["descriptors"].as_u64().unwrap_or(0),
+        stock_mr_reenables: u(st, "stock", "mr_reenables")?,
+        stock_pages_checked: u(st, "stock", "pages_checked")?,
+        stock_violations: u(st, "stock", "violations")?,
+        tracing_violations: u(t, "tracing", "violations")?,
+    })
+}
+
 /// How long the host waits for one persona checkpoint.
 pub const PHASE_TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -387,7 +605,7 @@ mod tests {
             (PHASES[0].personality, PHASES[0].driver),
             (Personality::Stock, Driver::Stock)
         );
-        let script = guest_script(Script::new()).build();
+        let script = guest_script(Script::new(), Some("0000:00:10.0")).build();
         // The phases, in order, as the "personality driver" lines the
         // script's personas reads, and its last checkpoint.
         let lines: String = PHASES
@@ -398,6 +616,8 @@ mod tests {
         assert!(script.contains("PERSONA_END='persona-end'"), "{script}");
         assert!(script.contains("checkpoint \"persona-$1-$2\""), "{script}");
         assert!(script.contains("checkpoint \"$PERSONA_END\""), "{script}");
+        assert!(script.contains("PEER_PORT='0000:00:10.0'") && script.contains("PERSONA_PAIR='persona-pair'"));
+        assert!(script.contains("checkpoint \"$PERSONA_PAIR\""), "{script}");
         for p in PHASES {
             // The guest's checkpoint name is the host's.
             assert_eq!(
@@ -494,5 +714,73 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("does not fit"));
+    }
+
+    /// The pair checks fail on a trace device for the stock controller (or
+    /// none), a C0h or a different list on the stock controller, a host
+    /// write into its HMB, and a module that did not wait for nvme.ko.
+    #[test]
+    fn check_pair_refuses_each_defect() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = 4u64 << 20;
+        let stock_list = (32 * m / 4, 8, m);
+        let phases = vec![PhaseAudit {
+            phase: PHASES[0],
+            audit: audit(false, &[stock_list, stock_list], 0),
+        }];
+        let good_log = "nvme-hmb-trace: no patched nvme driver loaded yet; attaching when one is\n\
+                        nvme-hmb-trace: attached to the patched nvme driver\n\
+                        nvme nvme0: HMB trace slice: 16384 KiB ring at HMB offset 33554432 in 5 chunks, FID 0xc0\n\
+                        nvme nvme1: allocated 32 MiB host memory buffer.\n";
+        std::fs::write(dir.path().join("persona-pair.log"), good_log).unwrap();
+        let mut results = std::collections::BTreeMap::new();
+        for (k, v) in [
+            ("persona-pair-tracing", "0000:01:00.0 nvme0"),
+            ("persona-pair-stock", "0000:02:00.0 nvme1"),
+            ("persona-pair-before-trace-devices", "1"),
+            ("persona-pair-before-trace-pci", "0000:01:00.0 "),
+            ("persona-pair-after-trace-devices", "1"),
+            ("persona-pair-after-trace-pci", "0000:01:00.0 "),
+        ] {
+            results.insert(k.to_string(), v.to_string());
+        }
+        let good = PairAudit {
+            tracing: audit(true, &[(40 * m / 4, 13, m), (40 * m / 4, 13, m)], 0),
+            stock: audit(false, &[stock_list, stock_list], 0),
+            stock_before: serde_json::json!({"set_features_0d_total": 0, "enables": 0}),
+        };
+        let out = check_pair(&good, &phases, dir.path(), &results).unwrap();
+        assert_eq!((out.trace_devices_before, out.stock_descriptors), (1, 8));
+        let fails = |pair: &PairAudit, results: &std::collections::BTreeMap<String, String>| {
+            check_pair(pair, &phases, dir.path(), results).unwrap_err().to_string()
+        };
+        let mut r = results.clone();
+        r.insert("persona-pair-after-trace-pci".into(), "0000:02:00.0 ".into());
+        assert!(fails(&good, &r).contains("loaded after"));
+        let mut r = results.clone();
+        r.insert("persona-pair-before-trace-devices".into(), "2".into());
+        assert!(fails(&good, &r).contains("loaded before"));
+        let mut bad = good.clone();
+        bad.stock_before = serde_json::json!({"set_features_0d_total": 1, "enables": 1});
+        assert!(fails(&bad, &results).contains("driver_override"));
+        let mut bad = good.clone();
+        bad.stock = audit(true, &[stock_list, stock_list], 0);
+        assert!(fails(&bad, &results).contains("vendor feature"));
+        bad.stock = audit(false, &[stock_list, stock_list], 2);
+        assert!(fails(&bad, &results).contains("wrote into"));
+        bad.stock = audit(false, &[(40 * m / 4, 13, m), (40 * m / 4, 13, m)], 0);
+        assert!(fails(&bad, &results).contains("differ"));
+        std::fs::write(
+            dir.path().join("persona-pair.log"),
+            good_log.replace("no patched nvme driver loaded yet; attaching when one is", ""),
+        )
+        .unwrap();
+        assert!(fails(&good, &results).contains("did not wait"));
+        std::fs::write(
+            dir.path().join("persona-pair.log"),
+            format!("{good_log}nvme nvme1: HMB trace slice: 16384 KiB ring\n"),
+        )
+        .unwrap();
+        assert!(fails(&good, &results).contains("trace work on the stock controller"));
     }
 }

@@ -64,6 +64,7 @@ impl Guest<NvmeDevice> {
             trace: true,
             inject_fatal: false,
             controller: opts.controller,
+            viommu: false,
         };
         nvme_guest::start(tools, &cfg, &share)
     }

@@ -114,6 +114,7 @@ pub fn run(
         trace: true,
         inject_fatal: true,
         controller: Default::default(),
+        viommu: false,
     };
     let mut g = phases.run("guest boot", || nvme_guest::start(tools, &cfg, &share))?;
     phases.run("probe + daemon + I/O loop", || {

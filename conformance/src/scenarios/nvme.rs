@@ -560,6 +560,7 @@ pub fn stock_driver_audit(kernel: Option<&str>, personality: hmb_nvme_trace::Per
             personality,
             ..Default::default()
         },
+        viommu: false,
     };
     nvme_guest::run(&tools, &cfg, &mut phases).context("the stock-driver guest run")?;
     let log = std::fs::read_to_string(run_dir.join("emu-device.log")).context("reading emu-device.log")?;

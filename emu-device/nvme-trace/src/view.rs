@@ -14,7 +14,7 @@ use hmb_nvme::GuestMem;
 pub enum ViewError {
     #[error("piece {addr:#x}+{len:#x} is not page aligned")]
     Unaligned { addr: u64, len: u64 },
-    #[error("piece {addr:#x}+{len:#x} is not inside one DMA-mapped region")]
+    #[error("piece {addr:#x}+{len:#x} is not inside DMA-mapped memory")]
     OutsideGuestMemory { addr: u64, len: u64 },
     #[error("the region holding {addr:#x} is not backed by a file (guest RAM must be fd-backed and shared)")]
     NotFileBacked { addr: u64 },
@@ -52,19 +52,25 @@ impl SliceView {
             if addr % PAGE != 0 || len % PAGE != 0 || len == 0 {
                 return Err(ViewError::Unaligned { addr, len });
             }
-            let region = guard
-                .find_region(GuestAddress(addr))
-                .ok_or(ViewError::OutsideGuestMemory { addr, len })?;
-            let start = region.start_addr().0;
-            if addr + len > start + region.len() {
-                return Err(ViewError::OutsideGuestMemory { addr, len });
+            // A piece may span several DMA-mapped regions: behind a
+            // (virtual) IOMMU QEMU passes each IOMMU mapping on as its own
+            // DMA_MAP, so one chunk the host allocated in one piece arrives
+            // as many regions. Each part is mapped from its own region.
+            let (mut at, end) = (addr, addr + len);
+            while at < end {
+                let region = guard
+                    .find_region(GuestAddress(at))
+                    .ok_or(ViewError::OutsideGuestMemory { addr, len })?;
+                let start = region.start_addr().0;
+                let part = (start + region.len()).min(end) - at;
+                let fo = region.file_offset().ok_or(ViewError::NotFileBacked { addr: at })?;
+                let offset = fo.start() + (at - start);
+                if offset % PAGE != 0 || part % PAGE != 0 {
+                    return Err(ViewError::Unaligned { addr, len });
+                }
+                ranges.push((fo.file().as_raw_fd(), offset, part));
+                at += part;
             }
-            let fo = region.file_offset().ok_or(ViewError::NotFileBacked { addr })?;
-            let offset = fo.start() + (addr - start);
-            if offset % PAGE != 0 {
-                return Err(ViewError::Unaligned { addr, len });
-            }
-            ranges.push((fo.file().as_raw_fd(), offset, len));
         }
         let len = total as usize;
         // SAFETY: a fresh anonymous reservation; nothing else refers to it.
@@ -230,6 +236,37 @@ mod tests {
         assert!(matches!(
             SliceView::map(&anon, &[(0, 0x1000)]),
             Err(ViewError::NotFileBacked { .. })
+        ));
+    }
+
+    /// Behind an IOMMU one chunk arrives as several DMA_MAPs: a piece over
+    /// two regions (different files, here) is mapped part by part; a piece
+    /// reaching past mapped memory is refused.
+    #[test]
+    fn a_piece_over_several_regions_is_mapped_part_by_part() {
+        let (a, b) = (tempfile::tempfile().unwrap(), tempfile::tempfile().unwrap());
+        a.set_len(0x4000).unwrap();
+        b.set_len(0x8000).unwrap();
+        let regions = vec![
+            GuestRegionMmap::from_range(GuestAddress(0x20_0000), 0x2000, Some(FileOffset::new(a, 0x2000))).unwrap(),
+            GuestRegionMmap::from_range(GuestAddress(0x20_2000), 0x3000, Some(FileOffset::new(b, 0x1000))).unwrap(),
+        ];
+        let mem = GuestMemoryAtomic::new(GuestMemoryMmap::from_regions(regions).unwrap());
+        let view = SliceView::map(&mem, &[(0x20_1000, 0x3000)]).unwrap();
+        assert_eq!(view.len(), 0x3000);
+        // SAFETY: inside the view.
+        unsafe {
+            view.as_ptr().write(0x11);
+            view.as_ptr().add(0x1000).write(0x22);
+            view.as_ptr().add(0x2fff).write(0x33);
+        }
+        let m = mem.memory();
+        assert_eq!(m.read_obj::<u8>(GuestAddress(0x20_1000)).unwrap(), 0x11);
+        assert_eq!(m.read_obj::<u8>(GuestAddress(0x20_2000)).unwrap(), 0x22);
+        assert_eq!(m.read_obj::<u8>(GuestAddress(0x20_3fff)).unwrap(), 0x33);
+        assert!(matches!(
+            SliceView::map(&mem, &[(0x20_3000, 0x3000)]),
+            Err(ViewError::OutsideGuestMemory { .. })
         ));
     }
 }

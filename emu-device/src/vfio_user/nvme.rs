@@ -113,6 +113,10 @@ pub struct NvmeServeOptions {
     /// Bound of the controller's own history of trace records, served as
     /// NVMe Telemetry (hmb-nvme-trace's telemetry.rs; 64 KiB ..= about 32 MiB).
     pub telemetry_history_bytes: usize,
+    /// Identify Controller's serial number (and so the subsystem NQN);
+    /// `None`: the default. Two controllers in one guest need two, or
+    /// Linux takes them for one subsystem and rejects the second.
+    pub serial: Option<String>,
 }
 
 impl NvmeServeOptions {
@@ -130,6 +134,10 @@ impl NvmeServeOptions {
             },
             hmpre_bytes: self.hmb_preferred,
             hmmin_bytes: self.hmb_minimum,
+            serial: self
+                .serial
+                .clone()
+                .unwrap_or_else(|| ControllerConfig::default().serial),
             ..ControllerConfig::default()
         }
     }

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use hmb_emu_device::control::Request;
 use hmb_nvme_trace::{Personality, ProducerKind};
 use serde_json::Value;
@@ -19,6 +19,8 @@ use crate::qemu::VmConfig;
 
 /// QMP id of the NVMe controller.
 pub const DEVICE_ID: &str = "nvme0";
+/// QMP id of a trace run's second controller (`NvmeDevice::with_peer`).
+pub const PEER_ID: &str = "nvme1";
 /// Namespace size: room for the pattern and the read loop, small enough
 /// that the sparse backing file costs nothing.
 pub const NAMESPACE_BYTES: u64 = 64 << 20;
@@ -39,14 +41,19 @@ impl crate::guest::GuestDevice for NvmeDevice {
             DEVICE_ID,
             PciPlace::Bus(self.port.id),
         ));
+        if let Some(peer) = &self.peer {
+            vm.devices.extend(peer.port.args());
+            vm.devices
+                .extend(args::vfio_user_pci(&peer.socket, PEER_ID, PciPlace::Bus(peer.port.id)));
+        }
     }
 
     fn check_alive(&mut self) -> Result<()> {
-        self.process.check_alive()
+        NvmeDevice::check_alive(self)
     }
 
     fn shutdown(&mut self) {
-        self.process.shutdown();
+        NvmeDevice::shutdown(self);
     }
 }
 
@@ -56,6 +63,9 @@ pub struct NvmeDevice {
     pub socket: PathBuf,
     /// The root port it sits behind (`RootPort::FIRST` unless `behind`).
     port: RootPort,
+    /// A second controller in the same guest (trace runs' pair phase,
+    /// issue 26), behind `RootPort::PEER`, watched and stopped with this one.
+    peer: Option<Box<NvmeDevice>>,
 }
 
 impl NvmeDevice {
@@ -97,6 +107,7 @@ impl NvmeDevice {
             .arg(controller.personality.name())
             .arg("--producer")
             .arg(controller.producer.to_string())
+            .args(controller.serial.map(|s| ["--serial", s]).into_iter().flatten())
             // serve-nvme reads these too: flags, not an inherited variable,
             // decide which controller a run gets.
             .env_remove("HMB_EMU_NVME_PERSONALITY")
@@ -114,7 +125,22 @@ impl NvmeDevice {
             process,
             socket,
             port: RootPort::FIRST,
+            peer: None,
         })
+    }
+
+    /// This controller with `peer` as the guest's second one (the pair
+    /// phase), behind `RootPort::PEER`.
+    pub fn with_peer(self, peer: NvmeDevice) -> NvmeDevice {
+        NvmeDevice {
+            peer: Some(Box::new(peer.behind(RootPort::PEER))),
+            ..self
+        }
+    }
+
+    /// The second controller of the pair phase.
+    pub fn peer_mut(&mut self) -> Result<&mut NvmeDevice> {
+        self.peer.as_deref_mut().context("this run has no second controller")
     }
 
     /// The same controller behind `port` (a guest with two controllers).
@@ -127,7 +153,11 @@ impl NvmeDevice {
     }
 
     pub fn check_alive(&mut self) -> Result<()> {
-        self.process.check_alive()
+        self.process.check_alive()?;
+        match &mut self.peer {
+            Some(peer) => peer.check_alive().context("the second controller"),
+            None => Ok(()),
+        }
     }
 
     /// `status` over the control socket: transport, controller report, trace.
@@ -149,6 +179,9 @@ impl NvmeDevice {
     /// Ask for a clean shutdown, then make sure the process is gone.
     pub fn shutdown(&mut self) {
         self.process.shutdown();
+        if let Some(peer) = &mut self.peer {
+            peer.shutdown();
+        }
     }
 }
 
@@ -159,4 +192,8 @@ impl NvmeDevice {
 pub struct ControllerOptions {
     pub personality: Personality,
     pub producer: ProducerKind,
+    /// Identify's serial number (serve-nvme's default when `None`): two
+    /// controllers of one guest must differ, or Linux rejects the second
+    /// as a duplicate controller of the same subsystem.
+    pub serial: Option<&'static str>,
 }

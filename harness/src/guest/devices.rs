@@ -17,6 +17,9 @@ pub struct RootPort {
     pub id: &'static str,
     /// Its chassis and slot number (the same).
     pub chassis: u8,
+    /// Its own slot on the root bus, when the guest must find it by its
+    /// PCI address (`None`: wherever QEMU puts it).
+    pub addr: Option<u8>,
 }
 
 impl RootPort {
@@ -24,15 +27,27 @@ impl RootPort {
     pub const FIRST: RootPort = RootPort {
         id: "hmbrp",
         chassis: 1,
+        addr: None,
     };
     /// The second controller's, when a guest has both (the full guest).
     pub const SECOND: RootPort = RootPort {
         id: "nvmerp",
         chassis: 2,
+        addr: None,
+    };
+    /// A trace run's second (stock) controller (issue 26's pair phase), at
+    /// 00:10.0, where the guest script looks for it (`nvme_guest::PEER_PORT`).
+    pub const PEER: RootPort = RootPort {
+        id: "hmbrp2",
+        chassis: 2,
+        addr: Some(0x10),
     };
 
     pub fn args(self) -> Args {
-        args::pcie_root_port(self.id, self.chassis, self.chassis)
+        match self.addr {
+            Some(addr) => args::pcie_root_port_at(self.id, self.chassis, self.chassis, addr),
+            None => args::pcie_root_port(self.id, self.chassis, self.chassis),
+        }
     }
 }
 

@@ -166,6 +166,23 @@ pub(crate) fn pcie_root_port(id: &str, chassis: u8, slot: u8) -> Args {
     ])
 }
 
+/// `pcie_root_port` at a fixed slot of the root bus (`addr=SLOT.0`), so a
+/// guest can find what sits behind it by the port's PCI address.
+pub fn pcie_root_port_at(id: &str, chassis: u8, slot: u8, addr: u8) -> Args {
+    args([
+        "-device".into(),
+        format!("pcie-root-port,id={id},chassis={chassis},slot={slot},addr={addr:#x}.0"),
+    ])
+}
+
+/// QEMU's emulated Intel VT-d on q35: DMA remapping (no interrupt
+/// remapping, which TCG does not need), caching mode on so that QEMU's
+/// vfio(-user) client hears of every mapping the guest makes and passes
+/// it on to the device (DMA_MAP). Must come before the devices behind it.
+pub fn intel_iommu() -> Args {
+    args(["-device".into(), "intel-iommu,caching-mode=on,intremap=off".into()])
+}
+
 /// Where a PCI device sits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PciPlace<'a> {

@@ -68,6 +68,9 @@ pub struct VmConfig {
 }
 
 impl VmConfig {
+    /// Guest RAM unless a caller sets `memory_mb`.
+    pub const DEFAULT_MEMORY_MB: u32 = 512;
+
     /// Defaults for one guest job: TCG, 512 MiB, 2 CPUs, no share, no job,
     /// power off after it. Callers set what they need on the result.
     pub fn new(binary: QemuBinary, kernel: PathBuf, initramfs: PathBuf, run_dir: PathBuf) -> VmConfig {
@@ -77,7 +80,7 @@ impl VmConfig {
             kernel,
             initramfs,
             run_dir,
-            memory_mb: 512,
+            memory_mb: Self::DEFAULT_MEMORY_MB,
             memory_backend: MemoryBackend::Anonymous,
             smp: 2,
             share_dir: None,

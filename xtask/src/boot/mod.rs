@@ -73,6 +73,11 @@ pub struct Boot {
     /// SSD firmware links; docs/firmware-sdk.md).
     #[arg(long)]
     pub producer: Option<ProducerKind>,
+    /// nvme: put the controller behind QEMU's intel-iommu and boot the
+    /// guest with intel_iommu=on, so the controller sees IOVAs, not guest
+    /// physical addresses (issue 26).
+    #[arg(long)]
+    pub viommu: bool,
 }
 
 impl Boot {
@@ -130,6 +135,7 @@ impl Boot {
                     ("--nvme-reads", self.nvme_reads.is_some()),
                     ("--stock-driver", self.stock_driver),
                     ("--producer", self.producer.is_some()),
+                    ("--viommu", self.viommu),
                 ]
                 .into_iter()
                 .filter_map(|(name, given)| given.then_some(name))

@@ -68,6 +68,7 @@ pub fn boot(sh: &Shell, args: &Boot, run_dir: &Path, phases: &mut Phases) -> Res
             producer: args.producer.unwrap_or_default(),
             ..Default::default()
         },
+        viommu: args.viommu,
     };
     let outcome = nvme_guest::run(&tools, &cfg, phases)?;
     std::fs::write(
@@ -180,6 +181,15 @@ pub fn print(outcome: &NvmeOutcome, run_dir: &Path) {
         if !p.driver_line.is_empty() {
             println!("    driver: {}", p.driver_line);
         }
+    }
+    if let Some(v) = &outcome.viommu {
+        println!(
+            "  behind intel-iommu (intel_iommu=on): IOMMU group {}, lowest HMB descriptor address {:#x} (an IOVA beyond guest RAM)",
+            v.iommu_group, v.lowest_hmb_address
+        );
+    }
+    if let Some(p) = &outcome.two_controllers {
+        println!("  {}", p.summary());
     }
     for name in [
         "nvme-run.json",
