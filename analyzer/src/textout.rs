@@ -1,14 +1,30 @@
-//! Fast text output for `decode` and `convert`: records are formatted into
-//! one reused byte buffer (integers two digits per division straight into
-//! it, no `format!`, no per-field allocation), and the buffer goes to the output in large writes.
+//! Fast text output for `decode` and `convert`: records are formatted
+//! straight into one output buffer, handed to the output in large writes.
 //!
-//! Everything that depends only on the opcode (the name, CSV-quoted,
-//! JSON-escaped or padded; the field keys with their separators) is
-//! rendered once per opcode and cached. The output is byte for byte what
-//! the `format!`-based code produced (the insta snapshots in
-//! tests/snapshots pin it); rows this module does not handle (markers,
-//! names or keys needing CSV quoting) are written by the general code into
-//! the same buffer.
+//! Why it is written this way (measured with `perf record` on `convert
+//! --format csv`, docs/performance.md): formatting a number into a small
+//! stack array byte by byte and then copying that array into the output
+//! made every number a store-forwarding stall (bytes stored one at a time,
+//! read back as one 16-byte load), and a field's value was read through a
+//! `memcpy` call of its variable width. So here:
+//!
+//! * the buffer is initialised once and kept, and a row is written into it
+//!   through a cursor ([`Row`]) after one check that the row's upper bound
+//!   fits: digits go straight to their place, four per step of a division
+//!   by 10 000, with no intermediate copy and no capacity check per push;
+//! * short strings (names, field keys, padding) are copied as one fixed
+//!   32-byte block and the cursor advanced by their length, so no `memcpy`
+//!   call per string;
+//! * everything that depends only on the opcode (the name padded for
+//!   `decode`, CSV-ready, JSON-escaped; each field's `name=` and `"name":`
+//!   keys, its offset and width; the row's upper bound) is resolved once
+//!   per opcode ([`OpCache`]);
+//! * a field is read with a load of its own width.
+//!
+//! The output is byte for byte what the `format!`-based code produced (the
+//! insta snapshots in tests/snapshots pin it); rows this module does not
+//! handle (markers, names or keys needing CSV quoting) are written by the
+//! general code through [`ChunkOut::general`].
 
 use std::io::{self, Write};
 
@@ -18,36 +34,280 @@ use crate::catalog::{field_width, Catalog, Field};
 
 /// Bytes gathered before they are handed to the output.
 const CHUNK: usize = 256 << 10;
+/// Room past `CHUNK`: a row whose bound fits here never forces an early
+/// write; a larger one (long payload hex) grows the buffer.
+const ROOM: usize = 64 << 10;
+/// `decode --payload`'s second line starts so.
+/// (a newline, ten spaces for the offset column, then " payload ").
+const DECODE_PAYLOAD: &[u8] = concat!("\n", "          ", " payload ").as_bytes();
+/// The fixed block short strings are copied in (see the module comment).
+const BLOCK: usize = 32;
+/// Upper bound of a decimal `u64` (20 digits) or of its padding.
+const NUM: usize = 20;
 
-/// A byte buffer in front of the output: one `write_all` per chunk.
+/// The output buffer in front of the writer: one `write_all` per chunk.
 pub struct ChunkOut<'a> {
-    pub buf: Vec<u8>,
+    /// Initialised once; `len` bytes of it are filled.
+    buf: Box<[u8]>,
+    len: usize,
+    /// Rows written by the general code (`write!`, serde) before they are
+    /// appended.
+    scratch: Vec<u8>,
     out: &'a mut dyn Write,
 }
 
 impl<'a> ChunkOut<'a> {
     pub fn new(out: &'a mut dyn Write) -> Self {
         Self {
-            buf: Vec::with_capacity(CHUNK + 8192),
+            buf: vec![0u8; CHUNK + ROOM].into_boxed_slice(),
+            len: 0,
+            scratch: Vec::new(),
             out,
         }
     }
 
-    /// Hand the buffer over once it is full (call after each row).
+    /// A cursor over at least `bound` free bytes (written out first if the
+    /// buffer cannot take them; grown if it never could).
     #[inline]
-    pub fn row_done(&mut self) -> io::Result<()> {
-        if self.buf.len() >= CHUNK {
-            self.out.write_all(&self.buf)?;
-            self.buf.clear();
+    fn row(&mut self, bound: usize) -> io::Result<Row<'_>> {
+        if self.len + bound > self.buf.len() {
+            self.write_out()?;
+            if bound > self.buf.len() {
+                self.buf = vec![0u8; bound].into_boxed_slice();
+            }
+        }
+        Ok(Row {
+            b: &mut self.buf[self.len..],
+            i: 0,
+        })
+    }
+
+    /// Account for `n` bytes written through the last `row`, and hand the
+    /// buffer over once it is full.
+    #[inline]
+    fn row_done(&mut self, n: usize) -> io::Result<()> {
+        self.len += n;
+        if self.len >= CHUNK {
+            self.write_out()?;
         }
         Ok(())
     }
 
+    fn write_out(&mut self) -> io::Result<()> {
+        self.out.write_all(&self.buf[..self.len])?;
+        self.len = 0;
+        Ok(())
+    }
+
+    /// A row written by the general code into a `Vec`, then appended.
+    pub fn general(&mut self, f: impl FnOnce(&mut Vec<u8>) -> io::Result<()>) -> io::Result<()> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let r = f(&mut scratch).and_then(|()| {
+            let mut row = self.row(scratch.len())?;
+            row.put(&scratch);
+            let n = row.i;
+            self.row_done(n)
+        });
+        self.scratch = scratch;
+        r
+    }
+
+    /// `decode`'s line for a record, as
+    /// `"{:>10} e{epoch} #{:<8} {:>14} ns {:<14} src={:<5} len={:<4} {fields}"`,
+    /// with `"\n{:10} payload {hex}"` after it when `payload` is asked for
+    /// and not empty, and the newline.
+    #[inline]
+    pub fn decode_record(&mut self, op: &OpFmt, epoch: u64, item: &Item<'_>, payload: bool) -> io::Result<()> {
+        let hex = payload && !item.payload.is_empty();
+        let mut r = self.row(op.bound + if hex { 2 * item.payload.len() + 32 } else { 0 })?;
+        r.u64_right(item.offset, 10);
+        r.put(b" e");
+        r.u64(epoch);
+        r.put(b" #");
+        r.u64_left(item.seq(), 8);
+        r.put(b" ");
+        r.u64_right(item.timestamp_ns(), 14);
+        r.put(b" ns ");
+        r.text(&op.decode_name);
+        r.put(b" src=");
+        r.u64_left(item.source() as u64, 5);
+        r.put(b" len=");
+        r.u64_left(item.payload.len() as u64, 4);
+        r.put(b" ");
+        r.fields(op, item.payload, b' ', |f| &f.eq_key);
+        if hex {
+            r.put(DECODE_PAYLOAD);
+            r.hex(item.payload);
+        }
+        r.put(b"\n");
+        let n = r.i;
+        self.row_done(n)
+    }
+
+    /// `convert --format csv`'s row for a record (newline included), when
+    /// `op.csv_ready`; returns false (nothing written) otherwise.
+    #[inline]
+    pub fn csv_record(&mut self, op: &OpFmt, epoch: u64, item: &Item<'_>, payload: bool) -> io::Result<bool> {
+        let Some(name) = &op.csv_ready else { return Ok(false) };
+        let mut r = self.row(op.bound + if payload { 2 * item.payload.len() + 32 } else { 0 })?;
+        r.put(b"record,");
+        r.u64(item.offset);
+        r.put(b",");
+        r.u64(epoch);
+        r.put(b",");
+        r.u64(item.seq());
+        r.put(b",");
+        r.u64(item.timestamp_ns());
+        r.put(b",");
+        r.opcode_hex(item.opcode());
+        r.put(b",");
+        r.text(name);
+        r.put(b",");
+        r.u64(item.source() as u64);
+        r.put(b",");
+        r.u64(item.payload.len() as u64);
+        r.put(b",");
+        r.fields(op, item.payload, b';', |f| &f.eq_key);
+        if payload {
+            r.put(b",");
+            r.hex(item.payload);
+        }
+        r.put(b"\n");
+        let n = r.i;
+        self.row_done(n).map(|()| true)
+    }
+
+    /// `convert --format jsonl`'s line for a record (newline included), key
+    /// order and number formatting as serde_json's compact writer gives them.
+    #[inline]
+    pub fn jsonl_record(&mut self, op: &OpFmt, epoch: u64, item: &Item<'_>, payload: bool) -> io::Result<()> {
+        let mut r = self.row(op.bound + if payload { 2 * item.payload.len() + 32 } else { 0 })?;
+        r.put(b"{\"kind\":\"record\",\"offset\":");
+        r.u64(item.offset);
+        r.put(b",\"epoch\":");
+        r.u64(epoch);
+        r.put(b",\"seq\":");
+        r.u64(item.seq());
+        r.put(b",\"timestamp_ns\":");
+        r.u64(item.timestamp_ns());
+        r.put(b",\"opcode\":");
+        r.u64(item.opcode() as u64);
+        r.put(b",\"name\":");
+        r.text(&op.json_name);
+        r.put(b",\"source\":");
+        r.u64(item.source() as u64);
+        r.put(b",\"length\":");
+        r.u64(item.payload.len() as u64);
+        r.put(b",\"fields\":{");
+        r.fields(op, item.payload, b',', |f| &f.json_key);
+        r.put(b"}");
+        if payload {
+            r.put(b",\"payload_hex\":\"");
+            r.hex(item.payload);
+            r.put(b"\"");
+        }
+        r.put(b"}\n");
+        let n = r.i;
+        self.row_done(n)
+    }
+
     /// Everything buffered to the output, and the output flushed.
     pub fn finish(&mut self) -> io::Result<()> {
-        self.out.write_all(&self.buf)?;
-        self.buf.clear();
+        self.write_out()?;
         self.out.flush()
+    }
+}
+
+/// A cursor over the free part of the buffer. `ChunkOut::row` made sure the
+/// row's bound fits; every write here is still a checked slice index (a
+/// wrong bound would panic, never write out of bounds).
+struct Row<'b> {
+    b: &'b mut [u8],
+    i: usize,
+}
+
+impl Row<'_> {
+    #[inline]
+    fn put(&mut self, s: &[u8]) {
+        self.b[self.i..self.i + s.len()].copy_from_slice(s);
+        self.i += s.len();
+    }
+
+    /// A string rendered per opcode: one fixed-size block copy when short.
+    #[inline]
+    fn text(&mut self, t: &Text) {
+        if t.len <= BLOCK {
+            self.b[self.i..self.i + BLOCK].copy_from_slice(&t.block);
+            self.i += t.len;
+        } else {
+            self.put(&t.bytes);
+        }
+    }
+
+    /// `n` spaces (`n <= NUM`), as a fixed block.
+    #[inline]
+    fn spaces(&mut self, n: usize) {
+        self.b[self.i..self.i + NUM].copy_from_slice(&[b' '; NUM]);
+        self.i += n;
+    }
+
+    /// `{v}`
+    #[inline]
+    fn u64(&mut self, v: u64) {
+        let n = digit_count(v);
+        write_digits(&mut self.b[self.i..self.i + n], v);
+        self.i += n;
+    }
+
+    /// `{v:>width}` (`width <= NUM`)
+    #[inline]
+    fn u64_right(&mut self, v: u64, width: usize) {
+        let n = digit_count(v);
+        self.spaces(width.saturating_sub(n));
+        write_digits(&mut self.b[self.i..self.i + n], v);
+        self.i += n;
+    }
+
+    /// `{v:<width}` (`width <= NUM`)
+    #[inline]
+    fn u64_left(&mut self, v: u64, width: usize) {
+        self.u64(v);
+        self.spaces(width.saturating_sub(digit_count(v)));
+    }
+
+    /// `{opcode:#06x}`: a u16 always gives "0x" and four digits.
+    #[inline]
+    fn opcode_hex(&mut self, op: u16) {
+        let [hi, lo] = op.to_be_bytes();
+        let (hi, lo) = (hi as usize * 2, lo as usize * 2);
+        self.put(&[b'0', b'x', HEX2[hi], HEX2[hi + 1], HEX2[lo], HEX2[lo + 1]]);
+    }
+
+    /// Lower-case hex of every byte (as `format::hex`).
+    #[inline]
+    fn hex(&mut self, bytes: &[u8]) {
+        let out = &mut self.b[self.i..self.i + 2 * bytes.len()];
+        for (o, &b) in out.chunks_exact_mut(2).zip(bytes) {
+            o.copy_from_slice(&HEX2[b as usize * 2..b as usize * 2 + 2]);
+        }
+        self.i += 2 * bytes.len();
+    }
+
+    /// The fields the payload holds, `key value` joined by `sep`.
+    #[inline]
+    fn fields(&mut self, op: &OpFmt, payload: &[u8], sep: u8, key: impl Fn(&FieldFmt) -> &Text) {
+        let mut first = true;
+        for f in &op.fields {
+            if let Some(v) = f.read(payload) {
+                if !first {
+                    self.put(&[sep]);
+                }
+                first = false;
+                self.text(key(f));
+                self.u64(v);
+            }
+        }
     }
 }
 
@@ -59,6 +319,19 @@ const DIGITS2: &[u8; 200] = b"\
 6061626364656667686970717273747576777879\
 8081828384858687888990919293949596979899";
 
+/// "00" to "ff": two hex digits per byte.
+const HEX2: [u8; 512] = {
+    let hex = b"0123456789abcdef";
+    let mut t = [0u8; 512];
+    let mut i = 0;
+    while i < 256 {
+        t[2 * i] = hex[i >> 4];
+        t[2 * i + 1] = hex[i & 15];
+        i += 1;
+    }
+    t
+};
+
 const POW10: [u64; 20] = {
     let mut p = [1u64; 20];
     let mut i = 1;
@@ -69,138 +342,119 @@ const POW10: [u64; 20] = {
     p
 };
 
-/// `v` in decimal at the start of `out`; returns the digit count.
+/// Decimal digits of `v` (1 for 0).
 #[inline]
-fn decimal(mut v: u64, out: &mut [u8; 20]) -> usize {
-    // Digit count: log2 * log10(2) ~ 1233/4096, corrected by one compare
-    // (core's ilog10 costs several times more here).
+fn digit_count(v: u64) -> usize {
+    // log2 * log10(2) ~ 1233/4096, corrected by one compare (core's ilog10
+    // costs several times more here). bits <= 64 gives t <= 19.
     let bits = 64 - (v | 1).leading_zeros();
     let t = ((bits * 1233) >> 12) as usize;
-    let n = (t + usize::from(v >= POW10[t])).max(1);
-    let mut i = n;
-    while v >= 100 {
-        let d = (v % 100) as usize * 2;
+    (t + usize::from(v >= POW10[t])).max(1)
+}
+
+/// `v`'s digits into `out`, whose length is `digit_count(v)`: four digits
+/// per division by 10 000 (two independent halves), from the right.
+#[inline]
+fn write_digits(out: &mut [u8], mut v: u64) {
+    let mut i = out.len();
+    while v >= 10_000 {
+        let r = (v % 10_000) as usize;
+        v /= 10_000;
+        let (hi, lo) = (r / 100 * 2, r % 100 * 2);
+        out[i - 4..i - 2].copy_from_slice(&DIGITS2[hi..hi + 2]);
+        out[i - 2..i].copy_from_slice(&DIGITS2[lo..lo + 2]);
+        i -= 4;
+    }
+    let mut v = v as usize;
+    if v >= 100 {
+        let lo = v % 100 * 2;
         v /= 100;
+        out[i - 2..i].copy_from_slice(&DIGITS2[lo..lo + 2]);
         i -= 2;
-        out[i] = DIGITS2[d];
-        out[i + 1] = DIGITS2[d + 1];
     }
     if v >= 10 {
-        let d = v as usize * 2;
-        out[0] = DIGITS2[d];
-        out[1] = DIGITS2[d + 1];
+        out[i - 2..i].copy_from_slice(&DIGITS2[v * 2..v * 2 + 2]);
     } else {
-        out[0] = b'0' + v as u8;
-    }
-    n
-}
-
-/// Append a fixed-size block and keep its first `n` bytes: a constant-size
-/// copy the compiler inlines, instead of a `memcpy` call per number.
-#[inline]
-fn push_prefix<const N: usize>(buf: &mut Vec<u8>, block: &[u8; N], n: usize) {
-    let old = buf.len();
-    buf.extend_from_slice(block);
-    buf.truncate(old + n.min(N));
-}
-
-#[inline]
-pub fn push_u64(buf: &mut Vec<u8>, v: u64) {
-    let mut d = [0u8; 20];
-    let n = decimal(v, &mut d);
-    push_prefix(buf, &d, n);
-}
-
-const SPACES: [u8; 20] = [b' '; 20];
-
-#[inline]
-fn push_spaces(buf: &mut Vec<u8>, n: usize) {
-    if n <= SPACES.len() {
-        push_prefix(buf, &SPACES, n);
-    } else {
-        buf.resize(buf.len() + n, b' ');
+        out[i - 1] = b'0' + v as u8;
     }
 }
 
-/// `{v:>width}`
-#[inline]
-pub fn push_u64_right(buf: &mut Vec<u8>, v: u64, width: usize) {
-    let mut d = [0u8; 20];
-    let n = decimal(v, &mut d);
-    push_spaces(buf, width.saturating_sub(n));
-    push_prefix(buf, &d, n);
+/// A string rendered once per opcode, kept also as a zero-padded block for
+/// the fixed-size copy.
+pub struct Text {
+    block: [u8; BLOCK],
+    len: usize,
+    bytes: Vec<u8>,
 }
 
-/// `{v:<width}`
-#[inline]
-pub fn push_u64_left(buf: &mut Vec<u8>, v: u64, width: usize) {
-    let mut d = [0u8; 20];
-    let n = decimal(v, &mut d);
-    push_prefix(buf, &d, n);
-    push_spaces(buf, width.saturating_sub(n));
-}
-
-const HEX: &[u8; 16] = b"0123456789abcdef";
-
-/// `{opcode:#06x}`: a u16 always gives "0x" and four digits.
-#[inline]
-pub fn push_opcode_hex(buf: &mut Vec<u8>, op: u16) {
-    buf.extend_from_slice(&[
-        b'0',
-        b'x',
-        HEX[(op >> 12) as usize & 15],
-        HEX[(op >> 8) as usize & 15],
-        HEX[(op >> 4) as usize & 15],
-        HEX[op as usize & 15],
-    ]);
-}
-
-/// Lower-case hex of every byte (as `format::hex`).
-#[inline]
-pub fn push_hex(buf: &mut Vec<u8>, bytes: &[u8]) {
-    buf.reserve(bytes.len() * 2);
-    for &b in bytes {
-        buf.push(HEX[(b >> 4) as usize]);
-        buf.push(HEX[(b & 15) as usize]);
+impl Text {
+    fn new(bytes: Vec<u8>) -> Self {
+        let mut block = [0u8; BLOCK];
+        let n = bytes.len().min(BLOCK);
+        block[..n].copy_from_slice(&bytes[..n]);
+        Self {
+            block,
+            len: bytes.len(),
+            bytes,
+        }
     }
+}
+
+/// How a field is read: a load of its own width.
+#[derive(Clone, Copy)]
+enum Width {
+    U8,
+    U16,
+    U32,
+    U64,
 }
 
 /// One payload field of an opcode, with its keys rendered.
 pub struct FieldFmt {
     offset: usize,
-    width: usize,
+    width: Width,
     /// `name=`
-    pub eq_key: Vec<u8>,
+    eq_key: Text,
     /// `"name":`
-    pub json_key: Vec<u8>,
+    json_key: Text,
 }
 
 impl FieldFmt {
     /// The field's value, if the payload holds it (as `catalog::read_field`).
     #[inline]
-    pub fn read(&self, payload: &[u8]) -> Option<u64> {
-        let b = payload.get(self.offset..self.offset + self.width)?;
-        let mut v = [0u8; 8];
-        v[..self.width].copy_from_slice(b);
-        Some(u64::from_le_bytes(v))
+    fn read(&self, payload: &[u8]) -> Option<u64> {
+        let at = self.offset;
+        Some(match self.width {
+            Width::U8 => *payload.get(at)? as u64,
+            Width::U16 => u16::from_le_bytes(payload.get(at..at + 2)?.try_into().ok()?) as u64,
+            Width::U32 => u32::from_le_bytes(payload.get(at..at + 4)?.try_into().ok()?) as u64,
+            Width::U64 => u64::from_le_bytes(payload.get(at..at + 8)?.try_into().ok()?),
+        })
     }
 }
 
 /// What is rendered once per opcode.
 pub struct OpFmt {
     /// `{name:<14}` as `decode` prints it.
-    pub decode_name: Vec<u8>,
+    decode_name: Text,
     /// The name as a CSV cell; `None` when the name or a field key needs
     /// CSV quoting (those rows take the general path).
-    pub csv_ready: Option<Vec<u8>>,
+    csv_ready: Option<Text>,
     /// The name as a JSON string, quotes included.
-    pub json_name: Vec<u8>,
-    pub fields: Vec<FieldFmt>,
+    json_name: Text,
+    fields: Vec<FieldFmt>,
+    /// Upper bound of a row's bytes without the payload hex, the block
+    /// copies' overhang included.
+    bound: usize,
 }
 
 fn needs_csv_quote(s: &str) -> bool {
     s.contains([',', '"', '\n', '\r'])
 }
+
+/// The fixed text of the longest row kind (`jsonl`'s keys: about 130
+/// bytes) and its nine numbers and paddings, rounded up.
+const ROW_FIXED: usize = 160 + 9 * NUM + BLOCK;
 
 impl OpFmt {
     fn new(catalog: &Catalog, opcode: u16) -> Self {
@@ -208,26 +462,45 @@ impl OpFmt {
         let fields: Vec<&Field> = catalog.get(opcode).map_or(Vec::new(), |op| op.fields.iter().collect());
         let json = |s: &str| serde_json::to_vec(s).unwrap_or_default();
         let csv_ready = (!needs_csv_quote(&name) && !fields.iter().any(|f| needs_csv_quote(&f.name)))
-            .then(|| name.clone().into_bytes());
-        Self {
-            decode_name: format!("{name:<14}").into_bytes(),
-            csv_ready,
-            json_name: json(&name),
-            fields: fields
-                .iter()
-                .filter_map(|f| {
-                    Some(FieldFmt {
-                        offset: f.offset as usize,
-                        width: field_width(&f.ty)?,
-                        eq_key: format!("{}=", f.name).into_bytes(),
-                        json_key: {
-                            let mut k = json(&f.name);
-                            k.push(b':');
-                            k
-                        },
-                    })
+            .then(|| Text::new(name.clone().into_bytes()));
+        let fields: Vec<FieldFmt> = fields
+            .iter()
+            .filter_map(|f| {
+                Some(FieldFmt {
+                    offset: f.offset as usize,
+                    width: match field_width(&f.ty)? {
+                        1 => Width::U8,
+                        2 => Width::U16,
+                        4 => Width::U32,
+                        _ => Width::U64,
+                    },
+                    eq_key: Text::new(format!("{}=", f.name).into_bytes()),
+                    json_key: Text::new({
+                        let mut k = json(&f.name);
+                        k.push(b':');
+                        k
+                    }),
                 })
-                .collect(),
+            })
+            .collect();
+        let decode_name = Text::new(format!("{name:<14}").into_bytes());
+        let json_name = Text::new(json(&name));
+        let names = decode_name
+            .len
+            .max(json_name.len)
+            .max(csv_ready.as_ref().map_or(0, |t| t.len));
+        let bound = ROW_FIXED
+            + names
+            + fields
+                .iter()
+                .map(|f| f.eq_key.len.max(f.json_key.len) + NUM + 1)
+                .sum::<usize>();
+        Self {
+            decode_name,
+            csv_ready,
+            json_name,
+            fields,
+            bound,
         }
     }
 }
@@ -253,144 +526,78 @@ impl<'c> OpCache<'c> {
     }
 }
 
-/// `decode`'s line for a record (without the newline), as
-/// `"{:>10} e{epoch} #{:<8} {:>14} ns {:<14} src={:<5} len={:<4} {fields}"`.
-#[inline]
-pub fn decode_record(buf: &mut Vec<u8>, op: &OpFmt, epoch: u64, item: &Item<'_>) {
-    push_u64_right(buf, item.offset, 10);
-    buf.extend_from_slice(b" e");
-    push_u64(buf, epoch);
-    buf.extend_from_slice(b" #");
-    push_u64_left(buf, item.seq(), 8);
-    buf.push(b' ');
-    push_u64_right(buf, item.timestamp_ns(), 14);
-    buf.extend_from_slice(b" ns ");
-    buf.extend_from_slice(&op.decode_name);
-    buf.extend_from_slice(b" src=");
-    push_u64_left(buf, item.source() as u64, 5);
-    buf.extend_from_slice(b" len=");
-    push_u64_left(buf, item.payload.len() as u64, 4);
-    buf.push(b' ');
-    let mut first = true;
-    for f in &op.fields {
-        if let Some(v) = f.read(item.payload) {
-            if !first {
-                buf.push(b' ');
-            }
-            first = false;
-            buf.extend_from_slice(&f.eq_key);
-            push_u64(buf, v);
-        }
-    }
-}
-
-/// `convert --format csv`'s row for a record (newline included), when
-/// `op.csv_ready`; returns false (nothing written) otherwise.
-#[inline]
-pub fn csv_record(buf: &mut Vec<u8>, op: &OpFmt, epoch: u64, item: &Item<'_>, payload: bool) -> bool {
-    let Some(name) = &op.csv_ready else { return false };
-    buf.extend_from_slice(b"record,");
-    push_u64(buf, item.offset);
-    buf.push(b',');
-    push_u64(buf, epoch);
-    buf.push(b',');
-    push_u64(buf, item.seq());
-    buf.push(b',');
-    push_u64(buf, item.timestamp_ns());
-    buf.push(b',');
-    push_opcode_hex(buf, item.opcode());
-    buf.push(b',');
-    buf.extend_from_slice(name);
-    buf.push(b',');
-    push_u64(buf, item.source() as u64);
-    buf.push(b',');
-    push_u64(buf, item.payload.len() as u64);
-    buf.push(b',');
-    let mut first = true;
-    for f in &op.fields {
-        if let Some(v) = f.read(item.payload) {
-            if !first {
-                buf.push(b';');
-            }
-            first = false;
-            buf.extend_from_slice(&f.eq_key);
-            push_u64(buf, v);
-        }
-    }
-    if payload {
-        buf.push(b',');
-        push_hex(buf, item.payload);
-    }
-    buf.push(b'\n');
-    true
-}
-
-/// `convert --format jsonl`'s line for a record (newline included), key
-/// order and number formatting as serde_json's compact writer gives them.
-#[inline]
-pub fn jsonl_record(buf: &mut Vec<u8>, op: &OpFmt, epoch: u64, item: &Item<'_>, payload: bool) {
-    buf.extend_from_slice(b"{\"kind\":\"record\",\"offset\":");
-    push_u64(buf, item.offset);
-    buf.extend_from_slice(b",\"epoch\":");
-    push_u64(buf, epoch);
-    buf.extend_from_slice(b",\"seq\":");
-    push_u64(buf, item.seq());
-    buf.extend_from_slice(b",\"timestamp_ns\":");
-    push_u64(buf, item.timestamp_ns());
-    buf.extend_from_slice(b",\"opcode\":");
-    push_u64(buf, item.opcode() as u64);
-    buf.extend_from_slice(b",\"name\":");
-    buf.extend_from_slice(&op.json_name);
-    buf.extend_from_slice(b",\"source\":");
-    push_u64(buf, item.source() as u64);
-    buf.extend_from_slice(b",\"length\":");
-    push_u64(buf, item.payload.len() as u64);
-    buf.extend_from_slice(b",\"fields\":{");
-    let mut first = true;
-    for f in &op.fields {
-        if let Some(v) = f.read(item.payload) {
-            if !first {
-                buf.push(b',');
-            }
-            first = false;
-            buf.extend_from_slice(&f.json_key);
-            push_u64(buf, v);
-        }
-    }
-    buf.push(b'}');
-    if payload {
-        buf.extend_from_slice(b",\"payload_hex\":\"");
-        push_hex(buf, item.payload);
-        buf.push(b'"');
-    }
-    buf.extend_from_slice(b"}\n");
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn row_text(f: impl FnOnce(&mut Row<'_>)) -> String {
+        let mut b = vec![0u8; 4096];
+        let mut r = Row { b: &mut b, i: 0 };
+        f(&mut r);
+        let n = r.i;
+        String::from_utf8(b[..n].to_vec()).unwrap()
+    }
+
     #[test]
     fn numbers_match_format() {
-        let mut all = vec![0u64, 7, 9, 10, 99, 100, 101, 12345678, 123456789012, u64::MAX];
+        let mut all = vec![
+            0u64,
+            7,
+            9,
+            10,
+            99,
+            100,
+            101,
+            999,
+            1000,
+            9999,
+            10000,
+            12345678,
+            123456789012,
+            u64::MAX,
+        ];
         all.extend((0..64).map(|s| 1u64 << s));
+        all.extend((0..64).map(|s| (1u64 << s) - 1));
         all.extend((1..20).map(|e| 10u64.pow(e) - 1));
         all.extend((1..20).map(|e| 10u64.pow(e)));
+        all.extend((1..20).map(|e| 10u64.pow(e) + 1));
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            all.push(x >> (x % 64));
+        }
         for v in all {
-            let mut b = Vec::new();
-            push_u64(&mut b, v);
-            push_u64_right(&mut b, v, 10);
-            push_u64_left(&mut b, v, 8);
-            push_u64_right(&mut b, v, 25);
-            assert_eq!(String::from_utf8(b).unwrap(), format!("{v}{v:>10}{v:<8}{v:>25}"));
+            let s = row_text(|r| {
+                r.u64(v);
+                r.u64_right(v, 10);
+                r.u64_left(v, 8);
+                r.u64_right(v, 20);
+                r.u64_left(v, 20);
+            });
+            assert_eq!(s, format!("{v}{v:>10}{v:<8}{v:>20}{v:<20}"));
         }
-        for op in [0u16, 0x0f01, 0xffff, 0x00a0] {
-            let mut b = Vec::new();
-            push_opcode_hex(&mut b, op);
-            assert_eq!(String::from_utf8(b).unwrap(), format!("{op:#06x}"));
+        for op in [0u16, 0x0f01, 0xffff, 0x00a0, 0xa00b] {
+            assert_eq!(row_text(|r| r.opcode_hex(op)), format!("{op:#06x}"));
         }
-        let mut b = Vec::new();
-        push_hex(&mut b, &[0, 0x5a, 0xff, 0x10]);
-        assert_eq!(b, crate::format::hex(&[0, 0x5a, 0xff, 0x10]).into_bytes());
+        let bytes: Vec<u8> = (0..=255).collect();
+        assert_eq!(row_text(|r| r.hex(&bytes)), crate::format::hex(&bytes));
+    }
+
+    #[test]
+    fn long_and_short_texts() {
+        for len in [0, 1, 31, 32, 33, 100] {
+            let s = "x".repeat(len);
+            let t = Text::new(s.clone().into_bytes());
+            assert_eq!(
+                row_text(|r| {
+                    r.text(&t);
+                    r.put(b"|");
+                    r.text(&t);
+                }),
+                format!("{s}|{s}")
+            );
+        }
     }
 }

@@ -13,7 +13,7 @@ use crate::commands::{walk_trace, Ctx};
 use crate::exit::{AppError, IO};
 use crate::filter::Filter;
 use crate::format::{fields, hex};
-use crate::textout::{self, ChunkOut, OpCache};
+use crate::textout::{ChunkOut, OpCache};
 use crate::walk::Event;
 
 const CSV_HEADER: &str = "kind,offset,epoch,seq,timestamp_ns,opcode,name,source,length,fields";
@@ -104,11 +104,7 @@ pub fn run(ctx: &Ctx, args: &ConvertArgs, stdout: &mut dyn Write) -> Result<(), 
     };
     let mut chunk = ChunkOut::new(out);
     if args.format == ConvertFormat::Csv {
-        writeln!(
-            chunk.buf,
-            "{CSV_HEADER}{}",
-            if args.payload { ",payload_hex" } else { "" }
-        )?;
+        chunk.general(|buf| writeln!(buf, "{CSV_HEADER}{}", if args.payload { ",payload_hex" } else { "" }))?;
     }
     let mut ops = OpCache::new(&ctx.catalog);
     let mut io_err = None;
@@ -125,33 +121,28 @@ pub fn run(ctx: &Ctx, args: &ConvertArgs, stdout: &mut dyn Write) -> Result<(), 
                 }
                 let op = ops.get(item.opcode());
                 let done = match args.format {
-                    ConvertFormat::Csv => textout::csv_record(&mut chunk.buf, op, epoch, item, args.payload),
-                    ConvertFormat::Jsonl => {
-                        textout::jsonl_record(&mut chunk.buf, op, epoch, item, args.payload);
-                        true
-                    }
+                    ConvertFormat::Csv => chunk.csv_record(op, epoch, item, args.payload),
+                    ConvertFormat::Jsonl => chunk.jsonl_record(op, epoch, item, args.payload).map(|()| true),
                 };
-                if done {
-                    return match chunk.row_done() {
-                        Ok(()) => ControlFlow::Continue(()),
-                        Err(e) => {
-                            io_err = Some(e);
-                            ControlFlow::Break(())
-                        }
-                    };
+                match done {
+                    Ok(true) => return ControlFlow::Continue(()),
+                    Ok(false) => {}
+                    Err(e) => {
+                        io_err = Some(e);
+                        return ControlFlow::Break(());
+                    }
                 }
             }
             let Some(row) = to_row(ctx, &filter, args.payload, ev) else {
                 return ControlFlow::Continue(());
             };
-            let out = &mut chunk.buf;
-            let r = match args.format {
+            let r = chunk.general(|out| match args.format {
                 ConvertFormat::Csv => write_csv(out, &row, args.payload),
                 ConvertFormat::Jsonl => serde_json::to_writer(&mut *out, &row)
                     .map_err(std::io::Error::other)
                     .and_then(|()| out.write_all(b"\n")),
-            };
-            match r.and_then(|()| chunk.row_done()) {
+            });
+            match r {
                 Ok(()) => ControlFlow::Continue(()),
                 Err(e) => {
                     io_err = Some(e);

@@ -7,7 +7,7 @@ use crate::cli::DecodeArgs;
 use crate::commands::{walk_trace, Ctx};
 use crate::exit::AppError;
 use crate::filter::Filter;
-use crate::textout::{self, ChunkOut, OpCache};
+use crate::textout::{ChunkOut, OpCache};
 use crate::walk::Event;
 
 pub fn run(ctx: &Ctx, args: &DecodeArgs, out: &mut dyn Write) -> Result<(), AppError> {
@@ -36,17 +36,8 @@ pub fn run(ctx: &Ctx, args: &DecodeArgs, out: &mut dyn Write) -> Result<(), AppE
                         return ControlFlow::Continue(());
                     }
                     shown += 1;
-                    // Records: straight into the chunk buffer (crate::textout).
-                    let buf = &mut chunk.buf;
-                    textout::decode_record(buf, ops.get(item.opcode()), epoch, item);
-                    if args.payload && !item.payload.is_empty() {
-                        buf.extend_from_slice(b"\n");
-                        buf.extend_from_slice(&[b' '; 10]);
-                        buf.extend_from_slice(b" payload ");
-                        textout::push_hex(buf, item.payload);
-                    }
-                    buf.push(b'\n');
-                    return match chunk.row_done() {
+                    // Records: straight into the output buffer (crate::textout).
+                    return match chunk.decode_record(ops.get(item.opcode()), epoch, item, args.payload) {
                         Ok(()) => ControlFlow::Continue(()),
                         Err(e) => {
                             io_err = Some(e);
@@ -99,7 +90,7 @@ pub fn run(ctx: &Ctx, args: &DecodeArgs, out: &mut dyn Write) -> Result<(), AppE
                     "{offset:>10} e{epoch} -- seq {seq} goes backwards (expected >= {expected})"
                 )),
             };
-            match writeln!(chunk.buf, "{line}").and_then(|()| chunk.row_done()) {
+            match chunk.general(|buf| writeln!(buf, "{line}")) {
                 Ok(()) => ControlFlow::Continue(()),
                 Err(e) => {
                     io_err = Some(e);
