@@ -146,6 +146,12 @@ struct ServeNvmeArgs {
     /// (firmware-sdk's library through FFI; same bytes, docs/firmware-sdk.md).
     #[arg(long, env = "HMB_EMU_NVME_PRODUCER", default_value = "rust")]
     producer: ProducerKind,
+    /// When I/O completions are posted: none (at once, the fastest tests) or model (when
+    /// the FTL's NAND timing model says the command's media work ends, so fio and the
+    /// trace see the model's latencies). The environment variable lets a harness pick one
+    /// without new flags.
+    #[arg(long, env = "HMB_EMU_NVME_TIMING", default_value = "none")]
+    timing: hmb_nvme::Timing,
 }
 
 #[derive(Subcommand)]
@@ -321,6 +327,7 @@ fn serve_nvme(args: ServeNvmeArgs) -> Result<()> {
         keep_serving: args.stay_after_disconnect,
         personality: args.personality,
         producer: args.producer,
+        timing: args.timing,
     };
     let serving = NvmeServing::start(&opts)?;
     let stop = serving.shutdown_sender();

@@ -387,7 +387,12 @@ impl Ftl {
             }
             self.stats.cache_hits += 1;
             ev.push(self.cache_event(CacheEventKind::Hit, idx, slot));
-            return Ok((slot, page, now));
+            let lookup = if self.cache_external {
+                u64::from(self.cfg.hmb_access_ns)
+            } else {
+                0
+            };
+            return Ok((slot, page, now + lookup));
         }
         self.stats.cache_misses += 1;
         let slot = self.cache.victim();

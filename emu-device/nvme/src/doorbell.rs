@@ -132,7 +132,7 @@ impl Controller {
             }
             let cqid = sq.cqid;
             match self.cqs[usize::from(cqid)].as_ref() {
-                Some(cq) if !cq.is_full() => {}
+                Some(cq) if cq.has_room() => {}
                 _ => break,
             }
             let addr = sq.entry_addr();
@@ -183,8 +183,8 @@ impl Controller {
                 if !status.is_success() {
                     self.record_error(qid, &sqe, status);
                 }
-                self.post(cqid, qid, sqe.cid(), sqe.opcode(), status, dw0, t0, media_end);
-                if self.cqs[usize::from(cqid)].as_ref().is_some_and(|c| c.ien) {
+                let posted = self.complete_io(cqid, qid, &sqe, status, dw0, t0, media_end);
+                if posted && self.cqs[usize::from(cqid)].as_ref().is_some_and(|c| c.ien) {
                     to_raise = Some(cqid);
                 }
             }
@@ -211,6 +211,7 @@ impl Controller {
                 }
             }
             self.deliver_events();
+            self.post_due_completions();
         }
     }
 
@@ -252,6 +253,10 @@ impl Controller {
         self.cqs[usize::from(cqid)]
             .as_ref()
             .map_or(0, |c| (c.head + c.entries - c.tail - 1) % c.entries)
+    }
+
+    pub(crate) fn raise_cq(&self, cqid: u16) {
+        self.raise(cqid);
     }
 
     fn raise(&self, cqid: u16) {

@@ -33,6 +33,7 @@ mod queue;
 mod regs;
 mod report;
 mod status;
+mod timing;
 
 pub use admin::{CaptureRefused, TelemetryData};
 pub use audit::{AuditPhase, ChunkSizes, HmbAuditReport, HmbRange, HmbViolation, SetHmbSeen, VendorFeatureSeen};
@@ -48,6 +49,7 @@ pub use observer::{
 };
 pub use report::{ControllerReport, Counters, HmbReport, NamespaceReport, QueueReport};
 pub use status::Status;
+pub use timing::{CompletionWaker, Timing};
 
 /// The transport and the model must agree on one vm-memory version: use this re-export.
 pub use vm_memory;

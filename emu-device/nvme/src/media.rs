@@ -2,7 +2,8 @@
 //! FTL in namespace.rs does the work) as [`MediaOp`]s, one per page read, page program or
 //! block erase, with the die that ran it and its modelled times.
 //!
-//! Times are virtual, on the controller's clock; the data path itself is not delayed.
+//! Times are on the controller's clock; under `Timing::Model` (timing.rs) a command's
+//! completion waits for the end of its last operation, under `Timing::None` nothing waits.
 
 use serde::Serialize;
 

@@ -10,10 +10,11 @@ use std::path::PathBuf;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 
-use hmb_nvme::{Backing, Controller, ControllerConfig, InterruptSink, PciIdentity};
+use hmb_nvme::{Backing, Controller, ControllerConfig, InterruptSink, PciIdentity, Timing};
 use hmb_nvme_trace::{Personality, ProducerKind};
 
 use super::backend::{PciFunction, Shared};
+use super::completion_timer::CompletionTimer;
 use super::config_space::{Identity, MAX_MSIX_VECTORS};
 use super::control::NvmeControl;
 use super::dma::DmaMap;
@@ -110,6 +111,9 @@ pub struct NvmeServeOptions {
     /// Which producer writes the trace ring: the Rust firmware model
     /// (default) or firmware-sdk's C library (docs/firmware-sdk.md).
     pub producer: ProducerKind,
+    /// When I/O completions are posted (hmb-nvme's timing.rs): at once (default) or when
+    /// the NAND timing model says.
+    pub timing: Timing,
 }
 
 impl NvmeServeOptions {
@@ -127,6 +131,7 @@ impl NvmeServeOptions {
             },
             hmpre_bytes: self.hmb_preferred,
             hmmin_bytes: self.hmb_minimum,
+            timing: self.timing,
             ..ControllerConfig::default()
         }
     }
@@ -186,6 +191,8 @@ pub struct NvmeServing {
     rx: std::sync::mpsc::Receiver<Event>,
     tx: Sender<Event>,
     keep_serving: bool,
+    /// Runs under `--timing model` only.
+    timer: Option<CompletionTimer>,
 }
 
 impl NvmeServing {
@@ -198,6 +205,10 @@ impl NvmeServing {
             )));
         }
         let (shared, trace) = controller_with(cfg, opts.personality, opts.producer)?;
+        let timer = match opts.timing {
+            Timing::Model => Some(CompletionTimer::start(shared.clone())?),
+            Timing::None => None,
+        };
         let (tx, rx) = channel();
         let serve_tx = tx.clone();
         let server = VfioUserServer::start(
@@ -219,9 +230,10 @@ impl NvmeServing {
         .with_personalities(opts.base_config());
         let control = ControlServer::start(&opts.control_socket, Arc::new(handler))?;
         log::info!(
-            "emu-device serving an NVMe controller ({}, {} producer): vfio-user {} control {} namespace {} bytes, HMB preferred {} bytes",
+            "emu-device serving an NVMe controller ({}, {} producer, timing {}): vfio-user {} control {} namespace {} bytes, HMB preferred {} bytes",
             opts.personality,
             opts.producer,
+            opts.timing,
             opts.socket.display(),
             opts.control_socket.display(),
             opts.namespace_bytes,
@@ -234,6 +246,7 @@ impl NvmeServing {
             rx,
             tx,
             keep_serving: opts.keep_serving,
+            timer,
         })
     }
 
@@ -255,6 +268,7 @@ impl NvmeServing {
             rx,
             tx,
             keep_serving,
+            timer,
         } = self;
         drop(tx);
         let result = loop {
@@ -279,6 +293,7 @@ impl NvmeServing {
             }
         };
         drop(control);
+        drop(timer);
         // The audit's last word, for runs that read only the log.
         match serde_json::to_string(&shared.function().hmb_audit()) {
             Ok(audit) => log::info!("hmb-audit at exit: {audit}"),
