@@ -90,6 +90,22 @@ impl Ftl {
     /// Open the FTL on `medium` (its region): recover what is there, or format a blank
     /// region. Returns the FTL and whether it formatted.
     pub fn open(cfg: &FtlConfig, logical_bytes: u64, medium: Box<dyn Medium>) -> Result<(Ftl, bool), FtlError> {
+        Self::open_with(cfg, logical_bytes, medium, true)
+    }
+
+    /// Open the FTL a region already holds (recovered as at a power-on); a region without
+    /// one is `FtlError::NotFormatted`, never formatted. With an [`crate::OverlayMedium`]
+    /// nothing reaches the region: how a host tool reads a namespace (`export_image`).
+    pub fn open_existing(cfg: &FtlConfig, logical_bytes: u64, medium: Box<dyn Medium>) -> Result<Ftl, FtlError> {
+        Ok(Self::open_with(cfg, logical_bytes, medium, false)?.0)
+    }
+
+    fn open_with(
+        cfg: &FtlConfig,
+        logical_bytes: u64,
+        medium: Box<dyn Medium>,
+        may_format: bool,
+    ) -> Result<(Ftl, bool), FtlError> {
         let geo = Geometry::new(cfg, logical_bytes)?;
         let cache = MapCache::new(Box::new(VecSlots::new(cfg.map_cache_pages, geo.page_bytes as usize)));
         let mut ftl = Ftl {
@@ -114,7 +130,7 @@ impl Ftl {
             cfg: cfg.clone(),
             geo,
         };
-        let formatted = ftl.mount()?;
+        let formatted = ftl.mount(may_format)?;
         Ok((ftl, formatted))
     }
 
@@ -620,6 +636,37 @@ impl Ftl {
 }
 
 impl Ftl {
+    /// Write the first `len` bytes of the logical space as a flat image into `out` (what
+    /// `dd` of the namespace would give): pages that read as zeroes are left as holes, so the file is as sparse
+    /// as the namespace. Returns the bytes of data written. The reads go through the map
+    /// cache like the controller's (use an overlay medium to leave the region unchanged).
+    pub fn export_image(&mut self, out: &std::fs::File, len: u64) -> Result<u64, FtlError> {
+        use std::os::unix::fs::FileExt;
+        const CHUNK: u64 = 256;
+        self.check_range(0, len)?;
+        let pb = self.geo.page_bytes;
+        let size = len;
+        out.set_len(0)?;
+        out.set_len(size)?;
+        let mut buf = vec![0u8; (CHUNK * pb) as usize];
+        let mut ev = Vec::new();
+        let mut written = 0;
+        let mut off = 0;
+        while off < size {
+            let n = (size - off).min(CHUNK * pb) as usize;
+            self.read(off, &mut buf[..n], 0, &mut ev)?;
+            ev.clear();
+            for (i, page) in buf[..n].chunks(pb as usize).enumerate() {
+                if page.iter().any(|&b| b != 0) {
+                    out.write_all_at(page, off + i as u64 * pb)?;
+                    written += page.len() as u64;
+                }
+            }
+            off += n as u64;
+        }
+        Ok(written)
+    }
+
     /// Give the medium back without writing anything (a power loss: the next `open`
     /// recovers from what reached NAND). Call `flush` first for a clean shutdown.
     pub fn into_medium(self) -> Box<dyn Medium> {

@@ -24,11 +24,25 @@ use crate::FtlError;
 const MAGIC: &[u8; 8] = b"HMBFTL01";
 
 impl Ftl {
-    /// Mount what the region holds, or format it if it has no superblock. True: formatted.
-    pub(crate) fn mount(&mut self) -> Result<bool, FtlError> {
+    /// Whether `medium` starts with an FTL superblock (of any geometry).
+    pub fn is_formatted(medium: &dyn crate::Medium) -> Result<bool, FtlError> {
+        let mut magic = [0u8; 8];
+        match medium.read_at(0, &mut magic) {
+            Ok(()) => Ok(&magic == MAGIC),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Mount what the region holds, or format it if it has no superblock (unless
+    /// `may_format` is false: `FtlError::NotFormatted`). True: formatted.
+    pub(crate) fn mount(&mut self, may_format: bool) -> Result<bool, FtlError> {
         let mut sb = [0u8; 64];
         self.medium.read_at(0, &mut sb)?;
         if &sb[..8] != MAGIC {
+            if !may_format {
+                return Err(FtlError::NotFormatted);
+            }
             self.format()?;
             return Ok(true);
         }

@@ -43,6 +43,7 @@ pub use error::Error;
 pub use hmb::{HmbDescriptor, HostMemoryBuffer};
 pub use hmb_ftl::{CacheEventKind, CorruptionFound, FtlEvent, FtlStats, NandOp, NandOpKind, Purpose};
 pub use media::{MediaConfig, MediaOp, MediaOpKind};
+pub use namespace::NamespaceImage;
 pub use observer::{
     CommandObserver, CompletionEvent, FetchEvent, FtlTraceEvent, InterruptSink, MediaEvent, NoVendorFeatures,
     NullObserver, VendorFeatures,

@@ -92,6 +92,7 @@ pub fn run(sh: &Shell, opts: &Options, phases: &mut Phases) -> Result<Outcome> {
         "emu-stats.json",
         "console.1.log",
         nvme_tools::BACKING,
+        nvme_tools::EXPORT,
         nvme_tools::STATUS_FILE,
     ] {
         let _ = std::fs::remove_file(opts.run_dir.join(stale));
@@ -152,9 +153,10 @@ pub fn run(sh: &Shell, opts: &Options, phases: &mut Phases) -> Result<Outcome> {
     if report.records == 0 {
         bail!("trace.bin holds no record: the device produced nothing the daemon saw");
     }
-    phases.run("nvme media (e2fsck, debugfs on the backing file)", || {
-        nvme_tools::check_media(&opts.run_dir.join(nvme_tools::BACKING), &tools_dir)
-    })?;
+    phases.run(
+        "nvme media (e2fsck, debugfs on the namespace exported from the backing file)",
+        || nvme_tools::check_media(&opts.run_dir.join(nvme_tools::BACKING), &tools_dir),
+    )?;
     Ok(Outcome {
         run_dir: opts.run_dir.clone(),
         truth: report,
