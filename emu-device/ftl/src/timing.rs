@@ -38,28 +38,33 @@ impl DieClock {
     pub fn run(&mut self, kind: NandOpKind, purpose: Purpose, at: Place, now: u64, erase_count: u32) -> NandOp {
         let die = &mut self.die_busy_until[at.die_index as usize];
         let channel = &mut self.channel_busy_until[usize::from(at.channel)];
-        let start = now.max(*die);
+        let ready = now.max(*die);
         // `end`: when the op's work is done; `work`: its own durations (sense/program/erase
-        // and transfer); the rest of end - now is waiting.
+        // and transfer).
         let (end, work) = match kind {
             NandOpKind::Read => {
-                let sensed = start + self.read_ns;
+                let sensed = ready + self.read_ns;
                 let xfer = sensed.max(*channel);
                 let end = xfer + self.transfer_ns;
                 *channel = end;
                 (end, self.read_ns + self.transfer_ns)
             }
             NandOpKind::Program => {
-                let xfer = start.max(*channel);
+                let xfer = ready.max(*channel);
                 *channel = xfer + self.transfer_ns;
                 (
                     xfer + self.transfer_ns + self.program_ns,
                     self.transfer_ns + self.program_ns,
                 )
             }
-            NandOpKind::Erase => (start + self.erase_ns, self.erase_ns),
+            NandOpKind::Erase => (ready + self.erase_ns, self.erase_ns),
         };
         *die = end;
+        // Drawn as one stretch [start, end): the op's work ends at `end` and starts its
+        // `work` before (a read that waited for the channel between sense and transfer
+        // sensed earlier, but its die was busy all along), so one die's stretches never
+        // overlap. The rest of end - now is waiting.
+        let start = end - work;
         NandOp {
             kind,
             purpose,
@@ -69,7 +74,7 @@ impl DieClock {
             page: at.page,
             start_ns: start,
             latency_ns: u32::try_from(work).unwrap_or(u32::MAX),
-            wait_ns: end - now - work,
+            wait_ns: start - now,
             erase_count,
         }
     }
@@ -139,11 +144,12 @@ mod tests {
         let a = c.run(NandOpKind::Program, Purpose::Host, place(0), 0, 0);
         let b = c.run(NandOpKind::Program, Purpose::Host, place(2), 0, 0);
         assert_eq!((a.wait_ns, b.wait_ns), (0, 5));
-        // Reads on them sense in parallel and transfer one after the other.
+        // Reads on them sense in parallel and transfer one after the other: the second
+        // ends 5 ns later, drawn as its 55 ns ending then.
         let mut c = DieClock::new(&cfg(), 4);
         let a = c.run(NandOpKind::Read, Purpose::Host, place(0), 0, 0);
         let b = c.run(NandOpKind::Read, Purpose::Host, place(2), 0, 0);
         assert_eq!((a.wait_ns, b.wait_ns), (0, 5));
-        assert_eq!((a.start_ns, b.start_ns), (0, 0));
+        assert_eq!((a.start_ns, b.start_ns), (0, 5));
     }
 }
