@@ -210,6 +210,9 @@ enum CtlCmd {
     /// NVMe device: the controller's host-write audit of its HMB (violations, Set
     /// Features 0Dh seen, vendor features seen).
     HmbAudit,
+    /// NVMe device: when I/O completions are posted from now on (as serve-nvme
+    /// --timing): none (at once) or model (when the NAND timing model says).
+    Timing { timing: String },
 }
 
 #[derive(Subcommand)]
@@ -405,6 +408,7 @@ fn ctl(control: PathBuf, timeout: u64, cmd: CtlCmd) -> Result<()> {
         CtlCmd::Interrupt { vector } => Request::Interrupt { vector },
         CtlCmd::Shutdown => Request::Shutdown,
         CtlCmd::HmbAudit => Request::HmbAudit,
+        CtlCmd::Timing { timing } => Request::Timing { timing },
     };
     let resp = call(&control, &req, Duration::from_secs(timeout))?;
     if resp.ok {

@@ -449,6 +449,24 @@ fn timing_model_completions_come_from_the_timer_when_due() {
     let c = &dev.status()["controller"];
     assert_eq!(c["timing"], "model");
     assert_eq!(c["counters"]["deferred_completions"], 2);
+    // Switched off over the control socket: the next read completes inline.
+    let r = call(
+        &dev.control,
+        &Request::Timing { timing: "none".into() },
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    assert!(r.ok, "{r:?}");
+    let cmd = Command::new(0x02).nsid(1).prp1(back).cdw(12, 7);
+    assert!(h.submit(true, cmd).status.is_success(), "posted at once");
+    let bad = call(
+        &dev.control,
+        &Request::Timing { timing: "fast".into() },
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    assert!(!bad.ok && bad.error.unwrap().contains("neither"));
+    assert_eq!(dev.status()["controller"]["counters"]["deferred_completions"], 2);
 }
 
 #[test]

@@ -165,6 +165,25 @@ impl Controller {
         Some(Duration::from_nanos(p.due_ns.saturating_sub(self.now_ns())))
     }
 
+    /// Time completions from now on; to `None`, what the model holds is posted at once
+    /// (as it would be when due, only earlier).
+    pub fn set_timing(&mut self, timing: Timing) {
+        self.cfg.timing = timing;
+        if timing == Timing::None {
+            while let Some(p) = self.deferred.heap.peek().copied() {
+                if !self.bus_master || self.fatal_reason.is_some() {
+                    break;
+                }
+                self.deferred.heap.pop();
+                let mut raise = Vec::new();
+                self.post_deferred(p, &mut raise);
+                for cqid in raise {
+                    self.raise_cq(cqid);
+                }
+            }
+        }
+    }
+
     /// The transport's timer: called with the due time of every completion deferred.
     pub fn set_completion_waker(&mut self, waker: CompletionWaker) {
         self.deferred.waker = Some(waker);

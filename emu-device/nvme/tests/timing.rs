@@ -141,3 +141,24 @@ fn a_reset_drops_deferred_completions() {
     assert_eq!((r.completions_deferred_now, r.counters.deferred_dropped), (0, 1));
     assert!(h.ctrl.next_due().is_none());
 }
+
+/// Switching the model off posts what it holds at once; switching it on defers again.
+#[test]
+fn switching_to_none_posts_what_is_held() {
+    let mut h = ready_host(cfg(Timing::Model));
+    assert!(h.write_lbas(1, 0, &pattern(4096, 3), 9).ok());
+    let cmd = read_cmd(&mut h, 0);
+    h.push(1, cmd);
+    h.ring(1);
+    assert!(h.reap(1).is_none());
+    h.ctrl.set_timing(Timing::None);
+    assert!(h.reap(1).is_some_and(|c| c.ok()), "posted by the switch");
+    assert_eq!(h.ctrl.report().completions_deferred_now, 0);
+    h.ctrl.set_timing(Timing::Model);
+    std::thread::sleep(Duration::from_millis(5));
+    let cmd = read_cmd(&mut h, 0);
+    h.push(1, cmd);
+    h.ring(1);
+    assert!(h.reap(1).is_none(), "held again");
+    assert!(h.reap_deferred(1).is_some());
+}

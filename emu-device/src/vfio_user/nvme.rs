@@ -52,6 +52,10 @@ impl PciFunction for Controller {
     fn set_bus_master(&mut self, on: bool) {
         Controller::set_bus_master(self, on);
     }
+    fn set_timing(&mut self, timing: Timing) -> Result<(), String> {
+        Controller::set_timing(self, timing);
+        Ok(())
+    }
     fn hmb_audit(&self) -> Option<serde_json::Value> {
         Some(
             serde_json::to_value(Controller::hmb_audit(self))
@@ -191,8 +195,8 @@ pub struct NvmeServing {
     rx: std::sync::mpsc::Receiver<Event>,
     tx: Sender<Event>,
     keep_serving: bool,
-    /// Runs under `--timing model` only.
-    timer: Option<CompletionTimer>,
+    /// Posts the completions `--timing model` holds back.
+    timer: CompletionTimer,
 }
 
 impl NvmeServing {
@@ -205,10 +209,9 @@ impl NvmeServing {
             )));
         }
         let (shared, trace) = controller_with(cfg, opts.personality, opts.producer)?;
-        let timer = match opts.timing {
-            Timing::Model => Some(CompletionTimer::start(shared.clone())?),
-            Timing::None => None,
-        };
+        // Always: the control socket's `timing` may switch the model on later (an idle
+        // timer waits on its condvar and costs nothing).
+        let timer = CompletionTimer::start(shared.clone())?;
         let (tx, rx) = channel();
         let serve_tx = tx.clone();
         let server = VfioUserServer::start(
