@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use crate::events::{CacheEventKind, CorruptionFound, FtlEvent, NandOpKind, Purpose};
-use crate::geometry::{Geometry, GeometryReport, NO_PPN};
+use crate::geometry::{page_spans, Geometry, GeometryReport, PageSpan, NO_PPN};
 use crate::map_cache::{MapCache, VecSlots};
 use crate::medium::Medium;
 use crate::oob::Oob;
@@ -179,13 +179,8 @@ impl Ftl {
         let pb = self.geo.page_bytes;
         let mut page = vec![0u8; pb as usize];
         let mut end = now;
-        let mut at = 0usize;
-        while at < buf.len() {
-            let pos = off + at as u64;
-            let lpn = (pos / pb) as u32;
-            let in_page = (pos % pb) as usize;
-            let n = (pb as usize - in_page).min(buf.len() - at);
-            let (ppn, t) = self.map_get(lpn, now, ev)?;
+        for PageSpan { index, in_page, at, n } in page_spans(pb, off, buf.len()) {
+            let (ppn, t) = self.map_get(index as u32, now, ev)?;
             if ppn == NO_PPN {
                 buf[at..at + n].fill(0);
                 end = end.max(t);
@@ -193,7 +188,6 @@ impl Ftl {
                 end = end.max(self.nand_read(ppn, &mut page, Purpose::Host, t, ev)?);
                 buf[at..at + n].copy_from_slice(&page[in_page..in_page + n]);
             }
-            at += n;
         }
         Ok(end)
     }
@@ -205,15 +199,9 @@ impl Ftl {
         let pb = self.geo.page_bytes;
         let mut page = vec![0u8; pb as usize];
         let mut end = now;
-        let mut at = 0usize;
-        while at < data.len() {
-            let pos = off + at as u64;
-            let lpn = (pos / pb) as u32;
-            let in_page = (pos % pb) as usize;
-            let n = (pb as usize - in_page).min(data.len() - at);
-            let t = self.rewrite_page(lpn, in_page, Some(&data[at..at + n]), n, &mut page, now, ev)?;
+        for PageSpan { index, in_page, at, n } in page_spans(pb, off, data.len()) {
+            let t = self.rewrite_page(index as u32, in_page, Some(&data[at..at + n]), n, &mut page, now, ev)?;
             end = end.max(t);
-            at += n;
         }
         Ok(end)
     }

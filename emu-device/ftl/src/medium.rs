@@ -106,20 +106,15 @@ impl<M: Medium> OverlayMedium<M> {
         }
     }
 
-    /// Each overlay page, or the base's bytes, for [off, off+len): calls `f(page index,
-    /// offset in page, range in the caller's buffer)`.
+    /// `f(page index, offset in page, range in the caller's buffer)` for each overlay page
+    /// [off, off+len) touches.
     fn pieces(
         off: u64,
         len: usize,
         mut f: impl FnMut(u64, usize, std::ops::Range<usize>) -> io::Result<()>,
     ) -> io::Result<()> {
-        let mut at = 0usize;
-        while at < len {
-            let pos = off + at as u64;
-            let in_page = (pos % OVERLAY_PAGE) as usize;
-            let n = (OVERLAY_PAGE as usize - in_page).min(len - at);
-            f(pos / OVERLAY_PAGE, in_page, at..at + n)?;
-            at += n;
+        for s in crate::geometry::page_spans(OVERLAY_PAGE, off, len) {
+            f(s.index, s.in_page, s.at..s.at + s.n)?;
         }
         Ok(())
     }
