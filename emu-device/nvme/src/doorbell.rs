@@ -107,6 +107,11 @@ impl Controller {
     }
 
     pub(crate) fn process_sq(&mut self, qid: u16) {
+        // Completions already due go out now, not when the transport's timer thread next
+        // runs (under host load its wake-up can lag by milliseconds).
+        if self.deferred.len() > 0 {
+            self.post_due_completions();
+        }
         let q = usize::from(qid);
         let mut to_raise: Option<u16> = None;
         if !self.bus_master {

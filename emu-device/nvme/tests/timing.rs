@@ -162,3 +162,21 @@ fn switching_to_none_posts_what_is_held() {
     assert!(h.reap(1).is_none(), "held again");
     assert!(h.reap_deferred(1).is_some());
 }
+
+/// A completion already due is posted by the next doorbell, without the timer.
+#[test]
+fn a_doorbell_posts_completions_already_due() {
+    let mut h = ready_host(cfg(Timing::Model));
+    assert!(h.write_lbas(1, 0, &pattern(4096, 3), 9).ok());
+    std::thread::sleep(Duration::from_millis(5));
+    let cmd = read_cmd(&mut h, 0);
+    let first = h.push(1, cmd);
+    h.ring(1);
+    assert!(h.reap(1).is_none());
+    std::thread::sleep(Duration::from_millis(5)); // past its tR + transfer
+    let cmd = read_cmd(&mut h, 0);
+    h.push(1, cmd);
+    h.ring(1);
+    assert_eq!(h.reap(1).map(|c| c.cid), Some(first), "posted by the second doorbell");
+    assert!(h.reap_deferred(1).is_some());
+}
