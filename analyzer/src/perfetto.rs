@@ -11,6 +11,13 @@
 //!   slices from the begin's timestamp to the end's; spans (NAND operations,
 //!   map misses, NPU events) are slices of their duration ending at the
 //!   record; records with no mapping are instants on their source's track;
+//! * the NVMe controller's FTL records (map cache, NAND operations, GC, wear
+//!   levelling: opcodes with `qid`, `cid` and `flags` and no pair mapping) are
+//!   drawn where they happen: NAND operations as slices on their die's track at
+//!   their modelled start, the rest as instants on an "FTL" track; each caused
+//!   by a command (flags bit 0 clear) is linked to that command's slice by a
+//!   flow (Perfetto's `flow_ids`): the fetch starts it (every command's does),
+//!   the device events continue it, the completion ends it (if any joined);
 //! * LOST, sequence gaps, FROZEN, EPOCH and unknown markers are instants on a
 //!   "trace.bin" track; records/s, lost records and per-source in-flight
 //!   counts are counter tracks.
@@ -60,6 +67,9 @@ pub struct Summary {
     pub over_open_limit: u64,
     pub lost_markers: u64,
     pub gaps: u64,
+    /// Commands whose flow links device events to their slice, and the events linked.
+    pub flows: u64,
+    pub flow_steps: u64,
 }
 
 struct Lane {
@@ -81,7 +91,36 @@ struct Source {
 struct Open {
     source: usize,
     lane: usize,
+    /// The command's flow (its begin starts it), and whether a device event joined it
+    /// (then its end ends it; else nothing follows the begin and no arrow is drawn).
+    flow: Option<u64>,
+    linked: bool,
 }
+
+impl Open {
+    /// What the pair's end does to its flow: end it if a device event joined it.
+    fn end_flow(&self) -> FlowLink {
+        match self.flow {
+            Some(id) if self.linked => FlowLink::End(id),
+            _ => FlowLink::None,
+        }
+    }
+}
+
+/// How an event takes part in a flow.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum FlowLink {
+    None,
+    /// Starts or continues flow `id`.
+    Step(u64),
+    /// Ends flow `id`.
+    End(u64),
+}
+
+/// `flags` bit 0 of the FTL records: background work, no command caused it.
+const FTL_FLAG_BACKGROUND: u64 = 1;
+/// The source meaning of NAND die tracks (the ssd workloads' catalog entries).
+const DIE_SOURCE: &str = "channel << 8 | die";
 
 type PairKey<'c> = (&'c str, [u64; MAX_PAIR_KEY]);
 
@@ -104,6 +143,11 @@ pub struct PerfettoWriter<'c, W: Write> {
     last_ts: u64,
     /// First record's timestamp: NPU events (in cycles) are placed from here.
     base_ns: Option<u64>,
+    /// The pair a command's begin opens (the Begin keyed on qid and cid).
+    cmd_pair: Option<&'c str>,
+    /// Track of the FTL's instants (map cache, GC, wear levelling).
+    ftl_track: Option<u64>,
+    next_flow: u64,
     pub summary: Summary,
 }
 
@@ -126,6 +170,12 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
             bin_records: 0,
             last_ts: 0,
             base_ns: None,
+            cmd_pair: catalog.file.opcodes.iter().find_map(|o| match &o.pccx {
+                Some(PccxMap::Begin { pair, key, .. }) if key == &["qid", "cid"] => Some(pair.as_str()),
+                _ => None,
+            }),
+            ftl_track: None,
+            next_flow: 0,
             summary: Summary::default(),
         }
     }
@@ -167,12 +217,31 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
         name: Option<&str>,
         args: Vec<DebugAnnotation>,
     ) -> std::io::Result<()> {
+        self.event_in_flow(ts, track, ty, name, args, FlowLink::None)
+    }
+
+    fn event_in_flow(
+        &mut self,
+        ts: u64,
+        track: u64,
+        ty: EventType,
+        name: Option<&str>,
+        args: Vec<DebugAnnotation>,
+        flow: FlowLink,
+    ) -> std::io::Result<()> {
+        let (flow_ids, terminating_flow_ids) = match flow {
+            FlowLink::None => (Vec::new(), Vec::new()),
+            FlowLink::Step(id) => (vec![id], Vec::new()),
+            FlowLink::End(id) => (Vec::new(), vec![id]),
+        };
         let e = TrackEvent {
             r#type: Some(ty as i32),
             track_uuid: Some(track),
             name: name.map(str::to_string),
             debug_annotations: args,
             counter_value: None,
+            flow_ids,
+            terminating_flow_ids,
         };
         self.write(Some(ts), Data::TrackEvent(e))
     }
@@ -184,6 +253,8 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
             name: None,
             debug_annotations: Vec::new(),
             counter_value: Some(value),
+            flow_ids: Vec::new(),
+            terminating_flow_ids: Vec::new(),
         };
         self.summary.counter_values += 1;
         self.write(Some(ts), Data::TrackEvent(e))
@@ -195,6 +266,11 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
     /// lanes of the source's live pairs.
     fn source(&mut self, op: Option<&'c OpcodeEntry>, source: u32, orphan: bool) -> std::io::Result<usize> {
         let meaning: &'c str = op.map_or("source", |o| o.source.as_str());
+        self.source_of(meaning, source, orphan)
+    }
+
+    /// [`Self::source`] by the meaning of the source number.
+    fn source_of(&mut self, meaning: &'c str, source: u32, orphan: bool) -> std::io::Result<usize> {
         let key = if self.sources.len() >= MAX_SOURCES && !self.by_source.contains_key(&(meaning, source, orphan)) {
             ("other sources", 0, orphan)
         } else {
@@ -300,14 +376,29 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
 
     /// A whole slice [start, end] on a free lane of `s`.
     fn span(&mut self, s: usize, start: u64, end: u64, name: &str, args: Vec<DebugAnnotation>) -> std::io::Result<()> {
-        let Some(l) = self.lane(s, start)? else { return Ok(()) };
+        self.span_in_flow(s, start, end, name, args, FlowLink::None).map(|_| ())
+    }
+
+    /// [`Self::span`], in `flow`; false if no lane was free (nothing drawn).
+    fn span_in_flow(
+        &mut self,
+        s: usize,
+        start: u64,
+        end: u64,
+        name: &str,
+        args: Vec<DebugAnnotation>,
+        flow: FlowLink,
+    ) -> std::io::Result<bool> {
+        let Some(l) = self.lane(s, start)? else {
+            return Ok(false);
+        };
         let lane = &mut self.sources[s].lanes[l];
         lane.last_end = end;
         let uuid = lane.uuid;
-        self.event(start, uuid, EventType::SliceBegin, Some(name), args)?;
+        self.event_in_flow(start, uuid, EventType::SliceBegin, Some(name), args, flow)?;
         self.event(end, uuid, EventType::SliceEnd, None, Vec::new())?;
         self.summary.slices += 1;
-        Ok(())
+        Ok(true)
     }
 
     fn markers(&mut self) -> std::io::Result<u64> {
@@ -483,6 +574,9 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
                 vec![arg_u("seq", item.seq())],
             );
         };
+        if op.pccx.is_none() && is_ftl_record(op) {
+            return self.ftl_record(ts, op, p);
+        }
         match &op.pccx {
             Some(PccxMap::Begin { pair, key, .. }) => {
                 let Some(k) = pair_key(op, p, key) else {
@@ -500,14 +594,27 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
                 self.sources[s].lanes[l].open = true;
                 self.sources[s].lanes[l].opened_at = ts;
                 let uuid = self.sources[s].lanes[l].uuid;
-                self.event(
+                let flow = (self.cmd_pair == Some(pair.as_str())).then(|| {
+                    self.next_flow += 1;
+                    self.next_flow
+                });
+                self.event_in_flow(
                     ts,
                     uuid,
                     EventType::SliceBegin,
                     Some(&slice_name(op, p)),
                     fields(op, p, &[]),
+                    flow.map_or(FlowLink::None, FlowLink::Step),
                 )?;
-                self.open.insert((pair.as_str(), k), Open { source: s, lane: l });
+                self.open.insert(
+                    (pair.as_str(), k),
+                    Open {
+                        source: s,
+                        lane: l,
+                        flow,
+                        linked: false,
+                    },
+                );
                 self.depth(s, 1, ts)?;
             }
             Some(PccxMap::End {
@@ -524,7 +631,7 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
                     lane.open = false;
                     lane.last_end = ts;
                     let uuid = lane.uuid;
-                    self.event(ts, uuid, EventType::SliceEnd, None, fields(op, p, key))?;
+                    self.event_in_flow(ts, uuid, EventType::SliceEnd, None, fields(op, p, key), o.end_flow())?;
                     self.summary.slices += 1;
                     return self.depth(o.source, -1, ts);
                 }
@@ -566,6 +673,69 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
         Ok(())
     }
 
+    /// An FTL record: a NAND operation as a slice on its die's track from its modelled
+    /// start for its latency, anything else as an instant on the FTL track; in its
+    /// command's flow unless it is background work or its command is not open.
+    fn ftl_record(&mut self, ts: u64, op: &'c OpcodeEntry, p: &[u8]) -> std::io::Result<()> {
+        let flow = self.command_flow(op, p);
+        let nand = (
+            op.field(p, "channel"),
+            op.field(p, "die"),
+            op.field(p, "start_ns"),
+            op.field(p, "latency_ns"),
+        );
+        let linked = if let (Some(ch), Some(die), Some(start), Some(lat)) = nand {
+            let s = self.source_of(DIE_SOURCE, ((ch as u32) << 8) | die as u32, false)?;
+            let start = ts.saturating_add(start);
+            self.span_in_flow(s, start, start.saturating_add(lat), &op.name, fields(op, p, &[]), flow)?
+        } else {
+            let track = match self.ftl_track {
+                Some(t) => t,
+                None => {
+                    let t = self.new_track("FTL (map cache, GC, wear levelling)", None, None)?;
+                    self.ftl_track = Some(t);
+                    t
+                }
+            };
+            self.summary.instants += 1;
+            self.event_in_flow(ts, track, EventType::Instant, Some(&op.name), fields(op, p, &[]), flow)?;
+            true
+        };
+        if linked && flow != FlowLink::None {
+            self.summary.flow_steps += 1;
+        }
+        Ok(())
+    }
+
+    /// The flow of the open command that caused an FTL record, or none (background
+    /// work, command not open).
+    fn command_flow(&mut self, op: &OpcodeEntry, p: &[u8]) -> FlowLink {
+        let (Some(pair), Some(qid), Some(cid), Some(flags)) = (
+            self.cmd_pair,
+            op.field(p, "qid"),
+            op.field(p, "cid"),
+            op.field(p, "flags"),
+        ) else {
+            return FlowLink::None;
+        };
+        if flags & FTL_FLAG_BACKGROUND != 0 {
+            return FlowLink::None;
+        }
+        let mut k = [0u64; MAX_PAIR_KEY];
+        (k[0], k[1]) = (qid, cid);
+        let Some(open) = self.open.get_mut(&(pair, k)) else {
+            return FlowLink::None;
+        };
+        let Some(id) = open.flow else {
+            return FlowLink::None;
+        };
+        if !open.linked {
+            open.linked = true;
+            self.summary.flows += 1;
+        }
+        FlowLink::Step(id)
+    }
+
     fn cycles_to_ns(&self, cycles: u64) -> u64 {
         u64::try_from(cycles as u128 * 1000 / self.clock_mhz as u128).unwrap_or(u64::MAX)
     }
@@ -576,12 +746,13 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
         lane.open = false;
         lane.last_end = ts;
         let uuid = lane.uuid;
-        self.event(
+        self.event_in_flow(
             ts,
             uuid,
             EventType::SliceEnd,
             None,
             vec![arg_bool("unterminated", true)],
+            o.end_flow(),
         )?;
         self.summary.closed_unterminated += 1;
         self.depth(o.source, -1, ts)
@@ -602,6 +773,15 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
         self.out.flush()?;
         Ok((self.out, self.summary))
     }
+}
+
+/// A record of the NVMe controller's FTL: the command that caused it (`qid`, `cid`)
+/// and `flags` (bit 0: background), in the "nvme" workload.
+fn is_ftl_record(op: &OpcodeEntry) -> bool {
+    op.workload == "nvme"
+        && ["qid", "cid", "flags"]
+            .iter()
+            .all(|n| op.fields.iter().any(|f| f.name == *n))
 }
 
 /// A track name from the catalog's description of `source`.

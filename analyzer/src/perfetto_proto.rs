@@ -82,6 +82,12 @@ pub(crate) struct TrackEvent {
     /// The one field of upstream's `oneof counter_value_field`.
     #[prost(int64, optional, tag = "30")]
     pub(crate) counter_value: Option<i64>,
+    /// Flows (v2): events with the same id are linked by arrows, in time order.
+    #[prost(fixed64, repeated, packed = "false", tag = "47")]
+    pub(crate) flow_ids: Vec<u64>,
+    /// Flows this event ends (no later event continues them).
+    #[prost(fixed64, repeated, packed = "false", tag = "48")]
+    pub(crate) terminating_flow_ids: Vec<u64>,
 }
 
 /// `TrackEvent.Type`.
@@ -132,7 +138,7 @@ mod tests {
                     name: Some("qid".into()),
                     value: Some(ArgValue::Uint(300)),
                 }],
-                counter_value: None,
+                ..Default::default()
             })),
             trusted_packet_sequence_id: Some(1),
         };
@@ -150,6 +156,24 @@ mod tests {
         want.extend_from_slice(&packet);
         assert_eq!(out, want);
         assert_eq!(Trace::decode(want.as_slice()).unwrap(), trace);
+    }
+
+    /// Flow ids as upstream declares them (proto2 `repeated fixed64`, not packed): one
+    /// field per id, wire type 1 (64-bit), tags 47 and 48.
+    #[test]
+    fn flow_ids_and_terminating_flow_ids() {
+        let e = TrackEvent {
+            flow_ids: vec![1, 2],
+            terminating_flow_ids: vec![3],
+            ..Default::default()
+        };
+        let mut want = Vec::new();
+        for (tag, id) in [([0xf9, 0x02], 1u64), ([0xf9, 0x02], 2), ([0x81, 0x03], 3)] {
+            want.extend_from_slice(&tag);
+            want.extend_from_slice(&id.to_le_bytes());
+        }
+        assert_eq!(e.encode_to_vec(), want);
+        assert_eq!(TrackEvent::decode(want.as_slice()).unwrap(), e);
     }
 
     #[test]
@@ -180,8 +204,8 @@ mod tests {
             r#type: Some(EventType::Counter as i32),
             track_uuid: Some(3),
             name: None,
-            debug_annotations: Vec::new(),
             counter_value: Some(-1),
+            ..Default::default()
         }
         .encode_to_vec();
         // int64: a negative value is its 64-bit two's complement.
@@ -195,8 +219,8 @@ mod tests {
             r#type: Some(EventType::Counter as i32),
             track_uuid: Some(3),
             name: None,
-            debug_annotations: Vec::new(),
             counter_value: Some(0),
+            ..Default::default()
         };
         assert_eq!(zero.encode_to_vec(), [0x48, 4, 0x58, 3, 0xf0, 0x01, 0]);
     }

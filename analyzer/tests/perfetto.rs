@@ -273,3 +273,173 @@ fn perfetto_export_decodes_and_matches_stats() {
     );
     assert!(v["slices_per_source"]["NPU core 3"].as_u64().unwrap() > 0);
 }
+
+/// One record of the NVMe controller's trace, as hmb-nvme-trace lays it out (catalog
+/// layouts: CMD_FETCH/CMD_COMPLETE, L2P_*, FLASH_*, FTL_GC_*).
+struct NvmeRec {
+    opcode: u16,
+    ts: u64,
+    source: u32,
+    payload: Vec<u8>,
+}
+
+fn put(p: &mut [u8], at: usize, v: &[u8]) {
+    p[at..at + v.len()].copy_from_slice(v);
+}
+
+fn fetch(ts: u64, qid: u16, cid: u16, nvme_opcode: u8) -> NvmeRec {
+    let mut p = vec![0u8; 24];
+    put(&mut p, 0, &qid.to_le_bytes());
+    put(&mut p, 2, &cid.to_le_bytes());
+    p[4] = nvme_opcode;
+    put(&mut p, 8, &1u32.to_le_bytes());
+    put(&mut p, 12, &8u32.to_le_bytes());
+    NvmeRec {
+        opcode: 0x0101,
+        ts,
+        source: qid.into(),
+        payload: p,
+    }
+}
+
+fn complete(ts: u64, qid: u16, cid: u16, latency: u32) -> NvmeRec {
+    let mut p = vec![0u8; 16];
+    put(&mut p, 0, &qid.to_le_bytes());
+    put(&mut p, 2, &cid.to_le_bytes());
+    put(&mut p, 8, &latency.to_le_bytes());
+    NvmeRec {
+        opcode: 0x0102,
+        ts,
+        source: qid.into(),
+        payload: p,
+    }
+}
+
+/// An FTL record's head: (qid, cid) of its command, or background (flags bit 0).
+fn ftl_head(len: usize, cmd: Option<(u16, u16)>) -> Vec<u8> {
+    let (qid, cid) = cmd.unwrap_or((0xFFFF, 0xFFFF));
+    let mut p = vec![0u8; len];
+    put(&mut p, 0, &qid.to_le_bytes());
+    put(&mut p, 2, &cid.to_le_bytes());
+    p[4] = if cmd.is_none() { 1 } else { 2 };
+    p
+}
+
+fn l2p(opcode: u16, ts: u64, cmd: (u16, u16), map_page: u32) -> NvmeRec {
+    let mut p = ftl_head(24, Some(cmd));
+    put(&mut p, 8, &map_page.to_le_bytes());
+    put(&mut p, 16, &(u64::from(map_page) * 4096).to_le_bytes());
+    NvmeRec {
+        opcode,
+        ts,
+        source: cmd.0.into(),
+        payload: p,
+    }
+}
+
+/// A NAND operation: (channel, die), modelled start after `ts` and latency.
+fn flash(opcode: u16, ts: u64, cmd: Option<(u16, u16)>, at: (u8, u8), start: u32, latency: u32) -> NvmeRec {
+    let mut p = ftl_head(32, cmd);
+    (p[6], p[7]) = at;
+    put(&mut p, 16, &start.to_le_bytes());
+    put(&mut p, 20, &latency.to_le_bytes());
+    NvmeRec {
+        opcode,
+        ts,
+        source: cmd.map_or(0xFFFF, |c| c.0.into()),
+        payload: p,
+    }
+}
+
+fn gc(opcode: u16, ts: u64) -> NvmeRec {
+    NvmeRec {
+        opcode,
+        ts,
+        source: 0xFFFF,
+        payload: ftl_head(16, None),
+    }
+}
+
+fn write_nvme_trace(path: &Path, recs: &[NvmeRec]) {
+    use hmb_trace_abi::hmb_record_hdr;
+    use hmb_trace_file::{FileHeader, TraceWriter};
+    let mut tw = TraceWriter::new(std::fs::File::create(path).unwrap(), &FileHeader::new(1, 0, 1 << 20, 1)).unwrap();
+    for (seq, r) in recs.iter().enumerate() {
+        let hdr = hmb_record_hdr {
+            length: (r.payload.len() as u32).into(),
+            opcode: r.opcode.into(),
+            seq: (seq as u64).into(),
+            timestamp_ns: r.ts.into(),
+            source: r.source.into(),
+            ..Default::default()
+        };
+        tw.write_record(&hdr, &r.payload).unwrap();
+    }
+    tw.flush().unwrap();
+}
+
+/// The NVMe controller's FTL records in the timeline: NAND operations are slices on
+/// their die's track at their modelled time, the rest instants; each caused by a
+/// command is linked to that command's slice by a flow that its fetch starts and its
+/// completion ends, checked by Perfetto's own decoder; background work and records of
+/// a command that is not open join no flow, and a command with no device event gets no
+/// arrow.
+#[test]
+fn perfetto_export_links_device_events_to_their_command() {
+    let python = venv_python();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (read_a, write_b) = ((1, 5), (1, 6));
+    let recs = [
+        fetch(1_000, 1, 5, 0x02),
+        l2p(0x0702, 1_000, read_a, 3),                         // L2P_MISS
+        flash(0x0711, 1_000, Some(read_a), (0, 0), 0, 55_000), // map page read
+        l2p(0x0703, 1_000, read_a, 3),                         // L2P_FILL
+        flash(0x0711, 1_000, Some(read_a), (1, 0), 55_000, 55_000),
+        fetch(2_000, 1, 6, 0x01),
+        l2p(0x0701, 2_000, write_b, 0), // L2P_HIT
+        flash(0x0712, 2_000, Some(write_b), (2, 0), 0, 605_000),
+        fetch(3_000, 2, 5, 0x02),
+        complete(4_000, 2, 5, 1_000),
+        gc(0x0721, 5_000),
+        flash(0x0712, 5_000, None, (3, 1), 0, 605_000),
+        flash(0x0713, 5_000, None, (3, 1), 605_000, 3_000_000),
+        gc(0x0722, 5_000),
+        flash(0x0711, 6_000, Some((3, 9)), (0, 1), 0, 55_000), // its command is not open
+        complete(120_000, 1, 5, 119_000),
+        complete(700_000, 1, 6, 698_000),
+    ];
+    write_nvme_trace(&d.join("nvme.bin"), &recs);
+    let (v, summary) = export_and_check(&python, d, "nvme.bin");
+    assert!(
+        summary.contains("flows: 2 commands linked to 6 device events"),
+        "{summary}"
+    );
+    assert_eq!(v["flows_ended"], 2, "the read and the write: {v}");
+    assert_eq!(v["flow_steps_of_ended"], 5 + 3, "fetch + 4 events, fetch + 2 events");
+    assert_eq!(
+        v["flow_end_tracks"]["submission queue 1"], 2,
+        "ended by the completions"
+    );
+    let named = |k: &str| v["flow_event_names"][k].as_u64().unwrap_or(0);
+    assert_eq!(
+        named("read"),
+        2,
+        "every fetch starts a flow (the one without events stays alone)"
+    );
+    assert_eq!(named("write"), 1);
+    assert_eq!(
+        (named("FLASH_READ"), named("FLASH_PROGRAM"), named("FLASH_ERASE")),
+        (2, 1, 0),
+        "background GC and the record of a command not open join no flow"
+    );
+    assert_eq!((named("L2P_MISS"), named("L2P_FILL"), named("L2P_HIT")), (1, 1, 1));
+    // NAND operations are slices of their latency on their die's track.
+    assert_eq!(n(&v, "slices", "FLASH_READ"), 3);
+    assert_eq!(n(&v, "slices", "FLASH_PROGRAM"), 2);
+    assert_eq!(n(&v, "slices", "FLASH_ERASE"), 1);
+    assert_eq!(v["slices_per_source"]["NAND channel 3 die 1"], 2);
+    assert_eq!(v["slices_per_source"]["NAND channel 1 die 0"], 1);
+    assert_eq!(n(&v, "instants", "FTL_GC_START") + n(&v, "instants", "FTL_GC_END"), 2);
+    assert_eq!(n(&v, "slices", "read") + n(&v, "slices", "write"), 3);
+}

@@ -7,6 +7,10 @@ Checked per track, in file order: every TYPE_SLICE_END closes a slice begun
 on that track, nothing is left open at the end, timestamps never go back on
 a slice track, every event names a track that was described, counters are
 on counter tracks.
+
+Flows (TrackEvent.flow_ids / terminating_flow_ids, v2): every id that is
+terminated was started by an earlier event, none continues after it ended,
+and no event both starts and ends one; reported per event name.
 """
 import collections
 import json
@@ -32,6 +36,11 @@ def main(path):
     lost_sum = 0
     gap_sum = 0
     slice_tracks = collections.Counter()
+    flow_seen = set()
+    flow_ended = set()
+    flow_names = collections.Counter()
+    flow_end_names = collections.Counter()
+    flow_len = collections.Counter()
     for p in trace.packet:
         if p.HasField("track_descriptor"):
             d = p.track_descriptor
@@ -52,6 +61,21 @@ def main(path):
             errors.append("event on undescribed track %d" % t)
             continue
         args = {a.name: (a.uint_value if a.HasField("uint_value") else a.bool_value) for a in e.debug_annotations}
+        for fid in e.flow_ids:
+            if fid in flow_ended:
+                errors.append("flow %d continues after its end at %d" % (fid, p.timestamp))
+            flow_seen.add(fid)
+            flow_len[fid] += 1
+            flow_names[e.name or "(slice end)"] += 1
+        for fid in e.terminating_flow_ids:
+            if fid not in flow_seen:
+                errors.append("flow %d ends without a start at %d" % (fid, p.timestamp))
+            if fid in flow_ended:
+                errors.append("flow %d ends twice" % fid)
+            if fid in e.flow_ids:
+                errors.append("flow %d starts and ends on one event" % fid)
+            flow_ended.add(fid)
+            flow_end_names[tracks[t].split(" #")[0]] += 1
         if e.type == TrackEvent.TYPE_COUNTER:
             if t not in counters:
                 errors.append("counter value on non-counter track %s" % tracks[t])
@@ -99,6 +123,10 @@ def main(path):
         "unterminated": unterminated,
         "lost_sum": lost_sum,
         "gap_sum": gap_sum,
+        "flows_ended": len(flow_ended),
+        "flow_steps_of_ended": sum(flow_len[f] for f in flow_ended),
+        "flow_event_names": flow_names,
+        "flow_end_tracks": flow_end_names,
         "errors": errors[:50],
         "error_count": len(errors),
     }, sort_keys=True))

@@ -108,6 +108,11 @@ pub enum Request {
     Personality {
         personality: hmb_nvme_trace::Personality,
     },
+    /// The NVMe controller's completion timing from now on (`serve-nvme --timing`):
+    /// "none" or "model". Switching to none posts what the model holds at once.
+    Timing {
+        timing: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

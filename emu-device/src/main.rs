@@ -45,6 +45,12 @@ enum Cmd {
     /// memfd), and the control socket. Exits on SIGTERM/SIGINT, on
     /// `ctl shutdown`, or when QEMU disconnects.
     ServeNvme(ServeNvmeArgs),
+    /// Write a serve-nvme namespace as a flat image (what `dd` of the namespace gives),
+    /// read from its backing file through the FTL (recovered read-only as at power-on:
+    /// the backing file is never written). For e2fsck, debugfs, mount -o loop and
+    /// pattern checks on the host. Exit 1 with a message if the file holds no FTL or was
+    /// made for another namespace size.
+    ExportNamespace(ExportNamespaceArgs),
     /// Talk to a running device over its control socket.
     Ctl {
         /// Control socket of the device.
@@ -156,6 +162,26 @@ struct ServeNvmeArgs {
     /// controller of one guest its own.
     #[arg(long)]
     serial: Option<String>,
+    /// When I/O completions are posted: none (at once, the fastest tests) or model (when
+    /// the FTL's NAND timing model says the command's media work ends, so fio and the
+    /// trace see the model's latencies). The environment variable lets a harness pick one
+    /// without new flags.
+    #[arg(long, env = "HMB_EMU_NVME_TIMING", default_value = "none")]
+    timing: hmb_nvme::Timing,
+}
+
+#[derive(clap::Args)]
+struct ExportNamespaceArgs {
+    /// The namespace's backing file (serve-nvme --backing).
+    #[arg(long)]
+    backing: PathBuf,
+    /// The namespace size it was served with (serve-nvme --namespace-size).
+    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    namespace_size: String,
+    /// The flat image to write (created or truncated; sparse where the namespace reads
+    /// zeroes).
+    #[arg(long)]
+    output: PathBuf,
 }
 
 #[derive(Subcommand)]
@@ -194,6 +220,9 @@ enum CtlCmd {
     /// NVMe device: the controller's host-write audit of its HMB (violations, Set
     /// Features 0Dh seen, vendor features seen).
     HmbAudit,
+    /// NVMe device: when I/O completions are posted from now on (as serve-nvme
+    /// --timing): none (at once) or model (when the NAND timing model says).
+    Timing { timing: String },
 }
 
 #[derive(Subcommand)]
@@ -333,6 +362,7 @@ fn serve_nvme(args: ServeNvmeArgs) -> Result<()> {
         producer: args.producer,
         telemetry_history_bytes: args.telemetry_history.parse()?,
         serial: args.serial,
+        timing: args.timing,
     };
     let serving = NvmeServing::start(&opts)?;
     let stop = serving.shutdown_sender();
@@ -390,6 +420,7 @@ fn ctl(control: PathBuf, timeout: u64, cmd: CtlCmd) -> Result<()> {
         CtlCmd::Interrupt { vector } => Request::Interrupt { vector },
         CtlCmd::Shutdown => Request::Shutdown,
         CtlCmd::HmbAudit => Request::HmbAudit,
+        CtlCmd::Timing { timing } => Request::Timing { timing },
     };
     let resp = call(&control, &req, Duration::from_secs(timeout))?;
     if resp.ok {
@@ -436,6 +467,17 @@ fn peer(socket: PathBuf, vectors: u16, cmd: PeerCmd) -> Result<()> {
     Ok(())
 }
 
+fn export_namespace(args: ExportNamespaceArgs) -> Result<()> {
+    let bytes: u64 = args.namespace_size.parse()?;
+    let mut image = hmb_nvme::NamespaceImage::open(&args.backing, bytes)
+        .with_context(|| format!("reading the FTL of {}", args.backing.display()))?;
+    let written = image
+        .export(&args.output)
+        .with_context(|| format!("exporting to {}", args.output.display()))?;
+    println!("{}: {bytes} bytes, {written} bytes of data", args.output.display());
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(&cli.log_level))
@@ -444,6 +486,7 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Serve(args) => serve(args),
         Cmd::ServeNvme(args) => serve_nvme(args),
+        Cmd::ExportNamespace(args) => export_namespace(args),
         Cmd::Ctl { control, timeout, cmd } => ctl(control, timeout, cmd),
         Cmd::Peer { socket, vectors, cmd } => peer(socket, vectors, cmd),
     };

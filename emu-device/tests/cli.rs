@@ -101,6 +101,13 @@ fn help_documents_every_subcommand() {
     for f in ["reset", "corrupt-magic", "bump-version", "hostile", "stall"] {
         assert!(text(&o).contains(f), "{f}");
     }
+    let o = run(&["serve-nvme", "--help"]);
+    assert!(text(&o).contains("--timing"));
+    let o = run(&["export-namespace", "--help"]);
+    assert!(o.status.success());
+    for opt in ["--backing", "--namespace-size", "--output"] {
+        assert!(text(&o).contains(opt), "{opt}");
+    }
 }
 
 #[test]
@@ -108,7 +115,10 @@ fn bad_input_is_a_clear_error_and_a_nonzero_exit() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
     let (a, b) = (format!("{d}/a"), format!("{d}/b"));
-    let cases: [(&[&str], &str); 8] = [
+    let blank = format!("{d}/blank.img");
+    std::fs::write(&blank, vec![0u8; 4096]).unwrap();
+    let out = format!("{d}/out.img");
+    let cases: [(&[&str], &str); 10] = [
         (
             &["serve", "--socket", &a, "--control", &b, "--hmb-size", "3M"],
             "power of two",
@@ -151,6 +161,14 @@ fn bad_input_is_a_clear_error_and_a_nonzero_exit() {
                 "64M",
             ],
             "fit data areas 1-3 (33553856 bytes at most)",
+        ),
+        (
+            &["serve-nvme", "--socket", &a, "--control", &b, "--timing", "fast"],
+            "neither \"none\" nor \"model\"",
+        ),
+        (
+            &["export-namespace", "--backing", &blank, "--output", &out],
+            "holds no FTL",
         ),
     ];
     for (args, want) in cases {

@@ -9,12 +9,12 @@ use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hmb_emu_device::control::{call, Fault, Request};
 use hmb_emu_device::vfio_user::nvme::{NvmeServeOptions, NvmeServing};
 use hmb_nvme::fake_host::Command;
-use hmb_nvme::Status;
+use hmb_nvme::{Status, Timing};
 use hmb_nvme_trace::Personality;
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use vfio_bindings::bindings::vfio::{
@@ -40,6 +40,10 @@ impl Device {
     }
 
     fn start_as(personality: Personality) -> Device {
+        Device::start_with(personality, Timing::None)
+    }
+
+    fn start_with(personality: Personality, timing: Timing) -> Device {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("vfio-user.sock");
         let control = dir.path().join("control.sock");
@@ -55,6 +59,7 @@ impl Device {
             producer: Default::default(),
             telemetry_history_bytes: hmb_nvme_trace::telemetry::DEFAULT_HISTORY_BYTES,
             serial: None,
+            timing,
         })
         .unwrap();
         let thread = std::thread::spawn(move || serving.run().unwrap());
@@ -250,6 +255,18 @@ impl Host {
         Some(c)
     }
 
+    /// The next completion, waiting up to 10 s for the controller to post it.
+    fn wait_take(&mut self, io: bool) -> Cqe {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(c) = self.take(io) {
+                return c;
+            }
+            assert!(Instant::now() < deadline, "no completion within 10 s");
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
     fn submit(&mut self, io: bool, cmd: Command) -> Cqe {
         let cid = self.post(io, cmd);
         let c = self.take(io).expect("the controller completes inline");
@@ -400,6 +417,58 @@ fn io_queues_and_data_verified_through_prp_lists() {
     assert_eq!(counters["writes"], 3);
     assert_eq!(counters["reads"], 3);
     assert_eq!(counters["bytes_written"], 19 * PAGE);
+}
+
+/// `--timing model`: the completion of a write is posted by the completion timer thread
+/// once its NAND program is over (600 µs by default), with its interrupt; the data is
+/// there when it is.
+#[test]
+fn timing_model_completions_come_from_the_timer_when_due() {
+    let dev = Device::start_with(Personality::Tracing, Timing::Model);
+    let mut h = Host::connect(&dev.socket);
+    h.enable();
+    assert!(h.admin(Command::set_features(0x07, 0)).status.is_success());
+    h.create_io_queue();
+    let out = h.alloc(PAGE);
+    let data = pattern(9, PAGE as usize);
+    h.put(out, &data);
+    let (p1, _) = h.prps(&[out]);
+    let cmd = Command::new(0x01).nsid(1).prp1(p1).cdw(12, 7);
+    let irqs_before = h.irqs(1);
+    let start = Instant::now();
+    let cid = h.post(true, cmd);
+    let c = h.wait_take(true);
+    let took = start.elapsed();
+    assert_eq!(c.cid, cid);
+    assert!(c.status.is_success());
+    assert!(took >= Duration::from_micros(600), "posted after tPROG: {took:?}");
+    assert!(h.irqs(1) > irqs_before, "the timer raised the CQ's vector");
+    let back = h.alloc(PAGE);
+    let cmd = Command::new(0x02).nsid(1).prp1(back).cdw(12, 7);
+    h.post(true, cmd);
+    assert!(h.wait_take(true).status.is_success());
+    assert!(h.get(back, PAGE as usize) == data);
+    let c = &dev.status()["controller"];
+    assert_eq!(c["timing"], "model");
+    assert_eq!(c["counters"]["deferred_completions"], 2);
+    // Switched off over the control socket: the next read completes inline.
+    let r = call(
+        &dev.control,
+        &Request::Timing { timing: "none".into() },
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    assert!(r.ok, "{r:?}");
+    let cmd = Command::new(0x02).nsid(1).prp1(back).cdw(12, 7);
+    assert!(h.submit(true, cmd).status.is_success(), "posted at once");
+    let bad = call(
+        &dev.control,
+        &Request::Timing { timing: "fast".into() },
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    assert!(!bad.ok && bad.error.unwrap().contains("neither"));
+    assert_eq!(dev.status()["controller"]["counters"]["deferred_completions"], 2);
 }
 
 #[test]

@@ -1,7 +1,8 @@
 # shellcheck shell=sh
 # `cargo xtask bench --nvme` (harness/src/full_guest/nvme_bench.rs) in the
 # full guest: find both controllers by model, run every fio job on each,
-# REPS times, alternating which goes first; fio's JSON into the share.
+# REPS times, alternating which goes first; fio's JSON into the share. Then
+# the HMB rows on ours alone (HMB enabled vs disabled, the timing model on).
 # Set by the host:
 #   SHARE      the 9p share
 #   JOBS       one job a line: NAME|FIO ARGUMENTS
@@ -128,4 +129,67 @@ while [ $rep -le "$REPS" ]; do
     rep=$((rep + 1))
 done
 dmesg > "$SHARE/dmesg.txt"
+# The cost part may end with the module over the series' driver (an even
+# REPS): off, so that nvme can be reloaded below.
+rmmod nvme_hmb_trace 2>/dev/null
+# The HMB rows (issue 27): 4 KiB random reads at QD1 on ours with the HMB enabled and
+# disabled (the driver reloaded with max_host_mem_size_mb=0: HMMIN is above that, so it
+# lends none), under the controller's timing model, which the host switches on when asked.
+# The 64 MiB read are written first: reads of unwritten blocks need no map page.
+fio --name=fill --filename="$ours" --ioengine=io_uring --direct=1 --rw=write --bs=1M \
+    --size=64M --output-format=json --output="$SHARE/fio-hmb-fill.json" < /dev/null > /dev/null \
+    2>>"$SHARE/fio.stderr" || fail "fio fill on ours ($ours)"
+echo "HMBT-STEP hmb rows: timing model please"
+i=0
+while [ ! -e "$SHARE/timing-model" ]; do
+    sleep 0.2; i=$((i + 1))
+    [ $i -lt 1500 ] || fail "the host did not switch the timing model on"
+done
+# find_ours: our namespace again after a reload (names may move).
+find_ours() {
+    ours=; i=0
+    while [ $i -lt 600 ]; do
+        for c in /sys/class/nvme/nvme*; do
+            n=$(basename "$c")
+            [ -b "/dev/${n}n1" ] || continue
+            case "$(cat "$c/model")" in QEMU*) ;; *) ours=/dev/${n}n1 ;; esac
+        done
+        [ -n "$ours" ] && return 0
+        sleep 0.2; i=$((i + 1))
+    done
+    fail "our namespace did not come back after reloading nvme"
+}
+# set_hmb on|off: reload the driver with or without an HMB; dmesg must agree.
+set_hmb() {
+    before=$(dmesg | grep -c "host memory buffer")
+    modprobe -r nvme || fail "modprobe -r nvme"
+    if [ "$1" = on ]; then
+        modprobe nvme || fail "modprobe nvme"
+    else
+        modprobe nvme max_host_mem_size_mb=0 || fail "modprobe nvme max_host_mem_size_mb=0"
+    fi
+    find_ours
+    i=0
+    while [ "$1" = on ] && [ "$(dmesg | grep -c "host memory buffer")" -le "$before" ]; do
+        sleep 0.2; i=$((i + 1))
+        [ $i -lt 100 ] || fail "no host memory buffer allocated after reloading nvme"
+    done
+    if [ "$1" = off ] && [ "$(dmesg | grep -c "host memory buffer")" -gt "$before" ]; then
+        fail "a host memory buffer was allocated with max_host_mem_size_mb=0"
+    fi
+    echo "HMBT-STEP hmb $1: $ours"
+}
+rep=1
+while [ $rep -le "$REPS" ]; do
+    if [ $((rep % 2)) -eq 1 ]; then order="on off"; else order="off on"; fi
+    for hmb in $order; do
+        set_hmb "$hmb"
+        fio --name=hmb --filename="$ours" --ioengine=io_uring --direct=1 --size=64M \
+            --rw=randread --bs=4k --iodepth=1 --time_based --runtime="$RUNTIME_S" --ramp_time=1 \
+            --output-format=json --output="$SHARE/fio-hmb_$hmb-$rep.json" < /dev/null > /dev/null \
+            2>>"$SHARE/fio.stderr" || fail "fio hmb $hmb on ours ($ours)"
+    done
+    echo "HMBT-STEP hmb rep $rep done"
+    rep=$((rep + 1))
+done
 echo "HMBT-RESULT rc=0"

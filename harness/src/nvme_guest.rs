@@ -721,11 +721,14 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         "pattern.bin has {} bytes",
         pattern.len()
     );
-    let backing = std::fs::read(cfg.run_dir.join("namespace.img")).context("reading the namespace's backing file")?;
-    let at = PATTERN_OFFSET as usize;
+    // Read through the FTL of the backing file (recovered read-only, as at power-on).
+    let mut on_nand = vec![0u8; pattern.len()];
+    hmb_nvme::NamespaceImage::open(&cfg.run_dir.join("namespace.img"), NAMESPACE_BYTES)
+        .and_then(|mut ns| ns.read(PATTERN_OFFSET, &mut on_nand))
+        .context("reading the namespace from its backing file's FTL")?;
     ensure!(
-        backing.get(at..at + pattern.len()) == Some(&pattern[..]),
-        "the namespace's backing file does not hold the pattern at byte {at}"
+        on_nand == pattern,
+        "the namespace does not hold the pattern at byte {PATTERN_OFFSET} (read through the backing file's FTL)"
     );
     ensure!(get("verified_after_reset")? == "yes", "no read-back after the reset");
 

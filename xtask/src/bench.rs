@@ -144,6 +144,16 @@ const NVME: &[(&str, Target, &str)] = &[
         "the cost of tracing: fio 4 KiB random read, io_uring, direct, QD1 on emu-device's controller in the same boot, under the patch series' nvme.ko with the module and the daemon tracing, IOPS (median of --nvme-reps); baseline: the series' nvme.ko with hmb_trace_kb=0, alternating",
     ),
     ("nvme_trace_cost_4k_qd32", Target::Ratio(0.97), "as nvme_trace_cost_4k_qd1 at QD32"),
+    (
+        "nvme_randread_4k_qd1_hmb_model",
+        Target::None,
+        "issue 27: fio 4 KiB random read QD1 over 64 MiB written first, on emu-device's controller under its NAND timing model (serve-nvme timing switched to model after the rows above), IOPS with the HMB enabled (the whole L2P map cached in it); baseline: the same with the HMB disabled (nvme reloaded with max_host_mem_size_mb=0: a 4-map-page SRAM cache), same boot",
+    ),
+    (
+        "nvme_randread_4k_qd1_hmb_model_p99",
+        Target::None,
+        "as nvme_randread_4k_qd1_hmb_model, fio's p99 completion latency in us (lower is better: a ratio below 1 is the HMB's gain)",
+    ),
 ];
 
 const GUEST: (&str, Target, &str) = (

@@ -55,5 +55,12 @@ pub fn run(ctx: &Ctx, args: &ExportPerfettoArgs, out: &mut dyn Write) -> Result<
         "markers: {} LOST, {} sequence gaps; dropped: {} slices over the lane limit, {} begins over the open limit",
         s.lost_markers, s.gaps, s.over_lane_limit, s.over_open_limit
     )?;
+    if s.flows > 0 {
+        writeln!(
+            out,
+            "flows: {} commands linked to {} device events",
+            s.flows, s.flow_steps
+        )?;
+    }
     walked.status()
 }

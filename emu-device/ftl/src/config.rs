@@ -22,9 +22,15 @@ pub struct FtlConfig {
     pub wl_threshold: u32,
     /// Map pages the internal cache (controller SRAM) holds when no HMB is given.
     pub map_cache_pages: u32,
+    /// NAND page sense (tR), program (tPROG) and block erase (tBERS) times on a die.
     pub read_ns: u32,
     pub program_ns: u32,
     pub erase_ns: u32,
+    /// One page over a channel, either way (4 KiB at ~800 MB/s: ONFI 4 / Toggle 4).
+    pub transfer_ns: u32,
+    /// A map-cache lookup in a slot in the HMB: a PCIe read round trip to host memory.
+    /// A slot in controller SRAM costs nothing the model counts.
+    pub hmb_access_ns: u32,
 }
 
 impl Default for FtlConfig {
@@ -41,6 +47,8 @@ impl Default for FtlConfig {
             read_ns: 50_000,
             program_ns: 600_000,
             erase_ns: 3_000_000,
+            transfer_ns: 5_000,
+            hmb_access_ns: 1_000,
         }
     }
 }

@@ -5,6 +5,8 @@
 pub enum FtlError {
     #[error("FTL configuration: {0}")]
     Config(String),
+    #[error("the store holds no FTL (no superblock): nothing was ever written through one")]
+    NotFormatted,
     #[error("NAND medium: {0}")]
     Io(#[from] std::io::Error),
     #[error("the backing store holds an FTL of another geometry: {0}")]

@@ -35,10 +35,12 @@ pub struct NandOp {
     pub block: u32,
     /// Page in the block (0 for an erase).
     pub page: u32,
-    /// When the die starts it (controller clock, ns): at or after the request.
+    /// When its own work starts (controller clock, ns): at or after the request; it ends
+    /// at `start_ns + latency_ns`, and one die's operations never overlap (timing.rs).
     pub start_ns: u64,
+    /// Its own work: array time (tR, tPROG, tBERS) plus the channel transfer.
     pub latency_ns: u32,
-    /// How long it waited for its die.
+    /// How long it waited for its die or channel (`start_ns` - request).
     pub wait_ns: u64,
     /// Erases of this block so far, this one included (0 for reads/programs).
     pub erase_count: u32,

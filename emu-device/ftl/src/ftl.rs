@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use crate::events::{CacheEventKind, CorruptionFound, FtlEvent, NandOpKind, Purpose};
-use crate::geometry::{Geometry, GeometryReport, NO_PPN};
+use crate::geometry::{page_spans, Geometry, GeometryReport, PageSpan, NO_PPN};
 use crate::map_cache::{MapCache, VecSlots};
 use crate::medium::Medium;
 use crate::oob::Oob;
@@ -98,6 +98,22 @@ impl Ftl {
     /// Open the FTL on `medium` (its region): recover what is there, or format a blank
     /// region. Returns the FTL and whether it formatted.
     pub fn open(cfg: &FtlConfig, logical_bytes: u64, medium: Box<dyn Medium>) -> Result<(Ftl, bool), FtlError> {
+        Self::open_with(cfg, logical_bytes, medium, true)
+    }
+
+    /// Open the FTL a region already holds (recovered as at a power-on); a region without
+    /// one is `FtlError::NotFormatted`, never formatted. With an [`crate::OverlayMedium`]
+    /// nothing reaches the region: how a host tool reads a namespace (`export_image`).
+    pub fn open_existing(cfg: &FtlConfig, logical_bytes: u64, medium: Box<dyn Medium>) -> Result<Ftl, FtlError> {
+        Ok(Self::open_with(cfg, logical_bytes, medium, false)?.0)
+    }
+
+    fn open_with(
+        cfg: &FtlConfig,
+        logical_bytes: u64,
+        medium: Box<dyn Medium>,
+        may_format: bool,
+    ) -> Result<(Ftl, bool), FtlError> {
         let geo = Geometry::new(cfg, logical_bytes)?;
         let cache = MapCache::new(Box::new(VecSlots::new(cfg.map_cache_pages, geo.page_bytes as usize)));
         let mut ftl = Ftl {
@@ -122,7 +138,7 @@ impl Ftl {
             cfg: cfg.clone(),
             geo,
         };
-        let formatted = ftl.mount()?;
+        let formatted = ftl.mount(may_format)?;
         Ok((ftl, formatted))
     }
 
@@ -170,18 +186,13 @@ impl Ftl {
         self.check_range(off, buf.len() as u64)?;
         let pb = self.geo.page_bytes;
         let mut end = now;
-        let mut at = 0usize;
         // The NAND operations are modelled (and their events made) page by page, in
         // order; the data is read afterwards, a run of physically consecutive pages in
         // one medium read straight into `buf` (a large sequential read is one pread, not
         // one per page: the copy and the syscalls were most of a 1 MiB read's time).
         let mut pages: Vec<PageRead> = Vec::with_capacity(buf.len().div_ceil(pb as usize));
-        while at < buf.len() {
-            let pos = off + at as u64;
-            let lpn = (pos / pb) as u32;
-            let in_page = (pos % pb) as usize;
-            let n = (pb as usize - in_page).min(buf.len() - at);
-            let (ppn, t) = self.map_get(lpn, now, ev)?;
+        for PageSpan { index, in_page, at, n } in page_spans(pb, off, buf.len()) {
+            let (ppn, t) = self.map_get(index as u32, now, ev)?;
             if ppn == NO_PPN {
                 buf[at..at + n].fill(0);
                 end = end.max(t);
@@ -189,7 +200,6 @@ impl Ftl {
                 end = end.max(self.nand_read_op(ppn, Purpose::Host, t, ev));
                 pages.push(PageRead { ppn, at, in_page, n });
             }
-            at += n;
         }
         self.read_pages(&pages, buf)?;
         Ok(end)
@@ -232,15 +242,9 @@ impl Ftl {
         let pb = self.geo.page_bytes;
         let mut page = vec![0u8; pb as usize];
         let mut end = now;
-        let mut at = 0usize;
-        while at < data.len() {
-            let pos = off + at as u64;
-            let lpn = (pos / pb) as u32;
-            let in_page = (pos % pb) as usize;
-            let n = (pb as usize - in_page).min(data.len() - at);
-            let t = self.rewrite_page(lpn, in_page, Some(&data[at..at + n]), n, &mut page, now, ev)?;
+        for PageSpan { index, in_page, at, n } in page_spans(pb, off, data.len()) {
+            let t = self.rewrite_page(index as u32, in_page, Some(&data[at..at + n]), n, &mut page, now, ev)?;
             end = end.max(t);
-            at += n;
         }
         Ok(end)
     }
@@ -436,7 +440,12 @@ impl Ftl {
             }
             self.stats.cache_hits += 1;
             ev.push(self.cache_event(CacheEventKind::Hit, idx, slot));
-            return Ok((slot, page, now));
+            let lookup = if self.cache_external {
+                u64::from(self.cfg.hmb_access_ns)
+            } else {
+                0
+            };
+            return Ok((slot, page, now + lookup));
         }
         self.stats.cache_misses += 1;
         let slot = self.cache.victim();
@@ -664,6 +673,37 @@ impl Ftl {
 }
 
 impl Ftl {
+    /// Write the first `len` bytes of the logical space as a flat image into `out` (what
+    /// `dd` of the namespace would give): pages that read as zeroes are left as holes, so the file is as sparse
+    /// as the namespace. Returns the bytes of data written. The reads go through the map
+    /// cache like the controller's (use an overlay medium to leave the region unchanged).
+    pub fn export_image(&mut self, out: &std::fs::File, len: u64) -> Result<u64, FtlError> {
+        use std::os::unix::fs::FileExt;
+        const CHUNK: u64 = 256;
+        self.check_range(0, len)?;
+        let pb = self.geo.page_bytes;
+        let size = len;
+        out.set_len(0)?;
+        out.set_len(size)?;
+        let mut buf = vec![0u8; (CHUNK * pb) as usize];
+        let mut ev = Vec::new();
+        let mut written = 0;
+        let mut off = 0;
+        while off < size {
+            let n = (size - off).min(CHUNK * pb) as usize;
+            self.read(off, &mut buf[..n], 0, &mut ev)?;
+            ev.clear();
+            for (i, page) in buf[..n].chunks(pb as usize).enumerate() {
+                if page.iter().any(|&b| b != 0) {
+                    out.write_all_at(page, off + i as u64 * pb)?;
+                    written += page.len() as u64;
+                }
+            }
+            off += n as u64;
+        }
+        Ok(written)
+    }
+
     /// Give the medium back without writing anything (a power loss: the next `open`
     /// recovers from what reached NAND). Call `flush` first for a clean shutdown.
     pub fn into_medium(self) -> Box<dyn Medium> {

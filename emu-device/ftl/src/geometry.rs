@@ -174,6 +174,37 @@ impl Geometry {
     }
 }
 
+/// One page's part of a byte range: page `index`, from byte `in_page` of it, for `n`
+/// bytes, at byte `at` of the range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PageSpan {
+    pub index: u64,
+    pub in_page: usize,
+    pub at: usize,
+    pub n: usize,
+}
+
+/// The pages of `page_bytes` that [off, off+len) touches, in order.
+pub(crate) fn page_spans(page_bytes: u64, off: u64, len: usize) -> impl Iterator<Item = PageSpan> {
+    let mut at = 0usize;
+    std::iter::from_fn(move || {
+        if at >= len {
+            return None;
+        }
+        let pos = off + at as u64;
+        let in_page = (pos % page_bytes) as usize;
+        let n = (page_bytes as usize - in_page).min(len - at);
+        let span = PageSpan {
+            index: pos / page_bytes,
+            in_page,
+            at,
+            n,
+        };
+        at += n;
+        Some(span)
+    })
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Place {
     pub die_index: u32,
@@ -194,6 +225,15 @@ mod tests {
         assert!(g.physical_pages() > g.logical_pages + u64::from(g.map_pages));
         let g = Geometry::new(&FtlConfig::default(), 4 << 30).unwrap();
         assert_eq!(g.pages_per_block, 64);
+    }
+
+    #[test]
+    fn page_spans_split_a_range_at_page_boundaries() {
+        let spans: Vec<_> = page_spans(4096, 4000, 5000)
+            .map(|s| (s.index, s.in_page, s.at, s.n))
+            .collect();
+        assert_eq!(spans, [(0, 4000, 0, 96), (1, 0, 96, 4096), (2, 0, 4192, 808)]);
+        assert_eq!(page_spans(4096, 0, 0).count(), 0);
     }
 
     #[test]

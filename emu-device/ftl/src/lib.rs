@@ -30,5 +30,5 @@ pub use events::{CacheEventKind, CorruptionFound, FtlEvent, NandOp, NandOpKind, 
 pub use ftl::{Ftl, FtlStats};
 pub use geometry::GeometryReport;
 pub use map_cache::{page_checksum, SlotStore, VecSlots};
-pub use medium::{FileMedium, Medium, MemMedium};
+pub use medium::{FileMedium, Medium, MemMedium, OverlayMedium};
 pub use slots::CacheSnapshot;

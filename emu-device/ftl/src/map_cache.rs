@@ -165,6 +165,12 @@ impl MapCache {
         self.store.write(slot, 0, bytes)?;
         let checksum = page_checksum(bytes);
         self.updates.push((self.store.offset(slot), checksum));
+        self.occupy(slot, map_page, checksum);
+        Ok(())
+    }
+
+    /// `slot` holds `map_page` (clean, just used, with `checksum`).
+    fn occupy(&mut self, slot: u32, map_page: u32, checksum: u64) {
         self.clock += 1;
         self.meta[slot as usize] = SlotMeta {
             map_page: Some(map_page),
@@ -173,7 +179,6 @@ impl MapCache {
             checksum,
         };
         self.slot_of.insert(map_page, slot);
-        Ok(())
     }
 
     /// Take over a free slot as it is in the store (memory return: the host gave back
@@ -185,14 +190,7 @@ impl MapCache {
         if found != checksum {
             return Ok(Err(found));
         }
-        self.clock += 1;
-        self.meta[slot as usize] = SlotMeta {
-            map_page: Some(map_page),
-            dirty: false,
-            last_use: self.clock,
-            checksum,
-        };
-        self.slot_of.insert(map_page, slot);
+        self.occupy(slot, map_page, checksum);
         Ok(Ok(()))
     }
 

@@ -24,11 +24,25 @@ use crate::FtlError;
 const MAGIC: &[u8; 8] = b"HMBFTL01";
 
 impl Ftl {
-    /// Mount what the region holds, or format it if it has no superblock. True: formatted.
-    pub(crate) fn mount(&mut self) -> Result<bool, FtlError> {
+    /// Whether `medium` starts with an FTL superblock (of any geometry).
+    pub fn is_formatted(medium: &dyn crate::Medium) -> Result<bool, FtlError> {
+        let mut magic = [0u8; 8];
+        match medium.read_at(0, &mut magic) {
+            Ok(()) => Ok(&magic == MAGIC),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Mount what the region holds, or format it if it has no superblock (unless
+    /// `may_format` is false: `FtlError::NotFormatted`). True: formatted.
+    pub(crate) fn mount(&mut self, may_format: bool) -> Result<bool, FtlError> {
         let mut sb = [0u8; 64];
         self.medium.read_at(0, &mut sb)?;
         if &sb[..8] != MAGIC {
+            if !may_format {
+                return Err(FtlError::NotFormatted);
+            }
             self.format()?;
             return Ok(true);
         }
@@ -71,20 +85,13 @@ impl Ftl {
         let mut best_map: Vec<Option<(u64, u64, u32)>> = vec![None; geo.map_pages as usize]; // (covers, seq, ppn)
         let mut last_programmed: Vec<Option<u32>> = vec![None; geo.lines as usize];
         let mut newest: Option<(u64, u32)> = None; // (seq, line)
-        let physical = geo.physical_pages() as u32;
-        let per_chunk = 1 << 14;
-        let mut buf = vec![0u8; per_chunk as usize * OOB_BYTES];
-        let mut first = 0u32;
-        while first < physical {
-            let n = per_chunk.min(physical - first);
-            let b = &mut buf[..n as usize * OOB_BYTES];
-            self.medium.read_at(geo.oob_at(first), b)?;
-            for (k, rec) in b.chunks_exact(OOB_BYTES).enumerate() {
-                let ppn = first + k as u32;
-                let oob = Oob::decode(rec)
-                    .ok_or_else(|| FtlError::Corrupt(format!("unreadable OOB record of page {ppn}")))?;
+        let mut max_seq = self.seq;
+        self.scan_oob(|ppn, rec| {
+            let oob =
+                Oob::decode(rec).ok_or_else(|| FtlError::Corrupt(format!("unreadable OOB record of page {ppn}")))?;
+            {
                 let seq = match oob {
-                    Oob::Erased => continue,
+                    Oob::Erased => return Ok(()),
                     Oob::Data { lpn, seq } => {
                         if u64::from(lpn) >= geo.logical_pages {
                             return Err(FtlError::Corrupt(format!("page {ppn} holds LPN {lpn} past the end")));
@@ -109,10 +116,11 @@ impl Ftl {
                 if newest.is_none_or(|(s, _)| seq > s) {
                     newest = Some((seq, line));
                 }
-                self.seq = self.seq.max(seq);
+                max_seq = max_seq.max(seq);
             }
-            first += n;
-        }
+            Ok(())
+        })?;
+        self.seq = max_seq;
         // 2. The map from the newest map pages, then the replay.
         let epm = geo.entries_per_map_page;
         let mut map = vec![NO_PPN; (geo.map_pages * epm) as usize];
@@ -214,27 +222,36 @@ impl Ftl {
         };
         let epm = geo.entries_per_map_page;
         let mut newer = Vec::new();
-        let physical = geo.physical_pages() as u32;
-        let per_chunk = 1 << 14;
-        let mut buf = vec![0u8; per_chunk as usize * OOB_BYTES];
-        let mut first = 0u32;
-        while first < physical {
-            let n = per_chunk.min(physical - first);
-            let b = &mut buf[..n as usize * OOB_BYTES];
-            self.medium.read_at(geo.oob_at(first), b)?;
-            for (k, rec) in b.chunks_exact(OOB_BYTES).enumerate() {
-                if let Some(Oob::Data { lpn, seq }) = Oob::decode(rec) {
-                    if lpn / epm == idx && seq > covers {
-                        newer.push((seq, lpn, first + k as u32));
-                    }
+        self.scan_oob(|ppn, rec| {
+            if let Some(Oob::Data { lpn, seq }) = Oob::decode(rec) {
+                if lpn / epm == idx && seq > covers {
+                    newer.push((seq, lpn, ppn));
                 }
             }
-            first += n;
-        }
+            Ok(())
+        })?;
         newer.sort_unstable();
         for (_, lpn, ppn) in newer {
             let at = (lpn % epm) as usize * 4;
             page[at..at + 4].copy_from_slice(&ppn.to_le_bytes());
+        }
+        Ok(())
+    }
+
+    /// Every physical page's raw OOB record, in PPN order, read in large chunks.
+    fn scan_oob(&self, mut f: impl FnMut(u32, &[u8]) -> Result<(), FtlError>) -> Result<(), FtlError> {
+        const PER_CHUNK: u32 = 1 << 14;
+        let physical = self.geo.physical_pages() as u32;
+        let mut buf = vec![0u8; PER_CHUNK as usize * OOB_BYTES];
+        let mut first = 0u32;
+        while first < physical {
+            let n = PER_CHUNK.min(physical - first);
+            let b = &mut buf[..n as usize * OOB_BYTES];
+            self.medium.read_at(self.geo.oob_at(first), b)?;
+            for (k, rec) in b.chunks_exact(OOB_BYTES).enumerate() {
+                f(first + k as u32, rec)?;
+            }
+            first += n;
         }
         Ok(())
     }

@@ -349,6 +349,29 @@ fn a_small_internal_cache_misses_and_writes_back() {
     assert!(!s.cache_in_hmb);
 }
 
+/// The timing model seen through the FTL: a lookup whose map page is cached (a hit) ends
+/// with the data read; one whose map page is on NAND only (a miss) first reads that page,
+/// so it completes later by at least one NAND read.
+#[test]
+fn a_map_cache_miss_completes_later_than_a_hit() {
+    let mut ftl = fresh();
+    let mut ev = Vec::new();
+    let d = pattern(PAGE, 1, 0);
+    ftl.write(0, &d, 0, &mut ev).unwrap(); // map page 0
+    ftl.write(1200 * PAGE, &d, 0, &mut ev).unwrap(); // map page 1 evicts page 0 (written back)
+    ftl.flush(0, &mut ev).unwrap(); // page 1 clean: evicting it needs no program
+                                    // Long after the writes: every die and channel idle again.
+    let idle = 10_000_000_000;
+    let mut buf = vec![0u8; PAGE as usize];
+    let hit = ftl.read(1200 * PAGE, &mut buf, idle, &mut ev).unwrap() - idle;
+    let miss = ftl.read(0, &mut buf, 2 * idle, &mut ev).unwrap() - 2 * idle;
+    let c = cfg();
+    let one_read = u64::from(c.read_ns + c.transfer_ns);
+    assert_eq!(hit, one_read, "a hit in SRAM costs the data's NAND read only");
+    assert_eq!(miss, 2 * one_read, "a miss reads the map page first");
+    assert_eq!(buf, d);
+}
+
 /// Enough random overwrites to collect every line several times: GC runs, moves pages,
 /// keeps the data, and write amplification is above 1 but bounded.
 #[test]

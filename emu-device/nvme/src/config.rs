@@ -44,6 +44,8 @@ pub struct ControllerConfig {
     pub model: String,
     pub firmware: String,
     pub media: MediaConfig,
+    /// When I/O completions are posted: at once, or when the timing model says (timing.rs).
+    pub timing: crate::Timing,
 }
 
 impl Default for ControllerConfig {
@@ -64,6 +66,7 @@ impl Default for ControllerConfig {
             model: "hmb-trace NVMe HMB controller".into(),
             firmware: "0.1.0".into(),
             media: MediaConfig::default(),
+            timing: crate::Timing::None,
         }
     }
 }

@@ -71,6 +71,8 @@ pub struct Controller {
     pub(crate) error_log: crate::admin::ErrorLog,
     /// Bounce buffer of the data path (reused: no allocation per command).
     pub(crate) scratch: Vec<u8>,
+    /// Completions the timing model holds back (timing.rs).
+    pub(crate) deferred: crate::timing::Deferred,
 }
 
 impl Controller {
@@ -135,6 +137,7 @@ impl Controller {
             controller_telemetry: Default::default(),
             error_log: Default::default(),
             scratch: Vec::new(),
+            deferred: Default::default(),
             cfg,
         })
     }
@@ -224,6 +227,8 @@ impl Controller {
             shutdown_status: ((self.csts >> 2) & 3) as u8,
             fatal_reason: self.fatal_reason.clone(),
             bus_master: self.bus_master,
+            timing: self.cfg.timing,
+            completions_deferred_now: self.deferred.len(),
             io_queues_allocated: self.io_queues_allocated(),
             queues,
             aer_outstanding: self.aers.len(),

@@ -107,6 +107,11 @@ impl Controller {
     }
 
     pub(crate) fn process_sq(&mut self, qid: u16) {
+        // Completions already due go out now, not when the transport's timer thread next
+        // runs (under host load its wake-up can lag by milliseconds).
+        if self.deferred.len() > 0 {
+            self.post_due_completions();
+        }
         let q = usize::from(qid);
         let mut to_raise: Option<u16> = None;
         if !self.bus_master {
@@ -132,7 +137,7 @@ impl Controller {
             }
             let cqid = sq.cqid;
             match self.cqs[usize::from(cqid)].as_ref() {
-                Some(cq) if !cq.is_full() => {}
+                Some(cq) if cq.has_room() => {}
                 _ => break,
             }
             let addr = sq.entry_addr();
@@ -183,8 +188,8 @@ impl Controller {
                 if !status.is_success() {
                     self.record_error(qid, &sqe, status);
                 }
-                self.post(cqid, qid, sqe.cid(), sqe.opcode(), status, dw0, t0, media_end);
-                if self.cqs[usize::from(cqid)].as_ref().is_some_and(|c| c.ien) {
+                let posted = self.complete_io(cqid, qid, &sqe, status, dw0, t0, media_end);
+                if posted && self.cqs[usize::from(cqid)].as_ref().is_some_and(|c| c.ien) {
                     to_raise = Some(cqid);
                 }
             }
@@ -211,6 +216,7 @@ impl Controller {
                 }
             }
             self.deliver_events();
+            self.post_due_completions();
         }
     }
 
@@ -252,6 +258,10 @@ impl Controller {
         self.cqs[usize::from(cqid)]
             .as_ref()
             .map_or(0, |c| (c.head + c.entries - c.tail - 1) % c.entries)
+    }
+
+    pub(crate) fn raise_cq(&self, cqid: u16) {
+        self.raise(cqid);
     }
 
     fn raise(&self, cqid: u16) {

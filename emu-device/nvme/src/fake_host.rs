@@ -290,12 +290,30 @@ impl FakeHost {
     }
 
     /// Submit one command and return its completion (None when the controller holds it).
+    /// Under `Timing::Model` this waits for the completion's modelled time, as the
+    /// transport's timer does.
     pub fn submit(&mut self, qid: u16, cmd: Command) -> Option<Completion> {
         let cid = self.push(qid, cmd);
         self.ring(qid);
-        let c = self.reap(qid)?;
+        let c = match self.reap(qid) {
+            Some(c) => c,
+            None => self.reap_deferred(qid)?,
+        };
         assert_eq!(c.cid, cid, "completion for another command");
         Some(c)
+    }
+
+    /// Wait for the controller's deferred completions (the transport's timer, in-line)
+    /// until one arrives on `qid`'s CQ; None when nothing is deferred.
+    pub fn reap_deferred(&mut self, qid: u16) -> Option<Completion> {
+        while let Some(wait) = self.ctrl.next_due() {
+            std::thread::sleep(wait);
+            self.ctrl.post_due_completions();
+            if let Some(c) = self.reap(qid) {
+                return Some(c);
+            }
+        }
+        None
     }
 
     pub fn admin(&mut self, cmd: Command) -> Completion {

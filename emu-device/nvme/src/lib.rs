@@ -34,6 +34,7 @@ mod queue;
 mod regs;
 mod report;
 mod status;
+mod timing;
 
 pub use admin::{CaptureRefused, TelemetryData, TELEMETRY_MAX_DATA_BYTES};
 pub use audit::{AuditPhase, ChunkSizes, HmbAuditReport, HmbRange, HmbViolation, SetHmbSeen, VendorFeatureSeen};
@@ -43,12 +44,14 @@ pub use error::Error;
 pub use hmb::{HmbDescriptor, HostMemoryBuffer};
 pub use hmb_ftl::{CacheEventKind, CorruptionFound, FtlEvent, FtlStats, NandOp, NandOpKind, Purpose};
 pub use media::{MediaConfig, MediaOp, MediaOpKind};
+pub use namespace::NamespaceImage;
 pub use observer::{
     CommandObserver, CompletionEvent, FetchEvent, FtlTraceEvent, InterruptSink, MediaEvent, NoVendorFeatures,
     NullObserver, VendorFeatures,
 };
 pub use report::{ControllerReport, Counters, HmbReport, NamespaceReport, QueueReport};
 pub use status::Status;
+pub use timing::{CompletionWaker, Timing};
 
 /// The transport and the model must agree on one vm-memory version: use this re-export.
 pub use vm_memory;

@@ -66,6 +66,7 @@ impl Controller {
     /// that also clears the registers. The HMB is released (observer told first); its
     /// descriptor list is kept for a later MR=1.
     fn controller_reset(&mut self, full: bool) {
+        self.drop_deferred();
         self.release_hmb();
         self.sqs.iter_mut().for_each(|q| *q = None);
         self.cqs.iter_mut().for_each(|q| *q = None);
@@ -124,6 +125,7 @@ impl Controller {
             return;
         }
         log::warn!("nvme: controller fatal status: {reason}");
+        self.drop_deferred();
         self.release_hmb();
         self.csts |= CSTS_CFS;
         self.fatal_reason = Some(reason);

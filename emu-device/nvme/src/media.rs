@@ -2,7 +2,8 @@
 //! FTL in namespace.rs does the work) as [`MediaOp`]s, one per page read, page program or
 //! block erase, with the die that ran it and its modelled times.
 //!
-//! Times are virtual, on the controller's clock; the data path itself is not delayed.
+//! Times are on the controller's clock; under `Timing::Model` (timing.rs) a command's
+//! completion waits for the end of its last operation, under `Timing::None` nothing waits.
 
 use serde::Serialize;
 
@@ -28,10 +29,11 @@ pub struct MediaOp {
     pub plane: u8,
     pub block: u32,
     pub page: u32,
-    /// When the die starts it (controller clock, ns): at or after the command's fetch.
+    /// When its own work starts (controller clock, ns): at or after the command's fetch;
+    /// it ends at `start_ns + latency_ns` (array time plus channel transfer).
     pub start_ns: u64,
     pub latency_ns: u32,
-    /// How long it waited for its die (die contention).
+    /// How long it waited for its die or channel (contention).
     pub wait_ns: u64,
     /// Erases of this block so far, this one included (0 for reads/programs).
     pub erase_count: u32,

@@ -24,6 +24,8 @@ pub(crate) struct CompQueue {
     pub iv: u16,
     pub ien: bool,
     pub posted: u64,
+    /// Slots held for completions the timing model defers (timing.rs).
+    pub reserved: u32,
 }
 
 impl SubQueue {
@@ -56,11 +58,16 @@ impl CompQueue {
             iv,
             ien,
             posted: 0,
+            reserved: 0,
         }
     }
     /// Full when one more entry would make tail catch up with head.
     pub fn is_full(&self) -> bool {
         (self.tail + 1) % self.entries == self.head
+    }
+    /// Room for one more command's completion: a free slot not held for a deferred one.
+    pub fn has_room(&self) -> bool {
+        (self.head + self.entries - self.tail - 1) % self.entries > self.reserved
     }
     pub fn slot_addr(&self) -> u64 {
         self.base + u64::from(self.tail) * CQE_BYTES

@@ -35,6 +35,10 @@ pub struct Counters {
     /// to the same figures.
     pub io_completions: u64,
     pub io_latency_ns_total: u64,
+    /// I/O completions the timing model held until their media work ended, and those a
+    /// reset or Controller Fatal Status dropped while held (timing.rs).
+    pub deferred_completions: u64,
+    pub deferred_dropped: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -92,6 +96,9 @@ pub struct ControllerReport {
     pub fatal_reason: Option<String>,
     /// PCI command register Bus Master Enable as the transport last reported it.
     pub bus_master: bool,
+    /// When I/O completions are posted (`serve-nvme --timing`), and how many wait now.
+    pub timing: crate::Timing,
+    pub completions_deferred_now: usize,
     pub io_queues_allocated: u16,
     pub queues: Vec<QueueReport>,
     pub aer_outstanding: usize,

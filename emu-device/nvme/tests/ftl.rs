@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use hmb_nvme::fake_host::{Command, FakeHost};
-use hmb_nvme::{Backing, ControllerConfig, Status};
+use hmb_nvme::{Backing, ControllerConfig, NamespaceImage, Status};
 
 const NS: u64 = 8 << 20;
 const SECTORS: u64 = NS / 512;
@@ -74,9 +74,58 @@ fn data_survives_gc_deallocation_and_a_power_cycle() {
     drop(h); // no shutdown: the map pages still only in the cache are replayed at mount
     let mut h = ready_host(cfg(&path));
     check_all(&mut h, &model);
-    // The flat image beside the NAND holds the same bytes (what host tools read).
-    let file = std::fs::read(&path).unwrap();
-    assert!(file[..NS as usize] == model[..]);
+    // What host tools read: the namespace exported through the FTL, the file untouched
+    // (the export recovers into an overlay, with map pages still to replay: no shutdown).
+    drop(h);
+    let before = std::fs::read(&path).unwrap();
+    let out = dir.path().join("export.img");
+    let mut image = NamespaceImage::open(&path, NS).unwrap();
+    image.export(&out).unwrap();
+    assert!(std::fs::read(&out).unwrap() == model, "the export equals the model");
+    let mut piece = vec![0u8; 4096];
+    image.read(NS - 4096, &mut piece).unwrap();
+    assert!(piece[..] == model[(NS - 4096) as usize..]);
+    assert!(std::fs::read(&path).unwrap() == before, "the export wrote nothing");
+}
+
+/// A file that holds no FTL is refused, not exported as zeroes.
+#[test]
+fn exporting_a_file_without_an_ftl_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("blank.img");
+    std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
+    let e = NamespaceImage::open(&path, NS).err().expect("no FTL there");
+    assert!(e.to_string().contains("no FTL"), "{e}");
+}
+
+/// A backing file of the older layout (a flat image, then the FTL region) keeps working:
+/// its region is found after the image and mounted, and exported from there.
+#[test]
+fn a_file_of_the_older_layout_is_mounted_where_its_region_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ns.img");
+    let data = pattern(8192, 6);
+    {
+        let mut h = ready_host(cfg(&path));
+        assert!(h.write_lbas(1, 64, &data, 9).ok());
+        h.shutdown();
+    }
+    // Move the region behind a flat image, as the older layout had it.
+    let region = std::fs::read(&path).unwrap();
+    let mut old = vec![0u8; NS as usize];
+    old[64 * 512..64 * 512 + data.len()].copy_from_slice(&data);
+    old.extend_from_slice(&region);
+    std::fs::write(&path, &old).unwrap();
+    let mut h = ready_host(cfg(&path));
+    let (c, back) = h.read_lbas(1, 64, 16, 9);
+    assert!(c.ok());
+    assert!(back == data);
+    assert!(h.ctrl.report().namespace.ftl.nand_reads > 0, "read from NAND");
+    drop(h);
+    let mut image = NamespaceImage::open(&path, NS).unwrap();
+    let mut got = vec![0u8; data.len()];
+    image.read(64 * 512, &mut got).unwrap();
+    assert!(got == data);
 }
 
 #[test]

@@ -665,6 +665,9 @@ impl Device {
             Request::HmbAudit => Err(EmuError::Control(
                 "hmb-audit is the NVMe device's (serve-nvme): the ivshmem HMB has no controller-private data".into(),
             )),
+            Request::Timing { .. } => Err(EmuError::Control(
+                "timing is the NVMe device's (serve-nvme): the ivshmem device completes no commands".into(),
+            )),
         }
     }
 }

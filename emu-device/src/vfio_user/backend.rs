@@ -48,6 +48,11 @@ pub trait PciFunction: Send + 'static {
     fn hmb_audit(&self) -> Option<serde_json::Value> {
         None
     }
+    /// When I/O completions are posted from now on (an NVMe controller: hmb-nvme's
+    /// `Timing`, the control socket's `timing`); Err says why not.
+    fn set_timing(&mut self, _timing: hmb_nvme::Timing) -> Result<(), String> {
+        Err("this function has no completion timing".into())
+    }
     /// The command register's Bus Master Enable as the client just wrote it (an NVMe
     /// controller stops all its memory accesses while it is 0).
     fn set_bus_master(&mut self, _on: bool) {}

@@ -158,6 +158,13 @@ where
                 | Fault::Hostile),
             ) => self.ring_fault(fault),
             Request::Personality { personality } => self.switch_personality(personality),
+            Request::Timing { timing } => match timing.parse::<hmb_nvme::Timing>() {
+                Ok(t) => match self.shared.function().set_timing(t) {
+                    Ok(()) => Response::ok(json!({ "timing": t.to_string() })),
+                    Err(why) => Response::err(why),
+                },
+                Err(why) => Response::err(why),
+            },
             Request::HmbAudit => match self.shared.function().hmb_audit() {
                 Some(a) => Response::ok(a),
                 None => Response::err("this function keeps no HMB audit"),

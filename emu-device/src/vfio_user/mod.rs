@@ -12,8 +12,10 @@
 //! - [`control`]: the JSON control socket's answers for this device.
 //! - [`qemu`]: the QEMU arguments that attach it.
 //! - [`nvme`]: the `hmb-nvme` controller wired to all of the above.
+//! - [`completion_timer`]: posts the completions `--timing model` defers.
 
 pub mod backend;
+pub mod completion_timer;
 pub mod config_space;
 pub mod control;
 pub mod dma;

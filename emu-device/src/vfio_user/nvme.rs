@@ -10,10 +10,11 @@ use std::path::PathBuf;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 
-use hmb_nvme::{Backing, Controller, ControllerConfig, InterruptSink, PciIdentity};
+use hmb_nvme::{Backing, Controller, ControllerConfig, InterruptSink, PciIdentity, Timing};
 use hmb_nvme_trace::{Personality, ProducerKind};
 
 use super::backend::{PciFunction, Shared};
+use super::completion_timer::CompletionTimer;
 use super::config_space::{Identity, MAX_MSIX_VECTORS};
 use super::control::NvmeControl;
 use super::dma::DmaMap;
@@ -50,6 +51,10 @@ impl PciFunction for Controller {
     }
     fn set_bus_master(&mut self, on: bool) {
         Controller::set_bus_master(self, on);
+    }
+    fn set_timing(&mut self, timing: Timing) -> Result<(), String> {
+        Controller::set_timing(self, timing);
+        Ok(())
     }
     fn hmb_audit(&self) -> Option<serde_json::Value> {
         Some(
@@ -117,6 +122,9 @@ pub struct NvmeServeOptions {
     /// `None`: the default. Two controllers in one guest need two, or
     /// Linux takes them for one subsystem and rejects the second.
     pub serial: Option<String>,
+    /// When I/O completions are posted (hmb-nvme's timing.rs): at once (default) or when
+    /// the NAND timing model says.
+    pub timing: Timing,
 }
 
 impl NvmeServeOptions {
@@ -138,6 +146,7 @@ impl NvmeServeOptions {
                 .serial
                 .clone()
                 .unwrap_or_else(|| ControllerConfig::default().serial),
+            timing: self.timing,
             ..ControllerConfig::default()
         }
     }
@@ -197,6 +206,8 @@ pub struct NvmeServing {
     rx: std::sync::mpsc::Receiver<Event>,
     tx: Sender<Event>,
     keep_serving: bool,
+    /// Posts the completions `--timing model` holds back.
+    timer: CompletionTimer,
 }
 
 impl NvmeServing {
@@ -212,6 +223,9 @@ impl NvmeServing {
         trace
             .set_history_bytes(opts.telemetry_history_bytes)
             .map_err(|e| EmuError::Control(e.to_string()))?;
+        // Always: the control socket's `timing` may switch the model on later (an idle
+        // timer waits on its condvar and costs nothing).
+        let timer = CompletionTimer::start(shared.clone())?;
         let (tx, rx) = channel();
         let serve_tx = tx.clone();
         let server = VfioUserServer::start(
@@ -233,9 +247,10 @@ impl NvmeServing {
         .with_personalities(opts.base_config());
         let control = ControlServer::start(&opts.control_socket, Arc::new(handler))?;
         log::info!(
-            "emu-device serving an NVMe controller ({}, {} producer): vfio-user {} control {} namespace {} bytes, HMB preferred {} bytes",
+            "emu-device serving an NVMe controller ({}, {} producer, timing {}): vfio-user {} control {} namespace {} bytes, HMB preferred {} bytes",
             opts.personality,
             opts.producer,
+            opts.timing,
             opts.socket.display(),
             opts.control_socket.display(),
             opts.namespace_bytes,
@@ -248,6 +263,7 @@ impl NvmeServing {
             rx,
             tx,
             keep_serving: opts.keep_serving,
+            timer,
         })
     }
 
@@ -269,6 +285,7 @@ impl NvmeServing {
             rx,
             tx,
             keep_serving,
+            timer,
         } = self;
         drop(tx);
         let result = loop {
@@ -293,6 +310,7 @@ impl NvmeServing {
             }
         };
         drop(control);
+        drop(timer);
         // The audit's last word, for runs that read only the log.
         match serde_json::to_string(&shared.function().hmb_audit()) {
             Ok(audit) => log::info!("hmb-audit at exit: {audit}"),

@@ -96,6 +96,7 @@ pub fn run(sh: &Shell, opts: &Options, phases: &mut Phases) -> Result<Outcome> {
         "emu-stats.json",
         "console.1.log",
         nvme_tools::BACKING,
+        nvme_tools::EXPORT,
         nvme_tools::STATUS_FILE,
     ] {
         let _ = std::fs::remove_file(opts.run_dir.join(stale));
@@ -208,9 +209,10 @@ fn drive(guest: &mut Guest, opts: &Options, phases: &mut Phases) -> Result<Drive
         let untraced = nvme_traced::untraced(&crate::journal_truth::journal_from_ground_truth(&truth)?)?;
         // The file system as the guest left it, before the traced run
         // writes over the namespace (the guest waits for OK, idle; every
-        // write is in the backing file's flat image already).
+        // page it wrote is programmed in the backing file's FTL region, so
+        // a read-only recovery of that file exports it).
         nvme_tools::check_media(&opts.run_dir.join(nvme_tools::BACKING), &dir)
-            .context("nvme media (e2fsck, debugfs on the backing file)")?;
+            .context("nvme media (e2fsck, debugfs on the namespace exported from the backing file)")?;
         std::fs::write(guest.share.join(nvme_tools::OK), b"")?;
         Ok((tools, status, untraced))
     })?;

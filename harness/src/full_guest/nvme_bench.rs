@@ -56,7 +56,8 @@ pub struct BenchOptions {
     pub runtime_s: u32,
 }
 
-/// One figure: ours against QEMU's nvme, medians of `reps`.
+/// One figure: ours against QEMU's nvme, medians of `reps` (the HMB rows: ours with
+/// the HMB enabled in `ours`, disabled in `qemu`, as `baseline_what` says).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Figure {
     pub figure: String,
@@ -126,6 +127,14 @@ fn timings(share: &std::path::Path) -> Result<Timings> {
         trace_bytes_per_rep: values("trace_bytes").iter().filter_map(|v| v.parse().ok()).collect(),
     })
 }
+
+/// The HMB rows (issue 27): ours with the HMB enabled over ours with it disabled, both
+/// under `--timing model` (switched on over the control socket after the rows above):
+/// 4 KiB random-read IOPS at QD1, and its p99 completion latency (lower is better).
+pub const HMB_IOPS: &str = "nvme_randread_4k_qd1_hmb_model";
+pub const HMB_P99: &str = "nvme_randread_4k_qd1_hmb_model_p99";
+const HMB_BASELINE: &str = "the same controller and job with the HMB disabled (nvme reloaded with max_host_mem_size_mb=0), timing model on, same boot";
+const QEMU_BASELINE: &str = "QEMU 11.1 -device nvme, same guest, same boot";
 
 /// The guest's script (harness/guest-scripts/full-guest-nvme-bench.sh):
 /// find both controllers by model, run every job on each, `reps` times,
@@ -235,8 +244,20 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<
     let per_job = u64::from(opts.runtime_s) + 4;
     let jobs = (JOBS.len() + COST_JOBS.len()) as u64;
     let budget = Duration::from_secs(300 + (per_job * jobs * 2 + 20) * u64::from(opts.reps));
-    let ended = phases.run("fio on ours and QEMU's nvme", || {
-        let line = vm.wait_for("HMBT-RESULT", budget, |l| console::parse_result(l).is_some())?;
+    let ended = phases.run("fio on ours and QEMU's nvme, then the HMB rows", || {
+        let asked = "HMBT-STEP hmb rows: timing model please";
+        let line = vm.wait_for(asked, budget, |l| {
+            l.contains(asked) || console::parse_result(l).is_some()
+        })?;
+        if line.contains(asked) {
+            nvme.request(&hmb_emu_device::control::Request::Timing { timing: "model".into() })
+                .context("switching the controller's timing model on")?;
+            std::fs::write(share.join("timing-model"), "")?;
+            let hmb_budget = Duration::from_secs(300 + per_job * 2 * 8 * u64::from(opts.reps));
+            let line = vm.wait_for("HMBT-RESULT", hmb_budget, |l| console::parse_result(l).is_some())?;
+            let _ = vm.wait_exit(Duration::from_secs(120));
+            return Ok(console::parse_result(&line).unwrap_or(-1));
+        }
         let _ = vm.wait_exit(Duration::from_secs(120));
         Ok(console::parse_result(&line).unwrap_or(-1))
     });
@@ -253,7 +274,7 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<
     let mut figures = Vec::new();
     let all = JOBS
         .iter()
-        .map(|j| (j, "ours", "qemu", "QEMU 11.1 -device nvme, same guest, same boot"));
+        .map(|j| (j, "ours", "qemu", QEMU_BASELINE));
     let cost = COST_JOBS.iter().map(|j| {
         (
             j,
@@ -285,7 +306,53 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<
             baseline_what,
         });
     }
+    figures.extend(hmb_figures(&share, opts.reps)?);
     Ok((figures, timings(&share)?))
+}
+
+/// The HMB rows from fio-hmb_{on,off}-REP.json: IOPS and p99 latency, medians of `reps`.
+fn hmb_figures(share: &std::path::Path, reps: u32) -> Result<Vec<Figure>> {
+    let side = |mode: &str, what: fn(&str) -> Result<f64>| -> Result<Vec<f64>> {
+        (1..=reps)
+            .map(|rep| {
+                let f = share.join(format!("fio-hmb_{mode}-{rep}.json"));
+                let text = std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
+                what(&text).with_context(|| format!("{}", f.display()))
+            })
+            .collect()
+    };
+    let iops = |t: &str| fio_figure(t, true);
+    let mut out = Vec::new();
+    for (figure, unit, what) in [
+        (HMB_IOPS, "IOPS", iops as fn(&str) -> Result<f64>),
+        (HMB_P99, "us", fio_p99_us),
+    ] {
+        let (on, off) = (side("on", what)?, side("off", what)?);
+        let (value, baseline) = (median(&on), median(&off));
+        out.push(Figure {
+            figure: figure.to_string(),
+            unit,
+            value,
+            baseline,
+            ratio: value / baseline,
+            ours: on,
+            qemu: off,
+            baseline_what: HMB_BASELINE,
+        });
+    }
+    Ok(out)
+}
+
+/// fio's 99th percentile completion latency of a read job, in microseconds.
+fn fio_p99_us(json: &str) -> Result<f64> {
+    let start = json.find('{').context("no JSON in fio's output")?;
+    let v: Value = serde_json::from_str(&json[start..]).context("fio's JSON")?;
+    let p99 = v
+        .pointer("/jobs/0/read/clat_ns/percentile/99.000000")
+        .and_then(Value::as_f64)
+        .context("fio JSON has no read.clat_ns.percentile 99.000000")?;
+    ensure!(p99 > 0.0, "fio measured no latency");
+    Ok(p99 / 1000.0)
 }
 
 #[cfg(test)]
@@ -301,6 +368,9 @@ mod tests {
         assert_eq!(fio_figure(write, false).unwrap(), 2.0);
         assert!(fio_figure(r#"{"jobs":[{"error":5,"read":{"io_bytes":1,"iops":1}}]}"#, true).is_err());
         assert!(fio_figure(r#"{"jobs":[{"error":0,"read":{"io_bytes":0,"iops":0}}]}"#, true).is_err());
+        let lat = r#"{"jobs":[{"read":{"clat_ns":{"percentile":{"99.000000":123456}}}}]}"#;
+        assert_eq!(fio_p99_us(lat).unwrap(), 123.456);
+        assert!(fio_p99_us(r#"{"jobs":[{"read":{}}]}"#).is_err());
     }
 
     #[test]

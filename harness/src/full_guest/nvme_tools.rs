@@ -8,7 +8,7 @@
 //! `nvme ... -b`, fio's JSON) and creates `DONE`; the host then reads the
 //! controller's own report over its control socket, checks every answer
 //! against it ([`check_outputs`]) and answers `OK`. Once QEMU has exited
-//! the host checks the namespace's backing file itself ([`check_media`]):
+//! the host checks the namespace, exported from its backing file's FTL ([`check_media`]):
 //! `e2fsck -fn` and a file read back with `debugfs`. docs/nvme-controller.md
 //! ("Real tools in the full guest") lists the checks.
 
@@ -607,10 +607,19 @@ pub fn check_recoveries(dmesg: &str, asked: &[&str], queue_setups: usize, fatals
     Ok(())
 }
 
-/// After QEMU has exited: the file system on the controller's backing file
-/// is clean (`e2fsck -fn` on the host) and holds the probe file the guest
-/// wrote, byte for byte (`debugfs -R cat`).
+/// The namespace as a flat image, exported from the backing file's FTL
+/// (`emu-device export-namespace` does the same), beside the backing file.
+pub const EXPORT: &str = "nvme-namespace.export.img";
+
+/// After QEMU has exited: the file system on the controller's namespace (the
+/// backing file's FTL exported as a flat image) is clean (`e2fsck -fn` on the
+/// host) and holds the probe file the guest wrote, byte for byte (`debugfs -R cat`).
 pub fn check_media(backing: &Path, dir: &Path) -> Result<()> {
+    let image = backing.with_file_name(EXPORT);
+    hmb_nvme::NamespaceImage::open(backing, NAMESPACE_BYTES)
+        .and_then(|mut ns| ns.export(&image))
+        .with_context(|| format!("exporting the namespace of {}", backing.display()))?;
+    let backing = image.as_path();
     let fsck = Command::new("e2fsck")
         .args(["-fn"])
         .arg(backing)

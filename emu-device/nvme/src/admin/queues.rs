@@ -69,12 +69,14 @@ impl Controller {
         Outcome::status(Status::SUCCESS)
     }
 
-    /// Every command completes inline, so a deleted SQ has nothing left to abort.
+    /// Every command runs inline, so a deleted SQ has nothing left to abort; completions
+    /// the timing model still holds are posted first.
     pub(crate) fn delete_sq(&mut self, sqe: &Sqe) -> Outcome {
         let qid = usize::from(sqe.cdw(10) as u16);
         if qid == 0 || !self.sqs.get(qid).is_some_and(Option::is_some) {
             return Outcome::status(Status::INVALID_QUEUE_IDENTIFIER);
         }
+        self.post_deferred_of_sq(qid as u16);
         self.sqs[qid] = None;
         Outcome::status(Status::SUCCESS)
     }
