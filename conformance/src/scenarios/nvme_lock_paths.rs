@@ -46,6 +46,7 @@ pub fn rmmod_during_reset(env: &Env) -> Result<Value> {
              echo \"HMBT-RACE rmmod=$rm_rc reset=$reset_rc node=$([ -e /dev/nvme-hmb-trace0 ] && echo present || echo gone)\"\n\
              load_module\n\
          done\n\
+         rm -f \"/tmp/$TRACE\"\n\
          start_daemon --follow\n\
          sleep 2\n\
          io_stop\nsleep 1\nstop_daemon\ncollect\nmark collected\nwait_file journal_taken\nexit 0\n";
@@ -64,6 +65,7 @@ pub fn rmmod_during_reset(env: &Env) -> Result<Value> {
         races.len() == ROUNDS && races.iter().all(|r| r == "rmmod=0 reset=0 node=gone"),
         "rmmod during reset: {races:?}"
     );
+    // trace.bin holds only the daemon started after the last reload.
     let traced = trace_records(&s)?;
     ensure!(traced > 0, "the module loaded again traced nothing");
     check_io(&s)?;
