@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{ensure, Context, Result};
 use hmb_harness::guest_script::files;
 use hmb_harness::journal_truth;
+use hmb_harness::nvme_guest;
 use hmb_harness::nvme_session::{NvmeGuestOptions, NvmeSession};
 use hmb_trace_file::MappedTrace;
 use serde_json::{json, Value};
@@ -107,7 +108,14 @@ pub fn reinit_during_reset(env: &Env) -> Result<Value> {
     s.signal("resets")?;
     s.wait_share_file("resets.done", STARTED)?;
     // The last REINIT's advert is sent once the controller is LIVE.
-    let asked = note_u64(&s, "last_epoch")?;
+    // Read from the share: the run folder gets the notes at the end.
+    let live_notes = std::fs::read_to_string(s.share_file(nvme_guest::files::RESULTS)).unwrap_or_default();
+    let asked: u64 = nvme_guest::parse_results(&live_notes)
+        .get("last_epoch")
+        .context("the guest noted no last_epoch")?
+        .trim()
+        .parse()
+        .context("last_epoch is not a number")?;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let st = s.status()?;
