@@ -100,7 +100,7 @@ scenarios!(
     hostile_firmware,
     format_rules,
     pci_error,
-    pci_error_unrecovered,
+    aer_unrecovered,
     suspend,
     nvme_traced_io,
     nvme_resets,
@@ -108,6 +108,6 @@ scenarios!(
     nvme_surprise_removal,
     nvme_controller_killed,
     nvme_hostile_controller,
-    nvme_rmmod_during_reset,
-    nvme_reinit_during_reset,
+    nvme_rmmod_in_reset,
+    nvme_reinit_in_reset,
 );

@@ -142,7 +142,7 @@ pub const SCENARIOS: &[Scenario] = &[
         "AER through ivshmem's module callbacks; on nvme the error handlers are the stock driver's",
     ),
     ivshmem_only(
-        "pci_error_unrecovered",
+        "aer_unrecovered",
         "a PCI error recovery that fails (a driverless function beside ours) through ivshmem's module callbacks; on nvme the error handlers are the stock driver's",
     ),
     ivshmem_only(
@@ -162,8 +162,8 @@ pub const SCENARIOS: &[Scenario] = &[
     nvme_only("nvme_surprise_removal", NO_CONTROLLER),
     nvme_only("nvme_controller_killed", NO_CONTROLLER),
     nvme_only("nvme_hostile_controller", NO_CONTROLLER),
-    nvme_only("nvme_rmmod_during_reset", NO_CONTROLLER),
-    nvme_only("nvme_reinit_during_reset", NO_CONTROLLER),
+    nvme_only("nvme_rmmod_in_reset", NO_CONTROLLER),
+    nvme_only("nvme_reinit_in_reset", NO_CONTROLLER),
 ];
 
 pub fn find(name: &str) -> Option<&'static Scenario> {

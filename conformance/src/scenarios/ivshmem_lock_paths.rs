@@ -49,7 +49,7 @@ fn tagged(console: &str, tag: &str) -> String {
 ///
 /// Without the wake-up the unbind would hang in `cdev_device_del()`
 /// (kernfs drains active readers) with the reader asleep for ever.
-pub fn pci_error_unrecovered(env: &Env) -> Result<Value> {
+pub fn aer_unrecovered(env: &Env) -> Result<Value> {
     let sysfs = "/sys/class/nvme-hmb-trace/nvme-hmb-trace0";
     let body = format!(
         "now_cs() {{ read -r up _ < /proc/uptime; echo \"${{up%.*}}${{up#*.}}\"; }}\n\
@@ -85,7 +85,7 @@ pub fn pci_error_unrecovered(env: &Env) -> Result<Value> {
         ],
         cmdline: Vec::new(),
     };
-    let name = "pci_error_unrecovered";
+    let name = "aer_unrecovered";
     let mut s = env.start_with(name, RING, &body, extra)?;
     s.wait_share_file(files::STARTED, STARTED)?;
     s.dev.start_workload("ssd", 53, 2000)?;

@@ -51,7 +51,7 @@ pub fn rmmod_during_reset(env: &Env) -> Result<Value> {
          start_daemon --follow\n\
          sleep 2\n\
          io_stop\nsleep 1\nstop_daemon\ncollect\nmark collected\nwait_file journal_taken\nexit 0\n";
-    let mut s = env.start_nvme("nvme_rmmod_during_reset", body, &NvmeGuestOptions::default())?;
+    let mut s = env.start_nvme("nvme_rmmod_in_reset", body, &NvmeGuestOptions::default())?;
     s.wait_share_file(files::STARTED, STARTED)?;
     s.wait_share_file("collected", Duration::from_secs(240))?;
     s.signal("journal_taken")?;
@@ -102,7 +102,7 @@ pub fn reinit_during_reset(env: &Env) -> Result<Value> {
          note last_epoch \"$(cat $t/epoch)\"\n\
          mark resets.done\n\
          wait_stop\nio_stop\nsleep 1\nstop_daemon\ncollect\nmark collected\nwait_file journal_taken\nexit 0\n";
-    let mut s = env.start_nvme("nvme_reinit_during_reset", body, &NvmeGuestOptions::default())?;
+    let mut s = env.start_nvme("nvme_reinit_in_reset", body, &NvmeGuestOptions::default())?;
     s.wait_share_file(files::STARTED, STARTED)?;
     s.run_for(1.0)?;
     s.signal("resets")?;
