@@ -9,7 +9,8 @@ use hmb_harness::guest_script::files;
 use hmb_harness::journal_truth::JournalReport;
 use hmb_harness::matrix::Device;
 use hmb_harness::nvme_guest::is_trouble_line;
-use hmb_harness::qemu::console::is_fault_line;
+use hmb_harness::qemu::console::{fault_lines, is_fault_line};
+use hmb_harness::qemu::stock_reports::untolerated_lines;
 use hmb_harness::truth::{self, TruthReport};
 use serde_json::{json, Value};
 
@@ -21,11 +22,7 @@ pub fn kernel_log_problems(run_dir: &Path) -> Vec<String> {
     let mut bad = Vec::new();
     for name in [files::DMESG, "console.log"] {
         let text = std::fs::read_to_string(run_dir.join(name)).unwrap_or_default();
-        bad.extend(
-            text.lines()
-                .filter(|l| is_fault_line(l))
-                .map(|l| format!("{name}: {l}")),
-        );
+        bad.extend(fault_lines(&text).into_iter().map(|l| format!("{name}: {l}")));
     }
     bad
 }
@@ -38,8 +35,8 @@ pub fn kernel_log(run_dir: &Path, device: Device, expected: &[&str]) -> Value {
     if device == Device::Nvme {
         let dmesg = std::fs::read_to_string(run_dir.join(files::DMESG)).unwrap_or_default();
         bad.extend(
-            dmesg
-                .lines()
+            untolerated_lines(&dmesg)
+                .into_iter()
                 .filter(|l| is_trouble_line(l) && !is_fault_line(l))
                 .map(|l| format!("{}: {l}", files::DMESG)),
         );

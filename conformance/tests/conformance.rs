@@ -100,6 +100,7 @@ scenarios!(
     hostile_firmware,
     format_rules,
     pci_error,
+    aer_unrecovered,
     suspend,
     nvme_traced_io,
     nvme_resets,
@@ -107,4 +108,6 @@ scenarios!(
     nvme_surprise_removal,
     nvme_controller_killed,
     nvme_hostile_controller,
+    nvme_rmmod_in_reset,
+    nvme_reinit_in_reset,
 );

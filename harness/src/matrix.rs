@@ -142,6 +142,10 @@ pub const SCENARIOS: &[Scenario] = &[
         "AER through ivshmem's module callbacks; on nvme the error handlers are the stock driver's",
     ),
     ivshmem_only(
+        "aer_unrecovered",
+        "a PCI error recovery that fails (a driverless function beside ours) through ivshmem's module callbacks; on nvme the error handlers are the stock driver's",
+    ),
+    ivshmem_only(
         "suspend",
         "ivshmem's suspend callbacks; on nvme the HMB going and coming back is nvme_hmb_toggle",
     ),
@@ -158,6 +162,8 @@ pub const SCENARIOS: &[Scenario] = &[
     nvme_only("nvme_surprise_removal", NO_CONTROLLER),
     nvme_only("nvme_controller_killed", NO_CONTROLLER),
     nvme_only("nvme_hostile_controller", NO_CONTROLLER),
+    nvme_only("nvme_rmmod_in_reset", NO_CONTROLLER),
+    nvme_only("nvme_reinit_in_reset", NO_CONTROLLER),
 ];
 
 pub fn find(name: &str) -> Option<&'static Scenario> {

@@ -24,19 +24,32 @@ pub const KERNEL: &str = "6.12-debug";
 
 /// ivshmem scenarios that take the module's locks on their unusual paths:
 /// unbind and surprise removal with readers (`removal`, `access_rules`),
-/// AER recovery (`pci_error`), suspend and resume (`suspend`), REINIT after
-/// a freeze while the daemon follows (`frozen_follow`).
-pub const IVSHMEM_LOCK_SCENARIOS: &[&str] = &["removal", "access_rules", "pci_error", "suspend", "frozen_follow"];
+/// AER recovery (`pci_error`), a recovery that fails with a sysfs reader
+/// and a fault waiting, then unbind (`aer_unrecovered`), suspend and
+/// resume (`suspend`), REINIT after a freeze while the daemon follows
+/// (`frozen_follow`).
+pub const IVSHMEM_LOCK_SCENARIOS: &[&str] = &[
+    "removal",
+    "access_rules",
+    "pci_error",
+    "aer_unrecovered",
+    "suspend",
+    "frozen_follow",
+];
 
 /// nvme scenarios on the series' paths: resets with the ring live
 /// (`nvme_resets`), removal under traffic (`nvme_surprise_removal`), a
 /// failed reset and the dead controller (`nvme_controller_killed`), REINIT
-/// after the driver froze the ring (`frozen_follow`).
+/// after the driver froze the ring (`frozen_follow`), the module removed
+/// while the driver resets (`nvme_rmmod_in_reset`), REINIT racing
+/// back-to-back resets (`nvme_reinit_in_reset`).
 pub const NVME_LOCK_SCENARIOS: &[&str] = &[
     "nvme_resets",
     "nvme_surprise_removal",
     "nvme_controller_killed",
     "frozen_follow",
+    "nvme_rmmod_in_reset",
+    "nvme_reinit_in_reset",
 ];
 
 #[derive(Args)]

@@ -87,6 +87,7 @@ pub fn run(env: &Env, name: &str) -> Result<Value> {
         "removal" => removal(env),
         "format_rules" => format_rules(env),
         "pci_error" => pci_error(env),
+        "aer_unrecovered" => super::ivshmem_lock_paths::aer_unrecovered(env),
         "suspend" => suspend(env),
         other => bail!(
             "scenario {other:?} has no ivshmem version; known: {}",

@@ -5,7 +5,9 @@
 
 mod header_faults;
 pub mod ivshmem;
+mod ivshmem_lock_paths;
 pub mod nvme;
+mod nvme_lock_paths;
 mod shared;
 
 use anyhow::Result;

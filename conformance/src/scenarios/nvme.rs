@@ -84,6 +84,8 @@ pub fn run(env: &Env, name: &str) -> Result<Value> {
         "nvme_surprise_removal" => surprise_removal(env),
         "nvme_controller_killed" => controller_killed(env),
         "nvme_hostile_controller" => hostile_controller(env),
+        "nvme_rmmod_in_reset" => super::nvme_lock_paths::rmmod_during_reset(env),
+        "nvme_reinit_in_reset" => super::nvme_lock_paths::reinit_during_reset(env),
         other => bail!("scenario {other:?} has no nvme version (see hmb_harness::matrix)"),
     }
 }

@@ -2,6 +2,7 @@
 //! printed by images/guest/init, and kernel fault reports.
 
 use super::kernel_checks;
+use super::stock_reports::{self, ReportFilter};
 use anyhow::{Context, Result};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -23,6 +24,16 @@ pub fn is_fault_line(line: &str) -> bool {
     kernel_checks::is_fault_message(message)
 }
 
+/// The fault lines of a whole kernel log (a saved dmesg or console file),
+/// but for the stock reports every gate tolerates in their exact shape
+/// (`stock_reports`).
+pub fn fault_lines(text: &str) -> Vec<String> {
+    stock_reports::untolerated_lines(text)
+        .into_iter()
+        .filter(|l| is_fault_line(l))
+        .collect()
+}
+
 /// `HMBT-RESULT rc=N` -> Some(N).
 pub fn parse_result(line: &str) -> Option<i32> {
     let at = line.find("HMBT-RESULT rc=")?;
@@ -42,6 +53,8 @@ pub struct ConsoleLog {
     unread: Vec<String>,
     pub lines: Vec<String>,
     pub faults: Vec<String>,
+    /// Holds back a candidate stock report until its shape is known.
+    reports: ReportFilter,
 }
 
 impl ConsoleLog {
@@ -53,6 +66,7 @@ impl ConsoleLog {
             unread: Vec::new(),
             lines: Vec::new(),
             faults: Vec::new(),
+            reports: ReportFilter::default(),
         }
     }
 
@@ -90,9 +104,8 @@ impl ConsoleLog {
         while let Some(end) = self.partial.find('\n') {
             let line: String = self.partial[..end].trim_end_matches('\r').to_string();
             self.partial.drain(..=end);
-            if is_fault_line(&line) {
-                self.faults.push(line.clone());
-            }
+            let checked = self.reports.feed(&line);
+            self.faults.extend(checked.into_iter().filter(|l| is_fault_line(l)));
             fresh.push(line.clone());
             self.lines.push(line);
         }

@@ -8,6 +8,7 @@ pub mod binary;
 pub mod chroot_qemu;
 pub mod console;
 pub mod kernel_checks;
+pub mod stock_reports;
 pub mod version;
 mod wait_error;
 
