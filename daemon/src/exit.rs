@@ -40,6 +40,14 @@ pub fn for_error(e: &DaemonError) -> u8 {
         DaemonError::Ring(ConsumerError::Abi(AbiError::BadMagic { .. })) => BAD_MAGIC,
         DaemonError::Ring(ConsumerError::Abi(AbiError::UnsupportedMajor { .. })) => UNSUPPORTED_ABI,
         DaemonError::Ring(ConsumerError::EpochChanged { .. }) => EPOCH,
+        // The device unbound while the daemon published its tail (an
+        // unbind during error recovery, conformance's aer_unrecovered): the
+        // same condition as ENODEV after a freeze, not a device error.
+        DaemonError::Ring(ConsumerError::Publish { source, .. })
+            if source.raw_os_error() == Some(nix::libc::ENODEV) =>
+        {
+            DEVICE_GONE
+        }
         DaemonError::Ring(ConsumerError::Publish { .. }) | DaemonError::Ring(ConsumerError::Map(_)) => DEVICE,
         DaemonError::Ring(_) => RING_CORRUPT,
         DaemonError::Output(e) if e.is_full() => OUTPUT_FULL,
@@ -58,6 +66,23 @@ mod tests {
             path: "trace.bin".into(),
             source: std::io::Error::from_raw_os_error(errno as i32),
         })
+    }
+
+    /// A tail publication the kernel answers ENODEV (the device unbound
+    /// under the daemon) is the device gone; other errors there are device
+    /// errors.
+    #[test]
+    fn enodev_at_publish_is_the_device_gone() {
+        use nix::errno::Errno;
+        let publish = |errno: Errno| {
+            DaemonError::Ring(ConsumerError::Publish {
+                tail: 64,
+                source: std::io::Error::from_raw_os_error(errno as i32),
+            })
+        };
+        assert_eq!(for_error(&publish(Errno::ENODEV)), DEVICE_GONE);
+        assert_eq!(for_error(&publish(Errno::EINVAL)), DEVICE);
+        assert_eq!(for_error(&publish(Errno::EIO)), DEVICE);
     }
 
     /// A full file system, a quota and a file size limit are one condition
