@@ -272,9 +272,7 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<
         );
     }
     let mut figures = Vec::new();
-    let all = JOBS
-        .iter()
-        .map(|j| (j, "ours", "qemu", QEMU_BASELINE));
+    let all = JOBS.iter().map(|j| (j, "ours", "qemu", QEMU_BASELINE));
     let cost = COST_JOBS.iter().map(|j| {
         (
             j,
