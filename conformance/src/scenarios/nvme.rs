@@ -361,13 +361,21 @@ fn resets(env: &Env) -> Result<Value> {
 }
 
 /// emu-device's start line names the producer that writes the ring
-/// (`serving an NVMe controller (tracing, c producer)`).
+/// (`serving an NVMe controller (tracing, c producer, timing none)`).
 fn log_says_producer(s: &NvmeSession, producer: ProducerKind) -> Result<bool> {
     let log = std::fs::read_to_string(s.run_dir.join("emu-device.log")).context("reading emu-device.log")?;
-    let wanted = format!(", {producer} producer)");
-    Ok(log
+    let wanted = format!("{producer} producer");
+    Ok(start_line_fields(&log).is_some_and(|f| f.iter().any(|x| *x == wanted)))
+}
+
+/// The comma-separated words in the parentheses of emu-device's start line
+/// (`serving an NVMe controller (PERSONALITY, P producer, timing T)`), in order.
+fn start_line_fields(log: &str) -> Option<Vec<&str>> {
+    let rest = log
         .lines()
-        .any(|l| l.contains("serving an NVMe controller (") && l.contains(&wanted)))
+        .find_map(|l| l.split_once("serving an NVMe controller (").map(|(_, r)| r))?;
+    let inside = rest.split_once(')')?.0;
+    Some(inside.split(',').map(str::trim).collect())
 }
 
 /// The HMB disabled and enabled again by the driver (sysfs `hmb`, Set
@@ -566,8 +574,9 @@ pub fn stock_driver_audit(kernel: Option<&str>, personality: hmb_nvme_trace::Per
     };
     nvme_guest::run(&tools, &cfg, &mut phases).context("the stock-driver guest run")?;
     let log = std::fs::read_to_string(run_dir.join("emu-device.log")).context("reading emu-device.log")?;
+    let personality_name = personality.to_string();
     ensure!(
-        log.contains(&format!("serving an NVMe controller ({personality})")),
+        start_line_fields(&log).and_then(|f| f.first().copied()) == Some(personality_name.as_str()),
         "emu-device did not run the {personality} personality (emu-device.log)"
     );
     let audit: Value = log
@@ -652,6 +661,13 @@ pub fn stock_driver_audit(kernel: Option<&str>, personality: hmb_nvme_trace::Per
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_start_line_fields_are_read_in_order() {
+        let log = "[x INFO hmb_emu_device::vfio_user::nvme] emu-device serving an NVMe controller (stock, c producer, timing none): vfio-user /s";
+        assert_eq!(start_line_fields(log), Some(vec!["stock", "c producer", "timing none"]));
+        assert_eq!(start_line_fields("no start line"), None);
+    }
 
     #[test]
     fn the_shared_bodies_are_the_nvme_ones() {
