@@ -147,7 +147,7 @@ fn note_u64(s: &NvmeSession, key: &str) -> Result<u64> {
 }
 
 /// The I/O loop ran and every round read back what it wrote.
-fn check_io(s: &NvmeSession) -> Result<()> {
+pub(super) fn check_io(s: &NvmeSession) -> Result<()> {
     ensure!(note_u64(s, "io_rounds")? > 0, "the I/O loop made no round");
     ensure!(
         note_u64(s, "io_failures")? == 0,

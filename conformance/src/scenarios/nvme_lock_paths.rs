@@ -15,6 +15,7 @@ use hmb_harness::nvme_session::{NvmeGuestOptions, NvmeSession};
 use hmb_trace_file::MappedTrace;
 use serde_json::{json, Value};
 
+use super::nvme::check_io;
 use crate::env::{Device, Env, FINISH};
 use crate::outcome::{daemon_error, kernel_log};
 
@@ -175,23 +176,4 @@ fn trace_records(s: &NvmeSession) -> Result<u64> {
         }
     }
     Ok(records)
-}
-
-fn note_u64(s: &NvmeSession, key: &str) -> Result<u64> {
-    s.notes()
-        .get(key)
-        .with_context(|| format!("the guest noted no {key}"))?
-        .trim()
-        .parse()
-        .with_context(|| format!("{key} is not a number"))
-}
-
-/// The I/O loop ran and every round read back what it wrote.
-fn check_io(s: &NvmeSession) -> Result<()> {
-    ensure!(note_u64(s, "io_rounds")? > 0, "the I/O loop made no round");
-    ensure!(
-        note_u64(s, "io_failures")? == 0,
-        "the I/O loop failed (see console.log)"
-    );
-    Ok(())
 }
