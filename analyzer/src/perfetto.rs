@@ -209,18 +209,25 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
         Ok(uuid)
     }
 
-    fn event(
+    /// The top-level track kept in `slot`, described on first use (tracks
+    /// appear in the file only once something is drawn on them).
+    fn track_in(
         &mut self,
-        ts: u64,
-        track: u64,
-        ty: EventType,
-        name: Option<&str>,
-        args: Vec<DebugAnnotation>,
-    ) -> std::io::Result<()> {
-        self.event_in_flow(ts, track, ty, name, args, FlowLink::None)
+        slot: impl Fn(&mut Self) -> &mut Option<u64>,
+        name: impl FnOnce(&Self) -> String,
+        counter: Option<&str>,
+    ) -> std::io::Result<u64> {
+        if let Some(t) = *slot(self) {
+            return Ok(t);
+        }
+        let name = name(self);
+        let t = self.new_track(&name, None, counter)?;
+        *slot(self) = Some(t);
+        Ok(t)
     }
 
-    fn event_in_flow(
+    /// A track event at `ts`, in `flow` (`FlowLink::None`: in no flow).
+    fn event(
         &mut self,
         ts: u64,
         track: u64,
@@ -250,11 +257,8 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
         let e = TrackEvent {
             r#type: Some(EventType::Counter as i32),
             track_uuid: Some(track),
-            name: None,
-            debug_annotations: Vec::new(),
             counter_value: Some(value),
-            flow_ids: Vec::new(),
-            terminating_flow_ids: Vec::new(),
+            ..TrackEvent::default()
         };
         self.summary.counter_values += 1;
         self.write(Some(ts), Data::TrackEvent(e))
@@ -360,15 +364,11 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
     }
 
     fn depth(&mut self, s: usize, delta: i64, ts: u64) -> std::io::Result<()> {
-        let track = match self.sources[s].depth_track {
-            Some(t) => t,
-            None => {
-                let name = format!("{} in flight", self.sources[s].name);
-                let t = self.new_track(&name, None, Some("commands"))?;
-                self.sources[s].depth_track = Some(t);
-                t
-            }
-        };
+        let track = self.track_in(
+            |w| &mut w.sources[s].depth_track,
+            |w| format!("{} in flight", w.sources[s].name),
+            Some("commands"),
+        )?;
         self.sources[s].in_flight += delta;
         let v = self.sources[s].in_flight;
         self.counter(ts, track, v)
@@ -395,38 +395,42 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
         let lane = &mut self.sources[s].lanes[l];
         lane.last_end = end;
         let uuid = lane.uuid;
-        self.event_in_flow(start, uuid, EventType::SliceBegin, Some(name), args, flow)?;
-        self.event(end, uuid, EventType::SliceEnd, None, Vec::new())?;
+        self.event(start, uuid, EventType::SliceBegin, Some(name), args, flow)?;
+        self.event(end, uuid, EventType::SliceEnd, None, Vec::new(), FlowLink::None)?;
         self.summary.slices += 1;
         Ok(true)
     }
 
     fn markers(&mut self) -> std::io::Result<u64> {
-        match self.markers_track {
-            Some(t) => Ok(t),
-            None => {
-                let t = self.new_track("trace.bin markers", None, None)?;
-                self.markers_track = Some(t);
-                Ok(t)
-            }
-        }
+        self.track_in(|w| &mut w.markers_track, |_| "trace.bin markers".into(), None)
     }
 
     fn marker(&mut self, name: &str, args: Vec<DebugAnnotation>) -> std::io::Result<()> {
         let t = self.markers()?;
         self.summary.instants += 1;
-        self.event(self.last_ts, t, EventType::Instant, Some(name), args)
+        self.event(self.last_ts, t, EventType::Instant, Some(name), args, FlowLink::None)
+    }
+
+    /// A LOST marker or a sequence gap: an instant on the markers track and
+    /// the running total of lost records.
+    fn loss(&mut self, name: &str, count: u64, first_seq: u64, epoch: u64) -> std::io::Result<()> {
+        self.marker(
+            name,
+            vec![
+                arg_u("count", count),
+                arg_u("first_seq", first_seq),
+                arg_u("epoch", epoch),
+            ],
+        )?;
+        self.lost(count)
     }
 
     fn lost(&mut self, count: u64) -> std::io::Result<()> {
-        let t = match self.lost_track {
-            Some(t) => t,
-            None => {
-                let t = self.new_track("lost records (total)", None, Some("records"))?;
-                self.lost_track = Some(t);
-                t
-            }
-        };
+        let t = self.track_in(
+            |w| &mut w.lost_track,
+            |_| "lost records (total)".into(),
+            Some("records"),
+        )?;
         self.lost_total += count;
         self.counter(self.last_ts, t, self.lost_total as i64)
     }
@@ -454,14 +458,7 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
     }
 
     fn rate_track(&mut self) -> std::io::Result<u64> {
-        match self.rate_track {
-            Some(t) => Ok(t),
-            None => {
-                let t = self.new_track("records/s", None, Some("records/s"))?;
-                self.rate_track = Some(t);
-                Ok(t)
-            }
-        }
+        self.track_in(|w| &mut w.rate_track, |_| "records/s".into(), Some("records/s"))
     }
 
     fn flush_bin(&mut self, start: u64) -> std::io::Result<()> {
@@ -501,15 +498,7 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
                 ..
             } => {
                 self.summary.lost_markers += 1;
-                self.marker(
-                    "LOST",
-                    vec![
-                        arg_u("count", count),
-                        arg_u("first_seq", first_seq),
-                        arg_u("epoch", epoch),
-                    ],
-                )?;
-                self.lost(count)?;
+                self.loss("LOST", count, first_seq, epoch)?;
             }
             Event::Gap {
                 epoch,
@@ -522,15 +511,7 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
                 if timestamp_ns > 0 {
                     self.last_ts = self.last_ts.max(timestamp_ns);
                 }
-                self.marker(
-                    "sequence gap",
-                    vec![
-                        arg_u("count", count),
-                        arg_u("first_seq", first_seq),
-                        arg_u("epoch", epoch),
-                    ],
-                )?;
-                self.lost(count)?;
+                self.loss("sequence gap", count, first_seq, epoch)?;
             }
             Event::Frozen {
                 epoch,
@@ -572,6 +553,7 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
                 EventType::Instant,
                 Some(&name),
                 vec![arg_u("seq", item.seq())],
+                FlowLink::None,
             );
         };
         if op.pccx.is_none() && is_ftl_record(op) {
@@ -598,7 +580,7 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
                     self.next_flow += 1;
                     self.next_flow
                 });
-                self.event_in_flow(
+                self.event(
                     ts,
                     uuid,
                     EventType::SliceBegin,
@@ -631,7 +613,7 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
                     lane.open = false;
                     lane.last_end = ts;
                     let uuid = lane.uuid;
-                    self.event_in_flow(ts, uuid, EventType::SliceEnd, None, fields(op, p, key), o.end_flow())?;
+                    self.event(ts, uuid, EventType::SliceEnd, None, fields(op, p, key), o.end_flow())?;
                     self.summary.slices += 1;
                     return self.depth(o.source, -1, ts);
                 }
@@ -689,16 +671,13 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
             let start = ts.saturating_add(start);
             self.span_in_flow(s, start, start.saturating_add(lat), &op.name, fields(op, p, &[]), flow)?
         } else {
-            let track = match self.ftl_track {
-                Some(t) => t,
-                None => {
-                    let t = self.new_track("FTL (map cache, GC, wear levelling)", None, None)?;
-                    self.ftl_track = Some(t);
-                    t
-                }
-            };
+            let track = self.track_in(
+                |w| &mut w.ftl_track,
+                |_| "FTL (map cache, GC, wear levelling)".into(),
+                None,
+            )?;
             self.summary.instants += 1;
-            self.event_in_flow(ts, track, EventType::Instant, Some(&op.name), fields(op, p, &[]), flow)?;
+            self.event(ts, track, EventType::Instant, Some(&op.name), fields(op, p, &[]), flow)?;
             true
         };
         if linked && flow != FlowLink::None {
@@ -746,7 +725,7 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
         lane.open = false;
         lane.last_end = ts;
         let uuid = lane.uuid;
-        self.event_in_flow(
+        self.event(
             ts,
             uuid,
             EventType::SliceEnd,
@@ -761,7 +740,14 @@ impl<'c, W: Write> PerfettoWriter<'c, W> {
     fn instant(&mut self, s: usize, ts: u64, op: &OpcodeEntry, p: &[u8]) -> std::io::Result<()> {
         let uuid = self.sources[s].uuid;
         self.summary.instants += 1;
-        self.event(ts, uuid, EventType::Instant, Some(&op.name), fields(op, p, &[]))
+        self.event(
+            ts,
+            uuid,
+            EventType::Instant,
+            Some(&op.name),
+            fields(op, p, &[]),
+            FlowLink::None,
+        )
     }
 
     /// Close what is open, write the last rate bin and flush.
