@@ -232,9 +232,11 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
         len as f64 / walk_s / 1e9
     );
     println!(
-        "ratio      stats / read = {:.2} wall, {:.2} per CPU-second",
+        "ratio      stats / read = {:.3} wall, {:.3} per CPU-second; accounting / read = {:.3} wall, {:.3} per CPU-second",
         best / read_bw,
-        best_cpu / read_cpu
+        best_cpu / read_cpu,
+        account_bw / read_bw,
+        account_cpu / read_cpu
     );
     bench_line(
         "analyzer_stats",

@@ -22,6 +22,7 @@
 //! and epoch starts, which [`Latency::merge`] replays in file order on the
 //! earlier part's state; docs/performance.md states the rule.
 
+mod hist;
 mod plan;
 #[cfg(test)]
 pub(crate) mod reference;
@@ -30,13 +31,13 @@ use std::ops::ControlFlow;
 
 use rustc_hash::FxHashMap;
 
-use hdrhistogram::Histogram;
 use hmb_trace_file::{FileHeader, Item};
 use serde::Serialize;
 
 use crate::catalog::{Catalog, MAX_PAIR_KEY};
 use crate::walk::{Event, Walker};
-use plan::{Action, Plans};
+use hist::Counts;
+use plan::{Action, KeyAt, Plans};
 
 /// Largest latency tracked (ns); above it values are clamped (≈ 18 min).
 const MAX_NS: u64 = 1 << 40;
@@ -98,10 +99,13 @@ struct Depth {
     max: Vec<u32>,
 }
 
-/// A histogram and the exact maximum of one series.
+/// The histogram and the exact maximum of one series. An overall series
+/// (source None) counts only the values no source series took (dropped
+/// past `MAX_SERIES`): its histogram is that plus its sources' (`hdr`),
+/// one count per value instead of two; its maximum is kept of every value.
 struct Series {
     key: Key,
-    hist: Histogram<u64>,
+    counts: Counts,
     max: u64,
 }
 
@@ -116,7 +120,7 @@ struct Slots {
 #[derive(Debug, Clone, Copy)]
 struct PairOp {
     ts: u64,
-    /// The key packed into 64 bits (`KeyAt::pack`).
+    /// The pair's one-word key (`KeyAt::read_word`).
     key: u64,
     source: u32,
     /// The action's index; `EPOCH` for an epoch start.
@@ -125,8 +129,34 @@ struct PairOp {
 
 const EPOCH: u16 = u16::MAX;
 
-/// The open pair of a key: begin timestamp, source, opcode.
+/// The open pair of a key: begin timestamp, source, the begin's action.
 type Open = (u64, u32, u16);
+
+/// The open pairs of one pair number, by key: one word where the pair's
+/// keys fit in one (`KeyAt::narrow`), else every key field.
+#[derive(Default)]
+struct OpenPairs {
+    narrow: FxHashMap<u64, Open>,
+    wide: FxHashMap<[u64; MAX_PAIR_KEY], Open>,
+}
+
+/// A pair key as its map holds it.
+#[derive(Clone, Copy)]
+enum PairKey {
+    Word(u64),
+    Wide([u64; MAX_PAIR_KEY]),
+}
+
+impl PairKey {
+    #[inline(always)]
+    fn read(key: &KeyAt, payload: &[u8]) -> Option<Self> {
+        if key.narrow {
+            key.read_word(payload).map(Self::Word)
+        } else {
+            key.read(payload).map(Self::Wide)
+        }
+    }
+}
 
 pub struct Latency<'c> {
     catalog: &'c Catalog,
@@ -137,12 +167,20 @@ pub struct Latency<'c> {
     /// `[action][measure]`.
     slots: Vec<[Slots; 2]>,
     pub series_dropped: u64,
-    /// Open pairs by (pair number, key).
-    open: FxHashMap<(u16, [u64; MAX_PAIR_KEY]), Open>,
+    /// Open pairs by pair number, then key.
+    open: Vec<OpenPairs>,
+    /// Open pairs of every number together (at most `MAX_OPEN`).
+    open_count: usize,
     depth: Vec<((u16, u32), Depth)>,
     depth_index: FxHashMap<(u16, u32), u32>,
+    /// `depth` index by begin action, then source below `DENSE_SOURCES`
+    /// (`NO_SERIES`: look in `depth_index`).
+    depth_slots: Vec<Vec<u32>>,
     first_ns: Option<u64>,
     bin_ns: u64,
+    /// The last bin found and its time range [lo, hi): timestamps mostly
+    /// stay in a bin, so most records skip the division.
+    bin_cache: (u64, u64, usize),
     /// A later part (`new_part`): pairs are logged, not matched.
     part: Option<PartLog>,
 }
@@ -159,6 +197,8 @@ impl<'c> Latency<'c> {
     pub fn new(catalog: &'c Catalog) -> Self {
         let plans = Plans::new(catalog);
         let slots = vec![[Slots::default(), Slots::default()]; plans.len()];
+        let open = (0..plans.pairs).map(|_| OpenPairs::default()).collect();
+        let depth_slots = vec![Vec::new(); plans.len()];
         Self {
             catalog,
             plans,
@@ -166,11 +206,14 @@ impl<'c> Latency<'c> {
             index: FxHashMap::default(),
             slots,
             series_dropped: 0,
-            open: FxHashMap::default(),
+            open,
+            open_count: 0,
             depth: Vec::new(),
             depth_index: FxHashMap::default(),
+            depth_slots,
             first_ns: None,
             bin_ns: FIRST_BIN_NS,
+            bin_cache: (1, 0, 0),
             part: None,
         }
     }
@@ -200,19 +243,22 @@ impl<'c> Latency<'c> {
         lat
     }
 
-    fn new_series(&mut self, key: Key, v: u64) -> Option<u32> {
-        let mut hist = Histogram::new_with_bounds(1, MAX_NS, 2).ok()?;
-        hist.saturating_record(v);
+    /// A new series whose first value is `v` (counted only when `count`).
+    fn new_series(&mut self, key: Key, v: u64, count: bool) -> u32 {
+        let mut counts = Counts::new();
+        if count {
+            counts.record(v);
+        }
         let i = self.series.len() as u32;
-        self.series.push(Series { key, hist, max: v });
+        self.series.push(Series { key, counts, max: v });
         self.index.insert(key, i);
-        Some(i)
+        i
     }
 
     #[inline(always)]
     fn add_to(&mut self, i: u32, v: u64) {
         let s = &mut self.series[i as usize];
-        s.hist.saturating_record(v);
+        s.counts.record(v);
         s.max = s.max.max(v);
     }
 
@@ -222,20 +268,22 @@ impl<'c> Latency<'c> {
     fn both(&mut self, action: usize, opcode: u16, m: Measure, source: u32, v: u64) {
         let v = v.clamp(1, MAX_NS);
         let mi = m as usize;
-        match self.slots[action][mi].overall {
-            Some(i) => self.add_to(i, v),
+        // The overall series' maximum here; its counts are its sources'
+        // (`hdr`) unless the source's value is dropped below.
+        let overall = match self.slots[action][mi].overall {
+            Some(i) => i,
             None => {
                 let key = (opcode, m, None);
                 let i = match self.index.get(&key) {
-                    Some(&i) => {
-                        self.add_to(i, v);
-                        Some(i)
-                    }
-                    None => self.new_series(key, v),
+                    Some(&i) => i,
+                    None => self.new_series(key, v, false),
                 };
-                self.slots[action][mi].overall = i;
+                self.slots[action][mi].overall = Some(i);
+                i
             }
-        }
+        };
+        let o = &mut self.series[overall as usize];
+        o.max = o.max.max(v);
         if source < DENSE_SOURCES {
             let i = self.slots[action][mi]
                 .by_source
@@ -255,12 +303,10 @@ impl<'c> Latency<'c> {
             }
             None if self.series.len() >= MAX_SERIES => {
                 self.series_dropped += 1;
+                self.series[overall as usize].counts.record(v);
                 return;
             }
-            None => match self.new_series(key, v) {
-                Some(i) => i,
-                None => return,
-            },
+            None => self.new_series(key, v, true),
         };
         if source < DENSE_SOURCES {
             let table = &mut self.slots[action][mi].by_source;
@@ -272,7 +318,16 @@ impl<'c> Latency<'c> {
     }
 
     /// The bin of `ts`, widening bins (pairwise max) until it fits.
+    #[inline(always)]
     fn bin(&mut self, ts: u64) -> usize {
+        let (lo, hi, b) = self.bin_cache;
+        if ts >= lo && ts < hi {
+            return b;
+        }
+        self.bin_slow(ts)
+    }
+
+    fn bin_slow(&mut self, ts: u64) -> usize {
         let first = *self.first_ns.get_or_insert(ts);
         let mut b = (ts.saturating_sub(first) / self.bin_ns) as usize;
         while b >= DEPTH_BINS {
@@ -283,15 +338,30 @@ impl<'c> Latency<'c> {
             }
             b = (ts.saturating_sub(first) / self.bin_ns) as usize;
         }
+        // Every ts in [lo, hi) gives `b` (and widens nothing) while bin_ns
+        // stays; a ts before `first` is not cached.
+        let lo = first.saturating_add(b as u64 * self.bin_ns);
+        self.bin_cache = (lo, lo.saturating_add(self.bin_ns), b);
         b
     }
 
-    fn depth_change(&mut self, opcode: u16, source: u32, ts: u64, up: bool) {
-        let b = self.bin(ts);
-        let key = (opcode, source);
+    /// The `depth` index of (the action's opcode, source), made while there
+    /// are fewer than `MAX_DEPTH_SOURCES`.
+    #[inline(always)]
+    fn depth_slot(&mut self, action: usize, source: u32) -> Option<usize> {
+        if let Some(&i) = self.depth_slots[action].get(source as usize) {
+            if i != NO_SERIES {
+                return Some(i as usize);
+            }
+        }
+        self.depth_slot_slow(action, source)
+    }
+
+    fn depth_slot_slow(&mut self, action: usize, source: u32) -> Option<usize> {
+        let key = (self.plans.action(action).0, source);
         let i = match self.depth_index.get(&key) {
             Some(&i) => i as usize,
-            None if self.depth.len() >= MAX_DEPTH_SOURCES => return,
+            None if self.depth.len() >= MAX_DEPTH_SOURCES => return None,
             None => {
                 self.depth_index.insert(key, self.depth.len() as u32);
                 self.depth.push((
@@ -303,6 +373,22 @@ impl<'c> Latency<'c> {
                 ));
                 self.depth.len() - 1
             }
+        };
+        if source < DENSE_SOURCES {
+            let table = &mut self.depth_slots[action];
+            if table.len() <= source as usize {
+                table.resize(source as usize + 1, NO_SERIES);
+            }
+            table[source as usize] = i as u32;
+        }
+        Some(i)
+    }
+
+    /// One pair more or less open for the begin `action`'s source.
+    fn depth_change(&mut self, action: usize, source: u32, ts: u64, up: bool) {
+        let b = self.bin(ts);
+        let Some(i) = self.depth_slot(action, source) else {
+            return;
         };
         let d = &mut self.depth[i].1;
         d.open = if up { d.open + 1 } else { d.open.saturating_sub(1) };
@@ -334,7 +420,11 @@ impl<'c> Latency<'c> {
 
     /// Pairs never span epochs: the ring restarted, nothing is open.
     fn epoch_start(&mut self) {
-        self.open.clear();
+        for o in &mut self.open {
+            o.narrow.clear();
+            o.wide.clear();
+        }
+        self.open_count = 0;
         self.depth.iter_mut().for_each(|(_, d)| d.open = 0);
     }
 
@@ -352,16 +442,17 @@ impl<'c> Latency<'c> {
             }
             Action::Begin { pair, key } => {
                 if let Some(log) = &mut self.part {
+                    // Logged only when every key is narrow (`new_part`).
                     log_op(log, item.offset, || {
-                        key.read(p).map(|k| PairOp {
+                        key.read_word(p).map(|k| PairOp {
                             ts: item.timestamp_ns(),
-                            key: key.pack(&k),
+                            key: k,
                             source: item.source(),
                             action: ai as u16,
                         })
                     });
-                } else if let Some(k) = key.read(p) {
-                    self.begin(opcode, pair, k, item.timestamp_ns(), item.source());
+                } else if let Some(k) = PairKey::read(&key, p) {
+                    self.begin(ai, pair, k, item.timestamp_ns(), item.source());
                 }
             }
             Action::End { pair, key, duration } => {
@@ -370,30 +461,48 @@ impl<'c> Latency<'c> {
                 }
                 if let Some(log) = &mut self.part {
                     log_op(log, item.offset, || {
-                        key.read(p).map(|k| PairOp {
+                        key.read_word(p).map(|k| PairOp {
                             ts: item.timestamp_ns(),
-                            key: key.pack(&k),
+                            key: k,
                             source: item.source(),
                             action: ai as u16,
                         })
                     });
-                } else if let Some(k) = key.read(p) {
+                } else if let Some(k) = PairKey::read(&key, p) {
                     self.end(ai, opcode, pair, k, item.timestamp_ns());
                 }
             }
         }
     }
 
-    fn begin(&mut self, opcode: u16, pair: u16, k: [u64; MAX_PAIR_KEY], ts: u64, source: u32) {
-        if self.open.len() < MAX_OPEN && self.open.insert((pair, k), (ts, source, opcode)).is_none() {
-            self.depth_change(opcode, source, ts, true);
+    /// A begin of `action` opens `pair` at `k` (a begin whose key is open
+    /// replaces it), while fewer than `MAX_OPEN` pairs are open.
+    fn begin(&mut self, action: usize, pair: u16, k: PairKey, ts: u64, source: u32) {
+        if self.open_count >= MAX_OPEN {
+            return;
+        }
+        let open = &mut self.open[pair as usize];
+        let v = (ts, source, action as u16);
+        let new = match k {
+            PairKey::Word(w) => open.narrow.insert(w, v).is_none(),
+            PairKey::Wide(k) => open.wide.insert(k, v).is_none(),
+        };
+        if new {
+            self.open_count += 1;
+            self.depth_change(action, source, ts, true);
         }
     }
 
-    fn end(&mut self, action: usize, opcode: u16, pair: u16, k: [u64; MAX_PAIR_KEY], ts: u64) {
-        if let Some((begin, source, begin_op)) = self.open.remove(&(pair, k)) {
+    fn end(&mut self, action: usize, opcode: u16, pair: u16, k: PairKey, ts: u64) {
+        let open = &mut self.open[pair as usize];
+        let found = match k {
+            PairKey::Word(w) => open.narrow.remove(&w),
+            PairKey::Wide(k) => open.wide.remove(&k),
+        };
+        if let Some((begin, source, begin_action)) = found {
+            self.open_count -= 1;
             self.both(action, opcode, Measure::Paired, source, ts.saturating_sub(begin));
-            self.depth_change(begin_op, source, ts, false);
+            self.depth_change(begin_action as usize, source, ts, false);
         }
     }
 
@@ -423,10 +532,11 @@ impl<'c> Latency<'c> {
                 self.epoch_start();
                 continue;
             }
-            let (opcode, &action) = self.plans.action(op.action as usize);
+            let ai = op.action as usize;
+            let (opcode, &action) = self.plans.action(ai);
             match action {
-                Action::Begin { pair, key } => self.begin(opcode, pair, key.unpack(op.key), op.ts, op.source),
-                Action::End { pair, key, .. } => self.end(op.action as usize, opcode, pair, key.unpack(op.key), op.ts),
+                Action::Begin { pair, .. } => self.begin(ai, pair, PairKey::Word(op.key), op.ts, op.source),
+                Action::End { pair, .. } => self.end(ai, opcode, pair, PairKey::Word(op.key), op.ts),
                 Action::Span { .. } => {}
             }
         }
@@ -442,8 +552,7 @@ impl<'c> Latency<'c> {
             match self.index.get(&s.key) {
                 Some(&i) => {
                     let mine = &mut self.series[i as usize];
-                    // Same bounds and precision: cannot fail.
-                    let _ = mine.hist.add(&s.hist);
+                    mine.counts.add(&s.counts);
                     mine.max = mine.max.max(s.max);
                 }
                 None => {
@@ -484,12 +593,12 @@ impl<'c> Latency<'c> {
         };
         match action {
             Action::Begin { pair, key } => {
-                if let Some(k) = key.read(item.payload) {
-                    self.begin(opcode, pair, k, item.timestamp_ns(), item.source());
+                if let Some(k) = PairKey::read(&key, item.payload) {
+                    self.begin(ai, pair, k, item.timestamp_ns(), item.source());
                 }
             }
             Action::End { pair, key, .. } => {
-                if let Some(k) = key.read(item.payload) {
+                if let Some(k) = PairKey::read(&key, item.payload) {
                     self.end(ai, opcode, pair, k, item.timestamp_ns());
                 }
             }
@@ -514,13 +623,28 @@ impl<'c> Latency<'c> {
         lat
     }
 
+    /// The histogram of series `s`: for an overall series its own counts
+    /// and those of every source series of its (opcode, measure).
+    fn hdr(&self, s: &Series) -> hdrhistogram::Histogram<u64> {
+        if s.key.2.is_some() {
+            return s.counts.to_hdr();
+        }
+        let mut all = s.counts.clone();
+        for t in &self.series {
+            if (t.key.0, t.key.1) == (s.key.0, s.key.1) && t.key.2.is_some() {
+                all.add(&t.counts);
+            }
+        }
+        all.to_hdr()
+    }
+
     /// Rows sorted by opcode, measure, then overall before per source.
     pub fn percentiles(&self) -> Vec<Percentiles> {
         let mut rows: Vec<&Series> = self.series.iter().collect();
         rows.sort_by_key(|s| (s.key.0, s.key.1, s.key.2.map_or(0, |x| x as u64 + 1)));
         rows.into_iter()
             .map(|s| {
-                let (k, h) = (s.key, &s.hist);
+                let (k, h) = (s.key, &self.hdr(s));
                 Percentiles {
                     opcode: k.0,
                     name: self.catalog.name(k.0),
@@ -559,8 +683,7 @@ impl<'c> Latency<'c> {
         let Some(&i) = self.index.get(&(opcode, m, None)) else {
             return Vec::new();
         };
-        self.series[i as usize]
-            .hist
+        self.hdr(&self.series[i as usize])
             .iter_log(1, 2.0)
             .map(|v| (v.value_iterated_to(), v.count_since_last_iteration()))
             .collect()

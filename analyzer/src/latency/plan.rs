@@ -27,12 +27,14 @@ impl FieldAt {
     /// `catalog::read_field`.
     #[inline(always)]
     pub(crate) fn read(self, payload: &[u8]) -> Option<u64> {
+        // A load of the field's own width (no copy of a variable length).
         let at = self.offset as usize;
-        let w = self.width as usize;
-        let b = payload.get(at..at + w)?;
-        let mut v = [0u8; 8];
-        v[..w].copy_from_slice(b);
-        Some(u64::from_le_bytes(v))
+        Some(match self.width {
+            1 => *payload.get(at)? as u64,
+            2 => u16::from_le_bytes(payload.get(at..at + 2)?.try_into().ok()?) as u64,
+            4 => u32::from_le_bytes(payload.get(at..at + 4)?.try_into().ok()?) as u64,
+            _ => u64::from_le_bytes(payload.get(at..at + 8)?.try_into().ok()?),
+        })
     }
 }
 
@@ -41,6 +43,11 @@ impl FieldAt {
 pub(crate) struct KeyAt {
     fields: [FieldAt; MAX_PAIR_KEY],
     len: u8,
+    /// Where each field goes in the pair's one-word key (`read_word`); set
+    /// by `Plans::new` from every begin and end of the pair.
+    shifts: [u8; MAX_PAIR_KEY],
+    /// The pair's key fits in one word.
+    pub(crate) narrow: bool,
 }
 
 impl KeyAt {
@@ -55,7 +62,23 @@ impl KeyAt {
         Some(Self {
             fields,
             len: names.len() as u8,
+            shifts: [0; MAX_PAIR_KEY],
+            narrow: false,
         })
+    }
+
+    /// The key as the pair's one word: each slot at its shift, which leaves
+    /// room for the widest field any begin or end of the pair has in that
+    /// slot, so a begin and an end with the same values (unused slots 0)
+    /// give the same word, and different values different words. Only for
+    /// a `narrow` key.
+    #[inline(always)]
+    pub(crate) fn read_word(&self, payload: &[u8]) -> Option<u64> {
+        let mut v = 0u64;
+        for (f, &shift) in self.fields[..self.len as usize].iter().zip(&self.shifts) {
+            v |= f.read(payload)? << shift;
+        }
+        Some(v)
     }
 
     /// The key's values (unused slots 0); None when the payload is too
@@ -67,35 +90,6 @@ impl KeyAt {
             *slot = f.read(payload)?;
         }
         Some(k)
-    }
-
-    /// Whether every key of this layout fits in 64 bits (the later part of
-    /// a split logs pair records with the key packed so).
-    pub(crate) fn packs(&self) -> bool {
-        self.fields[..self.len as usize]
-            .iter()
-            .map(|f| f.width as u32 * 8)
-            .sum::<u32>()
-            <= 64
-    }
-
-    pub(crate) fn pack(&self, k: &[u64; MAX_PAIR_KEY]) -> u64 {
-        let (mut v, mut shift) = (0u64, 0u32);
-        for (f, x) in self.fields[..self.len as usize].iter().zip(k) {
-            v |= x.checked_shl(shift).unwrap_or(0);
-            shift += f.width as u32 * 8;
-        }
-        v
-    }
-
-    pub(crate) fn unpack(&self, mut v: u64) -> [u64; MAX_PAIR_KEY] {
-        let mut k = [0u64; MAX_PAIR_KEY];
-        for (slot, f) in k.iter_mut().zip(&self.fields[..self.len as usize]) {
-            let bits = f.width as u32 * 8;
-            *slot = if bits == 64 { v } else { v & ((1u64 << bits) - 1) };
-            v = v.checked_shr(bits).unwrap_or(0);
-        }
-        k
     }
 }
 
@@ -120,8 +114,11 @@ pub(crate) struct Plans {
     by_opcode: Vec<u16>,
     /// (opcode, action).
     actions: Vec<(u16, Action)>,
-    /// Every pair key packs into 64 bits.
+    /// Every pair's key fits in one word (the later part of a split logs
+    /// its begin and end records with that word).
     pub(crate) keys_pack: bool,
+    /// Pairs (their numbers are below this).
+    pub(crate) pairs: usize,
 }
 
 impl Plans {
@@ -164,14 +161,38 @@ impl Plans {
                 }
             }
         }
+        let pairs = pairs.len();
+        // Each key slot of a pair as wide as the widest field any of its
+        // begins and ends has there.
+        let mut widths = vec![[0u32; MAX_PAIR_KEY]; pairs];
+        for (_, a) in &actions {
+            if let Action::Begin { pair, key } | Action::End { pair, key, .. } = a {
+                for (w, f) in widths[*pair as usize].iter_mut().zip(&key.fields[..key.len as usize]) {
+                    *w = (*w).max(f.width as u32 * 8);
+                }
+            }
+        }
+        for (_, a) in &mut actions {
+            if let Action::Begin { pair, key } | Action::End { pair, key, .. } = a {
+                let w = &widths[*pair as usize];
+                key.narrow = w.iter().sum::<u32>() <= 64;
+                let mut shift = 0u32;
+                for (slot, &width) in key.shifts.iter_mut().zip(w) {
+                    // Below 64 for every used slot of a narrow key.
+                    *slot = shift.min(63) as u8;
+                    shift += width;
+                }
+            }
+        }
         let keys_pack = actions.iter().all(|(_, a)| match a {
-            Action::Begin { key, .. } | Action::End { key, .. } => key.packs(),
+            Action::Begin { key, .. } | Action::End { key, .. } => key.narrow,
             Action::Span { .. } => true,
         });
         Self {
             by_opcode,
             actions,
             keys_pack,
+            pairs,
         }
     }
 
