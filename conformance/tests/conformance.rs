@@ -110,4 +110,5 @@ scenarios!(
     nvme_hostile_controller,
     nvme_rmmod_in_reset,
     nvme_reinit_in_reset,
+    nvme_big_ring,
 );

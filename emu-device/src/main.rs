@@ -138,6 +138,10 @@ struct ServeNvmeArgs {
     /// Smallest HMB the controller accepts (Identify HMMIN).
     #[arg(long, default_value = "4M", value_parser = parse_size)]
     hmb_minimum: String,
+    /// Most HMB descriptors the controller takes (Identify HMMAXD; 0 = no limit
+    /// reported). A 1 GiB trace ring in 4 MiB chunks needs more than the default.
+    #[arg(long, default_value_t = hmb_nvme::ControllerConfig::default().hmmaxd)]
+    hmb_max_descriptors: u16,
     /// Keep serving after QEMU disconnects (the next QEMU finds the same
     /// controller and data).
     #[arg(long)]
@@ -357,6 +361,7 @@ fn serve_nvme(args: ServeNvmeArgs) -> Result<()> {
         backing: args.backing,
         hmb_preferred: args.hmb_preferred.parse()?,
         hmb_minimum: args.hmb_minimum.parse()?,
+        hmb_max_descriptors: args.hmb_max_descriptors,
         keep_serving: args.stay_after_disconnect,
         personality: args.personality,
         producer: args.producer,

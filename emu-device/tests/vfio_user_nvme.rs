@@ -54,6 +54,7 @@ impl Device {
             backing: None,
             hmb_preferred: 8 << 20,
             hmb_minimum: 4 << 20,
+            hmb_max_descriptors: hmb_nvme::ControllerConfig::default().hmmaxd,
             keep_serving: true,
             personality,
             producer: Default::default(),

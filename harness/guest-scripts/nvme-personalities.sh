@@ -6,8 +6,11 @@
 # checkpoint, wait_live and note, and the script's fail.
 # Set by the host before it:
 #   TRACE_MODULE    nvme-hmb-trace.ko's guest path
-#   PERSONA_PHASES  "personality driver" pairs, one per line (driver: the
-#                   module's file name in $SHARE/mods without .ko)
+#   PERSONA_PHASES  "personality driver paths" lines, one a load (driver:
+#                   the module's file name in $SHARE/mods without .ko;
+#                   paths: how the load loses and regains its HMB, comma-
+#                   separated, always "reset" first, then "fatal", "rebind")
+#   PERSONA_IO_TIMEOUT_MS  the namespace's I/O timeout for the fatal path
 #   PERSONA_END     the last checkpoint's name
 
 # trace_devices PERSONALITY: how many trace devices the module made.
@@ -17,8 +20,33 @@ trace_devices() {
     note "persona-$1-trace-devices" "$(ls /sys/class/nvme-hmb-trace | wc -l)"
 }
 
-# persona PERSONALITY DRIVER: one load of DRIVER on the controller the host
-# made PERSONALITY.
+# persona_fatal PERSONALITY DRIVER: the host fails the controller
+# (CSTS.CFS) at the checkpoint; the next read is never fetched; at its
+# timeout the driver finds CFS, resets (the same HMB back with MR=1) and
+# retries the read.
+persona_fatal() {
+    echo "$PERSONA_IO_TIMEOUT_MS" > /sys/block/nvme0n1/queue/io_timeout || fail "$1: io_timeout"
+    checkpoint "persona-$1-$2-fatal"
+    dd if=/dev/nvme0n1 of=/dev/null bs=4096 count=64 iflag=direct 2>/dev/null || fail "$1: read across the controller failure"
+    wait_live
+    dd if=/dev/nvme0n1 of=/dev/null bs=4096 count=64 iflag=direct 2>/dev/null || fail "$1: reads after the recovery"
+}
+
+# persona_rebind PERSONALITY DRIVER: the driver's unbind (it shuts the
+# controller down and frees the HMB) and bind (a new HMB, MR=0).
+persona_rebind() {
+    checkpoint "persona-$1-$2-rebind"
+    bdf=$(basename "$(readlink /sys/class/nvme/nvme0/device)")
+    echo "$bdf" > /sys/bus/pci/drivers/nvme/unbind || fail "$1: unbind $bdf"
+    [ ! -e /dev/nvme0n1 ] || fail "$1: /dev/nvme0n1 still there after the unbind"
+    echo "$bdf" > /sys/bus/pci/drivers/nvme/bind || fail "$1: bind $bdf"
+    wait_ctrl "$bdf"
+    [ "$ctrl" = nvme0 ] || fail "$1: the controller came back as $ctrl, not nvme0"
+    dd if=/dev/nvme0n1 of=/dev/null bs=4096 count=64 iflag=direct 2>/dev/null || fail "$1: reads after the bind"
+}
+
+# persona PERSONALITY DRIVER PATHS: one load of DRIVER on the controller the
+# host made PERSONALITY, losing and regaining the HMB by each of PATHS.
 persona() {
     checkpoint "persona-$1-$2"
     n0=$(dmesg | wc -l)
@@ -55,6 +83,14 @@ persona() {
         echo 1 > /sys/class/nvme/nvme0/reset_controller || fail "$1: reset_controller"
         wait_live
         dd if=/dev/nvme0n1 of=/dev/null bs=4096 count=64 iflag=direct 2>/dev/null || fail "$1: reads after the reset"
+        for path in $(echo "$3" | tr , ' '); do
+            case $path in
+                reset) ;;
+                fatal) persona_fatal "$1" "$2" ;;
+                rebind) persona_rebind "$1" "$2" ;;
+                *) fail "$1: unknown path $path" ;;
+            esac
+        done
         if [ "$2" = nvme ]; then
             insmod "$TRACE_MODULE" || fail "$1: insmod nvme-hmb-trace.ko"
             trace_devices "$1"
@@ -67,9 +103,9 @@ persona() {
 
 # personas: every phase of PERSONA_PHASES, then the last checkpoint.
 personas() {
-    while read -r personality driver; do
+    while read -r personality driver paths; do
         [ -n "$personality" ] || continue
-        persona "$personality" "$driver" < /dev/null
+        persona "$personality" "$driver" "$paths" < /dev/null
     done <<PHASES
 $PERSONA_PHASES
 PHASES

@@ -35,6 +35,7 @@ pub mod images;
 pub mod interrupt;
 pub mod journal_truth;
 pub mod matrix;
+mod nvme_audit_paths;
 pub mod nvme_cli;
 pub mod nvme_guest;
 pub mod nvme_personalities;

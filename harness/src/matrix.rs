@@ -125,7 +125,7 @@ pub const SCENARIOS: &[Scenario] = &[
     ),
     ivshmem_only(
         "big_ring",
-        "a 512 MiB ring; on nvme the ring is the driver's hmb_trace_kb inside the controller's HMB (16 MiB by default)",
+        "the module's ring_size on ivshmem; on nvme the ring is the series' slice of the HMB: nvme_big_ring",
     ),
     both("crash_safety"),
     ivshmem_only(
@@ -164,6 +164,7 @@ pub const SCENARIOS: &[Scenario] = &[
     nvme_only("nvme_hostile_controller", NO_CONTROLLER),
     nvme_only("nvme_rmmod_in_reset", NO_CONTROLLER),
     nvme_only("nvme_reinit_in_reset", NO_CONTROLLER),
+    nvme_only("nvme_big_ring", NO_CONTROLLER),
 ];
 
 pub fn find(name: &str) -> Option<&'static Scenario> {

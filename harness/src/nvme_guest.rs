@@ -403,6 +403,11 @@ fn start_guest(tools: &NvmeTools, cfg: &NvmeRunConfig, share: &Path, peer: bool)
         vm_cfg.devices.extend(args::intel_iommu());
         vm_cfg.extra_cmdline.push("intel_iommu=on".into());
     }
+    // A controller that prefers a larger HMB than serve-nvme's default
+    // (nvme_big_ring's 1 GiB ring) needs guest RAM for it besides the default.
+    if let Some(hmb) = cfg.controller.hmb_preferred {
+        vm_cfg.memory_mb = VmConfig::DEFAULT_MEMORY_MB + u32::try_from(hmb.div_ceil(1 << 20)).unwrap_or(u32::MAX);
+    }
     let first = FirstLine {
         what: "HMBT-INIT",
         marker: "HMBT-INIT",
@@ -657,21 +662,28 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
     );
     let dmesg = std::fs::read_to_string(cfg.run_dir.join(files::DMESG)).context("the guest wrote no dmesg")?;
     kernel_checks::verify_active(&dmesg, tools.image.has_kfence)?;
-    // The injected failure must be seen by the driver, and is the only
-    // trouble allowed.
-    let fatal_line = dmesg
-        .lines()
-        .find(|l| l.contains(FATAL_DRIVER_LINE))
-        .map(|l| l.split_once("] ").map_or(l, |(_, m)| m).to_string());
+    // The injected failures (this run's, and the personality phase's fatal
+    // path) must each be seen by the driver, and are the only trouble allowed.
+    let fatals = usize::from(cfg.inject_fatal)
+        + if cfg.trace {
+            crate::nvme_personalities::fatal_loads()
+        } else {
+            0
+        };
+    let fatal_lines: Vec<&str> = dmesg.lines().filter(|l| l.contains(FATAL_DRIVER_LINE)).collect();
     ensure!(
-        fatal_line.is_some() == cfg.inject_fatal,
-        "the driver's '{FATAL_DRIVER_LINE}' line is {} the kernel log",
-        if cfg.inject_fatal { "missing from" } else { "in" }
+        fatal_lines.len() == fatals,
+        "the driver's '{FATAL_DRIVER_LINE}' line is in the kernel log {} time(s), want {fatals} (one per injected failure)",
+        fatal_lines.len()
     );
+    let fatal_line = fatal_lines
+        .first()
+        .filter(|_| cfg.inject_fatal)
+        .map(|l| l.split_once("] ").map_or(*l, |(_, m)| m).to_string());
     // But for the stock reports tolerated in their exact shape (qemu::stock_reports).
     let trouble: Vec<String> = crate::qemu::stock_reports::untolerated_lines(&dmesg)
         .into_iter()
-        .filter(|l| is_trouble_line(l) && !(cfg.inject_fatal && l.contains(FATAL_DRIVER_LINE)))
+        .filter(|l| is_trouble_line(l) && !(fatals > 0 && l.contains(FATAL_DRIVER_LINE)))
         .collect();
     ensure!(
         trouble.is_empty(),

@@ -12,7 +12,14 @@
 //!   on the `stock` personality send the same Set Features 0Dh lists (size,
 //!   descriptor count, chunk sizes), no command with FID C0h and no vendor
 //!   feature, write nothing into the controller's HMB, and the series
-//!   reserves no slice (no `HMB trace slice` line, no trace device);
+//!   reserves no slice (no `HMB trace slice` line, no trace device). These
+//!   two loads take all three ways a driver loses and regains its HMB, each
+//!   judged on its own part of the audit (nvme_audit_paths.rs): the
+//!   `reset_controller`, then a device-side fatal status (the host sets
+//!   CSTS.CFS at a checkpoint; the read after it times out and the driver
+//!   resets), then the driver's unbind and bind (a new HMB, MR=0); the
+//!   series' Set Features 0Dh commands must equal the stock driver's path by
+//!   path;
 //! - `refusing-probe`: the advert is refused, the driver says so, no trace
 //!   device, and nothing is written into the HMB after the refusal (across
 //!   the reset too: issue 26 point 2);
@@ -45,13 +52,16 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use hmb_emu_device::control::Request;
+use hmb_emu_device::control::{Fault, Request};
 use hmb_nvme_trace::Personality;
 use serde_json::Value;
 
 use crate::emu::nvme::NvmeDevice;
 use crate::guest_script::Script;
+use crate::nvme_audit_paths::{self as paths, PathOutcome};
 use crate::qemu::Vm;
+
+pub use crate::nvme_audit_paths::Path as HmbPath;
 
 /// Which nvme.ko a phase loads: `$share/mods/<file>.ko`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,36 +86,48 @@ impl Driver {
 pub struct Phase {
     pub personality: Personality,
     pub driver: Driver,
+    /// The ways the load loses and regains its HMB, in order: always the
+    /// `reset_controller` first; the differential's loads take all three.
+    pub paths: &'static [HmbPath],
 }
+
+const RESET_ONLY: &[HmbPath] = &[HmbPath::Reset];
 
 pub const PHASES: [Phase; 7] = [
     Phase {
         personality: Personality::Stock,
         driver: Driver::Stock,
+        paths: paths::ALL,
     },
     Phase {
         personality: Personality::Stock,
         driver: Driver::Series,
+        paths: paths::ALL,
     },
     Phase {
         personality: Personality::RefusingProbe,
         driver: Driver::Series,
+        paths: RESET_ONLY,
     },
     Phase {
         personality: Personality::SmallHmb,
         driver: Driver::Series,
+        paths: RESET_ONLY,
     },
     Phase {
         personality: Personality::FewDescriptors,
         driver: Driver::Series,
+        paths: RESET_ONLY,
     },
     Phase {
         personality: Personality::BigChunks,
         driver: Driver::Series,
+        paths: RESET_ONLY,
     },
     Phase {
         personality: Personality::RefusingReinit,
         driver: Driver::Series,
+        paths: RESET_ONLY,
     },
 ];
 
@@ -124,6 +146,17 @@ impl Phase {
     pub fn name(&self) -> String {
         format!("persona-{}-{}", self.personality.name(), self.driver.file())
     }
+
+    /// The checkpoint where `path` (not the first) starts.
+    pub fn path_checkpoint(&self, path: HmbPath) -> String {
+        format!("{}-{}", self.name(), path.name())
+    }
+}
+
+/// How many loads take the fatal path: each leaves one
+/// `nvme_guest::FATAL_DRIVER_LINE` in the guest's kernel log.
+pub fn fatal_loads() -> usize {
+    PHASES.iter().filter(|p| p.paths.contains(&HmbPath::Fatal)).count()
 }
 
 /// The guest script's part (harness/guest-scripts/nvme-personalities.sh),
@@ -132,16 +165,24 @@ impl Phase {
 /// `peer_port`: the PCI address of the root port the second (stock)
 /// controller sits behind, or `None` without one (no pair phase).
 pub fn guest_script(script: Script, peer_port: Option<&str>) -> Script {
-    let phases: String = PHASES
-        .iter()
-        .map(|p| format!("{} {}\n", p.personality.name(), p.driver.file()))
-        .collect();
     script
-        .set("PERSONA_PHASES", phases)
+        .set("PERSONA_PHASES", phase_lines())
+        .set("PERSONA_IO_TIMEOUT_MS", crate::nvme_guest::FATAL_IO_TIMEOUT_S * 1000)
         .set("PERSONA_END", END)
         .set("PERSONA_PAIR", PAIR)
         .set("PEER_PORT", peer_port.unwrap_or_default())
         .file(&crate::guest_script::NVME_PERSONALITIES)
+}
+
+/// The script's phase lines: "personality driver path,path,...".
+fn phase_lines() -> String {
+    PHASES
+        .iter()
+        .map(|p| {
+            let paths: Vec<&str> = p.paths.iter().map(|x| x.name()).collect();
+            format!("{} {} {}\n", p.personality.name(), p.driver.file(), paths.join(","))
+        })
+        .collect()
 }
 
 /// What one phase left: the controller's audit and the guest's kernel log.
@@ -149,6 +190,8 @@ pub fn guest_script(script: Script, peer_port: Option<&str>) -> Script {
 pub struct PhaseAudit {
     pub phase: Phase,
     pub audit: Value,
+    /// The audit at the start of each path after the first.
+    pub marks: Vec<Value>,
 }
 
 /// The pair phase's two audits: the first controller (made `tracing`) and
@@ -179,46 +222,99 @@ fn audit(dev: &mut NvmeDevice, run_dir: &Path, name: &str) -> Result<Value> {
     Ok(audit)
 }
 
-/// Answer the guest's persona checkpoints: at each, take the audit of the
-/// load before (if any), make the controller the next personality, answer.
-/// At the pair checkpoint the first controller becomes `tracing`, and the
-/// second one's (`dev`'s peer) audit so far is taken: the guest kept it
-/// unbound, so no HMB may have been set on it.
+/// A checkpoint of the persona script, and what the host does there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// A load starts: audit the load before, switch the personality.
+    Phase(usize),
+    /// A path after the first starts within a load: audit so far; for the
+    /// fatal path, fail the controller (CSTS.CFS).
+    Path(usize, HmbPath),
+    Pair,
+    End,
+}
+
+/// Every checkpoint, in the script's order.
+fn stops() -> Vec<(String, Stop)> {
+    let mut out = Vec::new();
+    for (i, p) in PHASES.iter().enumerate() {
+        out.push((p.name(), Stop::Phase(i)));
+        out.extend(
+            p.paths
+                .iter()
+                .skip(1)
+                .map(|&x| (p.path_checkpoint(x), Stop::Path(i, x))),
+        );
+    }
+    out.push((PAIR.to_string(), Stop::Pair));
+    out.push((END.to_string(), Stop::End));
+    out
+}
+
+/// Answer the guest's persona checkpoints: at a load's, take the audit of
+/// the load before (if any), make the controller the next personality,
+/// answer; at a path's, take the audit so far (and for the fatal path set
+/// CSTS.CFS, checked in the controller's status). At the pair checkpoint
+/// the first controller becomes `tracing`, and the second one's (`dev`'s
+/// peer) audit so far is taken: the guest kept it unbound, so no HMB may
+/// have been set on it.
 pub fn serve(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, run_dir: &Path) -> Result<Audits> {
     let mut phases = Vec::new();
-    let names: Vec<String> = PHASES
-        .iter()
-        .map(Phase::name)
-        .chain([PAIR.to_string(), END.to_string()])
-        .collect();
+    let mut marks = Vec::new();
     let mut pair = None;
     let mut stock_before = None;
-    for (i, name) in names.iter().enumerate() {
-        crate::share_wait::wait_share_file(vm, share, name, PHASE_TIMEOUT, || dev.check_alive())
+    for (name, stop) in stops() {
+        crate::share_wait::wait_share_file(vm, share, &name, PHASE_TIMEOUT, || dev.check_alive())
             .with_context(|| format!("waiting for the guest at {name}"))?;
-        if let Some(phase) = i.checked_sub(1).and_then(|j| PHASES.get(j)) {
+        let ended = match stop {
+            Stop::Phase(i) => i.checked_sub(1),
+            Stop::Pair => Some(PHASES.len() - 1),
+            Stop::Path(..) | Stop::End => None,
+        };
+        if let Some(j) = ended {
+            let phase = PHASES[j];
             let audit = audit(dev, run_dir, &phase.name())?;
-            phases.push(PhaseAudit { phase: *phase, audit });
-        }
-        if let Some(next) = PHASES.get(i) {
-            dev.request(&Request::Personality {
-                personality: next.personality,
-            })
-            .with_context(|| format!("making the controller {}", next.personality))?;
-        } else if name == PAIR {
-            dev.request(&Request::Personality {
-                personality: Personality::Tracing,
-            })
-            .context("making the controller tracing for the pair phase")?;
-            stock_before = Some(audit(dev.peer_mut()?, run_dir, &format!("{PAIR}-stock-before"))?);
-        } else {
-            pair = Some(PairAudit {
-                tracing: audit(dev, run_dir, &format!("{PAIR}-tracing"))?,
-                stock: audit(dev.peer_mut()?, run_dir, &format!("{PAIR}-stock"))?,
-                stock_before: stock_before
-                    .take()
-                    .context("no audit of the stock controller before the pair")?,
+            phases.push(PhaseAudit {
+                phase,
+                audit,
+                marks: std::mem::take(&mut marks),
             });
+        }
+        match stop {
+            Stop::Phase(i) => {
+                let next = PHASES[i].personality;
+                dev.request(&Request::Personality { personality: next })
+                    .with_context(|| format!("making the controller {next}"))?;
+            }
+            Stop::Path(i, path) => {
+                marks.push(audit(
+                    dev,
+                    run_dir,
+                    &format!("{}-before", PHASES[i].path_checkpoint(path)),
+                )?);
+                if path == HmbPath::Fatal {
+                    dev.request(&Request::Inject(Fault::Reset))
+                        .context("failing the controller (CSTS.CFS)")?;
+                    crate::nvme_guest::check_failed(&dev.status()?)
+                        .with_context(|| format!("{name}: the injected failure"))?;
+                }
+            }
+            Stop::Pair => {
+                dev.request(&Request::Personality {
+                    personality: Personality::Tracing,
+                })
+                .context("making the controller tracing for the pair phase")?;
+                stock_before = Some(audit(dev.peer_mut()?, run_dir, &format!("{PAIR}-stock-before"))?);
+            }
+            Stop::End => {
+                pair = Some(PairAudit {
+                    tracing: audit(dev, run_dir, &format!("{PAIR}-tracing"))?,
+                    stock: audit(dev.peer_mut()?, run_dir, &format!("{PAIR}-stock"))?,
+                    stock_before: stock_before
+                        .take()
+                        .context("no audit of the stock controller before the pair")?,
+                });
+            }
         }
         std::fs::write(share.join(format!("{name}.ok")), b"")?;
     }
@@ -243,6 +339,8 @@ pub struct PhaseOutcome {
     pub violations: u64,
     /// The driver's line that says why there is no slice (or that there is one).
     pub driver_line: String,
+    /// Each way the load lost and regained its HMB, on its own part of the audit.
+    pub paths: Vec<PathOutcome>,
 }
 
 impl PhaseOutcome {
@@ -259,7 +357,20 @@ impl PhaseOutcome {
             self.mr_reenables,
             self.pages_checked,
             self.violations
-        )
+        ) + &self
+            .paths
+            .iter()
+            .map(|x| {
+                format!(
+                    "; {}: {} enable(s), {} with MR=1, {} pages checked, {} violations",
+                    x.path.name(),
+                    x.enables,
+                    x.mr_reenables,
+                    x.pages_checked,
+                    x.violations
+                )
+            })
+            .collect::<String>()
     }
 }
 
@@ -292,7 +403,8 @@ pub fn check(
     );
     let mut out = Vec::new();
     let mut stock_list = None;
-    for PhaseAudit { phase, audit } in audits {
+    let mut stock_paths = None;
+    for PhaseAudit { phase, audit, marks } in audits {
         let p = phase.personality;
         let name = phase.name();
         let log = std::fs::read_to_string(share.join(format!("{name}.log")))
@@ -310,9 +422,24 @@ pub fn check(
             lists.iter().all(|c| shape(c) == shape(probe)),
             "{name}: the list changed across the reset: {lists:?}"
         );
+        let segs =
+            paths::segments(phase.paths, marks, audit).with_context(|| format!("{name}: the audits of its paths"))?;
+        if p == Personality::Stock {
+            for seg in &segs {
+                seg.check(probe, &name)?;
+            }
+        } else {
+            ensure!(
+                lists.iter().skip(1).all(|c| c["returned"] == true) && u("mr_reenables")? >= 1,
+                "{name}: reset_controller did not give the same HMB back with MR=1: {audit}"
+            );
+        }
+        let fatals = log.matches(crate::nvme_guest::FATAL_DRIVER_LINE).count();
+        let want_fatals = usize::from(phase.paths.contains(&HmbPath::Fatal));
         ensure!(
-            lists.iter().skip(1).all(|c| c["returned"] == true) && u("mr_reenables")? >= 1,
-            "{name}: reset_controller did not give the same HMB back with MR=1: {audit}"
+            fatals == want_fatals,
+            "{name}: {fatals} '{}' lines in the load's kernel log, want {want_fatals}:\n{log}",
+            crate::nvme_guest::FATAL_DRIVER_LINE
         );
         ensure!(
             u("violations")? == 0,
@@ -376,14 +503,20 @@ pub fn check(
                     !slice && devices == 0,
                     "{name}: a trace slice on the stock personality:\n{log}"
                 );
-                match (phase.driver, &stock_list) {
-                    (Driver::Stock, _) => stock_list = Some(shape(probe)),
-                    (_, Some(stock)) => ensure!(
-                        *stock == shape(probe),
-                        "{name}: the series' list {:?} differs from the stock driver's {stock:?}",
-                        shape(probe)
-                    ),
-                    (_, None) => anyhow::bail!("the stock driver's phase must come first"),
+                match (phase.driver, &stock_list, &stock_paths) {
+                    (Driver::Stock, _, _) => {
+                        stock_list = Some(shape(probe));
+                        stock_paths = Some(segs.clone());
+                    }
+                    (_, Some(stock), Some(stock_segs)) => {
+                        ensure!(
+                            *stock == shape(probe),
+                            "{name}: the series' list {:?} differs from the stock driver's {stock:?}",
+                            shape(probe)
+                        );
+                        paths::same_commands(stock_segs, &segs, &name)?;
+                    }
+                    _ => anyhow::bail!("the stock driver's phase must come first"),
                 }
             }
             (_, Personality::RefusingProbe) => {
@@ -437,6 +570,7 @@ pub fn check(
                 .split_once("] ")
                 .map_or(driver_line.as_str(), |(_, m)| m)
                 .to_string(),
+            paths: segs.iter().map(paths::Segment::outcome).collect(),
         });
     }
     Ok(out)
@@ -608,11 +742,20 @@ mod tests {
         let script = guest_script(Script::new(), Some("0000:00:10.0")).build();
         // The phases, in order, as the "personality driver" lines the
         // script's personas reads, and its last checkpoint.
-        let lines: String = PHASES
-            .iter()
-            .map(|p| format!("{} {}\n", p.personality.name(), p.driver.file()))
-            .collect();
-        assert!(script.contains(&format!("PERSONA_PHASES='{lines}'")), "{script}");
+        assert!(
+            script.contains(&format!("PERSONA_PHASES='{}'", phase_lines())),
+            "{script}"
+        );
+        assert!(script.contains("PERSONA_PHASES='stock nvme-stock reset,fatal,rebind\nstock nvme reset,fatal,rebind\nrefusing-probe nvme reset\n"), "{script}");
+        // Every path checkpoint the host waits at is one the script makes.
+        for (name, _) in stops() {
+            assert!(name.starts_with("persona-"), "{name}");
+        }
+        assert!(
+            script.contains("checkpoint \"persona-$1-$2-fatal\"")
+                && script.contains("checkpoint \"persona-$1-$2-rebind\"")
+        );
+        assert_eq!(fatal_loads(), 2);
         assert!(script.contains("PERSONA_END='persona-end'"), "{script}");
         assert!(script.contains("checkpoint \"persona-$1-$2\""), "{script}");
         assert!(script.contains("checkpoint \"$PERSONA_END\""), "{script}");
@@ -638,8 +781,10 @@ mod tests {
             .collect();
         serde_json::json!({"set_features_0d": l, "c0h_received": c0h, "vendor_feature_commands": u64::from(c0h),
             "violations": violations, "first_violations": [], "mr_reenables": lists.len() as u64 - 1,
-            "pages_checked": 100})
+            "pages_checked": 100, "checks": lists.len() as u64 + 1, "set_features_0d_total": lists.len()})
     }
+
+    const FATAL_LOG: &str = "nvme nvme0: controller is down; will reset: CSTS=0x3, PCI_STATUS=0x10";
 
     /// The checks fail on what they exist for: a C0h or a different list on the stock
     /// personality, a host write, a slice on a controller whose limits leave no room.
@@ -651,7 +796,7 @@ mod tests {
         let mut good = Vec::new();
         for p in PHASES {
             let (log, list, c0h, devices) = match p.personality {
-                Personality::Stock => ("", (32 * m / 4, 8, m), false, 0),
+                Personality::Stock => (FATAL_LOG, (32 * m / 4, 8, m), false, 0),
                 Personality::RefusingProbe => (
                     "trace slice not adopted by the controller (2)\ntrace slice dead (2)",
                     (32 * m / 4, 13, m),
@@ -683,9 +828,14 @@ mod tests {
             if p.driver == Driver::Series {
                 results.insert(format!("persona-{}-trace-devices", p.personality), devices.to_string());
             }
+            let (marks, last) = match p.personality {
+                Personality::Stock => crate::nvme_audit_paths::tests::three_paths(list.0, list.1, list.2),
+                _ => (Vec::new(), audit(c0h, &[list, list], 0)),
+            };
             good.push(PhaseAudit {
                 phase: p,
-                audit: audit(c0h, &[list, list], 0),
+                audit: last,
+                marks,
             });
         }
         results.insert("persona-refusing-reinit-daemon-rc".into(), "10".into());
@@ -697,9 +847,27 @@ mod tests {
             check(&v, dir.path(), &results).unwrap_err().to_string()
         };
         let stock_list = (32 * m / 4, 8, m);
-        assert!(broken(1, audit(true, &[stock_list, stock_list], 0)).contains("vendor feature"));
-        let e = broken(1, audit(false, &[(4 * m, 4, m), (4 * m, 4, m)], 0));
+        let mut c0h = good[1].audit.clone();
+        c0h["c0h_received"] = true.into();
+        c0h["vendor_feature_commands"] = 1.into();
+        assert!(broken(1, c0h).contains("vendor feature"));
+        // The series with another list on every path.
+        let mut other = good.clone();
+        (other[1].marks, other[1].audit) = crate::nvme_audit_paths::tests::three_paths(4 * m, 4, m);
+        let e = check(&other, dir.path(), &results).unwrap_err().to_string();
         assert!(e.contains("differs"), "{e}");
+        // The series sends one more Set Features 0Dh (an EHM=0) at the unbind.
+        let mut extra = good.clone();
+        let cmds = extra[1].audit["set_features_0d"].as_array_mut().unwrap();
+        cmds.insert(3, crate::nvme_audit_paths::tests::cmd(false, false, false, 0, 0, 0));
+        extra[1].audit["set_features_0d_total"] = 5.into();
+        let e = check(&extra, dir.path(), &results).unwrap_err().to_string();
+        assert!(e.contains("rebind") && e.contains("differ"), "{e}");
+        // The driver never saw the fatal status (no line in the load's log).
+        std::fs::write(dir.path().join(format!("{}.log", PHASES[1].name())), "").unwrap();
+        let e = check(&good, dir.path(), &results).unwrap_err().to_string();
+        assert!(e.contains("want 1"), "{e}");
+        std::fs::write(dir.path().join(format!("{}.log", PHASES[1].name())), FATAL_LOG).unwrap();
         assert!(broken(2, audit(true, &[stock_list, stock_list], 3)).contains("wrote into"));
         assert!(broken(3, audit(false, &[(8 * m, 2, m), (8 * m, 2, m)], 0)).contains("limits"));
         let mut wedged = results.clone();
@@ -727,6 +895,7 @@ mod tests {
         let phases = vec![PhaseAudit {
             phase: PHASES[0],
             audit: audit(false, &[stock_list, stock_list], 0),
+            marks: Vec::new(),
         }];
         let good_log = "nvme-hmb-trace: no patched nvme driver loaded yet; attaching when one is\n\
                         nvme-hmb-trace: attached to the patched nvme driver\n\

@@ -86,6 +86,7 @@ pub fn run(env: &Env, name: &str) -> Result<Value> {
         "nvme_hostile_controller" => hostile_controller(env),
         "nvme_rmmod_in_reset" => super::nvme_lock_paths::rmmod_during_reset(env),
         "nvme_reinit_in_reset" => super::nvme_lock_paths::reinit_during_reset(env),
+        "nvme_big_ring" => super::nvme_big_ring::run(env),
         other => bail!("scenario {other:?} has no nvme version (see hmb_harness::matrix)"),
     }
 }

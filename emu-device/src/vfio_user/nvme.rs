@@ -107,6 +107,8 @@ pub struct NvmeServeOptions {
     /// Identify HMPRE / HMMIN in bytes.
     pub hmb_preferred: u64,
     pub hmb_minimum: u64,
+    /// Identify HMMAXD (0 = no limit reported).
+    pub hmb_max_descriptors: u16,
     /// Accept a new QEMU after one disconnects (default: exit then).
     pub keep_serving: bool,
     /// Which controller to be (hmb-nvme-trace's personality.rs): HMB limits and the
@@ -142,6 +144,7 @@ impl NvmeServeOptions {
             },
             hmpre_bytes: self.hmb_preferred,
             hmmin_bytes: self.hmb_minimum,
+            hmmaxd: self.hmb_max_descriptors,
             serial: self
                 .serial
                 .clone()

@@ -108,6 +108,20 @@ impl NvmeDevice {
             .arg("--producer")
             .arg(controller.producer.to_string())
             .args(controller.serial.map(|s| ["--serial", s]).into_iter().flatten())
+            .args(
+                controller
+                    .hmb_preferred
+                    .map(|b| ["--hmb-preferred".to_string(), b.to_string()])
+                    .into_iter()
+                    .flatten(),
+            )
+            .args(
+                controller
+                    .hmb_max_descriptors
+                    .map(|n| ["--hmb-max-descriptors".to_string(), n.to_string()])
+                    .into_iter()
+                    .flatten(),
+            )
             // serve-nvme reads these too: flags, not an inherited variable,
             // decide which controller a run gets.
             .env_remove("HMB_EMU_NVME_PERSONALITY")
@@ -196,4 +210,9 @@ pub struct ControllerOptions {
     /// controllers of one guest must differ, or Linux rejects the second
     /// as a duplicate controller of the same subsystem.
     pub serial: Option<&'static str>,
+    /// Identify HMPRE in bytes (serve-nvme's default, 32 MiB, when `None`).
+    /// The guest gets RAM for it on top of its default (nvme_guest).
+    pub hmb_preferred: Option<u64>,
+    /// Identify HMMAXD (serve-nvme's default, 256, when `None`).
+    pub hmb_max_descriptors: Option<u16>,
 }
