@@ -18,6 +18,40 @@ impl Outcome {
     }
 }
 
+/// A completion queue entry to post, and what the observer is told with it: one value
+/// that `doorbell.rs` posts and `timing.rs` holds until its modelled end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Completion {
+    pub(crate) cqid: u16,
+    pub(crate) sqid: u16,
+    pub(crate) cid: u16,
+    pub(crate) opcode: u8,
+    pub(crate) status: Status,
+    pub(crate) dw0: u32,
+    /// When the command was fetched (controller clock, ns).
+    pub(crate) t0: u64,
+    /// End of the command's modelled media work (ns; 0: none). Under the timing model the
+    /// completion is due then.
+    pub(crate) media_end: u64,
+}
+
+impl Completion {
+    /// An admin completion made outside its command's own run (an AER completed by an
+    /// event or aborted), at `t`, with no media work.
+    pub(crate) fn admin(cid: u16, opcode: u8, status: Status, dw0: u32, t: u64) -> Completion {
+        Completion {
+            cqid: 0,
+            sqid: 0,
+            cid,
+            opcode,
+            status,
+            dw0,
+            t0: t,
+            media_end: 0,
+        }
+    }
+}
+
 /// A 64-byte submission queue entry.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Sqe(pub [u32; 16]);

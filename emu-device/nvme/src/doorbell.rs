@@ -1,7 +1,7 @@
 //! Doorbells and queue processing: SQ tail writes run commands inline, CQ head writes free
 //! room, completions are posted with the phase tag last, async events complete held AERs.
 
-use crate::command::{Outcome, Sqe};
+use crate::command::{Completion, Outcome, Sqe};
 use crate::{dma, CompletionEvent, Controller, FetchEvent, Status};
 
 impl Controller {
@@ -101,7 +101,13 @@ impl Controller {
             self.masked_event_types |= 1 << (dw0 & 7);
             let cid = self.aers.remove(0);
             let t = self.now_ns();
-            self.post(0, 0, cid, crate::admin::OPC_ASYNC_EVENT, Status::SUCCESS, dw0, t, 0);
+            self.post(Completion::admin(
+                cid,
+                crate::admin::OPC_ASYNC_EVENT,
+                Status::SUCCESS,
+                dw0,
+                t,
+            ));
             self.raise(0);
         }
     }
@@ -188,7 +194,16 @@ impl Controller {
                 if !status.is_success() {
                     self.record_error(qid, &sqe, status);
                 }
-                let posted = self.complete_io(cqid, qid, &sqe, status, dw0, t0, media_end);
+                let posted = self.complete_io(Completion {
+                    cqid,
+                    sqid: qid,
+                    cid: sqe.cid(),
+                    opcode: sqe.opcode(),
+                    status,
+                    dw0,
+                    t0,
+                    media_end,
+                });
                 if posted && self.cqs[usize::from(cqid)].as_ref().is_some_and(|c| c.ien) {
                     to_raise = Some(cqid);
                 }
@@ -273,18 +288,17 @@ impl Controller {
     }
 
     /// Write a CQE: DW0..2 first, then DW3 (with the phase tag) with release ordering.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn post(
-        &mut self,
-        cqid: u16,
-        sqid: u16,
-        cid: u16,
-        opcode: u8,
-        status: Status,
-        dw0: u32,
-        t0: u64,
-        media_end: u64,
-    ) {
+    pub(crate) fn post(&mut self, c: Completion) {
+        let Completion {
+            cqid,
+            sqid,
+            cid,
+            opcode,
+            status,
+            dw0,
+            t0,
+            media_end,
+        } = c;
         let sq_head = self.sqs[usize::from(sqid)].as_ref().map_or(0, |s| s.head);
         let Some(cq) = self.cqs[usize::from(cqid)].as_mut() else {
             return;

@@ -15,8 +15,8 @@ use std::collections::BinaryHeap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::command::Sqe;
-use crate::{Controller, Status};
+use crate::command::Completion;
+use crate::Controller;
 
 /// How completions are timed (`serve-nvme --timing`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -54,25 +54,24 @@ impl std::str::FromStr for Timing {
 /// wakes its timer with it.
 pub type CompletionWaker = Arc<dyn Fn(u64) + Send + Sync>;
 
-/// A completion waiting for its modelled end.
+/// A completion waiting for its modelled end (`media_end`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Pending {
-    due_ns: u64,
     /// Order of deferral: completions due at once are posted in the order they ran.
     seq: u64,
-    cqid: u16,
-    sqid: u16,
-    cid: u16,
-    opcode: u8,
-    status: Status,
-    dw0: u32,
-    t0: u64,
+    completion: Completion,
+}
+
+impl Pending {
+    fn due_ns(&self) -> u64 {
+        self.completion.media_end
+    }
 }
 
 impl Ord for Pending {
     /// Earliest due first (BinaryHeap is a max-heap).
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (other.due_ns, other.seq).cmp(&(self.due_ns, self.seq))
+        (other.due_ns(), other.seq).cmp(&(self.due_ns(), self.seq))
     }
 }
 
@@ -97,42 +96,25 @@ impl Deferred {
 }
 
 impl Controller {
-    /// Post an I/O command's completion now, or hold it until `media_end` under the
+    /// Post an I/O command's completion now, or hold it until its `media_end` under the
     /// timing model. Returns whether it was posted (the caller raises the interrupt).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn complete_io(
-        &mut self,
-        cqid: u16,
-        sqid: u16,
-        sqe: &Sqe,
-        status: Status,
-        dw0: u32,
-        t0: u64,
-        media_end: u64,
-    ) -> bool {
+    pub(crate) fn complete_io(&mut self, c: Completion) -> bool {
         let now = self.now_ns();
-        if self.cfg.timing == Timing::None || sqid == 0 || media_end <= now {
-            self.post(cqid, sqid, sqe.cid(), sqe.opcode(), status, dw0, t0, media_end);
+        if self.cfg.timing == Timing::None || c.sqid == 0 || c.media_end <= now {
+            self.post(c);
             return true;
         }
-        if let Some(cq) = self.cqs[usize::from(cqid)].as_mut() {
+        if let Some(cq) = self.cqs[usize::from(c.cqid)].as_mut() {
             cq.reserved += 1;
         }
         self.deferred.seq += 1;
         self.deferred.heap.push(Pending {
-            due_ns: media_end,
             seq: self.deferred.seq,
-            cqid,
-            sqid,
-            cid: sqe.cid(),
-            opcode: sqe.opcode(),
-            status,
-            dw0,
-            t0,
+            completion: c,
         });
         self.counters.deferred_completions += 1;
         if let Some(w) = &self.deferred.waker {
-            w(media_end);
+            w(c.media_end);
         }
         false
     }
@@ -147,7 +129,7 @@ impl Controller {
         let now = self.now_ns();
         let mut raise = Vec::new();
         while let Some(p) = self.deferred.heap.peek().copied() {
-            if p.due_ns > now {
+            if p.due_ns() > now {
                 break;
             }
             self.deferred.heap.pop();
@@ -162,7 +144,7 @@ impl Controller {
     /// Time until the next deferred completion is due (zero if it is already).
     pub fn next_due(&self) -> Option<Duration> {
         let p = self.deferred.heap.peek()?;
-        Some(Duration::from_nanos(p.due_ns.saturating_sub(self.now_ns())))
+        Some(Duration::from_nanos(p.due_ns().saturating_sub(self.now_ns())))
     }
 
     /// Time completions from now on; to `None`, what the model holds is posted at once
@@ -190,14 +172,15 @@ impl Controller {
     }
 
     fn post_deferred(&mut self, p: Pending, raise: &mut Vec<u16>) {
-        let Some(cq) = self.cqs[usize::from(p.cqid)].as_mut() else {
+        let c = p.completion;
+        let Some(cq) = self.cqs[usize::from(c.cqid)].as_mut() else {
             return; // the queues went away (a reset cleared the heap too)
         };
         cq.reserved = cq.reserved.saturating_sub(1);
         let ien = cq.ien;
-        self.post(p.cqid, p.sqid, p.cid, p.opcode, p.status, p.dw0, p.t0, p.due_ns);
-        if ien && !raise.contains(&p.cqid) {
-            raise.push(p.cqid);
+        self.post(c);
+        if ien && !raise.contains(&c.cqid) {
+            raise.push(c.cqid);
         }
     }
 
@@ -206,10 +189,10 @@ impl Controller {
     pub(crate) fn post_deferred_of_sq(&mut self, sqid: u16) {
         let (mine, rest): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut self.deferred.heap)
             .into_iter()
-            .partition(|p| p.sqid == sqid);
+            .partition(|p| p.completion.sqid == sqid);
         self.deferred.heap = rest.into_iter().collect();
         let mut mine = mine;
-        mine.sort_by_key(|p| (p.due_ns, p.seq));
+        mine.sort_by_key(|p| (p.due_ns(), p.seq));
         let mut raise = Vec::new();
         for p in mine {
             self.post_deferred(p, &mut raise);

@@ -196,6 +196,24 @@ fn drive(guest: &mut Guest, opts: &Options, phases: &mut Phases) -> Result<Drive
             Duration::from_secs(900),
         )?;
         nvme_tools::inject_fatal(guest.nvme, guest.share, &opts.run_dir, nvme_tools::FATAL_TAG, 0)?;
+        // The guest's fio job across the HMB released and returned asks for
+        // the host's looks at the controller.
+        let mut looks = Vec::new();
+        for name in nvme_tools::HMB_ASKS {
+            let (ask, done) = nvme_tools::ask_files(name);
+            guest.wait_file(&ask, Duration::from_secs(600))?;
+            looks.push(nvme_tools::hmb_look(guest.nvme, &opts.run_dir, name)?);
+            std::fs::write(guest.share.join(done), b"")?;
+        }
+        let [(before, _), (released, _), (returned, audit)]: [(serde_json::Value, serde_json::Value); 3] =
+            looks.try_into().expect("one look per name");
+        let hmb = nvme_tools::check_hmb_toggle(&nvme_tools::HmbLooks {
+            before,
+            released,
+            returned,
+            audit,
+        })
+        .context("the map cache across the HMB released and returned under fio verify")?;
         guest.wait_file(nvme_tools::DONE, Duration::from_secs(900))?;
         let status = guest.nvme.status()?;
         std::fs::write(
@@ -204,6 +222,7 @@ fn drive(guest: &mut Guest, opts: &Options, phases: &mut Phases) -> Result<Drive
         )?;
         let dir = guest.share.join(nvme_tools::DIR);
         let mut tools = nvme_tools::check_outputs(&dir, &status)?;
+        tools.hmb_toggle = Some(hmb);
         let truth = guest.nvme.request(&hmb_emu_device::control::Request::GroundTruth)?;
         tools.assert_capture = Some(nvme_tools::check_assert_capture(&dir, &truth)?);
         let untraced = nvme_traced::untraced(&crate::journal_truth::journal_from_ground_truth(&truth)?)?;

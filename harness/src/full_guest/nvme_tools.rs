@@ -72,6 +72,35 @@ const RESET_AFTER_WRITES: u64 = 64;
 const FATAL_JOB_AT_MIB: u64 = 60;
 /// The tag of that failure's rendezvous files (`fatal_files`).
 pub const FATAL_TAG: &str = "tools";
+/// fio's verifying job across the HMB released (Set Features 0Dh EHM=0) and
+/// returned (EHM=1, MR=1, the driver's own list), both sent with nvme-cli's
+/// admin passthrough: where (MiB) and how much (8 MiB: about 6.8 s of
+/// writes at `RESET_JOB_WRITE_IOPS`, room for the host's three looks among
+/// them).
+const HMB_JOB_AT_MIB: u64 = 64;
+const HMB_JOB_MIB: u64 = 8;
+/// Its actions and after how many of its writes each is taken: the host
+/// looks at the controller (`ask-NAME`) with the map cache in the HMB, then
+/// after the release with the job still writing, then after the return.
+const HMB_ACTIONS: [(&str, u64); 5] = [
+    ("ask-hmb-before", 32),
+    ("hmb-off", 64),
+    ("ask-hmb-off", 96),
+    ("hmb-on", 128),
+    ("ask-hmb-on", 160),
+];
+/// The host's looks of that job, in order (`ask_files`).
+pub const HMB_ASKS: [&str; 3] = ["hmb-before", "hmb-off", "hmb-on"];
+/// fio's verifying job with trims: where and how much (MiB), the share of
+/// written blocks it trims, and after how many writes it trims a batch.
+/// At offset 0 (over the first fio job's range, already checked): Debian's
+/// fio 3.33 with `rw=randtrimwrite` and any `offset` other than 0 only
+/// trims (no write, nothing verified; seen in the guest and on a loop
+/// device), which `fio_trimmed` would refuse.
+const TRIM_JOB_AT_MIB: u64 = 0;
+const TRIM_JOB_MIB: u64 = 4;
+const TRIM_PERCENTAGE: u64 = 25;
+const TRIM_BACKLOG: u64 = 16;
 /// The random file the host reads back from the media with debugfs.
 const PROBE_FILE: &str = "data/r3";
 
@@ -101,6 +130,20 @@ pub fn guest_section(script: Script) -> Script {
         .set("RESET_JOB_WRITE_IOPS", RESET_JOB_WRITE_IOPS)
         .set("RESET_AFTER_WRITES", RESET_AFTER_WRITES)
         .set("FATAL_JOB_AT_MIB", FATAL_JOB_AT_MIB)
+        .set("HMB_JOB_AT_MIB", HMB_JOB_AT_MIB)
+        .set("HMB_JOB_MIB", HMB_JOB_MIB)
+        .set(
+            "HMB_ACTIONS",
+            HMB_ACTIONS
+                .iter()
+                .map(|(a, n)| format!("{a}:{n}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+        )
+        .set("TRIM_JOB_AT_MIB", TRIM_JOB_AT_MIB)
+        .set("TRIM_JOB_MIB", TRIM_JOB_MIB)
+        .set("TRIM_PERCENTAGE", TRIM_PERCENTAGE)
+        .set("TRIM_BACKLOG", TRIM_BACKLOG)
         .file(&guest_script::FULL_GUEST_NVME_TOOLS)
 }
 
@@ -120,6 +163,31 @@ pub struct ToolsOutcome {
     /// The Controller-Initiated log of the injected firmware assert
     /// ([`check_assert_capture`], set once the ground truth is in).
     pub assert_capture: Option<crate::nvme_telemetry::ControllerLogOutcome>,
+    /// The map cache across the HMB released and returned ([`check_hmb_toggle`],
+    /// set by the host's looks during that job).
+    pub hmb_toggle: Option<HmbToggleOutcome>,
+    /// fio's trim job: trims sent, of those the ones after their block's
+    /// write (read back as zeroes), guest seconds.
+    pub trims: u64,
+    pub trims_verified: u64,
+    pub trim_seconds: f64,
+    /// Guest seconds of the job across the HMB release and return.
+    pub hmb_seconds: f64,
+    /// Bytes `fstrim` discarded on the mounted file system.
+    pub fstrim_bytes: u64,
+}
+
+/// What the controller showed of its map cache while the guest's verifying
+/// job ran with the HMB released and then returned with MR=1.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HmbToggleOutcome {
+    /// Map cache slots: in the HMB before, in controller SRAM while released.
+    pub slots_in_hmb: u64,
+    pub slots_internal: u64,
+    /// Map pages read from NAND by the small internal cache while released.
+    pub map_page_reads_released: u64,
+    /// Slots the cache took over unread when the buffer came back (MR=1).
+    pub slots_reused: u64,
 }
 
 impl ToolsOutcome {
@@ -146,7 +214,16 @@ impl ToolsOutcome {
                 c.generation, c.records
             ),
             None => String::new(),
-        }
+        } + &match &self.hmb_toggle {
+            Some(h) => format!(
+                "; HMB released and returned under fio verify ({:.1} s): map cache {} slots in the HMB -> {} internal ({} map page reads) -> {} taken over with MR=1",
+                self.hmb_seconds, h.slots_in_hmb, h.slots_internal, h.map_page_reads_released, h.slots_reused
+            ),
+            None => String::new(),
+        } + &format!(
+            "; fio trim verify: {} trims, {} of written blocks read back as zeroes ({:.1} s); fstrim {} bytes",
+            self.trims, self.trims_verified, self.trim_seconds, self.fstrim_bytes
+        )
     }
 }
 
@@ -162,10 +239,115 @@ pub fn inject_firmware_assert(nvme: &mut crate::nvme_guest::NvmeDevice, share: &
     std::fs::write(share.join(ASSERTED), b"").context("writing the assert's file to the share")
 }
 
+/// The share's files of the guest's `ask_host NAME`: its request, and the
+/// host's answer.
+pub fn ask_files(name: &str) -> (String, String) {
+    (format!("nvme-{name}.ask"), format!("nvme-{name}.done"))
+}
+
 /// The share's files of the guest's `ask_fatal TAG`: its request, and the
 /// host's answer once CSTS.CFS is set.
 pub fn fatal_files(tag: &str) -> (String, String) {
-    (format!("nvme-fatal-{tag}.ask"), format!("nvme-fatal-{tag}.done"))
+    ask_files(&format!("fatal-{tag}"))
+}
+
+/// The controller's `status` at each of the host's looks during the HMB job
+/// (`HMB_ASKS`), and its `hmb-audit` at the last.
+pub struct HmbLooks {
+    pub before: Value,
+    pub released: Value,
+    pub returned: Value,
+    pub audit: Value,
+}
+
+/// One of the host's looks during the guest's HMB job (`HMB_ASKS`): the
+/// controller's `status` and `hmb-audit`, saved as `nvme-status-NAME.json`
+/// and `nvme-hmb-audit-NAME.json`.
+pub fn hmb_look(nvme: &mut crate::nvme_guest::NvmeDevice, run_dir: &Path, name: &str) -> Result<(Value, Value)> {
+    let status = nvme.status()?;
+    std::fs::write(
+        run_dir.join(format!("nvme-status-{name}.json")),
+        serde_json::to_string_pretty(&status)?,
+    )?;
+    let audit = nvme.request(&hmb_emu_device::control::Request::HmbAudit)?;
+    std::fs::write(
+        run_dir.join(format!("nvme-hmb-audit-{name}.json")),
+        serde_json::to_string_pretty(&audit)?,
+    )?;
+    Ok((status, audit))
+}
+
+fn bool_at(v: &Value, path: &str) -> Result<bool> {
+    v.pointer(path)
+        .and_then(Value::as_bool)
+        .with_context(|| format!("the controller's report has no {path}"))
+}
+
+/// The map cache left the HMB when the host released it, ran from the
+/// controller's internal slots (reading map pages from NAND) while the job
+/// went on writing, and came back when the same buffer was returned with
+/// MR=1, taking slots over unread; the HMB audit found no host write.
+pub fn check_hmb_toggle(l: &HmbLooks) -> Result<HmbToggleOutcome> {
+    const FTL: &str = "/controller/namespace/ftl";
+    let ftl = |v: &Value, k: &str| u64_at(v, &format!("{FTL}/{k}"));
+    let in_hmb = |v: &Value| bool_at(v, &format!("{FTL}/cache_in_hmb"));
+    let enabled = |v: &Value| bool_at(v, "/controller/hmb/enabled");
+    let count = |v: &Value, k: &str| u64_at(v, &format!("/controller/hmb/{k}"));
+    let (b, off, on) = (&l.before, &l.released, &l.returned);
+    let map_pages = ftl(b, "geometry/map_pages")?;
+    ensure!(
+        enabled(b)? && in_hmb(b)? && ftl(b, "cache_slots")? == map_pages,
+        "before the release: HMB enabled {}, map cache in the HMB {}, {} slots; want the whole map ({map_pages} pages) in the HMB",
+        enabled(b)?,
+        in_hmb(b)?,
+        ftl(b, "cache_slots")?
+    );
+    let internal = ftl(off, "cache_slots")?;
+    let reads_released = ftl(off, "map_page_reads")? - ftl(b, "map_page_reads")?.min(ftl(off, "map_page_reads")?);
+    ensure!(
+        !enabled(off)? && !in_hmb(off)? && internal < map_pages && count(off, "disables")? == count(b, "disables")? + 1,
+        "after Set Features 0Dh EHM=0: HMB enabled {}, map cache in the HMB {}, {internal} slots, disables {} -> {}; want the cache moved to fewer internal slots and one release",
+        enabled(off)?,
+        in_hmb(off)?,
+        count(b, "disables")?,
+        count(off, "disables")?
+    );
+    ensure!(
+        reads_released > 0,
+        "while the HMB was released the job's lookups read no map page from NAND: the map cache did not run from its internal slots"
+    );
+    let reused = ftl(on, "cache_slots_reused")? - ftl(off, "cache_slots_reused")?.min(ftl(on, "cache_slots_reused")?);
+    ensure!(
+        enabled(on)?
+            && bool_at(on, "/controller/hmb/returned")?
+            && count(on, "enables")? == count(off, "enables")? + 1
+            && on.pointer("/controller/hmb/descriptors") == b.pointer("/controller/hmb/descriptors"),
+        "after Set Features 0Dh EHM=1 MR=1 with the driver's list: HMB enabled {}, returned {}, enables {} -> {}, the same descriptors {}; want the same buffer back with MR=1",
+        enabled(on)?,
+        on.pointer("/controller/hmb/returned").unwrap_or(&Value::Null),
+        count(off, "enables")?,
+        count(on, "enables")?,
+        on.pointer("/controller/hmb/descriptors") == b.pointer("/controller/hmb/descriptors")
+    );
+    ensure!(
+        in_hmb(on)? && ftl(on, "cache_slots")? == map_pages && reused > 0,
+        "after the return: map cache in the HMB {}, {} slots, {reused} taken over; want the whole map back in the HMB and the unchanged slots taken over unread (MR=1)",
+        in_hmb(on)?,
+        ftl(on, "cache_slots")?
+    );
+    ensure!(
+        ftl(on, "cache_corruptions")? == ftl(b, "cache_corruptions")? && u64_at(&l.audit, "/violations")? == 0,
+        "the HMB audit reports {} host-write violations and the map cache {} -> {} corruptions: the host wrote into the HMB",
+        u64_at(&l.audit, "/violations")?,
+        ftl(b, "cache_corruptions")?,
+        ftl(on, "cache_corruptions")?
+    );
+    Ok(HmbToggleOutcome {
+        slots_in_hmb: map_pages,
+        slots_internal: internal,
+        map_page_reads_released: reads_released,
+        slots_reused: reused,
+    })
 }
 
 /// A device-side failure in the middle of a guest's verifying fio job:
@@ -292,11 +474,75 @@ pub(crate) fn fio_written(json: &str, want_bytes: u64) -> Result<u64> {
     Ok(written)
 }
 
+/// fio's JSON of the trim job (`randtrimwrite`: each block trimmed, then
+/// written; `trim_percentage`: a share of the written blocks trimmed again
+/// after `trim_backlog` writes): no error, `want_bytes` written and read
+/// back, and more trims than writes, so some written blocks were trimmed
+/// afterwards. fio's verify reads those back too and requires zeroes
+/// (`trim_verify_zero`); a crc32c check of them would fail, so the run
+/// passes only if they really read as zeroes. Returns the trims sent and,
+/// of those, the ones after their block's write (verified as zeroes).
+fn fio_trimmed(json: &str, want_bytes: u64) -> Result<(u64, u64)> {
+    fio_written(json, want_bytes)?;
+    let start = json.find('{').context("no JSON in fio's output")?;
+    let v: Value = serde_json::from_str(&json[start..]).context("fio's JSON")?;
+    let n = |p: &str| v.pointer(p).and_then(Value::as_u64).unwrap_or(0);
+    let (trims, writes) = (n("/jobs/0/trim/total_ios"), n("/jobs/0/write/total_ios"));
+    ensure!(
+        trims > writes,
+        "fio sent {trims} trims for {writes} writes: no written block was trimmed afterwards (trim_percentage)"
+    );
+    Ok((trims, trims - writes))
+}
+
+/// `fstrim -v`'s line `/mnt/nvme: 91.2 MiB (95633408 bytes) trimmed` -> the bytes.
+fn fstrim_bytes(line: &str) -> Result<u64> {
+    let inner = line
+        .split_once('(')
+        .and_then(|(_, r)| r.split_once(" bytes)"))
+        .with_context(|| format!("fstrim's answer has no '(N bytes)': {line}"))?
+        .0;
+    inner
+        .trim()
+        .parse()
+        .with_context(|| format!("fstrim's byte count: {line}"))
+}
+
 pub(crate) fn key_values(text: &str) -> std::collections::BTreeMap<String, String> {
     text.lines()
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
         .collect()
+}
+
+/// fio's verifying job `name` across `actions` (the guest's `fio_across`):
+/// every byte of its `mib` MiB written and verified, and each action taken
+/// while it was writing (after at least the action's count of its writes,
+/// before the last). Returns the bytes.
+fn job_across(
+    dir: &Path,
+    guest: &std::collections::BTreeMap<String, String>,
+    name: &str,
+    mib: u64,
+    what: &str,
+    actions: &[(&str, u64)],
+) -> Result<u64> {
+    let json = String::from_utf8_lossy(&read(dir, &format!("fio-{name}.json"))?).into_owned();
+    let job = fio_written(&json, mib << 20).with_context(|| format!("fio job across {what}"))?;
+    for (action, least) in actions {
+        let key = format!("{name}.{action}_after_writes");
+        let after: u64 = guest
+            .get(&key)
+            .with_context(|| format!("guest.txt has no {key}"))?
+            .parse()
+            .with_context(|| key.clone())?;
+        ensure!(
+            (*least..job / 4096).contains(&after),
+            "{name}: {action} came after {after} of the job's {} writes: not while it was writing",
+            job / 4096
+        );
+    }
+    Ok(job)
 }
 
 /// Check the tools' answers in `dir` against `status` (serve-nvme's
@@ -389,6 +635,20 @@ pub fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
             "the kernel's {q} is 0: it does not use the controller's DSM / Write Zeroes"
         );
     }
+
+    // Changed Namespace List (04h, OAES bit 8): 4096 bytes, no namespace
+    // changed (the one namespace never does).
+    let changed = read(dir, "log-04.bin")?;
+    ensure!(
+        changed.len() == 4096 && changed.iter().all(|&b| b == 0),
+        "get-log 04h gave {} bytes, {} of them non-zero; want 4096 zero bytes (no namespace changed)",
+        changed.len(),
+        changed.iter().filter(|&&b| b != 0).count()
+    );
+    ensure!(
+        le(&ctrl, 92, 4)? & 1 << 8 != 0,
+        "id-ctrl OAES lacks bit 8 (Namespace Attribute Notices) although log 04h is served"
+    );
 
     // Firmware Slot log: slot 1 active, holding the revision id-ctrl reports.
     let fw = read(dir, "fw-log.bin")?;
@@ -502,17 +762,30 @@ pub fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
         ("reset", "reset", "nvme reset"),
         ("fatal", "fatal-tools", "the Controller Fatal Status"),
     ] {
-        let json = String::from_utf8_lossy(&read(dir, &format!("fio-{name}.json"))?).into_owned();
-        let job = fio_written(&json, RESET_JOB_MIB << 20).with_context(|| format!("fio job across {what}"))?;
+        let job = job_across(dir, &guest, name, RESET_JOB_MIB, what, &[(action, RESET_AFTER_WRITES)])?;
         fio_bytes.push((name.to_string(), job));
-        let key = format!("{name}.{action}_after_writes");
-        let after: u64 = g(&key)?.parse().with_context(|| key.clone())?;
-        ensure!(
-            (RESET_AFTER_WRITES..job / 4096).contains(&after),
-            "{what} came after {after} of the job's {} writes: not while it was writing",
-            job / 4096
-        );
     }
+    // The job across the HMB released and returned: the same, for each of
+    // its Set Features and the host's looks.
+    let job = job_across(
+        dir,
+        &guest,
+        "hmb",
+        HMB_JOB_MIB,
+        "the HMB released and returned",
+        &HMB_ACTIONS,
+    )?;
+    fio_bytes.push(("hmb".to_string(), job));
+    let seconds = |k: &str| -> Result<f64> { g(k)?.parse().with_context(|| k.to_string()) };
+    let hmb_seconds = seconds("hmb.seconds")?;
+    // fio's trims: the trimmed blocks read back as zeroes (DLFEAT 001b), the
+    // rest as written; each trim one Dataset Management deallocate.
+    let json = String::from_utf8_lossy(&read(dir, "fio-trim.json")?).into_owned();
+    let (trims, trims_verified) = fio_trimmed(&json, TRIM_JOB_MIB << 20).context("fio trim job")?;
+    fio_bytes.push(("trim".to_string(), TRIM_JOB_MIB << 20));
+    let trim_seconds = seconds("trim.seconds")?;
+    let fstrim = fstrim_bytes(&g("fstrim")?)?;
+    ensure!(fstrim > 0, "fstrim discarded nothing on the new file system");
     // The failure counted once, and the controller running again with its HMB.
     let fatal_errors = u64_at(status, "/controller/counters/fatal_errors")?;
     ensure!(
@@ -555,8 +828,8 @@ pub fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
     );
     let deallocations = u64_at(status, "/controller/counters/deallocations")?;
     ensure!(
-        deallocations >= 3,
-        "the controller saw {deallocations} Dataset Management deallocations; nvme dsm, blkdiscard and mkfs.ext4 each send at least one"
+        deallocations >= 4 + trims,
+        "the controller saw {deallocations} Dataset Management deallocations; nvme dsm, blkdiscard, mkfs.ext4 and fstrim each send at least one, and fio sent {trims} trims"
     );
 
     // The kernel log: nothing but the one error asked for and the recoveries.
@@ -574,6 +847,12 @@ pub fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
         host_write_commands: last.host_write_commands,
         error_log_entries: last.error_log_entries,
         assert_capture: None,
+        hmb_toggle: None,
+        trims,
+        trims_verified,
+        trim_seconds,
+        hmb_seconds,
+        fstrim_bytes: fstrim,
     })
 }
 
@@ -710,6 +989,17 @@ mod tests {
         (dir, status)
     }
 
+    /// fio's JSON of a job that failed (EILSEQ: a verify error).
+    fn fio_error(b: &mut Vec<u8>) {
+        *b = String::from_utf8_lossy(b)
+            .replacen("\"error\" : 0", "\"error\" : 84", 1)
+            .into_bytes()
+    }
+
+    fn set_at(v: &mut Value, path: &str, x: Value) {
+        *v.pointer_mut(path).unwrap() = x;
+    }
+
     fn bump(v: &mut Value, path: &str, by: i64) {
         let x = v.pointer_mut(path).unwrap();
         *x = (x.as_i64().unwrap() + by).into();
@@ -805,17 +1095,9 @@ mod tests {
                     .replace("fatal.fatal-tools_after_writes=", "fatal.fatal-tools_after_writes=9")
                     .into_bytes()
             },
-            "the Controller Fatal Status came after",
+            "fatal-tools came after",
         );
-        alter(
-            "fio-fatal.json",
-            &|b| {
-                *b = String::from_utf8_lossy(b)
-                    .replacen("\"error\" : 0", "\"error\" : 84", 1)
-                    .into_bytes()
-            },
-            "across the Controller Fatal Status",
-        );
+        alter("fio-fatal.json", &fio_error, "across the Controller Fatal Status");
         // The recovery from the fatal status is missing from the kernel log.
         alter(
             "dmesg-nvme.txt",
@@ -841,6 +1123,33 @@ mod tests {
             },
             "sets the I/O queues up 0 times",
         );
+        alter("fio-trim.json", &fio_error, "fio trim job");
+        alter("fio-hmb.json", &fio_error, "across the HMB released and returned");
+        alter(
+            "guest.txt",
+            &|b| {
+                *b = String::from_utf8_lossy(b)
+                    .replace("hmb.hmb-on_after_writes=", "hmb.hmb-on_after_writes=9")
+                    .into_bytes()
+            },
+            "hmb-on came after",
+        );
+        alter(
+            "guest.txt",
+            &|b| {
+                let text: String = String::from_utf8_lossy(b)
+                    .lines()
+                    .map(|l| match l.starts_with("fstrim=") {
+                        true => "fstrim=/mnt/nvme: 0 B (0 bytes) trimmed\n".to_string(),
+                        false => format!("{l}\n"),
+                    })
+                    .collect();
+                *b = text.into_bytes();
+            },
+            "fstrim discarded nothing",
+        );
+        alter("log-04.bin", &|b| b[4] = 1, "get-log 04h");
+        alter("log-04.bin", &|b| b.truncate(512), "get-log 04h");
         alter("id-ns.bin", &|b| b[33] = 0, "DLFEAT");
         alter("id-ctrl.bin", &|b| b[520] = 0, "ONCS");
         alter("id-ctrl.bin", &|b| b[256] = 2, "OACS");
@@ -850,15 +1159,7 @@ mod tests {
             &|b| *b = b"get-feature:0x0d (Host Memory Buffer), Current value:0x00000000\n".to_vec(),
             "EHM is 0",
         );
-        alter(
-            "fio-qd1.json",
-            &|b| {
-                *b = String::from_utf8_lossy(b)
-                    .replacen("\"error\" : 0", "\"error\" : 84", 1)
-                    .into_bytes()
-            },
-            "fio job qd1",
-        );
+        alter("fio-qd1.json", &fio_error, "fio job qd1");
         alter(
             "list.json",
             &|b| *b = String::from_utf8_lossy(b).replace("134217728", "67108864").into_bytes(),
@@ -908,6 +1209,139 @@ mod tests {
         assert!(check_recoveries(&asked, &[], 3, 1).is_err());
     }
 
+    /// The three looks of an HMB job as a real run's status would show them:
+    /// the whole map in the HMB, then 4 internal slots with map pages read
+    /// from NAND, then the same buffer back with slots taken over.
+    fn hmb_looks() -> HmbLooks {
+        let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/full_guest/testdata");
+        let before: Value = serde_json::from_str(&std::fs::read_to_string(data.join(STATUS_FILE)).unwrap()).unwrap();
+        let set = set_at;
+        let mut released = before.clone();
+        set(&mut released, "/controller/hmb/enabled", false.into());
+        bump(&mut released, "/controller/hmb/disables", 1);
+        set(&mut released, "/controller/namespace/ftl/cache_in_hmb", false.into());
+        set(&mut released, "/controller/namespace/ftl/cache_slots", 4.into());
+        bump(&mut released, "/controller/namespace/ftl/map_page_reads", 2);
+        let mut returned = released.clone();
+        set(&mut returned, "/controller/hmb/enabled", true.into());
+        bump(&mut returned, "/controller/hmb/enables", 1);
+        set(&mut returned, "/controller/namespace/ftl/cache_in_hmb", true.into());
+        set(&mut returned, "/controller/namespace/ftl/cache_slots", 32.into());
+        bump(&mut returned, "/controller/namespace/ftl/cache_slots_reused", 30);
+        HmbLooks {
+            before,
+            released,
+            returned,
+            audit: serde_json::json!({"violations": 0}),
+        }
+    }
+
+    /// A real run's looks (host-integration on 6.1, 2026-12-05). That run
+    /// did not save the `hmb-audit` answer (its emu-device log has every
+    /// audit check "controller-private pages unchanged"), so the audit here
+    /// is the answer's one field the check reads, as that log says it was.
+    #[test]
+    fn a_real_runs_hmb_looks_pass() {
+        let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/full_guest/testdata");
+        let load =
+            |f: &str| -> Value { serde_json::from_str(&std::fs::read_to_string(data.join(f)).unwrap()).unwrap() };
+        let seen = check_hmb_toggle(&HmbLooks {
+            before: load("nvme-status-hmb-before.json"),
+            released: load("nvme-status-hmb-off.json"),
+            returned: load("nvme-status-hmb-on.json"),
+            audit: serde_json::json!({"violations": 0}),
+        })
+        .unwrap();
+        assert!(seen.slots_reused > 0 && seen.map_page_reads_released > 0, "{seen:?}");
+    }
+
+    #[test]
+    fn the_map_cache_must_leave_the_hmb_and_come_back_with_memory_return() {
+        let seen = check_hmb_toggle(&hmb_looks()).unwrap();
+        assert_eq!(
+            (
+                seen.slots_in_hmb,
+                seen.slots_internal,
+                seen.map_page_reads_released,
+                seen.slots_reused
+            ),
+            (32, 4, 2, 30)
+        );
+        /// An alteration of the looks, and what the failure must say.
+        type Case = (fn(&mut HmbLooks), &'static str);
+        let cases: [Case; 10] = [
+            (
+                |l| set_at(&mut l.before, "/controller/namespace/ftl/cache_in_hmb", false.into()),
+                "before the release",
+            ),
+            (
+                |l| set_at(&mut l.released, "/controller/hmb/enabled", true.into()),
+                "after Set Features 0Dh EHM=0",
+            ),
+            (
+                |l| set_at(&mut l.released, "/controller/namespace/ftl/cache_in_hmb", true.into()),
+                "after Set Features 0Dh EHM=0",
+            ),
+            (
+                |l| bump(&mut l.released, "/controller/namespace/ftl/map_page_reads", -2),
+                "read no map page",
+            ),
+            (
+                |l| set_at(&mut l.returned, "/controller/hmb/returned", false.into()),
+                "want the same buffer back with MR=1",
+            ),
+            (
+                |l| bump(&mut l.returned, "/controller/hmb/descriptors/0/addr", 4096),
+                "want the same buffer back with MR=1",
+            ),
+            (
+                |l| bump(&mut l.returned, "/controller/namespace/ftl/cache_slots_reused", -30),
+                "taken over unread",
+            ),
+            (
+                |l| set_at(&mut l.returned, "/controller/namespace/ftl/cache_in_hmb", false.into()),
+                "after the return",
+            ),
+            (
+                |l| l.audit = serde_json::json!({"violations": 1}),
+                "host-write violations",
+            ),
+            (
+                |l| bump(&mut l.returned, "/controller/namespace/ftl/cache_corruptions", 1),
+                "host-write violations",
+            ),
+        ];
+        for (alter, want) in cases {
+            let mut l = hmb_looks();
+            alter(&mut l);
+            let e = format!("{:#}", check_hmb_toggle(&l).unwrap_err());
+            assert!(e.contains(want), "{want}: {e}");
+        }
+    }
+
+    #[test]
+    fn fio_trims_and_fstrim_are_read_from_their_answers() {
+        let ok = r#"{"jobs":[{"error":0,"write":{"io_bytes":8192,"total_ios":2},"read":{"io_bytes":8192},"trim":{"io_bytes":12288,"total_ios":3}}]}"#;
+        assert_eq!(fio_trimmed(ok, 8192).unwrap(), (3, 1));
+        // Only the trims paired with the writes: nothing trimmed after it was written.
+        let paired = r#"{"jobs":[{"error":0,"write":{"io_bytes":8192,"total_ios":2},"read":{"io_bytes":8192},"trim":{"io_bytes":8192,"total_ios":2}}]}"#;
+        assert!(fio_trimmed(paired, 8192)
+            .unwrap_err()
+            .to_string()
+            .contains("trimmed afterwards"));
+        // Only trims, nothing written or verified (fio 3.33 with an offset).
+        let trims_only = r#"{"jobs":[{"error":0,"write":{"io_bytes":0,"total_ios":0},"read":{"io_bytes":0},"trim":{"io_bytes":8192,"total_ios":2}}]}"#;
+        assert!(fio_trimmed(trims_only, 8192).is_err());
+        // A trimmed block that did not read back as zeroes: fio's verify error.
+        let bad = r#"{"jobs":[{"error":84,"write":{"io_bytes":8192,"total_ios":2},"read":{"io_bytes":4096},"trim":{"io_bytes":12288,"total_ios":3}}]}"#;
+        assert!(fio_trimmed(bad, 8192).is_err());
+        assert_eq!(
+            fstrim_bytes("/mnt/nvme: 91.2 MiB (95633408 bytes) trimmed").unwrap(),
+            95_633_408
+        );
+        assert!(fstrim_bytes("fstrim: /mnt/nvme: the discard operation is not supported").is_err());
+    }
+
     #[test]
     fn the_section_gets_the_fio_jobs_and_the_ranges() {
         let s = guest_section(Script::new()).build();
@@ -929,6 +1363,13 @@ mod tests {
             "--data=/tmp/cmp-off",
             "reset) run nvme reset /dev/nvme0 ;;",
             "--controller-init --output-file=\"$out/$TELEMETRY_CONTROLLER\"",
+            "HMB_ACTIONS='ask-hmb-before:32 hmb-off:64 ask-hmb-off:96 hmb-on:128 ask-hmb-on:160'\n",
+            "hmb-on) hmb_set 3 ;;",
+            "--cdw10=0x0d --cdw11=\"$1\"",
+            "--trim_percentage=\"$TRIM_PERCENTAGE\" --trim_backlog=\"$TRIM_BACKLOG\" --trim_verify_zero=1",
+            "fstrim -v /mnt/nvme",
+            "nv log-04.bin get-log \"$ctrl\" --log-id=4 --log-len=4096 -b",
+            "nv write-zeroes.txt write-zeroes \"$ns\"",
         ] {
             assert!(s.contains(want), "{want} missing");
         }

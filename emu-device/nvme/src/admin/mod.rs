@@ -22,7 +22,7 @@ pub(crate) fn identify_nsid() -> u32 {
 use std::collections::HashMap;
 use std::time::Instant;
 
-use crate::command::{Outcome, Sqe, PAGE};
+use crate::command::{Completion, Outcome, Sqe, PAGE};
 use crate::{prp, Controller, Status};
 
 pub(crate) const OPC_DELETE_SQ: u8 = 0x00;
@@ -132,7 +132,7 @@ impl Controller {
             if let Some(i) = self.aers.iter().position(|&c| c == cid) {
                 self.aers.remove(i);
                 let t = self.now_ns();
-                self.post(0, 0, cid, OPC_ASYNC_EVENT, Status::ABORT_REQUESTED, 0, t, 0);
+                self.post(Completion::admin(cid, OPC_ASYNC_EVENT, Status::ABORT_REQUESTED, 0, t));
                 return Outcome::Complete(Status::SUCCESS, 0, 0);
             }
         }
