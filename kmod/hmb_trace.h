@@ -99,10 +99,10 @@ void hmb_trace_notify(struct hmb_trace_dev *td);
 
 /*
  * Detach: after this returns no ioctl, sysfs read or backend op touches the
- * slice and every user mapping the zap reached raises SIGBUS, so the glue
- * may unmap a device memory slice. (DMA memory stays until the core drops
- * its reference: mem_ops.) Open files see POLLHUP and -ENODEV. The glue
- * must have stopped calling hmb_trace_notify().
+ * slice and every user mapping of device memory raises SIGBUS, so the glue
+ * may unmap it. (DMA memory stays mapped, with its last contents, until the
+ * core drops its reference: mem_ops.) Open files see POLLHUP and -ENODEV.
+ * The glue must have stopped calling hmb_trace_notify().
  */
 void hmb_trace_unregister(struct hmb_trace_dev *td);
 /*

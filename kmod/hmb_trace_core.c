@@ -9,13 +9,17 @@
  * faults, the sampling worker).
  *
  * User mappings (docs/abi.md decision 11): the ring view is mapped one chunk
- * per mmap. A DMA slice's chunk is mapped by the glue through the DMA API
- * at mmap time (dma_mmap_coherent()); a device memory slice (a BAR) is one
- * chunk, mapped page by page at fault time. Removal zaps both; a later
- * access raises SIGBUS. A DMA mapping made by an mmap that raced removal is
- * linked after the zap and keeps the last contents: the core's reference
- * on the DMA memory is dropped only when the trace device is released,
- * after the last file and so after the last vma. Removal sets gone under the lock, so once
+ * per mmap. A device memory slice (a BAR) is one chunk, mapped page by page
+ * at fault time, and zapped at removal: the BAR goes with the device, so a
+ * later access raises SIGBUS. A DMA slice's chunk is mapped whole by the
+ * glue through the DMA API at mmap time (dma_mmap_coherent()) and is not
+ * zapped: the core's reference on the DMA memory is dropped only when the
+ * trace device is released, after the last file and so after the last vma,
+ * so a mapping keeps reading the slice's last contents after removal and
+ * never freed memory. (Zapping would not close the mmap/removal window, a
+ * vma is linked after ->mmap, and on 6.1-6.12 a zap of a remap_pfn_range()
+ * vma races the reader's own exit in x86 PAT's untrack_pfn(): both untrack
+ * the same vma, and the second finds no PTE and warns.) Removal sets gone under the lock, so once
  * hmb_trace_unregister() returns nothing but the interrupt handler (stopped
  * by the glue first) can reach the slice. User copies are done outside the
  * lock: a fault on the ring mapping itself takes the lock.
@@ -459,8 +463,8 @@ static long hmb_trace_ioctl(struct file *file, unsigned int cmd,
  * Device memory: pages are inserted on fault rather than at mmap time: a
  * fault checks gone under the lock, so no page can be mapped after removal
  * zapped the mapping (the vma is only linked into the address_space after
- * ->mmap). A DMA chunk was mapped whole at mmap time: a fault there comes
- * only after a zap (removal, refusal) and gets SIGBUS.
+ * ->mmap). A DMA chunk was mapped whole at mmap time and is never zapped:
+ * a fault there (after a reader's own madvise(), say) gets SIGBUS.
  */
 static vm_fault_t hmb_trace_fault(struct vm_fault *vmf)
 {
@@ -828,10 +832,21 @@ void hmb_trace_drain(struct hmb_trace_dev *td, unsigned int ms)
 }
 
 /*
+ * Device memory: remove every user mapping of the slice (the fault handler
+ * refills none once gone, refused or paused is set). DMA memory stays
+ * mapped: it lives as long as the mappings (see the top).
+ */
+static void hmb_trace_zap(struct hmb_trace_dev *td)
+{
+	if (!td->mem_ops)
+		unmap_mapping_range(td->inode->i_mapping, 0, 0, 1);
+}
+
+/*
  * The device refused the slice (its advert was not adopted): nothing of the
  * core touches it again, and the reader is told as on removal (POLLHUP,
- * -ENODEV, SIGBUS on the mapping) instead of waiting for records that never
- * come. The glue keeps the device registered until the slice is freed.
+ * -ENODEV, SIGBUS on a device memory mapping) instead of waiting for records
+ * that never come. The glue keeps the device registered until the slice is freed.
  */
 void hmb_trace_refused(struct hmb_trace_dev *td)
 {
@@ -839,7 +854,7 @@ void hmb_trace_refused(struct hmb_trace_dev *td)
 	td->refused = true;
 	mutex_unlock(&td->lock);
 	dev_warn(&td->dev, "the device refused the trace slice: reader detached\n");
-	unmap_mapping_range(td->inode->i_mapping, 0, 0, 1);
+	hmb_trace_zap(td);
 	wake_up_poll(&td->wq, EPOLLHUP | EPOLLERR);
 }
 
@@ -862,7 +877,7 @@ void hmb_trace_unregister(struct hmb_trace_dev *td)
 	cdev_device_del(&td->cdev, &td->dev);
 
 	/* Any page faulted in before gone was set goes now; later faults SIGBUS. */
-	unmap_mapping_range(td->inode->i_mapping, 0, 0, 1);
+	hmb_trace_zap(td);
 	cancel_delayed_work_sync(&td->sample_work);
 	dev_info(&td->dev, "removed%s\n",
 		 test_bit(HMB_TRACE_OPEN, &td->bits) ? " while open" : "");

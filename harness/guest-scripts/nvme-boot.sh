@@ -52,8 +52,9 @@ trace_removal() {
     done
     # The ring view's chunks (one mapping each, docs/abi.md decision 11):
     # a mapping that is not exactly one chunk is EINVAL; then, mapped,
-    # the controller unbound: SIGBUS on every page, the slice's DMA memory
-    # kept until the last mapping is gone; the controller bound again.
+    # the controller unbound: the mapping keeps the last contents, the
+    # slice's DMA memory is freed only after the last mapping is gone; the
+    # controller bound again.
     /bin/hmbtrace-test --chunks --remove unbind > /tmp/chunks.txt 2>&1 || { cat /tmp/chunks.txt; fail "chunk mapping"; }
     note chunk_view "$(grep -o 'ring view: .*' /tmp/chunks.txt)"
     wait_namespace
