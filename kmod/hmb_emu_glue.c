@@ -432,7 +432,7 @@ static void hmb_emu_unmap(struct hmb_emu *emu)
 
 static int hmb_emu_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 {
-	struct hmb_trace_slice slice;
+	struct hmb_trace_slice slice = { };
 	struct hmb_emu *emu;
 	bool irq_driven;
 	u64 epoch, map_len;

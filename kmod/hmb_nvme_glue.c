@@ -47,6 +47,10 @@ struct hmb_nvme {
 static int (*hmb_nvme_register_fn)(struct nvme_hmb_trace_client *client);
 static void (*hmb_nvme_unregister_fn)(struct nvme_hmb_trace_client *client);
 static int (*hmb_nvme_reinit_fn)(struct nvme_hmb_trace_slice *slice, u64 generation);
+static void (*hmb_nvme_mem_get_fn)(struct nvme_hmb_trace_mem *mem);
+static void (*hmb_nvme_mem_put_fn)(struct nvme_hmb_trace_mem *mem);
+static int (*hmb_nvme_mmap_fn)(struct nvme_hmb_trace_mem *mem, unsigned int index,
+			       struct vm_area_struct *vma);
 
 static int hmb_nvme_reinit(void *priv, u64 new_epoch)
 {
@@ -65,34 +69,70 @@ static const struct hmb_trace_backend_ops hmb_nvme_ops = {
 	.reinit = hmb_nvme_reinit,
 };
 
+/*
+ * The slice's DMA memory, mapped by the driver (dma_mmap_coherent()). The
+ * core holds a reference until its trace device is released, so a user
+ * mapping never outlives the chunks, even after the driver freed the HMB.
+ */
+static int hmb_nvme_mmap(void *mem, unsigned int index, struct vm_area_struct *vma)
+{
+	return hmb_nvme_mmap_fn(mem, index, vma);
+}
+
+static void hmb_nvme_put(void *mem)
+{
+	hmb_nvme_mem_put_fn(mem);
+}
+
+static const struct hmb_trace_mem_ops hmb_nvme_mem_ops = {
+	.mmap = hmb_nvme_mmap,
+	.put = hmb_nvme_put,
+};
+
 static int hmb_nvme_add(struct nvme_hmb_trace_slice *s)
 {
 	struct hmb_trace_slice slice = {
 		.kva = s->hdr,
-		.phys = page_to_phys(s->pages[0]),
-		.pages = s->pages,
+		.mem_ops = &hmb_nvme_mem_ops,
+		.mem = s->mem,
+		.nr_chunks = s->nr_chunks,
 		.ring_size = s->ring_size,
 		.epoch = s->generation,	/* the driver initialised the ring for it */
 	};
+	struct hmb_trace_extent *extents;
 	struct hmb_nvme *hn;
+	unsigned int i;
+	int ret;
 
-	if (s->nr_pages != (HMB_RING_HDR_SIZE + s->ring_size) >> PAGE_SHIFT)
+	if (!s->nr_chunks)
 		return -EINVAL;
 	hn = kzalloc(sizeof(*hn), GFP_KERNEL);
-	if (!hn)
+	extents = kcalloc(s->nr_chunks, sizeof(*extents), GFP_KERNEL);
+	if (!hn || !extents) {
+		kfree(extents);
+		kfree(hn);
 		return -ENOMEM;
+	}
+	for (i = 0; i < s->nr_chunks; i++) {
+		extents[i].offset = s->extents[i].offset;
+		extents[i].len = s->extents[i].len;
+	}
+	slice.extents = extents;
 	hn->slice = s;
+	/* The core's reference on the memory, if it registers. */
+	hmb_nvme_mem_get_fn(s->mem);
 	hn->td = hmb_trace_register(s->dev, &slice, &hmb_nvme_ops, hn, false);
+	kfree(extents);	/* copied */
 	if (IS_ERR(hn->td)) {
-		int ret = PTR_ERR(hn->td);
-
+		ret = PTR_ERR(hn->td);
+		hmb_nvme_mem_put_fn(s->mem);
 		dev_warn(s->dev, "nvme%d: no trace device (%d)\n", s->instance, ret);
 		kfree(hn);
 		return ret;
 	}
 	s->client_priv = hn;
-	dev_info(s->dev, "nvme%d: HMB trace ring of %llu bytes at HMB offset %llu, generation %llu (ring sampled while open)\n",
-		 s->instance, s->ring_size, s->hmb_offset, s->generation);
+	dev_info(s->dev, "nvme%d: HMB trace ring of %llu bytes in %u chunks at HMB offset %llu, generation %llu (ring sampled while open)\n",
+		 s->instance, s->ring_size, s->nr_chunks, s->hmb_offset, s->generation);
 	return 0;
 }
 
@@ -151,9 +191,18 @@ static void hmb_nvme_put_symbols(void)
 		symbol_put(nvme_hmb_trace_unregister);
 	if (hmb_nvme_reinit_fn)
 		symbol_put(nvme_hmb_trace_reinit);
+	if (hmb_nvme_mem_get_fn)
+		symbol_put(nvme_hmb_trace_mem_get);
+	if (hmb_nvme_mem_put_fn)
+		symbol_put(nvme_hmb_trace_mem_put);
+	if (hmb_nvme_mmap_fn)
+		symbol_put(nvme_hmb_trace_mmap);
 	hmb_nvme_register_fn = NULL;
 	hmb_nvme_unregister_fn = NULL;
 	hmb_nvme_reinit_fn = NULL;
+	hmb_nvme_mem_get_fn = NULL;
+	hmb_nvme_mem_put_fn = NULL;
+	hmb_nvme_mmap_fn = NULL;
 }
 
 /* Serialises attaching (at load, or from the notifier) and detaching. */
@@ -174,7 +223,11 @@ static int hmb_nvme_attach(void)
 	hmb_nvme_register_fn = symbol_get(nvme_hmb_trace_register);
 	hmb_nvme_unregister_fn = symbol_get(nvme_hmb_trace_unregister);
 	hmb_nvme_reinit_fn = symbol_get(nvme_hmb_trace_reinit);
-	if (!hmb_nvme_register_fn || !hmb_nvme_unregister_fn || !hmb_nvme_reinit_fn) {
+	hmb_nvme_mem_get_fn = symbol_get(nvme_hmb_trace_mem_get);
+	hmb_nvme_mem_put_fn = symbol_get(nvme_hmb_trace_mem_put);
+	hmb_nvme_mmap_fn = symbol_get(nvme_hmb_trace_mmap);
+	if (!hmb_nvme_register_fn || !hmb_nvme_unregister_fn || !hmb_nvme_reinit_fn ||
+	    !hmb_nvme_mem_get_fn || !hmb_nvme_mem_put_fn || !hmb_nvme_mmap_fn) {
 		hmb_nvme_put_symbols();
 		goto out;
 	}

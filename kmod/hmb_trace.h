@@ -15,6 +15,7 @@
 
 struct device;
 struct hmb_trace_dev;
+struct vm_area_struct;
 
 /* Operations the core asks of the glue. */
 struct hmb_trace_backend_ops {
@@ -32,17 +33,49 @@ struct hmb_trace_backend_ops {
 	bool (*lost)(void *priv);
 };
 
+/*
+ * The memory of a slice the DMA API allocated (the NVMe HMB), which only
+ * the DMA API may map for user space (dma_mmap_coherent(): the coherent
+ * mapping's attributes, per-device pools). The core owns one reference,
+ * dropped when the trace device is released: after its removal and after
+ * the last open file, hence every user mapping (a vma holds its file), is
+ * gone. So a mapping that removal's zap could not reach (an mmap racing
+ * it) never outlives the memory.
+ */
+struct hmb_trace_mem_ops {
+	/*
+	 * Map chunk @index of the ring view into @vma, which covers exactly
+	 * that chunk. Called from ->mmap (mmap_lock held for writing).
+	 */
+	int (*mmap)(void *mem, unsigned int index, struct vm_area_struct *vma);
+	/* Drop the core's reference. Process context. */
+	void (*put)(void *mem);
+};
+
+/* Where a chunk of the ring view lies: header page at 0, data at 4096. */
+struct hmb_trace_extent {
+	u64 offset;
+	u64 len;
+};
+
 /* A trace slice the glue has carved and initialised. */
 struct hmb_trace_slice {
-	void *kva;		/* ring header page, mapped as normal memory */
-	phys_addr_t phys;	/* its physical address, page aligned */
+	void *kva;		/* ring header page, as the glue maps it */
 	/*
-	 * NULL: the slice is physically contiguous from phys. Else its pages
-	 * in order (header first), for a slice that spans several HMB chunks.
-	 * The core accesses only the header at kva either way: the data area
-	 * is read by user space through its mapping.
+	 * mem_ops NULL: device memory (a BAR), physically contiguous from
+	 * phys, one chunk; mapped page by page at fault time.
 	 */
-	struct page **pages;
+	phys_addr_t phys;
+	/*
+	 * Else DMA memory in nr_chunks chunks (extents, header first, tiling
+	 * the ring view), mapped by mem_ops->mmap(). hmb_trace_register()
+	 * takes over the caller's reference on @mem when it succeeds; the
+	 * extents are copied.
+	 */
+	const struct hmb_trace_mem_ops *mem_ops;
+	void *mem;
+	const struct hmb_trace_extent *extents;
+	unsigned int nr_chunks;
 	u64 ring_size;		/* data area bytes (power of two) */
 	/*
 	 * The epoch hmb_ring_init() wrote; 0: read it from the header just
@@ -65,9 +98,11 @@ struct hmb_trace_dev *hmb_trace_register(struct device *parent,
 void hmb_trace_notify(struct hmb_trace_dev *td);
 
 /*
- * Detach: after this returns no user access, ioctl, sysfs read or backend
- * op touches the slice, so the glue may unmap it. Open files see POLLHUP
- * and -ENODEV. The glue must have stopped calling hmb_trace_notify().
+ * Detach: after this returns no ioctl, sysfs read or backend op touches the
+ * slice and every user mapping of device memory raises SIGBUS, so the glue
+ * may unmap it. (DMA memory stays mapped, with its last contents, until the
+ * core drops its reference: mem_ops.) Open files see POLLHUP and -ENODEV.
+ * The glue must have stopped calling hmb_trace_notify().
  */
 void hmb_trace_unregister(struct hmb_trace_dev *td);
 /*
@@ -86,7 +121,8 @@ void hmb_trace_drain(struct hmb_trace_dev *td, unsigned int ms);
  * slice (ioctls, sysfs reads and faults on user mappings wait, killably;
  * poll reports no event; mapped pages are zapped). For PCI error recovery,
  * when an emulated HMB behind a BAR reads as anything until the config
- * space is restored. Process context.
+ * space is restored. Device memory slices only (a DMA slice's mapping is
+ * made at mmap time and cannot come back after a zap). Process context.
  */
 void hmb_trace_pause(struct hmb_trace_dev *td);
 void hmb_trace_resume(struct hmb_trace_dev *td);

@@ -6,7 +6,20 @@
  *
  * Locking: td->lock guards td->gone, the shadow tail and epoch, and every
  * access to the slice from process context (ioctls, sysfs, poll, page
- * faults, the sampling worker). Removal sets gone under the lock, so once
+ * faults, the sampling worker).
+ *
+ * User mappings (docs/abi.md decision 11): the ring view is mapped one chunk
+ * per mmap. A device memory slice (a BAR) is one chunk, mapped page by page
+ * at fault time, and zapped at removal: the BAR goes with the device, so a
+ * later access raises SIGBUS. A DMA slice's chunk is mapped whole by the
+ * glue through the DMA API at mmap time (dma_mmap_coherent()) and is not
+ * zapped: the core's reference on the DMA memory is dropped only when the
+ * trace device is released, after the last file and so after the last vma,
+ * so a mapping keeps reading the slice's last contents after removal and
+ * never freed memory. (Zapping would not close the mmap/removal window, a
+ * vma is linked after ->mmap, and on 6.1-6.12 a zap of a remap_pfn_range()
+ * vma races the reader's own exit in x86 PAT's untrack_pfn(): both untrack
+ * the same vma, and the second finds no PTE and warns.) Removal sets gone under the lock, so once
  * hmb_trace_unregister() returns nothing but the interrupt handler (stopped
  * by the glue first) can reach the slice. User copies are done outside the
  * lock: a fault on the ring mapping itself takes the lock.
@@ -24,6 +37,7 @@
 #include <linux/idr.h>
 #include <linux/mm.h>
 #include <linux/mutex.h>
+#include <linux/overflow.h>
 #include <linux/poll.h>
 #include <linux/pseudo_fs.h>
 #include <linux/mount.h>
@@ -78,8 +92,11 @@ struct hmb_trace_dev {
 	bool irq_driven;
 
 	struct hmb_ring_hdr *hdr;	/* slice start */
-	phys_addr_t phys;
-	struct page **pages;	/* per page, or NULL: contiguous from phys */
+	phys_addr_t phys;	/* device memory: contiguous from here */
+	const struct hmb_trace_mem_ops *mem_ops;	/* DMA memory, or NULL */
+	void *mem;		/* mem_ops' memory: one reference, until release */
+	struct hmb_trace_extent *extents;	/* the chunks of the ring view */
+	unsigned int nr_chunks;
 	u64 ring_size;
 	u64 mmap_len;
 
@@ -292,15 +309,32 @@ static long hmb_trace_get_info(struct hmb_trace_dev *td, void __user *arg)
 		mutex_unlock(&td->lock);
 		return -ENODEV;
 	}
-	info.abi_major = HMB_RING_VERSION_MAJOR;
-	info.abi_minor = HMB_RING_VERSION_MINOR;
+	info.abi_major = HMB_TRACE_DEV_ABI_MAJOR;
+	info.abi_minor = HMB_TRACE_DEV_ABI_MINOR;
 	info.hdr_size = HMB_RING_HDR_SIZE;
 	info.ring_size = td->ring_size;
 	info.mmap_len = td->mmap_len;
 	info.epoch = td->epoch;
 	info.flags = hmb_trace_observe(td);
+	info.nr_chunks = td->nr_chunks;
 	mutex_unlock(&td->lock);
 	return copy_to_user(arg, &info, sizeof(info)) ? -EFAULT : 0;
+}
+
+/* Where chunk @index lies in the ring view: fixed at registration. */
+static long hmb_trace_get_chunk(struct hmb_trace_dev *td, void __user *arg)
+{
+	struct hmb_trace_chunk chunk;
+
+	if (copy_from_user(&chunk, arg, sizeof(chunk)))
+		return -EFAULT;
+	if (chunk.index >= td->nr_chunks || chunk.reserved)
+		return -EINVAL;
+	if (READ_ONCE(td->gone) || READ_ONCE(td->refused))
+		return -ENODEV;
+	chunk.offset = td->extents[chunk.index].offset;
+	chunk.len = td->extents[chunk.index].len;
+	return copy_to_user(arg, &chunk, sizeof(chunk)) ? -EFAULT : 0;
 }
 
 /*
@@ -418,29 +452,32 @@ static long hmb_trace_ioctl(struct file *file, unsigned int cmd,
 		return hmb_trace_reinit(td, uarg);
 	case HMB_TRACE_IOC_GET_STATS:
 		return hmb_trace_get_stats(td, uarg);
+	case HMB_TRACE_IOC_GET_CHUNK:
+		return hmb_trace_get_chunk(td, uarg);
 	default:
 		return -ENOTTY;
 	}
 }
 
 /*
- * Pages are inserted on fault rather than at mmap time: a fault checks
- * gone under the lock, so no page can be mapped after removal zapped the
- * mapping (the vma is only linked into the address_space after ->mmap).
+ * Device memory: pages are inserted on fault rather than at mmap time: a
+ * fault checks gone under the lock, so no page can be mapped after removal
+ * zapped the mapping (the vma is only linked into the address_space after
+ * ->mmap). A DMA chunk was mapped whole at mmap time and is never zapped:
+ * a fault there (after a reader's own madvise(), say) gets SIGBUS.
  */
 static vm_fault_t hmb_trace_fault(struct vm_fault *vmf)
 {
 	struct hmb_trace_dev *td = vmf->vma->vm_file->private_data;
 	vm_fault_t ret = VM_FAULT_SIGBUS;
 
-	if (vmf->pgoff >= td->mmap_len >> PAGE_SHIFT)
+	if (td->mem_ops || vmf->pgoff >= td->mmap_len >> PAGE_SHIFT)
 		return VM_FAULT_SIGBUS;
 	/* Paused: wait for the recovery (killable; a dying task gets SIGBUS). */
 	if (hmb_trace_lock_live(td))
 		return VM_FAULT_SIGBUS;
 	if (!hmb_trace_dead(td))
 		ret = vmf_insert_pfn(vmf->vma, vmf->address,
-				     td->pages ? page_to_pfn(td->pages[vmf->pgoff]) :
 				     PHYS_PFN(td->phys) + vmf->pgoff);
 	mutex_unlock(&td->lock);
 	return ret;
@@ -450,10 +487,26 @@ static const struct vm_operations_struct hmb_trace_vm_ops = {
 	.fault = hmb_trace_fault,
 };
 
+/* The chunk a mapping of [@off, @off + @len) of the ring view is, or -1. */
+static int hmb_trace_find_chunk(struct hmb_trace_dev *td, unsigned long pgoff,
+				unsigned long len)
+{
+	unsigned int i;
+	u64 off;
+
+	if (pgoff >= td->mmap_len >> PAGE_SHIFT)
+		return -1;
+	off = (u64)pgoff << PAGE_SHIFT;
+	for (i = 0; i < td->nr_chunks; i++)
+		if (td->extents[i].offset == off && td->extents[i].len == len)
+			return i;
+	return -1;
+}
+
 static int hmb_trace_mmap(struct file *file, struct vm_area_struct *vma)
 {
 	struct hmb_trace_dev *td = file->private_data;
-	int ret = 0;
+	int chunk, ret = 0;
 
 	/*
 	 * Read-only and not executable: the consumer must not be able to
@@ -461,10 +514,13 @@ static int hmb_trace_mmap(struct file *file, struct vm_area_struct *vma)
 	 */
 	if (vma->vm_flags & (VM_WRITE | VM_EXEC))
 		return -EACCES;
-	if (vma->vm_pgoff != 0 || vma->vm_end - vma->vm_start != td->mmap_len)
+	/* Exactly one chunk: the offset and length GET_CHUNK reports. */
+	chunk = hmb_trace_find_chunk(td, vma->vm_pgoff,
+				     vma->vm_end - vma->vm_start);
+	if (chunk < 0)
 		return -EINVAL;
 	mutex_lock(&td->lock);
-	if (td->gone)
+	if (td->gone || td->refused)
 		ret = -ENODEV;
 	mutex_unlock(&td->lock);
 	if (ret)
@@ -472,13 +528,24 @@ static int hmb_trace_mmap(struct file *file, struct vm_area_struct *vma)
 	/*
 	 * Without VM_MAYWRITE and VM_MAYEXEC, mprotect(PROT_WRITE or
 	 * PROT_EXEC) fails with EACCES. Clearing VM_MAYWRITE also keeps a
-	 * MAP_PRIVATE mapping from being a COW mapping, which VM_PFNMAP
-	 * pages must never be (vmf_insert_pfn() would BUG).
+	 * MAP_PRIVATE mapping from being a COW mapping, which pfn mappings
+	 * must never be (vmf_insert_pfn() would BUG).
 	 */
 	vm_flags_clear(vma, VM_MAYWRITE | VM_MAYEXEC);
-	vm_flags_set(vma, VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP);
+	vm_flags_set(vma, VM_DONTEXPAND | VM_DONTDUMP);
 	vma->vm_ops = &hmb_trace_vm_ops;
-	return 0;
+	if (!td->mem_ops) {
+		vm_flags_set(vma, VM_IO | VM_PFNMAP);
+		return 0;
+	}
+	/*
+	 * The DMA API sets what its mapping needs (VM_PFNMAP for
+	 * remap_pfn_range(), VM_MIXEDMAP for the pages of an IOMMU
+	 * allocation) and the protection the coherent mapping has. No lock:
+	 * a removal from here on zaps before this vma is linked, and the
+	 * memory outlives it (the core's reference, see the top).
+	 */
+	return td->mem_ops->mmap(td->mem, chunk, vma);
 }
 
 static const struct file_operations hmb_trace_fops = {
@@ -601,10 +668,58 @@ ATTRIBUTE_GROUPS(hmb_trace);
 
 /* ---- lifetime ---- */
 
+/*
+ * The chunks tile the ring view in order, page aligned, header first.
+ * Device memory is one chunk the core makes itself.
+ */
+static bool hmb_trace_extents_valid(const struct hmb_trace_slice *slice)
+{
+	u64 end = 0, view = HMB_RING_HDR_SIZE + slice->ring_size;
+	unsigned int i;
+
+	if (!slice->mem_ops)
+		return PAGE_ALIGNED(slice->phys);
+	if (!slice->mem_ops->mmap || !slice->mem_ops->put || !slice->mem ||
+	    !slice->nr_chunks || !slice->extents)
+		return false;
+	for (i = 0; i < slice->nr_chunks; i++) {
+		const struct hmb_trace_extent *e = &slice->extents[i];
+
+		if (e->offset != end || !e->len || !PAGE_ALIGNED(e->len) ||
+		    e->len > view - end)
+			return false;
+		end += e->len;
+	}
+	return end == view;
+}
+
+static struct hmb_trace_extent *
+hmb_trace_copy_extents(const struct hmb_trace_slice *slice, unsigned int *nr)
+{
+	struct hmb_trace_extent *e;
+
+	if (slice->mem_ops) {
+		*nr = slice->nr_chunks;
+		return kmemdup(slice->extents,
+			       array_size(slice->nr_chunks, sizeof(*e)),
+			       GFP_KERNEL);
+	}
+	e = kzalloc(sizeof(*e), GFP_KERNEL);
+	if (e) {
+		e->len = HMB_RING_HDR_SIZE + slice->ring_size;
+		*nr = 1;
+	}
+	return e;
+}
+
 static void hmb_trace_dev_release(struct device *dev)
 {
 	struct hmb_trace_dev *td = container_of(dev, struct hmb_trace_dev, dev);
 
+	/* No file, so no mapping, is left: the DMA memory may go. */
+	if (td->mem_ops)
+		td->mem_ops->put(td->mem);
+	kfree(td->extents);
 	iput(td->inode);
 	ida_free(&hmb_trace_minors, td->minor);
 	kfree(td);
@@ -619,8 +734,8 @@ struct hmb_trace_dev *hmb_trace_register(struct device *parent,
 	struct inode *inode;
 	int minor, ret;
 
-	if (!hmb_ring_size_valid(slice->ring_size) ||
-	    !PAGE_ALIGNED(slice->phys) || !ops || !ops->reinit)
+	if (!hmb_ring_size_valid(slice->ring_size) || !ops || !ops->reinit ||
+	    !hmb_trace_extents_valid(slice))
 		return ERR_PTR(-EINVAL);
 
 	minor = ida_alloc_max(&hmb_trace_minors, HMB_TRACE_MAX_DEVS - 1,
@@ -633,7 +748,10 @@ struct hmb_trace_dev *hmb_trace_register(struct device *parent,
 		return ERR_CAST(inode);
 	}
 	td = kzalloc(sizeof(*td), GFP_KERNEL);
-	if (!td) {
+	if (td)
+		td->extents = hmb_trace_copy_extents(slice, &td->nr_chunks);
+	if (!td || !td->extents) {
+		kfree(td);
 		iput(inode);
 		ida_free(&hmb_trace_minors, minor);
 		return ERR_PTR(-ENOMEM);
@@ -646,7 +764,8 @@ struct hmb_trace_dev *hmb_trace_register(struct device *parent,
 	td->irq_driven = irq_driven;
 	td->hdr = slice->kva;
 	td->phys = slice->phys;
-	td->pages = slice->pages;
+	td->mem_ops = slice->mem_ops;
+	td->mem = slice->mem;
 	td->ring_size = slice->ring_size;
 	td->mmap_len = HMB_RING_HDR_SIZE + slice->ring_size;
 	td->tail = 0;
@@ -679,6 +798,7 @@ struct hmb_trace_dev *hmb_trace_register(struct device *parent,
 	return td;
 
 err_put:
+	td->mem_ops = NULL;	/* on failure the caller keeps its reference */
 	put_device(&td->dev);
 	return ERR_PTR(ret);
 }
@@ -712,10 +832,21 @@ void hmb_trace_drain(struct hmb_trace_dev *td, unsigned int ms)
 }
 
 /*
+ * Device memory: remove every user mapping of the slice (the fault handler
+ * refills none once gone, refused or paused is set). DMA memory stays
+ * mapped: it lives as long as the mappings (see the top).
+ */
+static void hmb_trace_zap(struct hmb_trace_dev *td)
+{
+	if (!td->mem_ops)
+		unmap_mapping_range(td->inode->i_mapping, 0, 0, 1);
+}
+
+/*
  * The device refused the slice (its advert was not adopted): nothing of the
  * core touches it again, and the reader is told as on removal (POLLHUP,
- * -ENODEV, SIGBUS on the mapping) instead of waiting for records that never
- * come. The glue keeps the device registered until the slice is freed.
+ * -ENODEV, SIGBUS on a device memory mapping) instead of waiting for records
+ * that never come. The glue keeps the device registered until the slice is freed.
  */
 void hmb_trace_refused(struct hmb_trace_dev *td)
 {
@@ -723,7 +854,7 @@ void hmb_trace_refused(struct hmb_trace_dev *td)
 	td->refused = true;
 	mutex_unlock(&td->lock);
 	dev_warn(&td->dev, "the device refused the trace slice: reader detached\n");
-	unmap_mapping_range(td->inode->i_mapping, 0, 0, 1);
+	hmb_trace_zap(td);
 	wake_up_poll(&td->wq, EPOLLHUP | EPOLLERR);
 }
 
@@ -746,7 +877,7 @@ void hmb_trace_unregister(struct hmb_trace_dev *td)
 	cdev_device_del(&td->cdev, &td->dev);
 
 	/* Any page faulted in before gone was set goes now; later faults SIGBUS. */
-	unmap_mapping_range(td->inode->i_mapping, 0, 0, 1);
+	hmb_trace_zap(td);
 	cancel_delayed_work_sync(&td->sample_work);
 	dev_info(&td->dev, "removed%s\n",
 		 test_bit(HMB_TRACE_OPEN, &td->bits) ? " while open" : "");
@@ -755,6 +886,8 @@ void hmb_trace_unregister(struct hmb_trace_dev *td)
 
 void hmb_trace_pause(struct hmb_trace_dev *td)
 {
+	if (WARN_ON_ONCE(td->mem_ops))
+		return;
 	mutex_lock(&td->lock);
 	td->paused = true;
 	mutex_unlock(&td->lock);

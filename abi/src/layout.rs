@@ -9,6 +9,12 @@ pub const HMB_RING_MAGIC: u32 = 0x5442_4d48; // "HMBT" in memory order
 pub const HMB_RING_VERSION_MAJOR: u16 = 1;
 pub const HMB_RING_VERSION_MINOR: u16 = 0;
 
+/// Version of the character device interface (`hmb_trace_info::abi_major`
+/// and `abi_minor`), apart from the ring's: 2.0 maps the ring view one
+/// chunk at a time (`hmb_trace_chunk`, docs/abi.md decision 11).
+pub const HMB_TRACE_DEV_ABI_MAJOR: u16 = 2;
+pub const HMB_TRACE_DEV_ABI_MINOR: u16 = 0;
+
 pub const HMB_RING_HDR_SIZE: u32 = 4096;
 pub const HMB_RING_MIN_SIZE: u32 = 8192;
 pub const HMB_RING_MAX_SIZE: u64 = 1 << 30;
@@ -137,7 +143,18 @@ pub struct hmb_trace_info {
     pub mmap_len: U64,
     pub epoch: U64,
     pub flags: U32,
+    pub nr_chunks: U32,
+}
+
+/// One chunk of the ring view: `HMB_TRACE_IOC_GET_CHUNK` fills `offset` and
+/// `len` for `index`. The chunks tile `[0, mmap_len)` in index order.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct hmb_trace_chunk {
+    pub index: U32,
     pub reserved: U32,
+    pub offset: U64,
+    pub len: U64,
 }
 
 /// Filled by `HMB_TRACE_IOC_GET_STATS`.
@@ -200,6 +217,7 @@ const _: () = {
     assert!(core::mem::size_of::<hmb_advert>() == 64);
     assert!(core::mem::size_of::<hmb_nvme_trace_id>() == 32);
     assert!(core::mem::size_of::<hmb_device_block>() == CACHE_LINE);
+    assert!(core::mem::size_of::<hmb_trace_chunk>() == 24);
     assert!(HMB_DEVICE_OFFSET as usize == HMB_ADVERT_OFFSET as usize + core::mem::size_of::<hmb_advert>());
 };
 
@@ -221,5 +239,6 @@ zeroed_default!(
     hmb_nvme_trace_id,
     hmb_device_block,
     hmb_trace_info,
+    hmb_trace_chunk,
     hmb_trace_stats
 );

@@ -39,7 +39,8 @@ fn rust_fields() -> Vec<(&'static str, &'static str, usize, usize)> {
         hmb_advert { magic, state, generation, slice_offset, slice_len, reserved }
         hmb_nvme_trace_id { magic, abi_major, abi_minor, fid, reserved0, max_ring_size, reserved1 }
         hmb_device_block { magic, reserved0, ack_generation, reserved }
-        hmb_trace_info { abi_major, abi_minor, hdr_size, ring_size, mmap_len, epoch, flags, reserved }
+        hmb_trace_info { abi_major, abi_minor, hdr_size, ring_size, mmap_len, epoch, flags, nr_chunks }
+        hmb_trace_chunk { index, reserved, offset, len }
         hmb_trace_stats { head, tail, dropped_records, overflow_events, freeze_count, irq_count, tail_publishes, epoch }
     }
 }
@@ -52,6 +53,7 @@ fn rust_sizes() -> BTreeMap<&'static str, usize> {
         ("hmb_nvme_trace_id", std::mem::size_of::<hmb_nvme_trace_id>()),
         ("hmb_device_block", std::mem::size_of::<hmb_device_block>()),
         ("hmb_trace_info", std::mem::size_of::<hmb_trace_info>()),
+        ("hmb_trace_chunk", std::mem::size_of::<hmb_trace_chunk>()),
         ("hmb_trace_stats", std::mem::size_of::<hmb_trace_stats>()),
     ])
 }
@@ -61,6 +63,8 @@ fn rust_constants() -> BTreeMap<&'static str, u64> {
         ("HMB_RING_MAGIC", HMB_RING_MAGIC as u64),
         ("HMB_RING_VERSION_MAJOR", HMB_RING_VERSION_MAJOR as u64),
         ("HMB_RING_VERSION_MINOR", HMB_RING_VERSION_MINOR as u64),
+        ("HMB_TRACE_DEV_ABI_MAJOR", HMB_TRACE_DEV_ABI_MAJOR as u64),
+        ("HMB_TRACE_DEV_ABI_MINOR", HMB_TRACE_DEV_ABI_MINOR as u64),
         ("HMB_RING_HDR_SIZE", HMB_RING_HDR_SIZE as u64),
         ("HMB_RING_MIN_SIZE", HMB_RING_MIN_SIZE as u64),
         ("HMB_RING_MAX_SIZE", HMB_RING_MAX_SIZE),
@@ -88,6 +92,7 @@ fn rust_constants() -> BTreeMap<&'static str, u64> {
         ("HMB_TRACE_IOC_PUBLISH_TAIL", HMB_TRACE_IOC_PUBLISH_TAIL as u64),
         ("HMB_TRACE_IOC_REINIT", HMB_TRACE_IOC_REINIT as u64),
         ("HMB_TRACE_IOC_GET_STATS", HMB_TRACE_IOC_GET_STATS as u64),
+        ("HMB_TRACE_IOC_GET_CHUNK", HMB_TRACE_IOC_GET_CHUNK as u64),
     ])
 }
 

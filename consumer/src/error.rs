@@ -22,6 +22,9 @@ pub enum ConsumerError {
     Publish { tail: u64, source: std::io::Error },
     #[error("mapping the ring failed: {0}")]
     Map(#[from] std::io::Error),
+    /// The device's chunk table does not tile the ring view.
+    #[error("bad chunk table: {0}")]
+    Chunks(String),
 }
 
 impl ConsumerError {

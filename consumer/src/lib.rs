@@ -37,4 +37,4 @@ mod view;
 pub use consumer::{Batch, Consumer, ConsumerConfig, ConsumerStats, FrozenInfo, Lost, Step};
 pub use error::ConsumerError;
 pub use publish::{AtomicTailPublisher, NoPublish, TailPublisher};
-pub use view::RingView;
+pub use view::{Chunk, RingView};

@@ -1,7 +1,8 @@
 //! Access to the trace ring, behind a trait so host tests can drive the
 //! daemon without the kernel module.
 //!
-//! * [`CharDevice`]: `/dev/nvme-hmb-traceN` — GET_INFO, read-only mmap,
+//! * [`CharDevice`]: `/dev/nvme-hmb-traceN` — GET_INFO, the ring view
+//!   mapped read-only chunk by chunk (GET_CHUNK, docs/abi.md decision 11),
 //!   PUBLISH_TAIL and REINIT ioctls, `poll()`.
 //! * [`RingFile`]: a trace slice in a plain file or `/dev/shm` object that
 //!   another process (the firmware model, the emulated device) produces
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 use hmb_trace_abi::ioctl::*;
 use hmb_trace_abi::*;
 use hmb_trace_abi::{module_sim, SharedRing};
-use hmb_trace_consumer::{AtomicTailPublisher, RingView, TailPublisher};
+use hmb_trace_consumer::{AtomicTailPublisher, Chunk, RingView, TailPublisher};
 use memmap2::MmapOptions;
 use zerocopy::FromZeros;
 
@@ -50,6 +51,7 @@ pub trait TraceDevice {
 nix::ioctl_read_bad!(ioc_get_info, HMB_TRACE_IOC_GET_INFO, hmb_trace_info);
 nix::ioctl_write_ptr_bad!(ioc_publish_tail, HMB_TRACE_IOC_PUBLISH_TAIL, u64);
 nix::ioctl_readwrite_bad!(ioc_reinit, HMB_TRACE_IOC_REINIT, u64);
+nix::ioctl_readwrite_bad!(ioc_get_chunk, HMB_TRACE_IOC_GET_CHUNK, hmb_trace_chunk);
 
 /// The kernel module's character device.
 pub struct CharDevice {
@@ -59,7 +61,8 @@ pub struct CharDevice {
 }
 
 impl CharDevice {
-    /// Open (the module allows one opener: EBUSY otherwise) and GET_INFO.
+    /// Open (the module allows one opener: EBUSY otherwise) and GET_INFO;
+    /// a module that speaks another device interface major is refused here.
     pub fn open(path: &Path) -> io::Result<Self> {
         let file = OpenOptions::new()
             .read(true)
@@ -68,6 +71,7 @@ impl CharDevice {
         let mut info = hmb_trace_info::new_zeroed();
         // SAFETY: the request's size matches hmb_trace_info (abi crate).
         unsafe { ioc_get_info(std::os::fd::AsRawFd::as_raw_fd(&file), &mut info) }.map_err(io::Error::from)?;
+        check_interface(&info)?;
         Ok(Self {
             path: path.to_path_buf(),
             file: Arc::new(file),
@@ -78,6 +82,39 @@ impl CharDevice {
     pub fn info(&self) -> &hmb_trace_info {
         &self.info
     }
+
+    /// The chunks of the ring view, in order (GET_CHUNK for each index).
+    fn chunks(&self) -> io::Result<Vec<Chunk>> {
+        (0..self.info.nr_chunks.get())
+            .map(|index| {
+                let mut c = hmb_trace_chunk::new_zeroed();
+                c.index = index.into();
+                // SAFETY: the request's size matches hmb_trace_chunk (abi crate).
+                unsafe { ioc_get_chunk(std::os::fd::AsRawFd::as_raw_fd(&*self.file), &mut c) }
+                    .map_err(io::Error::from)?;
+                Ok(Chunk {
+                    offset: c.offset.get(),
+                    len: c.len.get(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// The device interface this daemon speaks: a different major maps
+/// differently (1.x had one mapping at offset 0), so it is refused.
+fn check_interface(info: &hmb_trace_info) -> io::Result<()> {
+    let (major, minor) = (info.abi_major.get(), info.abi_minor.get());
+    if major != HMB_TRACE_DEV_ABI_MAJOR || info.nr_chunks.get() == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!(
+                "the module speaks device interface {major}.{minor} with {} chunks; this daemon needs {HMB_TRACE_DEV_ABI_MAJOR}.x with at least one",
+                info.nr_chunks.get()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn libc_o_cloexec() -> i32 {
@@ -99,7 +136,8 @@ impl TraceDevice for CharDevice {
     fn map(&mut self) -> io::Result<RingView> {
         let len = self.info.mmap_len.get();
         let len = usize::try_from(len).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "mmap_len too large"))?;
-        RingView::map_file(&self.file, 0, len).map_err(|e| io::Error::other(e.to_string()))
+        let chunks = self.chunks()?;
+        RingView::map_chunks(&self.file, len, &chunks).map_err(|e| io::Error::other(e.to_string()))
     }
 
     fn publisher(&mut self) -> io::Result<Box<dyn TailPublisher>> {
@@ -203,5 +241,32 @@ impl TraceDevice for RingFile {
 
     fn name(&self) -> String {
         self.path.display().to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(major: u16, minor: u16, nr_chunks: u32) -> hmb_trace_info {
+        let mut i = hmb_trace_info::new_zeroed();
+        i.abi_major = major.into();
+        i.abi_minor = minor.into();
+        i.nr_chunks = nr_chunks.into();
+        i
+    }
+
+    /// Interface 2.x with chunks is taken, a newer minor too; 1.x (one
+    /// mapping at offset 0, the ring's 1.0 in GET_INFO), a future major
+    /// and an empty chunk table are refused with a message naming both.
+    #[test]
+    fn only_device_interface_2_is_accepted() {
+        assert!(check_interface(&info(HMB_TRACE_DEV_ABI_MAJOR, 0, 5)).is_ok());
+        assert!(check_interface(&info(HMB_TRACE_DEV_ABI_MAJOR, 9, 1)).is_ok());
+        for bad in [info(1, 0, 0), info(3, 0, 5), info(HMB_TRACE_DEV_ABI_MAJOR, 0, 0)] {
+            let e = check_interface(&bad).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::Unsupported);
+            assert!(e.to_string().contains("device interface"), "{e}");
+        }
     }
 }

@@ -24,7 +24,7 @@ Exit codes:
    0  stopped by SIGINT or SIGTERM after finishing the current batch
    1  internal error
    2  bad command line
-   3  device error: open (EBUSY: already open), GET_INFO, mmap, ioctl or poll failed
+   3  device error: open (EBUSY: already open), GET_INFO (or a device interface other than 2.x), mmap, ioctl or poll failed
    4  bad ring magic
    5  ring ABI major version not supported
    6  ring contents break the ABI (length, window, sequence, geometry): stopped before the bad record

@@ -50,6 +50,14 @@ trace_removal() {
     for kv in $(grep wake_latency_us /tmp/wake.txt); do
         case $kv in min=*|p50=*|p90=*|p99=*|max=*) note "wake_${kv%%=*}_us" "${kv#*=}" ;; esac
     done
+    # The ring view's chunks (one mapping each, docs/abi.md decision 11):
+    # a mapping that is not exactly one chunk is EINVAL; then, mapped,
+    # the controller unbound: the mapping keeps the last contents, the
+    # slice's DMA memory is freed only after the last mapping is gone; the
+    # controller bound again.
+    /bin/hmbtrace-test --chunks --remove unbind > /tmp/chunks.txt 2>&1 || { cat /tmp/chunks.txt; fail "chunk mapping"; }
+    note chunk_view "$(grep -o 'ring view: .*' /tmp/chunks.txt)"
+    wait_namespace
     /bin/hmb-trace-daemon --device /dev/nvme-hmb-trace0 --output /tmp/removal.bin --follow 2>>"$SHARE/$DAEMON_STDERR" &
     d2=$!
     sleep 0.5

@@ -21,8 +21,10 @@
  * chunk before the header are unused. The kernel only accesses the header
  * (the driver writes it, the trace client reads head and flags and writes
  * tail), through the lead chunk's own coherent mapping: no vmap(), no page
- * lookup for the kernel's view. The slice's page list exists for the
- * reader's mapping only (docs/kmod.md, "Issue 26, point 5").
+ * lookup. The reader maps the ring view one chunk per mapping, each with
+ * dma_mmap_coherent() (nvme_hmb_trace_mmap()). The chunks are a refcounted
+ * object that outlives the HMB while a client keeps a reference for user
+ * mappings (docs/kmod.md, "Issue 26, point 5").
  *
  * A slice whose advert the controller did not adopt is dead: the host never
  * writes it again, and the next HMB is built without a slice.
@@ -40,12 +42,12 @@
  * is sent under t->lock, which a trace client's REINIT takes.
  */
 #include <linux/dma-mapping.h>
+#include <linux/kref.h>
 #include <linux/list.h>
 #include <linux/log2.h>
 #include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/slab.h>
-#include <linux/vmalloc.h>
 #include <linux/wait.h>
 #include <linux/workqueue.h>
 #include <uapi/linux/nvme_hmb_trace.h>
@@ -59,6 +61,19 @@ MODULE_PARM_DESC(hmb_trace_kb,
 		 "HMB trace ring size in KiB for controllers that declare the trace contract (power of two, 0 = off)");
 
 static void nvme_hmb_trace_advert_work(struct work_struct *work);
+
+/*
+ * The slice's chunks, with the ring view's extent of each. Freed at the
+ * last reference: the driver's (until the HMB is freed) or a client's.
+ */
+struct nvme_hmb_trace_mem {
+	struct kref ref;
+	struct device *dev;	/* holds a reference until the chunks are freed */
+	unsigned int nr_chunks;
+	bool outlived;		/* the HMB went first: say when the chunks go */
+	struct nvme_hmb_trace_chunk *chunks;
+	struct nvme_hmb_trace_extent *extents;
+};
 
 static u64 nvme_hmb_trace_ring_size(void)
 {
@@ -170,31 +185,87 @@ u64 nvme_hmb_trace_cache_size(struct nvme_hmb_trace *t, struct nvme_ctrl *ctrl,
 	return preferred - slice;
 }
 
-/*
- * The page behind a coherent chunk's CPU address, for the reader's mapping
- * (a remapped allocation, e.g. behind an IOMMU, is a vmalloc address).
- */
-static struct page *nvme_hmb_trace_page(void *addr)
+static void nvme_hmb_trace_mem_release(struct kref *ref)
 {
-	if (is_vmalloc_addr(addr))
-		return vmalloc_to_page(addr);
-	return virt_to_page(addr);
+	struct nvme_hmb_trace_mem *mem = container_of(ref, struct nvme_hmb_trace_mem, ref);
+	unsigned int i;
+
+	for (i = 0; i < mem->nr_chunks; i++)
+		dma_free_coherent(mem->dev, mem->chunks[i].size,
+				  mem->chunks[i].cpu, mem->chunks[i].dma);
+	if (mem->outlived)
+		dev_info(mem->dev, "trace slice memory freed after its last user mapping\n");
+	put_device(mem->dev);
+	kfree(mem->chunks);
+	kfree(mem->extents);
+	kfree(mem);
+}
+
+void nvme_hmb_trace_mem_get(struct nvme_hmb_trace_mem *mem)
+{
+	kref_get(&mem->ref);
+}
+EXPORT_SYMBOL_GPL(nvme_hmb_trace_mem_get);
+
+void nvme_hmb_trace_mem_put(struct nvme_hmb_trace_mem *mem)
+{
+	kref_put(&mem->ref, nvme_hmb_trace_mem_release);
+}
+EXPORT_SYMBOL_GPL(nvme_hmb_trace_mem_put);
+
+/*
+ * dma_mmap_coherent() maps from vm_start and reads vm_pgoff as the offset
+ * into the allocation, so it maps one chunk into one vma: vm_pgoff (the
+ * chunk's offset in the ring view, which the caller matched) is replaced
+ * around the call by the offset of the chunk's part of the view in its
+ * allocation (all of a data chunk; the last page of the lead chunk).
+ */
+int nvme_hmb_trace_mmap(struct nvme_hmb_trace_mem *mem, unsigned int index,
+			struct vm_area_struct *vma)
+{
+	unsigned long pgoff = vma->vm_pgoff;
+	struct nvme_hmb_trace_chunk *c;
+	u64 len;
+	int ret;
+
+	if (index >= mem->nr_chunks)
+		return -EINVAL;
+	c = &mem->chunks[index];
+	len = mem->extents[index].len;
+	if (vma->vm_end - vma->vm_start != len)
+		return -EINVAL;
+	vma->vm_pgoff = (c->size - len) >> PAGE_SHIFT;
+	ret = dma_mmap_coherent(mem->dev, vma, c->cpu, c->dma, c->size);
+	vma->vm_pgoff = pgoff;
+	return ret;
+}
+EXPORT_SYMBOL_GPL(nvme_hmb_trace_mmap);
+
+/*
+ * The driver's reference goes with the HMB. A client that still holds one
+ * (for a reader's mapping) keeps the chunks; the controller no longer has
+ * them.
+ */
+static void nvme_hmb_trace_drop_mem(struct nvme_hmb_trace *t)
+{
+	struct nvme_hmb_trace_mem *mem = t->mem;
+
+	if (!mem)
+		return;
+	t->mem = NULL;
+	mem->outlived = kref_read(&mem->ref) > 1;
+	if (mem->outlived)
+		dev_info(mem->dev, "trace slice memory kept until its last user mapping is gone\n");
+	nvme_hmb_trace_mem_put(mem);
 }
 
 static void nvme_hmb_trace_free_slice(struct nvme_hmb_trace *t)
 {
-	unsigned int i;
-
 	t->slice.hdr = NULL;
-	kvfree(t->slice.pages);
-	t->slice.pages = NULL;
-	t->slice.nr_pages = 0;
-	for (i = 0; i < t->nr_chunks; i++)
-		dma_free_coherent(t->dmadev, t->chunks[i].size,
-				  t->chunks[i].cpu, t->chunks[i].dma);
-	kfree(t->chunks);
-	t->chunks = NULL;
-	t->nr_chunks = 0;
+	t->slice.mem = NULL;
+	t->slice.extents = NULL;
+	t->slice.nr_chunks = 0;
+	nvme_hmb_trace_drop_mem(t);
 	t->hsize_slice = 0;
 	if (t->descs)
 		dma_free_coherent(t->dmadev, t->descs_size, t->descs,
@@ -218,34 +289,41 @@ static int nvme_hmb_trace_alloc_chunks(struct nvme_hmb_trace *t, u64 ring,
 {
 	u64 lead = nvme_hmb_trace_lead_size(t);
 	unsigned int nr = 1 + div64_u64(ring, chunk_size);
-	unsigned int i, p = 0;
+	struct nvme_hmb_trace_mem *mem;
+	unsigned int i;
 
-	t->chunks = kcalloc(nr, sizeof(*t->chunks), GFP_KERNEL);
-	t->slice.nr_pages = (HMB_RING_HDR_SIZE + ring) >> PAGE_SHIFT;
-	t->slice.pages = kvcalloc(t->slice.nr_pages, sizeof(*t->slice.pages),
-				  GFP_KERNEL);
-	if (!t->chunks || !t->slice.pages)
+	mem = kzalloc(sizeof(*mem), GFP_KERNEL);
+	if (!mem)
+		return -ENOMEM;
+	kref_init(&mem->ref);
+	mem->dev = get_device(t->dmadev);
+	t->mem = mem;
+	mem->chunks = kcalloc(nr, sizeof(*mem->chunks), GFP_KERNEL);
+	mem->extents = kcalloc(nr, sizeof(*mem->extents), GFP_KERNEL);
+	if (!mem->chunks || !mem->extents)
 		return -ENOMEM;
 
 	for (i = 0; i < nr; i++) {
-		struct nvme_hmb_trace_chunk *c = &t->chunks[i];
-		size_t off;
+		struct nvme_hmb_trace_chunk *c = &mem->chunks[i];
 
 		c->size = i ? chunk_size : lead;
 		c->cpu = dma_alloc_coherent(t->dmadev, c->size, &c->dma,
 					    GFP_KERNEL | __GFP_NOWARN);
 		if (!c->cpu)
 			return -ENOMEM;
-		t->nr_chunks++;
+		mem->nr_chunks++;
 		t->hsize_slice += c->size;
-		/* Of the lead chunk only its last page (the header) is the slice's. */
-		for (off = i ? 0 : c->size - PAGE_SIZE; off < c->size;
-		     off += PAGE_SIZE)
-			t->slice.pages[p++] = nvme_hmb_trace_page(c->cpu + off);
+		/* Of the lead chunk only its last page (the header) is the view's. */
+		mem->extents[i].offset = i ? HMB_RING_HDR_SIZE + (i - 1) * chunk_size : 0;
+		mem->extents[i].len = i ? chunk_size : HMB_RING_HDR_SIZE;
 	}
 
 	/* The header: the lead chunk's last page, in the chunk's own mapping. */
-	t->slice.hdr = t->chunks[0].cpu + t->chunks[0].size - HMB_RING_HDR_SIZE;
+	t->slice.hdr = mem->chunks[0].cpu + mem->chunks[0].size -
+		       HMB_RING_HDR_SIZE;
+	t->slice.mem = mem;
+	t->slice.extents = mem->extents;
+	t->slice.nr_chunks = nr;
 	return 0;
 }
 
@@ -262,13 +340,13 @@ static int nvme_hmb_trace_build_descs(struct nvme_hmb_trace *t,
 	u64 cache_size = 0;
 	u32 i;
 
-	if (hmmaxd && nr_cache + t->nr_chunks > hmmaxd) {
+	if (hmmaxd && nr_cache + t->slice.nr_chunks > hmmaxd) {
 		dev_info(t->ctrl->device,
 			 "no trace slice: %u cache + %u slice descriptors exceed HMMAXD %u\n",
-			 nr_cache, t->nr_chunks, hmmaxd);
+			 nr_cache, t->slice.nr_chunks, hmmaxd);
 		return -ENOSPC;
 	}
-	t->descs_size = (nr_cache + t->nr_chunks) * sizeof(*t->descs);
+	t->descs_size = (nr_cache + t->slice.nr_chunks) * sizeof(*t->descs);
 	t->descs = dma_alloc_coherent(t->dmadev, t->descs_size, &t->descs_dma,
 				      GFP_KERNEL);
 	if (!t->descs)
@@ -278,14 +356,17 @@ static int nvme_hmb_trace_build_descs(struct nvme_hmb_trace *t,
 		cache_size += (u64)le32_to_cpu(cache[i].size) *
 			      NVME_CTRL_PAGE_SIZE;
 	}
-	for (i = 0; i < t->nr_chunks; i++) {
-		t->descs[nr_cache + i].addr = cpu_to_le64(t->chunks[i].dma);
+	for (i = 0; i < t->slice.nr_chunks; i++) {
+		const struct nvme_hmb_trace_chunk *c = &t->mem->chunks[i];
+
+		t->descs[nr_cache + i].addr = cpu_to_le64(c->dma);
 		t->descs[nr_cache + i].size =
-			cpu_to_le32(t->chunks[i].size / NVME_CTRL_PAGE_SIZE);
+			cpu_to_le32(c->size / NVME_CTRL_PAGE_SIZE);
 	}
-	t->nr_descs = nr_cache + t->nr_chunks;
+	t->nr_descs = nr_cache + t->slice.nr_chunks;
 	t->hsize = cache_size + t->hsize_slice;
-	t->slice.hmb_offset = cache_size + t->chunks[0].size - HMB_RING_HDR_SIZE;
+	t->slice.hmb_offset = cache_size + t->mem->chunks[0].size -
+			      HMB_RING_HDR_SIZE;
 	return 0;
 }
 
@@ -464,7 +545,7 @@ bool nvme_hmb_trace_alloc(struct nvme_hmb_trace *t,
 	t->fresh = true;
 	dev_info(t->ctrl->device,
 		 "HMB trace slice: %llu KiB ring at HMB offset %llu in %u chunks, FID %#x\n",
-		 ring >> 10, t->slice.hmb_offset, t->nr_chunks, t->fid);
+		 ring >> 10, t->slice.hmb_offset, t->slice.nr_chunks, t->fid);
 	return true;
 }
 

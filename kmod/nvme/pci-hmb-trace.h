@@ -35,8 +35,7 @@ struct nvme_hmb_trace {
 	struct nvme_hmb_trace_slice slice;
 	struct nvme_ctrl *ctrl;
 	struct device *dmadev;
-	struct nvme_hmb_trace_chunk *chunks;
-	unsigned int nr_chunks;
+	struct nvme_hmb_trace_mem *mem;	/* the slice's chunks (pci-hmb-trace.c) */
 	u64 hsize_slice;	/* bytes of the slice chunks */
 	struct nvme_host_mem_buf_desc *descs;	/* cache, then slice chunks */
 	dma_addr_t descs_dma;

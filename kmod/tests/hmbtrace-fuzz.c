@@ -31,6 +31,7 @@
 
 #define MAX_MAPS	8
 #define MAX_FDS		4
+#define MAX_CHUNKS	64	/* chunks remembered for the mapping rule */
 
 struct fuzz {
 	const char *node;
@@ -38,6 +39,9 @@ struct fuzz {
 	int fds[MAX_FDS];
 	struct { uint8_t *p; size_t len; } maps[MAX_MAPS];
 	uint64_t mmap_len;	/* from GET_INFO, 0 until known */
+	/* the chunk table (GET_CHUNK), nr_chunks 0 until known */
+	struct hmb_trace_chunk chunks[MAX_CHUNKS];
+	unsigned int nr_chunks;
 	uint64_t last_tail;	/* newest tail the module accepted */
 	long violations;
 	long calls;
@@ -130,9 +134,28 @@ static void do_close(struct fuzz *f)
 static void do_get_info(struct fuzz *f, int fd)
 {
 	struct hmb_trace_info info;
+	unsigned int i;
 
-	if (fd >= 0 && !ioctl(fd, HMB_TRACE_IOC_GET_INFO, &info))
-		f->mmap_len = info.mmap_len;
+	if (fd < 0 || ioctl(fd, HMB_TRACE_IOC_GET_INFO, &info))
+		return;
+	f->mmap_len = info.mmap_len;
+	if (info.nr_chunks > MAX_CHUNKS)
+		return;	/* the mapping rule is then not checked */
+	for (i = 0; i < info.nr_chunks; i++) {
+		f->chunks[i] = (struct hmb_trace_chunk){ .index = i };
+		if (ioctl(fd, HMB_TRACE_IOC_GET_CHUNK, &f->chunks[i]))
+			return;
+	}
+	f->nr_chunks = info.nr_chunks;
+}
+
+/* Whether [off, off + len) is exactly one chunk, the only mapping allowed. */
+static int is_chunk(const struct fuzz *f, off_t off, size_t len)
+{
+	for (unsigned int i = 0; i < f->nr_chunks; i++)
+		if ((uint64_t)off == f->chunks[i].offset && len == f->chunks[i].len)
+			return 1;
+	return 0;
 }
 
 static size_t fuzz_len(struct fuzz *f)
@@ -178,6 +201,15 @@ static void do_mmap(struct fuzz *f)
 	off_t off = fuzz_off(f);
 	void *p;
 
+	/* Often exactly a chunk, or a chunk's offset with another length. */
+	if (f->nr_chunks && pick(f, 2)) {
+		const struct hmb_trace_chunk *c = &f->chunks[pick(f, f->nr_chunks)];
+
+		off = (off_t)c->offset;
+		if (pick(f, 2))
+			len = c->len;
+	}
+
 	if (pick(f, 4))
 		prot |= PROT_READ;
 	if (!pick(f, 4))
@@ -195,8 +227,8 @@ static void do_mmap(struct fuzz *f)
 	if (p == MAP_FAILED)
 		return;
 	f->ok_calls++;
-	if ((prot & (PROT_WRITE | PROT_EXEC)) || off != 0 ||
-	    (f->mmap_len && len != f->mmap_len))
+	if ((prot & (PROT_WRITE | PROT_EXEC)) ||
+	    (f->nr_chunks && !is_chunk(f, off, len)))
 		violation(f, "mmap len %zu off %lld prot %#x flags %#x succeeded",
 			  len, (long long)off, prot, flags);
 	f->maps[slot].p = p;
@@ -282,6 +314,7 @@ static void do_ioctl(struct fuzz *f)
 	static const unsigned int ours[] = {
 		HMB_TRACE_IOC_GET_INFO, HMB_TRACE_IOC_PUBLISH_TAIL,
 		HMB_TRACE_IOC_REINIT, HMB_TRACE_IOC_GET_STATS,
+		HMB_TRACE_IOC_GET_CHUNK,
 	};
 	uint64_t buf[32];
 	unsigned int cmd;
@@ -295,7 +328,7 @@ static void do_ioctl(struct fuzz *f)
 	switch (pick(f, 4)) {
 	case 0:
 	case 1:
-		cmd = ours[pick(f, 4)];
+		cmd = ours[pick(f, 5)];
 		break;
 	case 2:	/* our type byte, anything else random */
 		cmd = _IOC(pick(f, 4), HMB_TRACE_IOC_MAGIC, pick(f, 256), pick(f, 1 << 14));
@@ -306,7 +339,7 @@ static void do_ioctl(struct fuzz *f)
 		} while (vfs_type(_IOC_TYPE(cmd)));
 		break;
 	}
-	for (unsigned int i = 0; i < 4; i++)
+	for (unsigned int i = 0; i < 5; i++)
 		known |= cmd == ours[i];
 	arg = fuzz_arg(f, buf);
 	if (cmd == HMB_TRACE_IOC_PUBLISH_TAIL && pick(f, 2)) {

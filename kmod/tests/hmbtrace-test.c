@@ -13,7 +13,10 @@
  * Exit status: 0 when nothing failed, 1 otherwise, 2 on bad usage.
  *
  * Modes besides the default checks: --fuzz N (hmbtrace-fuzz.c), --big-reinit
- * (lock hold time of REINIT on a large ring).
+ * (lock hold time of REINIT on a large ring), --chunks (the chunk mapping
+ * rules on a device of any kind, and with --remove unbind the reader's
+ * mapping across removal: SIGBUS, the memory freed only after the last
+ * mapping; for the NVMe slice, whose ring is several DMA allocations).
  *
  * Build: make -C kmod test   (gcc -static)
  */
@@ -32,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/klog.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -66,6 +70,7 @@ struct opts {
 	int big_reinit;		/* --big-reinit: only the REINIT lock-hold check */
 	int wake_rounds;	/* --wake-latency N: only the poll wake-up latency */
 	const char *block;	/* --block PATH: the namespace it reads from */
+	int chunks;		/* --chunks: only the chunk mapping checks */
 };
 
 static int n_ok, n_fail, n_skip;
@@ -268,20 +273,160 @@ static int get_info(int fd, struct hmb_trace_info *info)
 	return ioctl(fd, HMB_TRACE_IOC_GET_INFO, info);
 }
 
+static int get_chunk(int fd, uint32_t index, struct hmb_trace_chunk *c)
+{
+	memset(c, 0xa5, sizeof(*c));
+	c->index = index;
+	c->reserved = 0;
+	return ioctl(fd, HMB_TRACE_IOC_GET_CHUNK, c);
+}
+
+uint8_t *hmbtrace_map_ring(int fd, const struct hmb_trace_info *info)
+{
+	uint8_t *base = mmap(NULL, info->mmap_len, PROT_NONE,
+			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	struct hmb_trace_chunk c;
+	int err;
+
+	if (base == MAP_FAILED)
+		return MAP_FAILED;
+	for (uint32_t i = 0; i < info->nr_chunks; i++) {
+		if (get_chunk(fd, i, &c)) {
+			err = errno;
+			goto fail;
+		}
+		if (c.offset > info->mmap_len || c.len > info->mmap_len - c.offset) {
+			err = ERANGE;
+			goto fail;
+		}
+		if (mmap(base + c.offset, c.len, PROT_READ, MAP_SHARED | MAP_FIXED, fd,
+			 (off_t)c.offset) == MAP_FAILED) {
+			err = errno;
+			goto fail;
+		}
+	}
+	return base;
+fail:
+	munmap(base, info->mmap_len);
+	errno = err;
+	return MAP_FAILED;
+}
+
+/* Chunk 0's length (the header chunk), for single-chunk mappings; 0 on error. */
+static size_t first_chunk_len(int fd)
+{
+	struct hmb_trace_chunk c;
+
+	return get_chunk(fd, 0, &c) ? 0 : c.len;
+}
+
 static void check_info(const struct hmb_trace_info *info)
 {
 	uint64_t rs = info->ring_size;
 
-	CHECK("info_abi", info->abi_major == HMB_RING_VERSION_MAJOR,
-	      "abi %u.%u", info->abi_major, info->abi_minor);
+	CHECK("info_abi", info->abi_major == HMB_TRACE_DEV_ABI_MAJOR,
+	      "device interface %u.%u", info->abi_major, info->abi_minor);
 	CHECK("info_geometry",
 	      info->hdr_size == HMB_RING_HDR_SIZE && rs >= HMB_RING_MIN_SIZE &&
 	      rs <= HMB_RING_MAX_SIZE && !(rs & (rs - 1)) &&
 	      info->mmap_len == HMB_RING_HDR_SIZE + rs,
 	      "hdr_size %u ring_size %llu mmap_len %llu", info->hdr_size,
 	      (unsigned long long)rs, (unsigned long long)info->mmap_len);
-	CHECK("info_reserved_zero", info->reserved == 0,
-	      "reserved %#x (uninitialised kernel memory?)", info->reserved);
+	CHECK("info_chunks", info->nr_chunks >= 1 &&
+	      info->nr_chunks <= info->mmap_len / 4096,
+	      "nr_chunks %#x (uninitialised kernel memory?)", info->nr_chunks);
+}
+
+/* Expect mmap(@off, @len) of the device to fail with @err. */
+static int refused(int fd, uint64_t off, uint64_t len, int prot, int err)
+{
+	void *p = mmap(NULL, len, prot, MAP_SHARED, fd, (off_t)off);
+
+	if (p != MAP_FAILED) {
+		munmap(p, len);
+		printf("info mmap off %#llx len %#llx prot %#x succeeded\n",
+		       (unsigned long long)off, (unsigned long long)len, prot);
+		return 0;
+	}
+	if (errno != err) {
+		printf("info mmap off %#llx len %#llx prot %#x: %s\n",
+		       (unsigned long long)off, (unsigned long long)len, prot,
+		       strerror(errno));
+		return 0;
+	}
+	return 1;
+}
+
+/*
+ * The chunk table tiles the ring view, header chunk first (decision 11),
+ * and the module maps nothing but exactly one chunk: the whole view in one
+ * mapping (when it is several chunks), a chunk with a page more or less,
+ * a mapping from inside a chunk, two chunks at once, and anything past the
+ * view are EINVAL. Then the chunks mapped side by side read as one ring.
+ * Returns the mapped view, or MAP_FAILED.
+ */
+static uint8_t *check_chunk_rules(int fd, const struct hmb_trace_info *info)
+{
+	struct hmb_trace_chunk c, first;
+	uint64_t end = 0, len = info->mmap_len;
+	int bad = 0, ret, all = 1;
+	const struct hmb_ring_hdr *h;
+	uint8_t *map;
+
+	for (uint32_t i = 0; i < info->nr_chunks && !bad; i++) {
+		if (get_chunk(fd, i, &c) || c.index != i || c.offset != end || !c.len ||
+		    c.len % 4096 || c.len > len - end || (i == 0 && c.len != HMB_RING_HDR_SIZE &&
+							   info->nr_chunks > 1)) {
+			bad = 1;
+			printf("info chunk %u: %s offset %#llx len %#llx after %#llx\n", i,
+			       strerror(errno), (unsigned long long)c.offset,
+			       (unsigned long long)c.len, (unsigned long long)end);
+		} else {
+			end += c.len;
+		}
+	}
+	CHECK("chunk_table", !bad && end == len, "%u chunks cover %#llx of %#llx bytes",
+	      info->nr_chunks, (unsigned long long)end, (unsigned long long)len);
+	printf("info ring view: %u chunks, %llu bytes\n", info->nr_chunks,
+	       (unsigned long long)len);
+
+	ret = get_chunk(fd, info->nr_chunks, &c);
+	bad = !(ret == -1 && errno == EINVAL);
+	c = (struct hmb_trace_chunk){ .index = 0, .reserved = 1 };
+	ret = ioctl(fd, HMB_TRACE_IOC_GET_CHUNK, &c);
+	bad |= !(ret == -1 && errno == EINVAL);
+	CHECK("get_chunk_einval", !bad, "an index past the table or a reserved word not zero was accepted");
+
+	if (get_chunk(fd, info->nr_chunks > 1 ? 1 : 0, &c) || get_chunk(fd, 0, &first)) {
+		fail("mmap_not_one_chunk_einval", "GET_CHUNK: %s", strerror(errno));
+		return MAP_FAILED;
+	}
+	if (info->nr_chunks > 1) {
+		all &= refused(fd, 0, len, PROT_READ, EINVAL);
+		all &= refused(fd, 0, first.len + c.len, PROT_READ, EINVAL);
+	}
+	all &= refused(fd, c.offset, c.len + 4096, PROT_READ, EINVAL);
+	if (c.len > 4096) {
+		all &= refused(fd, c.offset, c.len - 4096, PROT_READ, EINVAL);
+		all &= refused(fd, c.offset + 4096, c.len - 4096, PROT_READ, EINVAL);
+	}
+	all &= refused(fd, len, 4096, PROT_READ, EINVAL);
+	all &= refused(fd, (uint64_t)1 << 40, 4096, PROT_READ, EINVAL);
+	/* Exactly a chunk, but writable or executable: the access rule first. */
+	all &= refused(fd, c.offset, c.len, PROT_READ | PROT_WRITE, EACCES);
+	all &= refused(fd, c.offset, c.len, PROT_READ | PROT_EXEC, EACCES);
+	CHECK("mmap_not_one_chunk_einval", all, "see the info lines");
+
+	map = hmbtrace_map_ring(fd, info);
+	if (map == MAP_FAILED) {
+		fail("mmap_chunks", "%s", strerror(errno));
+		return MAP_FAILED;
+	}
+	h = (const void *)map;
+	CHECK("mmap_chunks", h->magic == HMB_RING_MAGIC && h->ring_size == info->ring_size &&
+	      h->epoch == info->epoch, "magic %#x ring_size %llu epoch %llu", h->magic,
+	      (unsigned long long)h->ring_size, (unsigned long long)h->epoch);
+	return map;
 }
 
 static void check_second_open(void)
@@ -299,7 +444,7 @@ static void check_second_open(void)
 
 static void check_mmap_refusals(int fd, const struct hmb_trace_info *info)
 {
-	size_t len = info->mmap_len;
+	size_t len = first_chunk_len(fd);
 	void *p;
 
 	p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
@@ -315,11 +460,11 @@ static void check_mmap_refusals(int fd, const struct hmb_trace_info *info)
 	      p == MAP_FAILED ? strerror(errno) : "mapping succeeded");
 	if (p != MAP_FAILED)
 		munmap(p, len - 4096);
-	p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 4096);
+	p = mmap(NULL, info->mmap_len, PROT_READ, MAP_SHARED, fd, 4096);
 	CHECK("mmap_offset_einval", p == MAP_FAILED && errno == EINVAL, "%s",
 	      p == MAP_FAILED ? strerror(errno) : "mapping succeeded");
 	if (p != MAP_FAILED)
-		munmap(p, len);
+		munmap(p, info->mmap_len);
 	/* Device-written bytes are never code. */
 	p = mmap(NULL, len, PROT_READ | PROT_EXEC, MAP_SHARED, fd, 0);
 	CHECK("mmap_exec_eacces", p == MAP_FAILED && errno == EACCES, "%s",
@@ -363,25 +508,27 @@ static void check_rdwr_write_mapping(const struct hmb_trace_info *info)
 		fail("mmap_shared_write_eacces", "open O_RDWR: %s", strerror(errno));
 		return;
 	}
-	p = mmap(NULL, info->mmap_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	uint8_t *map;
+
+	p = mmap(NULL, first_chunk_len(fd), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	CHECK("mmap_shared_write_eacces", p == MAP_FAILED && errno == EACCES,
 	      "%s", p == MAP_FAILED ? strerror(errno) : "mapping succeeded");
 	if (p != MAP_FAILED)
-		munmap(p, info->mmap_len);
+		munmap(p, first_chunk_len(fd));
 	/*
 	 * A read-only shared mapping of a writable file would be VM_MAYWRITE:
 	 * only the module clearing it stops the upgrade.
 	 */
-	p = mmap(NULL, info->mmap_len, PROT_READ, MAP_SHARED, fd, 0);
-	if (p == MAP_FAILED) {
+	map = hmbtrace_map_ring(fd, info);
+	if (map == MAP_FAILED) {
 		fail("mprotect_upgrade_rdwr_refused", "mmap O_RDWR PROT_READ: %s",
 		     strerror(errno));
 	} else {
-		int ret = mprotect(p, info->mmap_len, PROT_READ | PROT_WRITE);
+		int ret = mprotect(map, info->mmap_len, PROT_READ | PROT_WRITE);
 
 		CHECK("mprotect_upgrade_rdwr_refused", ret && errno == EACCES, "%s",
 		      ret ? strerror(errno) : "mprotect succeeded");
-		munmap(p, info->mmap_len);
+		munmap(map, info->mmap_len);
 	}
 	close(fd);
 }
@@ -404,21 +551,22 @@ static void check_header(const uint8_t *map, const struct hmb_trace_info *info)
 static void check_mprotect(int fd, uint8_t *map, size_t len)
 {
 	int ret = mprotect(map, len, PROT_READ | PROT_WRITE);
+	size_t first = first_chunk_len(fd);
 	void *p;
 
 	CHECK("mprotect_upgrade_refused", ret && errno == EACCES, "%s",
 	      ret ? strerror(errno) : "mprotect succeeded");
 	/* Private mappings are always VM_MAYWRITE unless the module clears it. */
-	p = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+	p = mmap(NULL, first, PROT_READ, MAP_PRIVATE, fd, 0);
 	if (p == MAP_FAILED) {
 		fail("mprotect_upgrade_private_refused", "mmap MAP_PRIVATE: %s",
 		     strerror(errno));
 		return;
 	}
-	ret = mprotect(p, len, PROT_READ | PROT_WRITE);
+	ret = mprotect(p, first, PROT_READ | PROT_WRITE);
 	CHECK("mprotect_upgrade_private_refused", ret && errno == EACCES, "%s",
 	      ret ? strerror(errno) : "mprotect succeeded");
-	munmap(p, len);
+	munmap(p, first);
 	ret = mprotect(map, len, PROT_READ | PROT_EXEC);
 	CHECK("mprotect_exec_refused", ret && errno == EACCES, "%s",
 	      ret ? strerror(errno) : "mprotect succeeded");
@@ -935,7 +1083,7 @@ static void check_rebind_ring(int fd, const struct hmb_trace_info *info, const s
 	uint64_t head;
 	long n = 0;
 
-	map = mmap(NULL, info->mmap_len, PROT_READ, MAP_SHARED, fd, 0);
+	map = hmbtrace_map_ring(fd, info);
 	if (map == MAP_FAILED) {
 		fail("rebind_ring_clean", "mmap: %s", strerror(errno));
 		return;
@@ -1060,6 +1208,152 @@ static void check_removal(int fd, uint8_t *map, const struct hmb_trace_info *inf
 	close(fd2);
 }
 
+/*
+ * What the NVMe driver logs when the slice's memory outlives the HMB (a
+ * reader still maps it) and when it is freed after all (pci-hmb-trace.c).
+ */
+#define MEM_KEPT	"trace slice memory kept until its last user mapping is gone"
+#define MEM_FREED	"trace slice memory freed after its last user mapping"
+
+/* Occurrences of @what in the kernel log, -1 if it cannot be read. */
+static int klog_count(const char *what)
+{
+	int size = klogctl(10, NULL, 0);	/* SYSLOG_ACTION_SIZE_BUFFER */
+	int n, count = 0;
+	const char *p;
+	char *buf;
+
+	if (size <= 0)
+		return -1;
+	buf = malloc((size_t)size + 1);
+	if (!buf)
+		return -1;
+	n = klogctl(3, buf, size);		/* SYSLOG_ACTION_READ_ALL */
+	if (n < 0) {
+		free(buf);
+		return -1;
+	}
+	buf[n] = 0;
+	for (p = buf; (p = strstr(p, what)); p++)
+		count++;
+	free(buf);
+	return count;
+}
+
+/* Every page of the view, and its last byte, read without a fault. */
+static int all_pages_read(const uint8_t *map, const struct hmb_trace_info *info)
+{
+	for (uint64_t off = 0; off < info->mmap_len; off += 4096)
+		if (read_faults(map + off))
+			return 0;
+	return !read_faults(map + info->mmap_len - 1);
+}
+
+/*
+ * --chunks: the chunk mapping rules (check_chunk_rules()), every page of
+ * the view readable, and with --remove unbind the reader's mapping of a
+ * DMA slice (nvme) across the removal of the device's PCI function from
+ * its driver: POLLHUP, every page still readable with the last contents (a
+ * forked reader goes on reading), the DMA memory kept while the mapping and
+ * the file exist and freed after the last of them (the driver's log
+ * lines), then the function bound again.
+ */
+static int run_chunks(const struct opts *o)
+{
+	struct pollfd pfd = { .events = 0 };
+	char addr[64], target[PATH_MAX], link[PATH_MAX + 16], path[PATH_MAX + 64];
+	struct hmb_trace_info info, info2;
+	int fd, fd2, ret, faulted = 0, kept0, freed0, kept1, freed1;
+	const char *drv;
+	uint8_t *map;
+	pid_t reader;
+	ssize_t n;
+
+	fd = open_dev(O_RDONLY);
+	if (fd < 0 || get_info(fd, &info)) {
+		fail("get_info", "%s: %s", node_path, strerror(errno));
+		return 1;
+	}
+	check_info(&info);
+	map = check_chunk_rules(fd, &info);
+	if (map == MAP_FAILED) {
+		close(fd);
+		return 1;
+	}
+	for (uint64_t off = 0; off < info.mmap_len; off += 4096)
+		faulted |= read_faults(map + off);
+	CHECK("chunks_readable", !faulted, "a page of the mapped view raised SIGBUS");
+	if (o->remove != REMOVE_UNBIND) {
+		munmap(map, info.mmap_len);
+		close(fd);
+		return 0;
+	}
+
+	snprintf(link, sizeof(link), "%s/device/driver", sys_path);
+	n = readlink(link, target, sizeof(target) - 1);
+	ret = pci_address(addr, sizeof(addr));
+	if (n < 0 || ret) {
+		fail("remove_while_mapped", "PCI function or its driver: %s",
+		     strerror(n < 0 ? errno : -ret));
+		return 1;
+	}
+	target[n] = 0;
+	drv = strrchr(target, '/') ? strrchr(target, '/') + 1 : target;
+	kept0 = klog_count(MEM_KEPT);
+	freed0 = klog_count(MEM_FREED);
+	reader = start_reader(map, info.mmap_len);
+	usleep(200000);		/* let it fault every page in */
+	snprintf(path, sizeof(path), "/sys/bus/pci/drivers/%s/unbind", drv);
+	ret = write_file(path, addr);
+	if (ret) {
+		fail("remove_while_mapped", "unbind %s from %s: %s", addr, drv, strerror(-ret));
+		kill(reader, SIGKILL);
+		waitpid(reader, NULL, 0);
+		return 1;
+	}
+	pfd.fd = fd;
+	ret = poll(&pfd, 1, o->wait_s * 1000);
+	CHECK("pollhup_after_removal", ret == 1 &&
+	      (pfd.revents & (POLLHUP | POLLERR)) == (POLLHUP | POLLERR),
+	      "poll %d revents %#x", ret, pfd.revents);
+	CHECK("mapping_kept_after_removal", all_pages_read(map, &info) &&
+	      ((const struct hmb_ring_hdr *)(const void *)map)->magic == HMB_RING_MAGIC,
+	      "a page of the view faulted, or the header lost its magic, after removal");
+	ret = waitpid(reader, NULL, WNOHANG);
+	CHECK("reader_alive_after_removal", ret == 0, "the forked reader ended (%d)", ret);
+	kill(reader, SIGKILL);
+	waitpid(reader, NULL, 0);
+	kept1 = klog_count(MEM_KEPT);
+	freed1 = klog_count(MEM_FREED);
+	CHECK("mem_kept_while_mapped", kept0 >= 0 && kept1 == kept0 + 1 && freed1 == freed0,
+	      "kernel log: '%s' %d -> %d, '%s' %d -> %d", MEM_KEPT, kept0, kept1,
+	      MEM_FREED, freed0, freed1);
+	munmap(map, info.mmap_len);
+	close(fd);
+	freed1 = klog_count(MEM_FREED);
+	CHECK("mem_freed_after_last_mapping", freed1 == freed0 + 1,
+	      "kernel log: '%s' %d -> %d after munmap and close", MEM_FREED, freed0, freed1);
+
+	snprintf(path, sizeof(path), "/sys/bus/pci/drivers/%s/bind", drv);
+	ret = write_file(path, addr);
+	if (ret) {
+		fail("rebind", "bind %s to %s: %s", addr, drv, strerror(-ret));
+		return 1;
+	}
+	fd2 = -1;
+	for (int i = 0; i < o->wait_s * 10 && fd2 < 0; i++) {
+		fd2 = open_dev(O_RDONLY);
+		if (fd2 < 0)
+			usleep(100000);
+	}
+	ret = fd2 < 0 ? -1 : get_info(fd2, &info2);
+	CHECK("rebind", ret == 0 && info2.nr_chunks == info.nr_chunks,
+	      "%s after bind: %s", node_path, ret ? strerror(errno) : "chunk count changed");
+	if (fd2 >= 0)
+		close(fd2);
+	return 0;
+}
+
 static uint64_t now_us(void)
 {
 	struct timespec ts;
@@ -1115,7 +1409,7 @@ static int run_big_reinit(const struct opts *o)
 		fail("big_reinit", "open/GET_INFO: %s", strerror(errno));
 		return 1;
 	}
-	map = mmap(NULL, info.mmap_len, PROT_READ, MAP_SHARED, r.fd, 0);
+	map = hmbtrace_map_ring(r.fd, &info);
 	if (map == MAP_FAILED) {
 		fail("big_reinit", "mmap: %s", strerror(errno));
 		return 1;
@@ -1152,8 +1446,9 @@ static void usage(const char *argv0)
 		"       %s --fuzz CALLS [--seed N] [--wait SECONDS]\n"
 		"       %s --big-reinit\n"
 		"       %s --wake-latency ROUNDS --block /dev/nvme0n1\n"
+		"       %s --chunks [--remove unbind|none] [--wait SECONDS]\n"
 		"Checks /dev/NAME (default nvme-hmb-trace0) of nvme-hmb-trace.ko.\n", argv0, argv0,
-		argv0, argv0);
+		argv0, argv0, argv0);
 }
 
 int main(int argc, char **argv)
@@ -1174,6 +1469,7 @@ int main(int argc, char **argv)
 		{ "big-reinit", no_argument, NULL, 'B' },
 		{ "wake-latency", required_argument, NULL, 'W' },
 		{ "block", required_argument, NULL, 'b' },
+		{ "chunks", no_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1265,6 +1561,9 @@ int main(int argc, char **argv)
 		case 'b':
 			o.block = optarg;
 			break;
+		case 'C':
+			o.chunks = 1;
+			break;
 		case 'h':
 			usage(argv[0]);
 			return 0;
@@ -1292,6 +1591,10 @@ int main(int argc, char **argv)
 	}
 	if (o.big_reinit) {
 		run_big_reinit(&o);
+		goto out;
+	}
+	if (o.chunks) {
+		run_chunks(&o);
 		goto out;
 	}
 	if (o.wake_rounds) {
@@ -1326,7 +1629,7 @@ int main(int argc, char **argv)
 	}
 	check_second_open();
 	check_mmap_refusals(fd, &info);
-	map = mmap(NULL, info.mmap_len, PROT_READ, MAP_SHARED, fd, 0);
+	map = check_chunk_rules(fd, &info);
 	if (map == MAP_FAILED) {
 		fail("mmap_readonly", "%s", strerror(errno));
 		goto out;

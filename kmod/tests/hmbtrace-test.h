@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+struct hmb_trace_info;
+
 void ok(const char *name);
 void __attribute__((format(printf, 2, 3))) fail(const char *name, const char *fmt, ...);
 void skip(const char *name, const char *why);
@@ -18,6 +20,15 @@ void skip(const char *name, const char *why);
  * @seconds seconds, whichever ends first. Every result is checked against
  * the access rules (docs/kmod.md); returns the number of violations.
  */
+/*
+ * Map the ring view of the open device @fd read-only as the daemon does
+ * (docs/abi.md decision 11): reserve mmap_len bytes PROT_NONE, then map
+ * each chunk GET_CHUNK reports over its part, MAP_FIXED, at mmap offset
+ * chunk.offset. Returns the base, or MAP_FAILED with errno set (nothing
+ * left mapped). munmap(base, mmap_len) unmaps it all.
+ */
+uint8_t *hmbtrace_map_ring(int fd, const struct hmb_trace_info *info);
+
 long hmbtrace_fuzz(const char *node, long calls, unsigned int seed, int seconds);
 
 /*

@@ -88,7 +88,7 @@ int hmbtrace_wake_latency(const char *node, const char *block, int rounds)
 		fail("wake_latency", "GET_INFO: %s", strerror(errno));
 		return 1;
 	}
-	map = mmap(NULL, info.mmap_len, PROT_READ, MAP_SHARED, fd, 0);
+	map = hmbtrace_map_ring(fd, &info);
 	lat = calloc(rounds, sizeof(*lat));
 	if (map == MAP_FAILED || !lat || posix_memalign(&buf, 4096, 4096)) {
 		fail("wake_latency", "mmap/alloc: %s", strerror(errno));

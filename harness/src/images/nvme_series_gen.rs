@@ -24,6 +24,8 @@ use std::path::{Path, PathBuf};
 pub(crate) const COMPAT: &[(&str, &str, &str)] = &[
     // nvme_ctrl_state() arrived in 6.7.
     ("6.1", "nvme_ctrl_state(t->ctrl)", "READ_ONCE(t->ctrl->state)"),
+    // 7.x's checkpatch wants the typed allocator, which 6.1 and 6.12 lack.
+    ("7.x", "kzalloc(sizeof(*mem), GFP_KERNEL)", "kzalloc_obj(*mem)"),
 ];
 
 /// New files of each patch: (path in the kernel tree, path under the repository).

@@ -11,23 +11,32 @@
 
 struct device;
 struct module;
-struct page;
+struct nvme_hmb_trace_mem;
+struct vm_area_struct;
+
+/* Where a chunk of the ring view lies: the header page at 0, the data at 4096. */
+struct nvme_hmb_trace_extent {
+	u64 offset;
+	u64 len;
+};
 
 /*
  * One controller's trace slice: the ring header page followed by the data
- * area, physically scattered over several HMB chunks. The kernel only ever
- * accesses the header page (the ring's payloads are for the reader), so
- * @hdr is that page in its chunk's own coherent mapping; there is no kernel
- * mapping of the data area. @pages lists the slice's pages in order, for
- * the reader's mapping. Valid from the client's add() until its remove()
- * returns.
+ * area, in several coherent DMA allocations (HMB chunks). The kernel only
+ * ever accesses the header page (the ring's payloads are for the reader),
+ * so @hdr is that page in its chunk's own coherent mapping; there is no
+ * kernel mapping of the data area. The reader maps the ring view chunk by
+ * chunk (@extents, header first) with nvme_hmb_trace_mmap(). Valid from the
+ * client's add() until its remove() returns; @mem may be kept longer
+ * (nvme_hmb_trace_mem_get()).
  */
 struct nvme_hmb_trace_slice {
 	struct device *dev;	/* the controller's PCI function */
 	int instance;		/* N of nvmeN */
 	void *hdr;		/* the ring header page (coherent DMA memory) */
-	struct page **pages;	/* nr_pages pages, header first, in order */
-	unsigned int nr_pages;
+	struct nvme_hmb_trace_mem *mem;	/* the chunks' memory */
+	const struct nvme_hmb_trace_extent *extents;	/* nr_chunks, tiling the view */
+	unsigned int nr_chunks;
 	u64 ring_size;		/* data area bytes, a power of two */
 	u64 hmb_offset;		/* header page offset in the controller's HMB view */
 	u64 generation;		/* generation the controller was last given */
@@ -71,5 +80,25 @@ void nvme_hmb_trace_unregister(struct nvme_hmb_trace_client *client);
  * is called with @slice->dead set, and later calls return -ENODEV.
  */
 int nvme_hmb_trace_reinit(struct nvme_hmb_trace_slice *slice, u64 generation);
+
+/*
+ * The slice's memory is freed when its last reference goes: the driver's,
+ * dropped when it frees the HMB (after the client's remove()), and those a
+ * client takes for user mappings that may outlive remove() (a mapping made
+ * by an mmap racing the removal is linked after any zap). The controller
+ * has let the memory go by then; the driver holds a reference on the PCI
+ * device until it is freed.
+ */
+void nvme_hmb_trace_mem_get(struct nvme_hmb_trace_mem *mem);
+void nvme_hmb_trace_mem_put(struct nvme_hmb_trace_mem *mem);
+
+/*
+ * Map chunk @index of the ring view into @vma, which must be exactly its
+ * length, with dma_mmap_coherent(): the protection of the coherent mapping
+ * (uncached on non-coherent DMA, decrypted on SEV/TDX), per-device pools.
+ * From a driver's ->mmap; the caller keeps the memory alive meanwhile.
+ */
+int nvme_hmb_trace_mmap(struct nvme_hmb_trace_mem *mem, unsigned int index,
+			struct vm_area_struct *vma);
 
 #endif /* _LINUX_NVME_HMB_TRACE_H */

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: ((GPL-2.0 WITH Linux-syscall-note) OR MIT) */
 /*
  * nvme_hmb_trace.h - ring ABI v1 shared by SSD firmware (producer), the
- * nvme-hmb-trace module and hmb-trace-daemon (consumer).
+ * nvme-hmb-trace module and hmb-trace-daemon (consumer), and the module's
+ * character device interface v2.
  *
  * docs/abi.md is the specification; this header and the Rust crate
  * hmb-trace-abi mirror it, and abi/tests/layout.rs checks all three agree.
@@ -157,15 +158,39 @@ struct hmb_device_block {
  */
 #define HMB_TRACE_IOC_MAGIC	0xBC
 
+/*
+ * Version of the character device interface (GET_INFO's abi_major and
+ * abi_minor), apart from the ring's own HMB_RING_VERSION_*. 2.0: the ring
+ * view is mapped one chunk at a time (struct hmb_trace_chunk); 1.x had one
+ * mapping of mmap_len bytes at offset 0, which a slice made of several
+ * DMA allocations cannot give through the DMA API.
+ */
+#define HMB_TRACE_DEV_ABI_MAJOR	2
+#define HMB_TRACE_DEV_ABI_MINOR	0
+
 struct hmb_trace_info {
-	__u16 abi_major;	/* ABI the module speaks */
-	__u16 abi_minor;
+	__u16 abi_major;	/* HMB_TRACE_DEV_ABI_MAJOR the module speaks */
+	__u16 abi_minor;	/* HMB_TRACE_DEV_ABI_MINOR */
 	__u32 hdr_size;
 	__u64 ring_size;
-	__u64 mmap_len;		/* hdr_size + ring_size: the only length mmap accepts */
+	__u64 mmap_len;		/* hdr_size + ring_size: the ring view the chunks tile */
 	__u64 epoch;
 	__u32 flags;
-	__u32 reserved;
+	__u32 nr_chunks;	/* chunks of the ring view, at least 1 */
+};
+
+/*
+ * One chunk of the ring view (header page at offset 0, data area at
+ * hdr_size): GET_CHUNK fills offset and len for index. The chunks tile
+ * [0, mmap_len) in index order, header first; each is mapped on its own,
+ * mmap offset == offset and length == len exactly (anything else is
+ * EINVAL), at base + offset of one reserved region of mmap_len bytes.
+ */
+struct hmb_trace_chunk {
+	__u32 index;		/* in: 0 .. nr_chunks - 1 */
+	__u32 reserved;		/* in: zero */
+	__u64 offset;		/* out: offset in the ring view and mmap offset, page aligned */
+	__u64 len;		/* out: bytes, a multiple of the page size */
 };
 
 struct hmb_trace_stats {
@@ -184,5 +209,6 @@ struct hmb_trace_stats {
 /* REINIT reads its argument (checked before anything changes) and writes the new epoch. */
 #define HMB_TRACE_IOC_REINIT	_IOWR(HMB_TRACE_IOC_MAGIC, 0x03, __u64)
 #define HMB_TRACE_IOC_GET_STATS	_IOR(HMB_TRACE_IOC_MAGIC, 0x04, struct hmb_trace_stats)
+#define HMB_TRACE_IOC_GET_CHUNK	_IOWR(HMB_TRACE_IOC_MAGIC, 0x05, struct hmb_trace_chunk)
 
 #endif /* _UAPI_LINUX_NVME_HMB_TRACE_H */
