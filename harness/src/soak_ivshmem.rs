@@ -15,12 +15,12 @@ use xshell::Shell;
 
 use crate::guest_script::{self, files};
 use crate::host::{load_average, workspace_root};
+use crate::ivshmem_session::{self, Session, SessionConfig};
 use crate::output_disk::{self, OutputDisk};
 use crate::phases::{Every, Phases};
 use crate::qemu::binary::QemuVersion;
 use crate::qemu::Accel;
-use crate::session::{self, Session, SessionConfig};
-use crate::{interrupt, truth};
+use crate::{interrupt, ivshmem_truth};
 
 /// Where the daemon writes trace.bin.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
@@ -94,7 +94,7 @@ impl Options {
 /// Run the soak in `run_dir`; its figures (soak.json), printed too.
 pub fn run(sh: &Shell, args: &Options, run_dir: &Path, phases: &mut Phases) -> Result<serde_json::Value> {
     let _dir = sh.push_dir(workspace_root());
-    let tools = session::prepare(sh, args.kernel.as_deref(), QemuVersion::V7_2, phases)?;
+    let tools = ivshmem_session::prepare(sh, args.kernel.as_deref(), QemuVersion::V7_2, phases)?;
     // A later -m overrides the session's 512 MiB.
     let mut extra_qemu_args = vec!["-m".to_string(), args.guest_memory_mb().to_string()];
     let disk = match args.output {
@@ -137,7 +137,7 @@ pub fn run(sh: &Shell, args: &Options, run_dir: &Path, phases: &mut Phases) -> R
         std::fs::remove_file(&disk.image)?;
     }
     let report = phases.run("ground truth", || {
-        truth::check(&trace, &ground_truth.segments, truth::live_ring(&stats))
+        ivshmem_truth::check(&trace, &ground_truth.segments, ivshmem_truth::live_ring(&stats))
     })?;
     let produced: u64 = ground_truth
         .segments

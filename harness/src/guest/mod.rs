@@ -4,7 +4,7 @@
 //! running guest with its device, its share and its run folder. A device
 //! is a [`GuestDevice`]: its QEMU arguments, its in-guest prelude, its
 //! process. emu-device's child is `emu::EmuProcess`; the ivshmem session is
-//! `Guest<EmuDevice>` (`session.rs`), the NVMe one `Guest<NvmeDevice>`
+//! `Guest<EmuDevice>` (`ivshmem_session.rs`), the NVMe one `Guest<NvmeDevice>`
 //! (`nvme_session.rs`, `nvme_guest.rs`); the guests without an emu-device
 //! are in `devices` (`NoDevice`, `QemuNvme`).
 

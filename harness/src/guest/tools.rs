@@ -1,7 +1,7 @@
 //! What every guest run on an emu-device prepares before it boots: the
 //! image (kernel, our module, static daemon, initramfs), QEMU and
 //! emu-device (release), with any other host tool the run needs built
-//! beside it. All cached. The ivshmem session (`session::Tools`) and the
+//! beside it. All cached. The ivshmem session (`ivshmem_session::Tools`) and the
 //! NVMe runs (`nvme_guest::NvmeTools`) add their own parts on top.
 
 use std::path::{Path, PathBuf};
