@@ -45,7 +45,6 @@ pub mod nvme_telemetry;
 pub mod output_disk;
 pub mod phases;
 pub mod qemu;
-pub mod share_wait;
 pub mod soak_ivshmem;
 pub mod soak_nvme;
 pub mod traced_telemetry;

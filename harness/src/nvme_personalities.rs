@@ -194,7 +194,7 @@ pub fn serve(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, run_dir: &Path) ->
     let mut pair = None;
     let mut stock_before = None;
     for (i, name) in names.iter().enumerate() {
-        crate::share_wait::wait_share_file(vm, share, name, PHASE_TIMEOUT, || dev.check_alive())
+        crate::guest::share_wait::wait_share_file(vm, share, name, PHASE_TIMEOUT, || dev.check_alive())
             .with_context(|| format!("waiting for the guest at {name}"))?;
         if let Some(phase) = i.checked_sub(1).and_then(|j| PHASES.get(j)) {
             let audit = audit(dev, run_dir, &phase.name())?;

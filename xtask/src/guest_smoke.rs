@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use hmb_harness::guest::devices::NoDevice;
 use hmb_harness::guest::tools;
-use hmb_harness::guest::{FirstLine, Guest};
+use hmb_harness::guest::{BootError, FirstLine, Guest};
 use hmb_harness::images;
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::{self, QemuVersion};
@@ -131,10 +131,8 @@ fn boot_and_check(
     if !errors.is_empty() {
         bail!("guest init reported: {errors:?}");
     }
-    match console::parse_result(&line) {
-        Some(0) => {}
-        other => bail!("guest job failed ({other:?}): {line}\n{}", vm.console.tail(20)),
-    }
+    let rc = console::parse_result(&line).unwrap_or(-1);
+    BootError::check_script("the guest job", rc, || format!("{line}\n{}", vm.console.tail(20)))?;
     if !status.success() {
         bail!("QEMU exited with {status}");
     }

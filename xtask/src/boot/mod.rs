@@ -15,6 +15,7 @@ use hmb_emu_device::control::Fault;
 use xshell::{cmd, Shell};
 
 use hmb_emu_device::ivshmem::hmb::hmb_size_for;
+use hmb_harness::guest::BootError;
 use hmb_harness::guest_script::{self, files};
 use hmb_harness::ivshmem_session::{self, Session, SessionConfig};
 use hmb_harness::phases::Phases;
@@ -272,12 +273,9 @@ pub fn boot(sh: &Shell, args: &Boot, phases: &mut Phases) -> Result<RunOutcome> 
         60 + (memory_mb - 512) / 2
     });
     let result = phases.run("guest stop", || s.finish(timeout))?;
-    if result != 0 {
-        bail!(
-            "the guest job failed (rc={result}); see {}",
-            run_dir.join("console.log").display()
-        );
-    }
+    BootError::check_script("the guest job", result, || {
+        format!("see {}", run_dir.join("console.log").display())
+    })?;
     let dmesg = std::fs::read_to_string(run_dir.join(files::DMESG)).context("the guest saved no dmesg.txt")?;
     hmb_harness::qemu::kernel_checks::verify_active(&dmesg, tools.image.has_kfence)?;
     let daemon_rc = s.daemon_exit_codes();
