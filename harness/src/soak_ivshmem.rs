@@ -194,41 +194,21 @@ pub fn run(sh: &Shell, args: &Options, run_dir: &Path, phases: &mut Phases) -> R
     }))
 }
 
-/// `guest_script::streaming` with `--follow` (the daemon follows the ring
-/// across resets, new epochs) and the free space of the output noted.
-///
-/// * `disk`: the output disk is mounted over /tmp, where the daemon writes;
-///   unmounted at the end (which flushes it), the host reads it back.
-/// * `tmpfs`: trace.bin grows in the guest's RAM and goes to the share at
-///   the end with 1 MiB writes (`collect`'s cp moved it at ~1.5 MB/s over
-///   9p under TCG: 176 MB in two minutes).
+/// The prelude and harness/guest-scripts/ivshmem-soak.sh: the daemon
+/// follows the ring (`--follow`) into the `output` (the file says how each
+/// is mounted and emptied).
 fn soak_script(module: &str, output: Output) -> String {
-    let (mount, unmount_or_copy) = match output {
-        Output::Disk => (
-            format!(
-                "load_on_demand_modules\nmount -t ext4 {dev} /tmp || fail \"mounting the output disk\"\n",
-                dev = output_disk::GUEST_DEVICE
-            ),
-            "step unmount\numount /tmp || fail \"unmounting the output disk\"\n".to_string(),
-        ),
-        Output::Tmpfs => (
-            String::new(),
-            format!(
-                "step copy\n\
-                 dd if=/tmp/{trace} of=\"$SHARE/{trace}\" bs=1048576 2>/dev/null || fail \"copying trace.bin\"\n\
-                 rm -f /tmp/{trace}\n",
-                trace = files::TRACE
-            ),
-        ),
-    };
     guest_script::prelude(module)
-        .body(&mount)
-        .body(&format!(
-            "step output \"$(grep ' /tmp ' /proc/mounts | tail -n 1 | cut -d ' ' -f 1-3), $(df -k | grep ' /tmp$' | tail -n 1)\"\n\
-             load_module ring_size={RING}\nstart_daemon --follow\nwait_stop\nstop_daemon\n"
-        ))
-        .body(&unmount_or_copy)
-        .body("collect\nexit 0\n")
+        .set(
+            "OUTPUT",
+            match output {
+                Output::Disk => "disk",
+                Output::Tmpfs => "tmpfs",
+            },
+        )
+        .set("OUTPUT_DEVICE", output_disk::GUEST_DEVICE)
+        .set("RING_SIZE", RING)
+        .file(&guest_script::IVSHMEM_SOAK)
         .build()
 }
 
@@ -295,11 +275,12 @@ mod tests {
     #[test]
     fn the_guest_copies_trace_bin_out_after_the_daemon_stopped() {
         let s = soak_script("/lib/hmbt/nvme-hmb-trace.ko", Output::Tmpfs);
+        assert!(s.contains("OUTPUT='tmpfs'\n") && s.contains(&format!("RING_SIZE='{RING}'\n")));
         // The body, after the prelude's function definitions.
         let daemon = s.rfind("start_daemon --follow").unwrap();
         let stop = s.rfind("stop_daemon\n").unwrap();
         let copy = s
-            .rfind("dd if=/tmp/trace.bin of=\"$SHARE/trace.bin\" bs=1048576")
+            .rfind("dd if=\"/tmp/$TRACE\" of=\"$SHARE/$TRACE\" bs=1048576")
             .unwrap();
         assert!(daemon < stop && stop < copy && copy < s.rfind("\ncollect\n").unwrap());
     }
@@ -320,11 +301,15 @@ mod tests {
     #[test]
     fn on_the_disk_the_daemon_writes_to_the_mounted_disk_and_it_is_unmounted_before_the_end() {
         let s = soak_script("/lib/hmbt/nvme-hmb-trace.ko", Output::Disk);
-        let mount = s.rfind("mount -t ext4 /dev/vda /tmp").unwrap();
+        assert!(s.contains("OUTPUT='disk'\n") && s.contains("OUTPUT_DEVICE='/dev/vda'\n"));
+        let mount = s.rfind("mount -t ext4 \"$OUTPUT_DEVICE\" /tmp").unwrap();
         let daemon = s.rfind("start_daemon --follow").unwrap();
         let stop = s.rfind("stop_daemon\n").unwrap();
         let unmount = s.rfind("umount /tmp").unwrap();
-        assert!(mount < daemon && daemon < stop && stop < unmount && unmount < s.rfind("\ncollect\n").unwrap());
-        assert!(!s.contains("dd if=/tmp/trace.bin"), "no copy through 9p");
+        let copy = s.rfind("dd if=\"/tmp/$TRACE\"").unwrap();
+        assert!(mount < daemon && daemon < stop && stop < unmount && unmount < copy);
+        // On the disk the copy through 9p is the other branch's.
+        assert!(s[unmount..copy].contains("else\n"), "no copy through 9p");
+        assert!(copy < s.rfind("\ncollect\n").unwrap());
     }
 }
