@@ -151,14 +151,14 @@ pub struct Response {
 }
 
 impl Response {
-    pub fn ok(result: Value) -> Self {
+    pub(crate) fn ok(result: Value) -> Self {
         Self {
             ok: true,
             result: Some(result),
             error: None,
         }
     }
-    pub fn err(msg: impl Into<String>) -> Self {
+    pub(crate) fn err(msg: impl Into<String>) -> Self {
         Self {
             ok: false,
             result: None,
@@ -168,7 +168,7 @@ impl Response {
 }
 
 /// Handles requests; implemented by the device, by fakes in tests.
-pub trait Handler: Send + Sync + 'static {
+pub(crate) trait Handler: Send + Sync + 'static {
     fn handle(&self, req: Request) -> Response;
 }
 
@@ -221,7 +221,7 @@ fn serve_connection(stream: UnixStream, handler: &dyn Handler, in_flight: &Atomi
 }
 
 /// The listening side. Dropping it stops accepting and removes the socket.
-pub struct ControlServer {
+pub(crate) struct ControlServer {
     path: PathBuf,
     stop: Arc<AtomicBool>,
     in_flight: Arc<AtomicUsize>,
@@ -229,7 +229,7 @@ pub struct ControlServer {
 }
 
 impl ControlServer {
-    pub fn start(path: &Path, handler: Arc<dyn Handler>) -> Result<Self, ControlError> {
+    pub(crate) fn start(path: &Path, handler: Arc<dyn Handler>) -> Result<Self, ControlError> {
         let listener = crate::sockpath::bind_listener(path, "control socket")?;
         listener.set_nonblocking(true).map_err(io("control socket"))?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -245,10 +245,6 @@ impl ControlServer {
             in_flight,
             thread: Some(thread),
         })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 }
 

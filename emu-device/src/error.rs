@@ -35,11 +35,11 @@ pub enum EmuError {
 }
 
 impl EmuError {
-    pub fn sys(what: &'static str, errno: nix::Error) -> Self {
+    pub(crate) fn sys(what: &'static str, errno: nix::Error) -> Self {
         EmuError::Sys { what, errno }
     }
 
-    pub fn io(what: &'static str, source: std::io::Error) -> Self {
+    pub(crate) fn io(what: &'static str, source: std::io::Error) -> Self {
         EmuError::Io { what, source }
     }
 }

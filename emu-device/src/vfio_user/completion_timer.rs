@@ -35,14 +35,14 @@ impl Signal {
     }
 }
 
-pub struct CompletionTimer {
+pub(crate) struct CompletionTimer {
     signal: Arc<Signal>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl CompletionTimer {
     /// Install the waker in `shared`'s controller and start the thread.
-    pub fn start(shared: Arc<Shared<Controller>>) -> Result<CompletionTimer, VfioUserError> {
+    pub(crate) fn start(shared: Arc<Shared<Controller>>) -> Result<CompletionTimer, VfioUserError> {
         let signal = Arc::new(Signal::default());
         let waker_signal = signal.clone();
         shared

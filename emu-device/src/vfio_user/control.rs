@@ -32,7 +32,7 @@ use crate::ivshmem::hmb::MemRegion;
 
 type ShutdownFn = Box<dyn Fn(String) -> bool + Send + Sync>;
 
-pub struct NvmeControl<F> {
+pub(crate) struct NvmeControl<F> {
     shared: Arc<Shared<F>>,
     socket: String,
     shutdown: ShutdownFn,
@@ -43,7 +43,7 @@ pub struct NvmeControl<F> {
 
 impl<F: PciFunction> NvmeControl<F> {
     /// `shutdown` asks the device to stop (false: it is already stopping).
-    pub fn new(
+    pub(crate) fn new(
         shared: Arc<Shared<F>>,
         socket: &std::path::Path,
         shutdown: impl Fn(String) -> bool + Send + Sync + 'static,
@@ -60,13 +60,13 @@ impl<F: PciFunction> NvmeControl<F> {
 
     /// Answer `ground-truth` (and report in `status`) from the controller's
     /// trace producer: its journal of every record produced or dropped.
-    pub fn with_trace(mut self, trace: NvmeTrace) -> Self {
+    pub(crate) fn with_trace(mut self, trace: NvmeTrace) -> Self {
         self.trace = Some(trace);
         self
     }
 
     /// Answer `personality`: the function may become another personality of `base`.
-    pub fn with_personalities(mut self, base: hmb_nvme::ControllerConfig) -> Self {
+    pub(crate) fn with_personalities(mut self, base: hmb_nvme::ControllerConfig) -> Self {
         self.base = Some(base);
         self
     }

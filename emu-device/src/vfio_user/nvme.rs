@@ -128,7 +128,7 @@ pub struct NvmeServeOptions {
 }
 
 impl NvmeServeOptions {
-    pub fn controller_config(&self) -> ControllerConfig {
+    pub(crate) fn controller_config(&self) -> ControllerConfig {
         self.personality.apply(self.base_config())
     }
 
@@ -168,7 +168,7 @@ pub fn traced_controller(
 }
 
 /// [`controller_with`] and the Rust producer.
-pub fn controller_as(
+pub(crate) fn controller_as(
     cfg: ControllerConfig,
     personality: Personality,
 ) -> Result<(Arc<Shared<Controller>>, hmb_nvme_trace::NvmeTrace), VfioUserError> {
@@ -177,7 +177,7 @@ pub fn controller_as(
 
 /// [`traced_controller`] with the trace contract of `personality` (`cfg` is already the
 /// personality's: [`Personality::apply`]), producing with `producer`.
-pub fn controller_with(
+pub(crate) fn controller_with(
     cfg: ControllerConfig,
     personality: Personality,
     producer: ProducerKind,
