@@ -4,14 +4,14 @@
 
 /// Files the guest script and the host use to talk through the share.
 pub mod files {
-    pub const SCRIPT: &str = "run.sh";
+    pub(crate) const SCRIPT: &str = "run.sh";
     pub const STARTED: &str = "daemon.started";
     pub const STOP: &str = "stop";
     pub const DAEMON_RC: &str = "daemon.rc";
     pub const DAEMON_STDERR: &str = "daemon.stderr";
     pub const TRACE: &str = "trace.bin";
     pub const DMESG: &str = "dmesg.txt";
-    pub const SYSFS: &str = "sysfs.txt";
+    pub(crate) const SYSFS: &str = "sysfs.txt";
 }
 
 /// A guest script: `#!/bin/sh`, its parameters as variable assignments, then
@@ -125,7 +125,7 @@ pub(crate) const FULL_GUEST_CHECK: ScriptFile = script_file!("full-guest-check.s
 pub(crate) const FULL_GUEST_NVME_TOOLS: ScriptFile = script_file!("full-guest-nvme-tools.sh");
 
 /// The full guest's traced run on the NVMe controller: a function the check calls.
-pub const FULL_GUEST_NVME_TRACED: ScriptFile = script_file!("full-guest-nvme-traced.sh");
+pub(crate) const FULL_GUEST_NVME_TRACED: ScriptFile = script_file!("full-guest-nvme-traced.sh");
 
 /// `cargo xtask bench --nvme`'s fio jobs in the full guest.
 pub(crate) const FULL_GUEST_NVME_BENCH: ScriptFile = script_file!("full-guest-nvme-bench.sh");

@@ -50,7 +50,7 @@ pub struct Options {
 const RING: u64 = 16 << 20;
 
 impl Options {
-    pub fn guest_memory_mb(&self) -> u32 {
+    pub(crate) fn guest_memory_mb(&self) -> u32 {
         self.guest_memory_mb.unwrap_or(match self.output {
             Output::Disk => 1024,
             Output::Tmpfs => 6144,
@@ -78,12 +78,12 @@ impl Options {
         self.rate * self.minutes * 60 * 50
     }
 
-    pub fn duration(&self) -> Duration {
+    pub(crate) fn duration(&self) -> Duration {
         Duration::from_secs(self.minutes * 60)
     }
 
     /// Reset times: every `reset_every` seconds, strictly inside the run.
-    pub fn reset_times(&self) -> Vec<Duration> {
+    pub(crate) fn reset_times(&self) -> Vec<Duration> {
         (1..)
             .map(|i| Duration::from_secs(i * self.reset_every))
             .take_while(|t| *t < self.duration())

@@ -19,7 +19,7 @@ const TAIL_LINES: usize = 30;
 
 /// Wait until the guest creates `share/name`; `device_alive` fails when
 /// the device process (emu-device, the NVMe controller) has died.
-pub fn wait_share_file(
+pub(crate) fn wait_share_file(
     vm: &mut Vm,
     share: &Path,
     name: &str,

@@ -40,13 +40,13 @@ pub enum WaitError {
 
 impl WaitError {
     /// `e` is this type's `Timeout`.
-    pub fn is_timeout(e: &anyhow::Error) -> bool {
+    pub(crate) fn is_timeout(e: &anyhow::Error) -> bool {
         matches!(e.downcast_ref::<WaitError>(), Some(WaitError::Timeout { .. }))
     }
 
     /// `e` is a timeout or a kernel fault: before the guest's init has run,
     /// TCG's rare early-boot flake (nothing of ours has run yet).
-    pub fn is_hang_or_fault(e: &anyhow::Error) -> bool {
+    pub(crate) fn is_hang_or_fault(e: &anyhow::Error) -> bool {
         matches!(
             e.downcast_ref::<WaitError>(),
             Some(WaitError::Timeout { .. } | WaitError::Fault { .. })
