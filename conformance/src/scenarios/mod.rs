@@ -7,6 +7,7 @@ mod header_faults;
 pub mod ivshmem;
 mod ivshmem_lock_paths;
 pub mod nvme;
+mod nvme_io;
 mod nvme_lock_paths;
 mod shared;
 
