@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use hmb_harness::guest_script;
+use hmb_harness::ivshmem_session::{self, Session, SessionConfig, Tools};
 pub use hmb_harness::matrix::Device;
 use hmb_harness::nvme_guest::{self, NvmeTools};
 use hmb_harness::nvme_session::{NvmeGuestOptions, NvmeSession};
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::QemuVersion;
 use hmb_harness::qemu::Accel;
-use hmb_harness::session::{self, Session, SessionConfig, Tools};
 use xshell::Shell;
 
 /// What one device needs prepared.
@@ -50,7 +50,8 @@ impl Env {
             Device::Ivshmem => (
                 qemu,
                 DeviceTools::Ivshmem(
-                    session::prepare(&sh, kernel.as_deref(), qemu, &mut phases).context("preparing the guest")?,
+                    ivshmem_session::prepare(&sh, kernel.as_deref(), qemu, &mut phases)
+                        .context("preparing the guest")?,
                 ),
             ),
             Device::Nvme => (

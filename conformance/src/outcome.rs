@@ -6,12 +6,12 @@ use std::path::Path;
 use anyhow::Result;
 use hmb_emu_device::ivshmem::report::{GroundTruth, Stats};
 use hmb_harness::guest_script::files;
+use hmb_harness::ivshmem_truth::{self, TruthReport};
 use hmb_harness::journal_truth::JournalReport;
 use hmb_harness::matrix::Device;
 use hmb_harness::nvme_guest::is_trouble_line;
 use hmb_harness::qemu::console::{fault_lines, is_fault_line};
 use hmb_harness::qemu::stock_reports::untolerated_lines;
-use hmb_harness::truth::{self, TruthReport};
 use serde_json::{json, Value};
 
 /// Problem lines of the guest's kernel log (dmesg.txt) and console: kernel
@@ -72,10 +72,10 @@ pub fn daemon_error(run_dir: &Path) -> Option<String> {
 
 /// Check trace.bin against emu-device's ground truth.
 pub fn check_truth(run_dir: &Path, ground_truth: &GroundTruth, stats: &Stats) -> Result<TruthReport> {
-    truth::check(
+    ivshmem_truth::check(
         &run_dir.join(files::TRACE),
         &ground_truth.segments,
-        truth::live_ring(stats),
+        ivshmem_truth::live_ring(stats),
     )
 }
 

@@ -8,8 +8,8 @@
 use std::sync::OnceLock;
 
 use conformance::{scenarios, Env};
+use hmb_harness::guest::BootError;
 use hmb_harness::matrix::{self, Applies};
-use hmb_harness::qemu::WaitError;
 
 fn env() -> &'static Env {
     static ENV: OnceLock<Env> = OnceLock::new();
@@ -29,7 +29,7 @@ fn check(name: &str) {
         // QEMU itself (not the guest) crashing is retried once: QEMU 7.2 was
         // seen to segfault once in about ten hot-unplugs of ivshmem-doorbell.
         // A guest kernel fault is never retried.
-        Err(e) if WaitError::is_qemu_crash(&e) => {
+        Err(e) if BootError::is_qemu_crash(&e) => {
             eprintln!(
                 "scenario {name} on {} ({}): QEMU crashed ({e:#}); retrying once",
                 env.kernel,

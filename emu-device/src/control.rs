@@ -15,7 +15,33 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::EmuError;
+use crate::sockpath::SocketPathError;
+
+/// What goes wrong on the control socket itself (a request the device
+/// refuses is an answer, not this).
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("cannot connect to {path}: {source}")]
+    Connect { path: String, source: std::io::Error },
+    #[error("I/O error during {what}: {source}")]
+    Io { what: &'static str, source: std::io::Error },
+    #[error("encoding the request: {0}")]
+    Encode(serde_json::Error),
+    #[error("emu-device closed the connection without answering")]
+    Closed,
+    #[error("bad response ({len} bytes) {head:?}...: {source}")]
+    BadResponse {
+        len: usize,
+        head: String,
+        source: serde_json::Error,
+    },
+    #[error(transparent)]
+    Bind(#[from] SocketPathError),
+}
+
+fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> ControlError {
+    move |source| ControlError::Io { what, source }
+}
 
 /// Longest request line accepted: requests are tiny, a longer line is abuse.
 pub const MAX_LINE: usize = 64 * 1024;
@@ -125,14 +151,14 @@ pub struct Response {
 }
 
 impl Response {
-    pub fn ok(result: Value) -> Self {
+    pub(crate) fn ok(result: Value) -> Self {
         Self {
             ok: true,
             result: Some(result),
             error: None,
         }
     }
-    pub fn err(msg: impl Into<String>) -> Self {
+    pub(crate) fn err(msg: impl Into<String>) -> Self {
         Self {
             ok: false,
             result: None,
@@ -142,7 +168,7 @@ impl Response {
 }
 
 /// Handles requests; implemented by the device, by fakes in tests.
-pub trait Handler: Send + Sync + 'static {
+pub(crate) trait Handler: Send + Sync + 'static {
     fn handle(&self, req: Request) -> Response;
 }
 
@@ -195,7 +221,7 @@ fn serve_connection(stream: UnixStream, handler: &dyn Handler, in_flight: &Atomi
 }
 
 /// The listening side. Dropping it stops accepting and removes the socket.
-pub struct ControlServer {
+pub(crate) struct ControlServer {
     path: PathBuf,
     stop: Arc<AtomicBool>,
     in_flight: Arc<AtomicUsize>,
@@ -203,28 +229,22 @@ pub struct ControlServer {
 }
 
 impl ControlServer {
-    pub fn start(path: &Path, handler: Arc<dyn Handler>) -> Result<Self, EmuError> {
+    pub(crate) fn start(path: &Path, handler: Arc<dyn Handler>) -> Result<Self, ControlError> {
         let listener = crate::sockpath::bind_listener(path, "control socket")?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| EmuError::io("control socket", e))?;
+        listener.set_nonblocking(true).map_err(io("control socket"))?;
         let stop = Arc::new(AtomicBool::new(false));
         let in_flight = Arc::new(AtomicUsize::new(0));
         let (stop2, in_flight2) = (stop.clone(), in_flight.clone());
         let thread = std::thread::Builder::new()
             .name("control".into())
             .spawn(move || accept_loop(listener, handler, stop2, in_flight2))
-            .map_err(|e| EmuError::io("spawning control thread", e))?;
+            .map_err(io("spawning control thread"))?;
         Ok(Self {
             path: path.to_path_buf(),
             stop,
             in_flight,
             thread: Some(thread),
         })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 }
 
@@ -277,34 +297,31 @@ impl Drop for ControlServer {
 }
 
 /// Client: send one request, read one response, with a timeout.
-pub fn call(path: &Path, req: &Request, timeout: Duration) -> Result<Response, EmuError> {
-    let stream = UnixStream::connect(path)
-        .map_err(|e| EmuError::Control(format!("cannot connect to {}: {e}", path.display())))?;
-    stream
-        .set_read_timeout(Some(timeout))
-        .map_err(|e| EmuError::io("control socket", e))?;
-    stream
-        .set_write_timeout(Some(timeout))
-        .map_err(|e| EmuError::io("control socket", e))?;
-    let mut text = serde_json::to_string(req).map_err(|e| EmuError::Control(e.to_string()))?;
+pub fn call(path: &Path, req: &Request, timeout: Duration) -> Result<Response, ControlError> {
+    let stream = UnixStream::connect(path).map_err(|source| ControlError::Connect {
+        path: path.display().to_string(),
+        source,
+    })?;
+    stream.set_read_timeout(Some(timeout)).map_err(io("control socket"))?;
+    stream.set_write_timeout(Some(timeout)).map_err(io("control socket"))?;
+    let mut text = serde_json::to_string(req).map_err(ControlError::Encode)?;
     text.push('\n');
     (&stream)
         .write_all(text.as_bytes())
-        .map_err(|e| EmuError::io("sending control request", e))?;
+        .map_err(io("sending control request"))?;
     let mut line = String::new();
     BufReader::new(&stream)
         .take(MAX_RESPONSE as u64)
         .read_line(&mut line)
-        .map_err(|e| EmuError::io("reading control response", e))?;
+        .map_err(io("reading control response"))?;
     if line.is_empty() {
-        return Err(EmuError::Control(
-            "emu-device closed the connection without answering".into(),
-        ));
+        return Err(ControlError::Closed);
     }
-    serde_json::from_str(&line).map_err(|e| {
+    serde_json::from_str(&line).map_err(|source| ControlError::BadResponse {
+        len: line.len(),
         // Not the whole line: a cut journal is tens of MB.
-        let head: String = line.chars().take(200).collect();
-        EmuError::Control(format!("bad response ({} bytes) {head:?}...: {e}", line.len()))
+        head: line.chars().take(200).collect(),
+        source,
     })
 }
 
@@ -317,6 +334,26 @@ pub(crate) const MAX_RESPONSE: usize = 1 << 30;
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn socket_failures_are_told_apart_by_variant() {
+        let dir = tempfile::tempdir().unwrap();
+        let none = dir.path().join("none.sock");
+        let e = call(&none, &Request::Status, Duration::from_secs(1)).unwrap_err();
+        assert!(matches!(e, ControlError::Connect { .. }), "{e}");
+        std::fs::write(&none, "not a socket").unwrap();
+        let e = crate::sockpath::bind_listener(&none, "control socket").unwrap_err();
+        let e = ControlError::from(e);
+        assert!(
+            matches!(e, ControlError::Bind(SocketPathError::NotASocket { .. })),
+            "{e}"
+        );
+        // Wrapped by the device layer, the message is the inner one's.
+        assert_eq!(
+            crate::error::EmuError::from(e).to_string(),
+            format!("control socket {} exists and is not a socket", none.display())
+        );
+    }
 
     #[test]
     fn a_response_longer_than_16_mib_is_read_whole() {

@@ -1,5 +1,9 @@
-//! Errors of emu-device, one variant per way things go wrong so callers and
-//! the control protocol can report them precisely.
+//! Errors of the ivshmem device (and its HMB), one variant per way things
+//! go wrong so callers and the control protocol can report them precisely.
+//! The layers under it have their own and are wrapped: the socket path
+//! (`sockpath::SocketPathError`) and the control socket
+//! (`control::ControlError`); vfio-user's `vfio_user::VfioUserError` wraps
+//! this one in turn.
 
 use thiserror::Error;
 
@@ -21,16 +25,21 @@ pub enum EmuError {
     NoGuest,
     #[error("vector {vector} is out of range (the device has {vectors} vectors)")]
     BadVector { vector: u16, vectors: u16 },
+    /// A control request the device refuses (answered as `ok: false`).
     #[error("{0}")]
     Control(String),
+    #[error(transparent)]
+    Socket(#[from] crate::sockpath::SocketPathError),
+    #[error(transparent)]
+    ControlSocket(#[from] crate::control::ControlError),
 }
 
 impl EmuError {
-    pub fn sys(what: &'static str, errno: nix::Error) -> Self {
+    pub(crate) fn sys(what: &'static str, errno: nix::Error) -> Self {
         EmuError::Sys { what, errno }
     }
 
-    pub fn io(what: &'static str, source: std::io::Error) -> Self {
+    pub(crate) fn io(what: &'static str, source: std::io::Error) -> Self {
         EmuError::Io { what, source }
     }
 }

@@ -9,38 +9,46 @@ use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 
-use crate::error::EmuError;
+/// Why a socket could not be bound at its path.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketPathError {
+    #[error("{what} {path} is in use by a running process")]
+    InUse { what: &'static str, path: String },
+    #[error("{what} {path} exists and is not a socket")]
+    NotASocket { what: &'static str, path: String },
+    #[error("{what} path {path} has no file name")]
+    NoFileName { what: &'static str, path: String },
+    #[error("I/O error during {what}: {source}")]
+    Io { what: &'static str, source: std::io::Error },
+}
 
-pub(crate) fn bind_listener(path: &Path, what: &'static str) -> Result<UnixListener, EmuError> {
+fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> SocketPathError {
+    move |source| SocketPathError::Io { what, source }
+}
+
+pub(crate) fn bind_listener(path: &Path, what: &'static str) -> Result<UnixListener, SocketPathError> {
+    let shown = || path.display().to_string();
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => {
             if UnixStream::connect(path).is_ok() {
-                return Err(EmuError::Protocol(format!(
-                    "{what} {} is in use by a running process",
-                    path.display()
-                )));
+                return Err(SocketPathError::InUse { what, path: shown() });
             }
             log::info!("removing stale {what} {}", path.display());
-            std::fs::remove_file(path).map_err(|e| EmuError::io("removing a stale socket", e))?;
+            std::fs::remove_file(path).map_err(io("removing a stale socket"))?;
         }
-        Ok(_) => {
-            return Err(EmuError::Protocol(format!(
-                "{what} {} exists and is not a socket",
-                path.display()
-            )))
-        }
+        Ok(_) => return Err(SocketPathError::NotASocket { what, path: shown() }),
         Err(e) if e.kind() == ErrorKind::NotFound => {}
-        Err(e) => return Err(EmuError::io("checking a socket path", e)),
+        Err(e) => return Err(io("checking a socket path")(e)),
     }
     let name = path
         .file_name()
-        .ok_or_else(|| EmuError::Protocol(format!("{what} path {} has no file name", path.display())))?;
+        .ok_or_else(|| SocketPathError::NoFileName { what, path: shown() })?;
     let tmp = path.with_file_name(format!(".{}.{}.binding", name.to_string_lossy(), std::process::id()));
     let _ = std::fs::remove_file(&tmp);
-    let listener = UnixListener::bind(&tmp).map_err(|e| EmuError::io("binding a socket", e))?;
+    let listener = UnixListener::bind(&tmp).map_err(io("binding a socket"))?;
     if let Err(e) = std::fs::rename(&tmp, path) {
         let _ = std::fs::remove_file(&tmp);
-        return Err(EmuError::io("publishing a socket", e));
+        return Err(io("publishing a socket")(e));
     }
     Ok(listener)
 }

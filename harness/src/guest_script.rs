@@ -4,14 +4,14 @@
 
 /// Files the guest script and the host use to talk through the share.
 pub mod files {
-    pub const SCRIPT: &str = "run.sh";
+    pub(crate) const SCRIPT: &str = "run.sh";
     pub const STARTED: &str = "daemon.started";
     pub const STOP: &str = "stop";
     pub const DAEMON_RC: &str = "daemon.rc";
     pub const DAEMON_STDERR: &str = "daemon.stderr";
     pub const TRACE: &str = "trace.bin";
     pub const DMESG: &str = "dmesg.txt";
-    pub const SYSFS: &str = "sysfs.txt";
+    pub(crate) const SYSFS: &str = "sysfs.txt";
 }
 
 /// A guest script: `#!/bin/sh`, its parameters as variable assignments, then
@@ -106,6 +106,15 @@ pub(crate) const NVME_PERSONALITIES: ScriptFile = script_file!("nvme-personaliti
 /// `cargo xtask soak --device nvme`'s guest (after nvme-lib.sh).
 pub(crate) const NVME_SOAK: ScriptFile = script_file!("nvme-soak.sh");
 
+/// The main ivshmem job, streaming until the host says stop (after the prelude).
+pub(crate) const IVSHMEM_STREAM: ScriptFile = script_file!("ivshmem-stream.sh");
+
+/// `cargo xtask soak --device ivshmem`'s job (after the prelude).
+pub(crate) const IVSHMEM_SOAK: ScriptFile = script_file!("ivshmem-soak.sh");
+
+/// `cargo xtask guest-smoke`'s guest: the kernel boots, our modules load.
+pub const GUEST_SMOKE: ScriptFile = script_file!("guest-smoke.sh");
+
 /// `cargo xtask nvme-smoke`'s guest (after nvme-lib.sh).
 pub const NVME_SMOKE: ScriptFile = script_file!("nvme-smoke.sh");
 
@@ -116,7 +125,7 @@ pub(crate) const FULL_GUEST_CHECK: ScriptFile = script_file!("full-guest-check.s
 pub(crate) const FULL_GUEST_NVME_TOOLS: ScriptFile = script_file!("full-guest-nvme-tools.sh");
 
 /// The full guest's traced run on the NVMe controller: a function the check calls.
-pub const FULL_GUEST_NVME_TRACED: ScriptFile = script_file!("full-guest-nvme-traced.sh");
+pub(crate) const FULL_GUEST_NVME_TRACED: ScriptFile = script_file!("full-guest-nvme-traced.sh");
 
 /// `cargo xtask bench --nvme`'s fio jobs in the full guest.
 pub(crate) const FULL_GUEST_NVME_BENCH: ScriptFile = script_file!("full-guest-nvme-bench.sh");
@@ -125,6 +134,9 @@ pub(crate) const FULL_GUEST_NVME_BENCH: ScriptFile = script_file!("full-guest-nv
 /// this list and the folder agree).
 pub const ALL_FILES: &[ScriptFile] = &[
     IVSHMEM_PRELUDE,
+    IVSHMEM_STREAM,
+    IVSHMEM_SOAK,
+    GUEST_SMOKE,
     NVME_LIB,
     NVME_SESSION,
     NVME_BOOT,
@@ -152,12 +164,13 @@ pub fn prelude(module: &str) -> Script {
         .file(&IVSHMEM_PRELUDE)
 }
 
-/// The main job: stream until the host says stop.
+/// The main job: stream until the host says stop. `module_params` and
+/// `daemon_args` are lists of words (PARAM=VALUE; daemon flags).
 pub fn streaming(module: &str, module_params: &str, daemon_args: &str) -> String {
     prelude(module)
-        .body(&format!(
-            "load_module {module_params}\nstart_daemon {daemon_args}\nwait_stop\nstop_daemon\ncollect\nexit 0\n"
-        ))
+        .set("MODULE_PARAMS", module_params)
+        .set("DAEMON_ARGS", daemon_args)
+        .file(&IVSHMEM_STREAM)
         .build()
 }
 
@@ -181,10 +194,12 @@ mod tests {
             "MODULE='/lib/m.ko'",
             "TRACE='trace.bin'",
             "STOP='stop'",
-            "load_module ring_size=8192\n",
+            "MODULE_PARAMS='ring_size=8192'",
+            "DAEMON_ARGS='--follow'",
+            "load_module $MODULE_PARAMS\n",
         ] {
             assert!(s.contains(want), "{want} missing");
         }
-        assert!(s.find("start_daemon()").unwrap() < s.find("start_daemon --follow").unwrap());
+        assert!(s.find("start_daemon()").unwrap() < s.find("start_daemon $DAEMON_ARGS").unwrap());
     }
 }

@@ -9,7 +9,7 @@
 //!   the console and its fault-line scan, the accelerator probe, a running `Vm`.
 //! - `emu`: emu-device as a child process, driven over its control socket.
 //! - `guest_script`: the shell script the guest runs from the 9p share.
-//! - `session`: emu-device + QEMU + share + script, and their handles.
+//! - `ivshmem_session`: emu-device + QEMU (ivshmem-doorbell) + share + script, and their handles.
 //! - `full_guest`: a debootstrapped Debian guest booting systemd, where the
 //!   module, udev rule and unit are installed as a user would (DKMS).
 //! - `nvme_guest`: a guest whose stock nvme driver probes emu-device's NVMe
@@ -19,12 +19,12 @@
 //! - `matrix`: the conformance devices and which scenario applies to which.
 //! - `output_disk`: a scratch ext4 disk for a trace.bin larger than the
 //!   guest's RAM (the soak), read back with debugfs.
-//! - `truth`: does a trace.bin hold exactly what the firmware model produced?
+//! - `ivshmem_truth`: does a trace.bin hold exactly what the ivshmem firmware model produced?
 //! - `journal_truth`: the same for the NVMe controller, against its journal.
 //! - `phases`, `interrupt`: progress lines; Ctrl-C turned into an error.
 //!
-//! Dependencies point one way: host <- images, qemu <- session; emu,
-//! guest_script, truth, phases and interrupt use no sibling but each other's leaves.
+//! Dependencies point one way: host <- images, qemu <- ivshmem_session; emu,
+//! guest_script, ivshmem_truth, phases and interrupt use no sibling but each other's leaves.
 
 pub mod emu;
 pub mod full_guest;
@@ -33,6 +33,8 @@ pub mod guest_script;
 pub mod host;
 pub mod images;
 pub mod interrupt;
+pub mod ivshmem_session;
+pub mod ivshmem_truth;
 pub mod journal_truth;
 pub mod matrix;
 mod nvme_audit_paths;
@@ -44,11 +46,8 @@ pub mod nvme_telemetry;
 pub mod output_disk;
 pub mod phases;
 pub mod qemu;
-pub mod session;
-pub mod share_wait;
 pub mod soak_ivshmem;
 pub mod soak_nvme;
 pub mod traced_telemetry;
-pub mod truth;
 
 pub use host::{cache_dir, target_dir, workspace_root};

@@ -33,7 +33,7 @@ pub use crate::emu::nvme::{ControllerOptions, NvmeDevice, DEVICE_ID, NAMESPACE_B
 /// controllers in one guest), a `stock` emu-device behind its own root
 /// port at a fixed slot (`RootPort::PEER`), so the guest finds it by its
 /// port's address.
-pub const PEER_PORT: &str = "0000:00:10.0";
+pub(crate) const PEER_PORT: &str = "0000:00:10.0";
 /// Its sockets', log's and namespace's names start so.
 const PEER_PREFIX: &str = "peer-";
 /// Its serial number (the first controller has serve-nvme's HMBTRACE0001).
@@ -41,28 +41,28 @@ const PEER_SERIAL: &str = "HMBTRACE0002";
 /// The pattern: 1 MiB at 8 MiB into the namespace (not LBA 0, so a
 /// controller that ignored SLBA would be caught by the host's check of
 /// the backing file).
-pub const PATTERN_OFFSET: u64 = 8 << 20;
-pub const PATTERN_BYTES: u64 = 1 << 20;
+pub(crate) const PATTERN_OFFSET: u64 = 8 << 20;
+pub(crate) const PATTERN_BYTES: u64 = 1 << 20;
 
 /// Files the guest script writes into the share (and the host's answers).
 pub mod files {
-    pub const SCRIPT: &str = "run.sh";
+    pub(crate) const SCRIPT: &str = "run.sh";
     pub use crate::emu::nvme::RESULTS;
-    pub const PATTERN: &str = "pattern.bin";
-    pub const DMESG: &str = "dmesg.txt";
+    pub(crate) const PATTERN: &str = "pattern.bin";
+    pub(crate) const DMESG: &str = "dmesg.txt";
     pub const TRACE: &str = "trace.bin";
-    pub const DAEMON_STDERR: &str = "daemon.stderr";
-    pub const GROUND_TRUTH: &str = "ground-truth.json";
+    pub(crate) const DAEMON_STDERR: &str = "daemon.stderr";
+    pub(crate) const GROUND_TRUTH: &str = "ground-truth.json";
     /// Stock driver: the Telemetry logs (`nvme_telemetry` names them).
     pub use crate::nvme_telemetry::{TELEMETRY, TELEMETRY_CONTROLLER};
     /// Checkpoints: the guest creates NAME and waits for NAME.ok.
-    pub const PROBED: &str = "probed";
-    pub const RESET: &str = "reset";
+    pub(crate) const PROBED: &str = "probed";
+    pub(crate) const RESET: &str = "reset";
     /// With the injected failure: before it (the host sets CFS) and after
     /// the driver's recovery.
-    pub const FATAL: &str = "fatal";
-    pub const RECOVERED: &str = "recovered";
-    pub const DONE: &str = "done";
+    pub(crate) const FATAL: &str = "fatal";
+    pub(crate) const RECOVERED: &str = "recovered";
+    pub(crate) const DONE: &str = "done";
 }
 
 /// Everything built once for NVMe guest runs on one kernel.
@@ -266,7 +266,7 @@ pub fn is_trouble_line(line: &str) -> bool {
 /// one, is loaded and timed on its own). With `trace_module`, the trace
 /// module and the daemon (`--follow`: the reset starts a second epoch) run
 /// from the probe to the end, and trace.bin comes back.
-pub fn guest_script(
+pub(crate) fn guest_script(
     mods: &[String],
     iops_reads: u32,
     trace_module: Option<&str>,
@@ -359,7 +359,7 @@ pub fn parse_results(text: &str) -> std::collections::BTreeMap<String, String> {
 
 /// Milliseconds from the driver's `nvme nvme0: pci function` line to its
 /// first `default/read/poll queues` line (the I/O queues are up).
-pub fn probe_log_ms(dmesg: &str) -> Option<f64> {
+pub(crate) fn probe_log_ms(dmesg: &str) -> Option<f64> {
     let stamp = |l: &str| -> Option<f64> { l.strip_prefix('[')?.split(']').next()?.trim().parse().ok() };
     let start = dmesg
         .lines()
@@ -373,7 +373,7 @@ pub fn probe_log_ms(dmesg: &str) -> Option<f64> {
 }
 
 /// `allocated 32 MiB host memory buffer.` (6.13+ adds the segment count) -> bytes.
-pub fn hmb_line_bytes(line: &str) -> Option<u64> {
+pub(crate) fn hmb_line_bytes(line: &str) -> Option<u64> {
     let rest = line.split("allocated ").nth(1)?;
     let mut words = rest.split_whitespace();
     let n: u64 = words.next()?.parse().ok()?;
@@ -463,7 +463,7 @@ fn bool_at(v: &Value, path: &str) -> Result<bool> {
 }
 
 /// After the probe: ready, I/O queues, the HMB enabled (fresh, not returned).
-pub fn check_probed(status: &Value) -> Result<()> {
+pub(crate) fn check_probed(status: &Value) -> Result<()> {
     ensure!(
         bool_at(status, "/controller/ready")?,
         "the controller is not ready after the probe"
@@ -485,7 +485,7 @@ pub fn check_probed(status: &Value) -> Result<()> {
 }
 
 /// After `reset_controller`: the same buffer enabled again with MR=1.
-pub fn check_reset(status: &Value, probed: &Value) -> Result<()> {
+pub(crate) fn check_reset(status: &Value, probed: &Value) -> Result<()> {
     ensure!(
         bool_at(status, "/controller/ready")?,
         "the controller is not ready after the reset"
@@ -514,7 +514,7 @@ pub fn check_reset(status: &Value, probed: &Value) -> Result<()> {
 }
 
 /// Right after the injection: CFS set, the HMB let go.
-pub fn check_failed(status: &Value) -> Result<()> {
+pub(crate) fn check_failed(status: &Value) -> Result<()> {
     ensure!(
         u64_at(status, "/controller/csts")? & 2 == 2,
         "CSTS.CFS is not set after the injection"
@@ -528,7 +528,7 @@ pub fn check_failed(status: &Value) -> Result<()> {
 
 /// After the driver's recovery: running again, one fatal error counted, the
 /// same buffer back with MR=1 a third time.
-pub fn check_recovered(status: &Value, after_reset: &Value) -> Result<()> {
+pub(crate) fn check_recovered(status: &Value, after_reset: &Value) -> Result<()> {
     ensure!(
         bool_at(status, "/controller/ready")? && !bool_at(status, "/controller/fatal")?,
         "the controller is not running again after the driver's recovery"
@@ -840,7 +840,7 @@ pub struct ViommuOutcome {
 /// and every HMB descriptor address is an IOVA beyond guest RAM (512 MiB at
 /// guest physical 0 on q35): DMA addresses are not physical addresses, so
 /// the trace and HMB checks of this run went through the translation.
-pub fn check_viommu(probed: &Value, iommu_group: &str) -> Result<ViommuOutcome> {
+pub(crate) fn check_viommu(probed: &Value, iommu_group: &str) -> Result<ViommuOutcome> {
     ensure!(
         !iommu_group.is_empty(),
         "--viommu: the controller has no IOMMU group in the guest (is intel_iommu=on in effect?)"

@@ -264,7 +264,7 @@ pub fn serve(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, run_dir: &Path) ->
     let mut pair = None;
     let mut stock_before = None;
     for (name, stop) in stops() {
-        crate::share_wait::wait_share_file(vm, share, &name, PHASE_TIMEOUT, || dev.check_alive())
+        crate::guest::share_wait::wait_share_file(vm, share, &name, PHASE_TIMEOUT, || dev.check_alive())
             .with_context(|| format!("waiting for the guest at {name}"))?;
         let ended = match stop {
             Stop::Phase(i) => i.checked_sub(1),

@@ -100,7 +100,7 @@ impl Guest<NvmeDevice> {
 /// The guest script: the ivshmem prelude's functions (the module, the
 /// daemon, the share), the NVMe ones (nvme-lib.sh, nvme-session.sh), then
 /// `body`. `mods` are the stock modules nvme.ko needs, in load order.
-pub fn script(trace_module: &str, mods: &[String], opts: &NvmeGuestOptions, body: &str) -> String {
+pub(crate) fn script(trace_module: &str, mods: &[String], opts: &NvmeGuestOptions, body: &str) -> String {
     let script = guest_script::prelude(trace_module)
         .set("RESULTS", nvme_guest::files::RESULTS)
         .set("MODS", mods.join(" "))

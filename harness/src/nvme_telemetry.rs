@@ -185,7 +185,7 @@ fn is_flush_fetch(e: &JournalEntry) -> bool {
 /// Available 1, generation 1: nvme-cli reads with RAE = 1), whose records
 /// are a run of the ground truth's journal, byte for byte, taken at the
 /// assert: the guest's Flush, sent after, is in the journal but not in it.
-pub fn check_assert_capture(path: &Path, ground_truth: &serde_json::Value) -> Result<ControllerLogOutcome> {
+pub(crate) fn check_assert_capture(path: &Path, ground_truth: &serde_json::Value) -> Result<ControllerLogOutcome> {
     let name = path.display().to_string();
     let bytes = std::fs::read(path).with_context(|| format!("the guest left no {name}"))?;
     ensure!(bytes.len() >= 512, "{name}: {} bytes, no header", bytes.len());
@@ -217,7 +217,7 @@ pub fn check_assert_capture(path: &Path, ground_truth: &serde_json::Value) -> Re
 }
 
 /// `injected`: the run injected a controller failure (`--inject reset`).
-pub fn check(run_dir: &Path, ground_truth: &serde_json::Value, injected: bool) -> Result<TelemetryOutcome> {
+pub(crate) fn check(run_dir: &Path, ground_truth: &serde_json::Value, injected: bool) -> Result<TelemetryOutcome> {
     let journal = journal_from_ground_truth(ground_truth)?;
     let unadopted: Vec<JournalEntry> = journal.unadopted.into_iter().collect();
     let (g1, r1, b1) = records(&run_dir.join(files::TELEMETRY[0]))?;

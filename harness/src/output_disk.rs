@@ -16,7 +16,7 @@ use crate::qemu::args::{self, Args};
 /// The disk's device node in the guest: the session's only virtio-blk disk.
 pub(crate) const GUEST_DEVICE: &str = "/dev/vda";
 
-pub struct OutputDisk {
+pub(crate) struct OutputDisk {
     pub image: PathBuf,
 }
 
@@ -30,7 +30,7 @@ pub(crate) fn image_bytes(payload: u64) -> u64 {
 
 impl OutputDisk {
     /// A fresh ext4 image at `image` holding at least `payload` bytes.
-    pub fn create(sh: &Shell, image: &Path, payload: u64) -> Result<OutputDisk> {
+    pub(crate) fn create(sh: &Shell, image: &Path, payload: u64) -> Result<OutputDisk> {
         apt::ensure(sh, &[Need::new("e2fsprogs", "mkfs.ext4 and debugfs: the output disk")])?;
         let dir = image.parent().unwrap_or(Path::new("."));
         check_room(free_bytes(dir)?, payload)
@@ -53,13 +53,13 @@ impl OutputDisk {
         })
     }
 
-    pub fn qemu_args(&self) -> Args {
+    pub(crate) fn qemu_args(&self) -> Args {
         args::virtio_blk_scratch(&self.image, "hmbtout")
     }
 
     /// Copy `name` (a path from the file system's root) out of the image
     /// to `to`. The guest must have unmounted the disk, and QEMU exited.
-    pub fn extract(&self, sh: &Shell, name: &str, to: &Path) -> Result<u64> {
+    pub(crate) fn extract(&self, sh: &Shell, name: &str, to: &Path) -> Result<u64> {
         let _ = std::fs::remove_file(to);
         let image = &self.image;
         let request = format!("dump /{name} {}", to.display());

@@ -51,13 +51,13 @@ impl Phases {
 
 /// The clock of a long run's progress lines: `due` says yes once every
 /// `period`.
-pub struct Every {
+pub(crate) struct Every {
     period: Duration,
     last: Instant,
 }
 
 impl Every {
-    pub fn new(period: Duration) -> Every {
+    pub(crate) fn new(period: Duration) -> Every {
         Every {
             period,
             last: Instant::now(),
@@ -66,7 +66,7 @@ impl Every {
 
     /// True when `period` has passed since the last time it said so (or
     /// since `new`).
-    pub fn due(&mut self) -> bool {
+    pub(crate) fn due(&mut self) -> bool {
         let due = self.last.elapsed() >= self.period;
         if due {
             self.last = Instant::now();

@@ -15,12 +15,12 @@ use xshell::Shell;
 
 use crate::guest_script::{self, files};
 use crate::host::{load_average, workspace_root};
+use crate::ivshmem_session::{self, Session, SessionConfig};
 use crate::output_disk::{self, OutputDisk};
 use crate::phases::{Every, Phases};
 use crate::qemu::binary::QemuVersion;
 use crate::qemu::Accel;
-use crate::session::{self, Session, SessionConfig};
-use crate::{interrupt, truth};
+use crate::{interrupt, ivshmem_truth};
 
 /// Where the daemon writes trace.bin.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
@@ -50,7 +50,7 @@ pub struct Options {
 const RING: u64 = 16 << 20;
 
 impl Options {
-    pub fn guest_memory_mb(&self) -> u32 {
+    pub(crate) fn guest_memory_mb(&self) -> u32 {
         self.guest_memory_mb.unwrap_or(match self.output {
             Output::Disk => 1024,
             Output::Tmpfs => 6144,
@@ -78,12 +78,12 @@ impl Options {
         self.rate * self.minutes * 60 * 50
     }
 
-    pub fn duration(&self) -> Duration {
+    pub(crate) fn duration(&self) -> Duration {
         Duration::from_secs(self.minutes * 60)
     }
 
     /// Reset times: every `reset_every` seconds, strictly inside the run.
-    pub fn reset_times(&self) -> Vec<Duration> {
+    pub(crate) fn reset_times(&self) -> Vec<Duration> {
         (1..)
             .map(|i| Duration::from_secs(i * self.reset_every))
             .take_while(|t| *t < self.duration())
@@ -94,7 +94,7 @@ impl Options {
 /// Run the soak in `run_dir`; its figures (soak.json), printed too.
 pub fn run(sh: &Shell, args: &Options, run_dir: &Path, phases: &mut Phases) -> Result<serde_json::Value> {
     let _dir = sh.push_dir(workspace_root());
-    let tools = session::prepare(sh, args.kernel.as_deref(), QemuVersion::V7_2, phases)?;
+    let tools = ivshmem_session::prepare(sh, args.kernel.as_deref(), QemuVersion::V7_2, phases)?;
     // A later -m overrides the session's 512 MiB.
     let mut extra_qemu_args = vec!["-m".to_string(), args.guest_memory_mb().to_string()];
     let disk = match args.output {
@@ -137,7 +137,7 @@ pub fn run(sh: &Shell, args: &Options, run_dir: &Path, phases: &mut Phases) -> R
         std::fs::remove_file(&disk.image)?;
     }
     let report = phases.run("ground truth", || {
-        truth::check(&trace, &ground_truth.segments, truth::live_ring(&stats))
+        ivshmem_truth::check(&trace, &ground_truth.segments, ivshmem_truth::live_ring(&stats))
     })?;
     let produced: u64 = ground_truth
         .segments
@@ -194,41 +194,21 @@ pub fn run(sh: &Shell, args: &Options, run_dir: &Path, phases: &mut Phases) -> R
     }))
 }
 
-/// `guest_script::streaming` with `--follow` (the daemon follows the ring
-/// across resets, new epochs) and the free space of the output noted.
-///
-/// * `disk`: the output disk is mounted over /tmp, where the daemon writes;
-///   unmounted at the end (which flushes it), the host reads it back.
-/// * `tmpfs`: trace.bin grows in the guest's RAM and goes to the share at
-///   the end with 1 MiB writes (`collect`'s cp moved it at ~1.5 MB/s over
-///   9p under TCG: 176 MB in two minutes).
+/// The prelude and harness/guest-scripts/ivshmem-soak.sh: the daemon
+/// follows the ring (`--follow`) into the `output` (the file says how each
+/// is mounted and emptied).
 fn soak_script(module: &str, output: Output) -> String {
-    let (mount, unmount_or_copy) = match output {
-        Output::Disk => (
-            format!(
-                "load_on_demand_modules\nmount -t ext4 {dev} /tmp || fail \"mounting the output disk\"\n",
-                dev = output_disk::GUEST_DEVICE
-            ),
-            "step unmount\numount /tmp || fail \"unmounting the output disk\"\n".to_string(),
-        ),
-        Output::Tmpfs => (
-            String::new(),
-            format!(
-                "step copy\n\
-                 dd if=/tmp/{trace} of=\"$SHARE/{trace}\" bs=1048576 2>/dev/null || fail \"copying trace.bin\"\n\
-                 rm -f /tmp/{trace}\n",
-                trace = files::TRACE
-            ),
-        ),
-    };
     guest_script::prelude(module)
-        .body(&mount)
-        .body(&format!(
-            "step output \"$(grep ' /tmp ' /proc/mounts | tail -n 1 | cut -d ' ' -f 1-3), $(df -k | grep ' /tmp$' | tail -n 1)\"\n\
-             load_module ring_size={RING}\nstart_daemon --follow\nwait_stop\nstop_daemon\n"
-        ))
-        .body(&unmount_or_copy)
-        .body("collect\nexit 0\n")
+        .set(
+            "OUTPUT",
+            match output {
+                Output::Disk => "disk",
+                Output::Tmpfs => "tmpfs",
+            },
+        )
+        .set("OUTPUT_DEVICE", output_disk::GUEST_DEVICE)
+        .set("RING_SIZE", RING)
+        .file(&guest_script::IVSHMEM_SOAK)
         .build()
 }
 
@@ -295,11 +275,12 @@ mod tests {
     #[test]
     fn the_guest_copies_trace_bin_out_after_the_daemon_stopped() {
         let s = soak_script("/lib/hmbt/nvme-hmb-trace.ko", Output::Tmpfs);
+        assert!(s.contains("OUTPUT='tmpfs'\n") && s.contains(&format!("RING_SIZE='{RING}'\n")));
         // The body, after the prelude's function definitions.
         let daemon = s.rfind("start_daemon --follow").unwrap();
         let stop = s.rfind("stop_daemon\n").unwrap();
         let copy = s
-            .rfind("dd if=/tmp/trace.bin of=\"$SHARE/trace.bin\" bs=1048576")
+            .rfind("dd if=\"/tmp/$TRACE\" of=\"$SHARE/$TRACE\" bs=1048576")
             .unwrap();
         assert!(daemon < stop && stop < copy && copy < s.rfind("\ncollect\n").unwrap());
     }
@@ -320,11 +301,15 @@ mod tests {
     #[test]
     fn on_the_disk_the_daemon_writes_to_the_mounted_disk_and_it_is_unmounted_before_the_end() {
         let s = soak_script("/lib/hmbt/nvme-hmb-trace.ko", Output::Disk);
-        let mount = s.rfind("mount -t ext4 /dev/vda /tmp").unwrap();
+        assert!(s.contains("OUTPUT='disk'\n") && s.contains("OUTPUT_DEVICE='/dev/vda'\n"));
+        let mount = s.rfind("mount -t ext4 \"$OUTPUT_DEVICE\" /tmp").unwrap();
         let daemon = s.rfind("start_daemon --follow").unwrap();
         let stop = s.rfind("stop_daemon\n").unwrap();
         let unmount = s.rfind("umount /tmp").unwrap();
-        assert!(mount < daemon && daemon < stop && stop < unmount && unmount < s.rfind("\ncollect\n").unwrap());
-        assert!(!s.contains("dd if=/tmp/trace.bin"), "no copy through 9p");
+        let copy = s.rfind("dd if=\"/tmp/$TRACE\"").unwrap();
+        assert!(mount < daemon && daemon < stop && stop < unmount && unmount < copy);
+        // On the disk the copy through 9p is the other branch's.
+        assert!(s[unmount..copy].contains("else\n"), "no copy through 9p");
+        assert!(copy < s.rfind("\ncollect\n").unwrap());
     }
 }

@@ -309,7 +309,7 @@ pub struct TracedTelemetryOutcome {
 /// first snapshot of this controller (generation 1) ends with the newest
 /// records of the last epoch; the capture (Data Available 1, generation 1:
 /// nvme-cli reads with RAE = 1) ends with the FROZEN of the first epoch.
-pub fn check(
+pub(crate) fn check(
     host_log: &Path,
     controller_log: &Path,
     trace: &Path,

@@ -16,7 +16,7 @@ use hmb_harness::matrix::{self, Applies, Device};
 use hmb_harness::nvme_guest;
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::QemuVersion;
-use hmb_harness::{session, target_dir, workspace_root};
+use hmb_harness::{ivshmem_session, target_dir, workspace_root};
 
 #[derive(Args, Clone)]
 pub struct Conformance {
@@ -115,7 +115,7 @@ fn run(args: Conformance, sh: &Shell) -> Result<()> {
             // Build the image once here so the parallel scenarios find it cached.
             let mut phases = Phases::new();
             match device {
-                Device::Ivshmem => drop(session::prepare(sh, Some(kernel), qemu, &mut phases)?),
+                Device::Ivshmem => drop(ivshmem_session::prepare(sh, Some(kernel), qemu, &mut phases)?),
                 Device::Nvme => drop(nvme_guest::prepare(sh, Some(kernel), true, &mut phases)?),
             }
             // Only the scenarios that apply to this device (and the suite's

@@ -8,7 +8,8 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use hmb_harness::guest::devices::NoDevice;
 use hmb_harness::guest::tools;
-use hmb_harness::guest::{FirstLine, Guest};
+use hmb_harness::guest::{BootError, FirstLine, Guest};
+use hmb_harness::guest_script::{self, Script};
 use hmb_harness::images;
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::{self, QemuVersion};
@@ -79,16 +80,12 @@ pub fn run(args: GuestSmoke, sh: &Shell) -> Result<()> {
     Ok(())
 }
 
+/// harness/guest-scripts/guest-smoke.sh with our modules to load.
 fn smoke_script(our_modules: &[String]) -> String {
-    let mut s = String::from("set -e\necho \"HMBT-SMOKE uname=$(uname -r)\"\nuname -r > /mnt/host/uname\n");
-    for m in our_modules {
-        s.push_str(&format!(
-            "insmod {m}\necho \"HMBT-SMOKE insmod {m} ok\"\nlsmod > /mnt/host/lsmod\n"
-        ));
-    }
-    // The whole kernel log, for the host to check the kernel checks are on.
-    s.push_str("dmesg > /mnt/host/dmesg\n");
-    s
+    Script::new()
+        .set("MODULES", our_modules.join(" "))
+        .file(&guest_script::GUEST_SMOKE)
+        .build()
 }
 
 fn boot_and_check(
@@ -131,10 +128,8 @@ fn boot_and_check(
     if !errors.is_empty() {
         bail!("guest init reported: {errors:?}");
     }
-    match console::parse_result(&line) {
-        Some(0) => {}
-        other => bail!("guest job failed ({other:?}): {line}\n{}", vm.console.tail(20)),
-    }
+    let rc = console::parse_result(&line).unwrap_or(-1);
+    BootError::check_script("the guest job", rc, || format!("{line}\n{}", vm.console.tail(20)))?;
     if !status.success() {
         bail!("QEMU exited with {status}");
     }
@@ -161,4 +156,17 @@ fn boot_and_check(
         println!("    guest lsmod after insmod:\n{}", lsmod.trim_end());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_smoke_script_loads_our_modules_in_order() {
+        let s = smoke_script(&["/lib/a.ko".into(), "/lib/b.ko".into()]);
+        assert!(s.starts_with("#!/bin/sh\n"));
+        assert!(s.contains("MODULES='/lib/a.ko /lib/b.ko'\n"));
+        assert!(s.find("MODULES=").unwrap() < s.find("for m in $MODULES").unwrap());
+    }
 }

@@ -14,7 +14,7 @@ use clap::Args;
 use crate::flags::KernelArg;
 use hmb_harness::guest::devices::QemuNvme;
 use hmb_harness::guest::tools;
-use hmb_harness::guest::{FirstLine, Guest, GuestDevice};
+use hmb_harness::guest::{BootError, FirstLine, Guest, GuestDevice};
 use hmb_harness::guest_script::{self, Script};
 use hmb_harness::images::{self, guest_modules::ModuleIndex, kernels, nvme_series, ImageOptions};
 // The NVMe guest runs' one rule for a failing log line (console fault
@@ -136,10 +136,8 @@ fn check_guest(config: VmConfig, disk: &Path, timeout: Duration) -> Result<()> {
     if !fails.is_empty() {
         bail!("guest: {fails:?}\n{}", vm.console.tail(30));
     }
-    match console::parse_result(&line) {
-        Some(0) => {}
-        other => bail!("guest job failed ({other:?}): {line}\n{}", vm.console.tail(30)),
-    }
+    let rc = console::parse_result(&line).unwrap_or(-1);
+    BootError::check_script("the guest job", rc, || format!("{line}\n{}", vm.console.tail(30)))?;
     ensure!(status.success(), "QEMU exited with {status}");
     for l in vm.console.lines.iter().filter(|l| l.contains("HMBT-NVME")) {
         println!("    {l}");

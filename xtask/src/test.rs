@@ -6,7 +6,7 @@ use hmb_harness::host::apt::{self, Need};
 use hmb_harness::images::kernels;
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::{QemuBinary, QemuVersion};
-use hmb_harness::{session, target_dir, workspace_root};
+use hmb_harness::{ivshmem_session, target_dir, workspace_root};
 use xshell::{cmd, Shell};
 
 use crate::boot::{self, Boot};
@@ -54,7 +54,7 @@ fn steps(args: Test, sh: &Shell) -> Result<()> {
         // skipping.
         step("host packages and the default guest image");
         let mut phases = Phases::new();
-        let tools = session::prepare(sh, None, QemuVersion::V7_2, &mut phases)?;
+        let tools = ivshmem_session::prepare(sh, None, QemuVersion::V7_2, &mut phases)?;
         apt::ensure(sh, &apt::test_needs())?;
         qemu_env = real_qemu_env(&tools.qemu);
     }

@@ -7,8 +7,8 @@ use anyhow::{bail, Context, Result};
 use hmb_emu_device::control::Fault;
 use hmb_emu_device::ivshmem::report::{GroundTruth, HeaderView, Stats};
 use hmb_harness::guest_script::files;
+use hmb_harness::ivshmem_session::Session;
 use hmb_harness::qemu::console;
-use hmb_harness::session::Session;
 use serde_json::{json, Value};
 
 use super::shared::{self, Verdict};

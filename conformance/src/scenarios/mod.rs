@@ -8,6 +8,7 @@ pub mod ivshmem;
 mod ivshmem_lock_paths;
 pub mod nvme;
 mod nvme_big_ring;
+mod nvme_io;
 mod nvme_lock_paths;
 mod shared;
 

@@ -18,6 +18,7 @@ use hmb_harness::nvme_session::{NvmeGuestOptions, NvmeSession};
 use hmb_nvme_trace::ProducerKind;
 use serde_json::{json, Value};
 
+use super::nvme_io::check_io;
 use super::shared::{self, Verdict};
 use crate::env::{Device, Env, FINISH};
 use crate::outcome::{daemon_error, kernel_log, truth_facts};
@@ -136,25 +137,6 @@ fn finish_daemon_gone(s: &mut NvmeSession) -> Result<i32> {
     s.wait_share_file(COLLECTED, STARTED)?;
     s.signal(JOURNAL_TAKEN)?;
     s.finish(FINISH)
-}
-
-fn note_u64(s: &NvmeSession, key: &str) -> Result<u64> {
-    s.notes()
-        .get(key)
-        .with_context(|| format!("the guest noted no {key}"))?
-        .trim()
-        .parse()
-        .with_context(|| format!("{key} is not a number"))
-}
-
-/// The I/O loop ran and every round read back what it wrote.
-pub(super) fn check_io(s: &NvmeSession) -> Result<()> {
-    ensure!(note_u64(s, "io_rounds")? > 0, "the I/O loop made no round");
-    ensure!(
-        note_u64(s, "io_failures")? == 0,
-        "the I/O loop failed (see console.log)"
-    );
-    Ok(())
 }
 
 /// Traced I/O for 3 s; with HMB_TRACE_INJECT=reset a device-side failure

@@ -15,7 +15,7 @@ use hmb_harness::nvme_session::{NvmeGuestOptions, NvmeSession};
 use hmb_trace_file::MappedTrace;
 use serde_json::{json, Value};
 
-use super::nvme::check_io;
+use super::nvme_io::check_io;
 use crate::env::{Device, Env, FINISH};
 use crate::outcome::{daemon_error, kernel_log};
 

@@ -27,7 +27,7 @@ const GENERATION_OFF: usize = HMB_ADVERT_OFFSET as usize + core::mem::offset_of!
 
 /// Power-on: store the device's opt-in signature in its block. The module
 /// binds only to an HMB that carries it.
-pub fn announce(mem: &MemRegion) -> Result<(), EmuError> {
+pub(crate) fn announce(mem: &MemRegion) -> Result<(), EmuError> {
     mem.store_u32(HMB_DEVICE_OFFSET as usize, HMB_DEVICE_MAGIC)
 }
 
@@ -41,19 +41,19 @@ pub(crate) fn advert_generation(mem: &MemRegion) -> Option<u64> {
 
 /// The device has stopped writing the slice of `generation`: tell the
 /// module (release, so every store to the old slice is visible first).
-pub fn acknowledge(mem: &MemRegion, generation: u64) -> Result<(), EmuError> {
+pub(crate) fn acknowledge(mem: &MemRegion, generation: u64) -> Result<(), EmuError> {
     mem.atomic_u64(ACK_OFF)?.store(generation, Ordering::Release);
     Ok(())
 }
 
 /// The generation last acknowledged.
-pub fn acknowledged(mem: &MemRegion) -> u64 {
+pub(crate) fn acknowledged(mem: &MemRegion) -> u64 {
     mem.atomic_u64(ACK_OFF).map(|a| a.load(Ordering::Acquire)).unwrap_or(0)
 }
 
 /// A trace slice the device may produce into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Slice {
+pub(crate) struct Slice {
     pub offset: u64,
     pub len: u64,
     pub epoch: u64,
@@ -68,7 +68,7 @@ fn reject(msg: String) -> EmuError {
 
 /// Whether the advert no longer offers a ring: the module withdrew it
 /// (state not READY) before unloading or re-initialising, or it is gone.
-pub fn withdrawn(mem: &MemRegion) -> bool {
+pub(crate) fn withdrawn(mem: &MemRegion) -> bool {
     let magic = mem.load_u32(HMB_ADVERT_OFFSET as usize).unwrap_or(0);
     let state = mem
         .atomic_u32(ADVERT_STATE_OFF)

@@ -40,13 +40,13 @@ pub enum Msg {
 }
 
 impl Msg {
-    pub fn transport(ev: TransportEvent) -> Self {
+    pub(crate) fn transport(ev: TransportEvent) -> Self {
         Msg::Transport(ev)
     }
 }
 
 #[derive(Debug, Clone)]
-pub struct DeviceConfig {
+pub(crate) struct DeviceConfig {
     pub policy: NotifyPolicy,
     /// Exit when the last guest disconnects (after at least one came).
     pub exit_on_disconnect: bool,
@@ -55,7 +55,7 @@ pub struct DeviceConfig {
     pub vectors: Vectors,
 }
 
-pub struct Device {
+pub(crate) struct Device {
     transport: Arc<dyn Transport>,
     config: DeviceConfig,
     counters: Arc<IrqCounters>,
@@ -93,7 +93,7 @@ fn add_stats(a: &mut EngineStats, b: EngineStats) {
 }
 
 impl Device {
-    pub fn new(transport: Arc<dyn Transport>, config: DeviceConfig) -> Self {
+    pub(crate) fn new(transport: Arc<dyn Transport>, config: DeviceConfig) -> Self {
         let plan = config.initial_plan.clone();
         Self {
             transport,
@@ -118,7 +118,7 @@ impl Device {
         }
     }
 
-    pub fn phase(&self) -> Phase {
+    pub(crate) fn phase(&self) -> Phase {
         if self.halted.is_some() {
             Phase::Halted
         } else if self.frozen {
@@ -137,7 +137,7 @@ impl Device {
     }
 
     /// Serve until shutdown; returns why.
-    pub fn run(mut self, rx: Receiver<Msg>) -> Result<String, EmuError> {
+    pub(crate) fn run(mut self, rx: Receiver<Msg>) -> Result<String, EmuError> {
         let reason = loop {
             // While a ring is live, look at the advert often: a module that
             // withdraws it (unload, re-init) must not find us still writing.
@@ -680,13 +680,13 @@ fn answer<T: Serialize>(value: T) -> Value {
 
 /// The control socket's view of the device: requests are forwarded to the
 /// device thread and answered from there.
-pub struct DeviceHandle {
+pub(crate) struct DeviceHandle {
     tx: Sender<Msg>,
     timeout: Duration,
 }
 
 impl DeviceHandle {
-    pub fn new(tx: Sender<Msg>) -> Self {
+    pub(crate) fn new(tx: Sender<Msg>) -> Self {
         Self {
             tx,
             timeout: Duration::from_secs(30),

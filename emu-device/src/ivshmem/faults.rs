@@ -54,7 +54,7 @@ pub(crate) const UNKNOWN_FLAG: u32 = 1 << 9;
 
 /// Set a flag bit ABI v1 does not define. Atomic OR, because the producer
 /// updates the same word with its own atomic OR/AND.
-pub fn unknown_flag(mem: &MemRegion, slice: &Slice) -> Result<FaultEffect, EmuError> {
+pub(crate) fn unknown_flag(mem: &MemRegion, slice: &Slice) -> Result<FaultEffect, EmuError> {
     let flags = mem.atomic_u32(hdr_off(slice, offsets::FLAGS))?;
     let before = flags.fetch_or(UNKNOWN_FLAG, std::sync::atomic::Ordering::Release);
     Ok(FaultEffect {
@@ -126,7 +126,7 @@ pub(crate) fn hostile_record(mem: &MemRegion, slice: &Slice, head: u64, seq: u64
 /// Rewrite the two header fields only the module may write: `tail` to 0
 /// (backwards) and `epoch` one lower. A hostile device can do this; the
 /// module must check against its own copies, not re-read them.
-pub fn rewind_header(mem: &MemRegion, slice: &Slice) -> Result<FaultEffect, EmuError> {
+pub(crate) fn rewind_header(mem: &MemRegion, slice: &Slice) -> Result<FaultEffect, EmuError> {
     let tail_off = hdr_off(slice, offsets::TAIL);
     let epoch_off = hdr_off(slice, offsets::EPOCH);
     let tail = mem.load_u64(tail_off)?;
@@ -144,7 +144,7 @@ pub fn rewind_header(mem: &MemRegion, slice: &Slice) -> Result<FaultEffect, EmuE
 /// All-ones over everything from the advert to the end of the ring header
 /// page: what a vanished device's BAR reads. The records stay (nothing
 /// reads them once the header is gone).
-pub fn vanish(mem: &MemRegion, slice: &Slice) -> Result<FaultEffect, EmuError> {
+pub(crate) fn vanish(mem: &MemRegion, slice: &Slice) -> Result<FaultEffect, EmuError> {
     let end = slice.offset as usize + HMB_RING_HDR_SIZE as usize;
     let head = mem.load_u64(hdr_off(slice, offsets::HEAD))?;
     mem.write(0, &vec![0xff; end])?;

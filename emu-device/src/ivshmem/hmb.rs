@@ -90,7 +90,7 @@ impl Hmb {
     }
 
     /// The memfd, to send to ivshmem peers.
-    pub fn fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
 }
@@ -112,7 +112,7 @@ impl MemRegion {
 
     /// Base pointer of the mapping, for code that lays its own structures
     /// over it (the firmware model's producer).
-    pub fn as_ptr(&self) -> *mut u8 {
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
         self.base.as_ptr()
     }
 
@@ -145,7 +145,7 @@ impl MemRegion {
         Ok(())
     }
 
-    pub fn atomic_u32(&self, off: usize) -> Result<&AtomicU32, EmuError> {
+    pub(crate) fn atomic_u32(&self, off: usize) -> Result<&AtomicU32, EmuError> {
         self.check(off, 4, 4)?;
         // SAFETY: in bounds, aligned, and the mapping outlives the borrow.
         Ok(unsafe { &*(self.base.as_ptr().add(off) as *const AtomicU32) })
@@ -157,7 +157,7 @@ impl MemRegion {
         Ok(unsafe { &*(self.base.as_ptr().add(off) as *const AtomicU64) })
     }
 
-    pub fn load_u32(&self, off: usize) -> Result<u32, EmuError> {
+    pub(crate) fn load_u32(&self, off: usize) -> Result<u32, EmuError> {
         Ok(self.atomic_u32(off)?.load(Ordering::Acquire))
     }
 
@@ -170,12 +170,12 @@ impl MemRegion {
         Ok(())
     }
 
-    pub fn store_u64(&self, off: usize, v: u64) -> Result<(), EmuError> {
+    pub(crate) fn store_u64(&self, off: usize, v: u64) -> Result<(), EmuError> {
         self.atomic_u64(off)?.store(v, Ordering::Release);
         Ok(())
     }
 
-    pub fn store_u16(&self, off: usize, v: u16) -> Result<(), EmuError> {
+    pub(crate) fn store_u16(&self, off: usize, v: u16) -> Result<(), EmuError> {
         self.write(off, &v.to_le_bytes())
     }
 }

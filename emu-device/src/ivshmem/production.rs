@@ -17,7 +17,7 @@ use crate::ivshmem::transport::{Transport, Vectors};
 
 /// Interrupts raised, shared between the engine thread and status reports.
 #[derive(Debug, Default)]
-pub struct IrqCounters {
+pub(crate) struct IrqCounters {
     pub data: AtomicU64,
     pub state: AtomicU64,
     pub failed: AtomicU64,
@@ -26,14 +26,14 @@ pub struct IrqCounters {
 /// The firmware model's hook: data notifications (already moderated by
 /// the model's watermark + timer policy) raise the data vector, a freeze
 /// raises the state vector.
-pub struct IrqNotifier {
+pub(crate) struct IrqNotifier {
     transport: Arc<dyn Transport>,
     counters: Arc<IrqCounters>,
     vectors: Vectors,
 }
 
 impl IrqNotifier {
-    pub fn new(transport: Arc<dyn Transport>, counters: Arc<IrqCounters>, vectors: Vectors) -> Self {
+    pub(crate) fn new(transport: Arc<dyn Transport>, counters: Arc<IrqCounters>, vectors: Vectors) -> Self {
         Self {
             transport,
             counters,
@@ -60,7 +60,7 @@ impl Notifier for IrqNotifier {
     }
 }
 
-pub type DeviceEngine = Engine<IrqNotifier>;
+pub(crate) type DeviceEngine = Engine<IrqNotifier>;
 
 /// What production should do, as the control interface set it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,7 +78,7 @@ impl Plan {
         Workload::parse(&self.workload).map_err(|e| EmuError::Control(e.to_string()))
     }
 
-    pub fn rate(&self) -> Rate {
+    pub(crate) fn rate(&self) -> Rate {
         if self.rate == 0 {
             Rate::Unlimited
         } else {
@@ -121,14 +121,14 @@ pub(crate) fn build_engine(
 }
 
 /// An engine producing on its own thread.
-pub struct Running {
+pub(crate) struct Running {
     stop: Arc<AtomicBool>,
     control: Arc<EngineControl>,
     thread: JoinHandle<(DeviceEngine, RunOutcome)>,
 }
 
 impl Running {
-    pub fn spawn(mut engine: DeviceEngine) -> Result<Self, EmuError> {
+    pub(crate) fn spawn(mut engine: DeviceEngine) -> Result<Self, EmuError> {
         let stop = Arc::new(AtomicBool::new(false));
         let control = engine.control();
         let flag = stop.clone();
@@ -143,13 +143,13 @@ impl Running {
     }
 
     /// Stop producing and get the engine back.
-    pub fn stop(self) -> Result<(DeviceEngine, RunOutcome), EmuError> {
+    pub(crate) fn stop(self) -> Result<(DeviceEngine, RunOutcome), EmuError> {
         self.stop.store(true, Ordering::Release);
         self.join()
     }
 
     /// Controller reset: the engine sets FROZEN, notifies, and returns.
-    pub fn freeze(self) -> Result<(DeviceEngine, RunOutcome), EmuError> {
+    pub(crate) fn freeze(self) -> Result<(DeviceEngine, RunOutcome), EmuError> {
         self.control.request_freeze();
         self.join()
     }
@@ -158,9 +158,5 @@ impl Running {
         self.thread
             .join()
             .map_err(|_| EmuError::Control("the producer thread panicked".into()))
-    }
-
-    pub fn published_head(&self) -> u64 {
-        self.control.published_head()
     }
 }

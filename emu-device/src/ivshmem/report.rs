@@ -57,7 +57,7 @@ pub struct HeaderView {
 impl HeaderView {
     /// Read the header of `slice` (a field that cannot be read is 0: the
     /// answer is a diagnostic, not a ring operation).
-    pub fn read(mem: &MemRegion, slice: &Slice) -> HeaderView {
+    pub(crate) fn read(mem: &MemRegion, slice: &Slice) -> HeaderView {
         let base = slice.offset as usize;
         let at = |off: usize| mem.load_u64(base + off).unwrap_or(0);
         let magic = mem.load_u32(base + offsets::MAGIC).unwrap_or(0);

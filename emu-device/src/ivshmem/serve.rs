@@ -72,7 +72,7 @@ impl Serving {
             Ok(c) => c,
             Err(e) => {
                 transport.shutdown();
-                return Err(e);
+                return Err(e.into());
             }
         };
         log::info!(

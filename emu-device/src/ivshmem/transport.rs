@@ -57,7 +57,7 @@ pub enum TransportEvent {
     Failed(String),
 }
 
-pub trait Transport: Send + Sync {
+pub(crate) trait Transport: Send + Sync {
     /// Memory shared with the guest that holds the advert and the slice.
     fn memory(&self) -> &MemRegion;
     /// Raise interrupt `vector` in the guest.
@@ -69,7 +69,7 @@ pub trait Transport: Send + Sync {
 }
 
 /// ivshmem-doorbell: the HMB is a memfd served over the ivshmem protocol.
-pub struct IvshmemTransport {
+pub(crate) struct IvshmemTransport {
     hmb: Arc<Hmb>,
     peers: PeerTable,
     stop: StopHandle,
@@ -79,7 +79,7 @@ pub struct IvshmemTransport {
 impl IvshmemTransport {
     /// Bind the server socket and start serving; events go to `events`,
     /// mapped by `wrap` into the caller's message type.
-    pub fn start<M: Send + 'static>(
+    pub(crate) fn start<M: Send + 'static>(
         config: &ServerConfig,
         hmb: Arc<Hmb>,
         events: Sender<M>,
@@ -117,13 +117,9 @@ impl IvshmemTransport {
         })
     }
 
-    pub fn hmb(&self) -> &Arc<Hmb> {
-        &self.hmb
-    }
-
     /// Stop serving: client connections closed, socket file removed. Safe
     /// to call more than once; also done on drop.
-    pub fn shutdown(&self) {
+    pub(crate) fn shutdown(&self) {
         self.stop.stop();
         let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(t) = thread {

@@ -41,7 +41,7 @@ pub(crate) fn send_msg(sock: BorrowedFd<'_>, value: i64, fd: Option<BorrowedFd<'
 
 /// What `recv_msg` read.
 #[derive(Debug)]
-pub enum Received {
+pub(crate) enum Received {
     Msg {
         value: i64,
         fd: Option<OwnedFd>,

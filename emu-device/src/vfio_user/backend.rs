@@ -86,7 +86,7 @@ pub struct TransportCounters {
 }
 
 impl TransportCounters {
-    pub fn report(&self) -> serde_json::Value {
+    pub(crate) fn report(&self) -> serde_json::Value {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         serde_json::json!({
             "config_reads": g(&self.config_reads),
@@ -200,7 +200,7 @@ impl<F: PciFunction> Backend<F> {
     }
 
     /// A new client sent its first message.
-    pub fn client_joined(&mut self) {
+    pub(crate) fn client_joined(&mut self) {
         self.count(&self.shared.counters.clients);
     }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use hmb_nvme::Controller;
 
 use super::backend::Shared;
-use crate::error::EmuError;
+use super::error::VfioUserError;
 
 #[derive(Default)]
 struct State {
@@ -35,14 +35,14 @@ impl Signal {
     }
 }
 
-pub struct CompletionTimer {
+pub(crate) struct CompletionTimer {
     signal: Arc<Signal>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl CompletionTimer {
     /// Install the waker in `shared`'s controller and start the thread.
-    pub fn start(shared: Arc<Shared<Controller>>) -> Result<CompletionTimer, EmuError> {
+    pub(crate) fn start(shared: Arc<Shared<Controller>>) -> Result<CompletionTimer, VfioUserError> {
         let signal = Arc::new(Signal::default());
         let waker_signal = signal.clone();
         shared
@@ -52,7 +52,10 @@ impl CompletionTimer {
         let thread = std::thread::Builder::new()
             .name("nvme-completions".into())
             .spawn(move || run(&shared, &thread_signal))
-            .map_err(|e| EmuError::io("spawning the completion timer thread", e))?;
+            .map_err(|source| VfioUserError::Io {
+                what: "spawning the completion timer thread",
+                source,
+            })?;
         Ok(CompletionTimer {
             signal,
             thread: Some(thread),

@@ -24,20 +24,20 @@
 
 /// Size of the config region: PCIe extended config space (no extended
 /// capabilities: offset 0x100 reads 0, which ends the list).
-pub const CONFIG_SIZE: usize = 4096;
+pub(crate) const CONFIG_SIZE: usize = 4096;
 
 /// Most MSI-X vectors the table in BAR4 has room for (16 bytes each
 /// below the PBA); the controller says how many it uses.
 pub const MAX_MSIX_VECTORS: u16 = (PBA_OFFSET / 16) as u16;
 
 /// BAR4 holds the MSI-X table at 0 and the PBA at this offset.
-pub const PBA_OFFSET: u32 = 0x2000;
+pub(crate) const PBA_OFFSET: u32 = 0x2000;
 /// BAR4 size: table (16 bytes a vector) and PBA, each in its own 8 KiB half.
-pub const BAR4_SIZE: u64 = 0x4000;
+pub(crate) const BAR4_SIZE: u64 = 0x4000;
 
-pub const CAP_PM: u8 = 0x40;
-pub const CAP_MSIX: u8 = 0x50;
-pub const CAP_PCIE: u8 = 0x60;
+pub(crate) const CAP_PM: u8 = 0x40;
+pub(crate) const CAP_MSIX: u8 = 0x50;
+pub(crate) const CAP_PCIE: u8 = 0x60;
 /// Length of a PCIe capability structure of version 2 (through Slot Status 2).
 const PCIE_CAP_LEN: usize = 0x3c;
 
@@ -62,7 +62,7 @@ pub struct Identity {
 }
 
 /// Config space contents and the write mask of every byte.
-pub struct ConfigSpace {
+pub(crate) struct ConfigSpace {
     bytes: [u8; CONFIG_SIZE],
     writable: [u8; CONFIG_SIZE],
     /// What a power-on (or a vfio-user reset) restores.
@@ -75,7 +75,7 @@ impl ConfigSpace {
     /// The config space of an NVMe function whose BAR0 is `bar0_size`
     /// bytes (a power of two, at least 16 KiB) with `msix_vectors` MSI-X
     /// vectors (1..=[`MAX_MSIX_VECTORS`]).
-    pub fn new(id: &Identity, bar0_size: u64, msix_vectors: u16) -> ConfigSpace {
+    pub(crate) fn new(id: &Identity, bar0_size: u64, msix_vectors: u16) -> ConfigSpace {
         assert!(
             bar0_size.is_power_of_two() && bar0_size >= 0x4000,
             "BAR0 size {bar0_size:#x} is not a power of two >= 16 KiB"
@@ -144,16 +144,16 @@ impl ConfigSpace {
         c
     }
 
-    pub fn bar0_size(&self) -> u64 {
+    pub(crate) fn bar0_size(&self) -> u64 {
         self.bar0_size
     }
 
-    pub fn msix_vectors(&self) -> u16 {
+    pub(crate) fn msix_vectors(&self) -> u16 {
         self.msix_vectors
     }
 
     /// Read `data.len()` bytes at `offset`; bytes past the end read 0.
-    pub fn read(&self, offset: u64, data: &mut [u8]) {
+    pub(crate) fn read(&self, offset: u64, data: &mut [u8]) {
         for (i, b) in data.iter_mut().enumerate() {
             *b = offset
                 .checked_add(i as u64)
@@ -165,7 +165,7 @@ impl ConfigSpace {
 
     /// Write `data` at `offset`: only the writable bits change; writes past
     /// the end are dropped, as a device drops them.
-    pub fn write(&mut self, offset: u64, data: &[u8]) {
+    pub(crate) fn write(&mut self, offset: u64, data: &[u8]) {
         for (i, v) in data.iter().enumerate() {
             let Some(o) = offset
                 .checked_add(i as u64)
@@ -180,27 +180,28 @@ impl ConfigSpace {
     }
 
     /// Back to the power-on contents (vfio-user DEVICE_RESET).
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.bytes = self.initial;
     }
 
     /// Command register bit 2, Bus Master Enable.
-    pub fn bus_master(&self) -> bool {
+    pub(crate) fn bus_master(&self) -> bool {
         self.read16(PCI_COMMAND) & PCI_COMMAND_MASTER != 0
     }
 
     /// Whether a write of `len` bytes at `offset` covers the command register's low byte
     /// (where Bus Master Enable is).
-    pub fn writes_command(offset: u64, len: usize) -> bool {
+    pub(crate) fn writes_command(offset: u64, len: usize) -> bool {
         offset <= PCI_COMMAND as u64 && offset.saturating_add(len as u64) > PCI_COMMAND as u64
     }
 
     /// The 16-bit register at `offset`.
-    pub fn read16(&self, offset: usize) -> u16 {
+    pub(crate) fn read16(&self, offset: usize) -> u16 {
         u16::from_le_bytes([self.bytes[offset], self.bytes[offset + 1]])
     }
 
-    /// The 32-bit register at `offset`.
+    /// The 32-bit register at `offset` (the tests read registers whole).
+    #[cfg(test)]
     pub fn read32(&self, offset: usize) -> u32 {
         u32::from_le_bytes(self.bytes[offset..offset + 4].try_into().expect("4 bytes"))
     }

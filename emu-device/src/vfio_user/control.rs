@@ -24,15 +24,15 @@ use hmb_nvme_trace::{AdoptedRing, NvmeTrace};
 use hmb_trace_abi::{offsets, HMB_RING_HDR_SIZE};
 
 use super::backend::{PciFunction, Shared};
+use super::error::VfioUserError;
 use crate::control::{Fault, Handler, Request, Response};
-use crate::error::EmuError;
 use crate::ivshmem::advert::Slice;
 use crate::ivshmem::faults::{self, FaultEffect};
 use crate::ivshmem::hmb::MemRegion;
 
 type ShutdownFn = Box<dyn Fn(String) -> bool + Send + Sync>;
 
-pub struct NvmeControl<F> {
+pub(crate) struct NvmeControl<F> {
     shared: Arc<Shared<F>>,
     socket: String,
     shutdown: ShutdownFn,
@@ -43,7 +43,7 @@ pub struct NvmeControl<F> {
 
 impl<F: PciFunction> NvmeControl<F> {
     /// `shutdown` asks the device to stop (false: it is already stopping).
-    pub fn new(
+    pub(crate) fn new(
         shared: Arc<Shared<F>>,
         socket: &std::path::Path,
         shutdown: impl Fn(String) -> bool + Send + Sync + 'static,
@@ -60,13 +60,13 @@ impl<F: PciFunction> NvmeControl<F> {
 
     /// Answer `ground-truth` (and report in `status`) from the controller's
     /// trace producer: its journal of every record produced or dropped.
-    pub fn with_trace(mut self, trace: NvmeTrace) -> Self {
+    pub(crate) fn with_trace(mut self, trace: NvmeTrace) -> Self {
         self.trace = Some(trace);
         self
     }
 
     /// Answer `personality`: the function may become another personality of `base`.
-    pub fn with_personalities(mut self, base: hmb_nvme::ControllerConfig) -> Self {
+    pub(crate) fn with_personalities(mut self, base: hmb_nvme::ControllerConfig) -> Self {
         self.base = Some(base);
         self
     }
@@ -183,7 +183,7 @@ where
 
 /// The slice seen as the ivshmem device sees its HMB: a region whose
 /// header is at offset 0.
-fn write_fault(ring: AdoptedRing, fault: &Fault) -> Result<FaultEffect, EmuError> {
+fn write_fault(ring: AdoptedRing, fault: &Fault) -> Result<FaultEffect, VfioUserError> {
     // SAFETY: `with_adopted_ring` keeps the slice mapped while this runs.
     let mem = unsafe { MemRegion::from_raw(ring.base, ring.len) };
     let slice = Slice {
@@ -193,16 +193,16 @@ fn write_fault(ring: AdoptedRing, fault: &Fault) -> Result<FaultEffect, EmuError
         ring_size: (ring.len as u64).saturating_sub(u64::from(HMB_RING_HDR_SIZE)),
     };
     match fault {
-        Fault::CorruptMagic => faults::corrupt_magic(&mem, &slice),
-        Fault::BumpVersion { part } => faults::bump_version(&mem, &slice, *part),
-        Fault::UnknownFlag => faults::unknown_flag(&mem, &slice),
-        Fault::RewindHeader => faults::rewind_header(&mem, &slice),
+        Fault::CorruptMagic => Ok(faults::corrupt_magic(&mem, &slice)?),
+        Fault::BumpVersion { part } => Ok(faults::bump_version(&mem, &slice, *part)?),
+        Fault::UnknownFlag => Ok(faults::unknown_flag(&mem, &slice)?),
+        Fault::RewindHeader => Ok(faults::rewind_header(&mem, &slice)?),
         Fault::Hostile => {
             let head = mem.load_u64(offsets::HEAD)?;
             let seq = mem.load_u64(offsets::NEXT_SEQ)?;
-            faults::hostile_record(&mem, &slice, head, seq)
+            Ok(faults::hostile_record(&mem, &slice, head, seq)?)
         }
-        other => Err(EmuError::Handshake(format!("{other:?} is not a ring fault"))),
+        other => Err(VfioUserError::NotARingFault(other.clone())),
     }
 }
 

@@ -26,7 +26,7 @@ pub type GuestMem = GuestMemoryAtomic<GuestMemoryMmap<()>>;
 /// an error reply carries errno 0 in this crate and would abort QEMU's
 /// memory listener for a range the guest may never use for DMA).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum MapRefused {
+pub(crate) enum MapRefused {
     #[error("no file descriptor came with it")]
     NoFd,
     #[error("it has zero size or wraps around the address space")]
@@ -48,7 +48,7 @@ pub struct Mapping {
 
 /// Told of every DMA_UNMAP before it takes effect: the range's guest address
 /// and size, `(0, u64::MAX)` for UNMAP_ALL and a disconnect.
-pub type UnmapListener = Box<dyn Fn(u64, u64) + Send + Sync>;
+pub(crate) type UnmapListener = Box<dyn Fn(u64, u64) + Send + Sync>;
 
 /// Applies DMA_MAP / DMA_UNMAP to a [`GuestMem`].
 pub struct DmaMap {
@@ -69,7 +69,7 @@ impl DmaMap {
 
     /// Call `f` at every unmap, before the range goes (docs/nvme-controller.md,
     /// "Transport": a user of its own mapping of guest RAM stops first).
-    pub fn on_unmap(&self, f: impl Fn(u64, u64) + Send + Sync + 'static) {
+    pub(crate) fn on_unmap(&self, f: impl Fn(u64, u64) + Send + Sync + 'static) {
         self.listeners
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -88,7 +88,7 @@ impl DmaMap {
     }
 
     /// Map `size` bytes of `fd` at `offset` to guest address `address`.
-    pub fn map(&self, address: u64, size: u64, offset: u64, fd: Option<File>) -> Result<(), MapRefused> {
+    pub(crate) fn map(&self, address: u64, size: u64, offset: u64, fd: Option<File>) -> Result<(), MapRefused> {
         let fd = fd.ok_or(MapRefused::NoFd)?;
         if size == 0 || address.checked_add(size - 1).is_none() {
             return Err(MapRefused::BadRange);
@@ -117,7 +117,7 @@ impl DmaMap {
     /// Unmap every byte of [`address`, `address + size`): ranges that lie
     /// partly inside keep their outside parts (re-mapped from the same file).
     /// Returns how many bytes were unmapped.
-    pub fn unmap(&self, address: u64, size: u64) -> u64 {
+    pub(crate) fn unmap(&self, address: u64, size: u64) -> u64 {
         self.tell_unmap(address, size);
         let end = address.saturating_add(size);
         let guard = self.mem.lock().unwrap_or_else(|p| p.into_inner());
@@ -157,7 +157,7 @@ impl DmaMap {
     }
 
     /// DMA_UNMAP with UNMAP_ALL, a reset of the connection, a disconnect.
-    pub fn unmap_all(&self) {
+    pub(crate) fn unmap_all(&self) {
         self.tell_unmap(0, u64::MAX);
         let guard = self.mem.lock().unwrap_or_else(|p| p.into_inner());
         guard.replace(GuestMemoryMmap::new());

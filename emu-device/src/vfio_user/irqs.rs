@@ -36,7 +36,7 @@ pub struct IrqTable {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct IrqReport {
+pub(crate) struct IrqReport {
     /// Vectors that have an eventfd now.
     pub set: Vec<u16>,
     pub raised: u64,
@@ -78,7 +78,7 @@ impl IrqTable {
     }
 
     /// Apply one SET_IRQS message (see the module docs).
-    pub fn set_irqs(&self, index: u32, flags: u32, start: u32, count: u32, fds: Vec<File>) {
+    pub(crate) fn set_irqs(&self, index: u32, flags: u32, start: u32, count: u32, fds: Vec<File>) {
         if index != VFIO_PCI_MSIX_IRQ_INDEX {
             // INTx, MSI and REQ have count 0; ERR's eventfd is never signalled.
             log::debug!("SET_IRQS for irq index {index} (not MSI-X) ignored");
@@ -127,13 +127,13 @@ impl IrqTable {
     }
 
     /// Unset every vector (disconnect, MSI-X disabled).
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         for v in self.table().iter_mut() {
             *v = None;
         }
     }
 
-    pub fn report(&self) -> IrqReport {
+    pub(crate) fn report(&self) -> IrqReport {
         IrqReport {
             set: self
                 .table()

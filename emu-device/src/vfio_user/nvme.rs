@@ -18,10 +18,10 @@ use super::completion_timer::CompletionTimer;
 use super::config_space::{Identity, MAX_MSIX_VECTORS};
 use super::control::NvmeControl;
 use super::dma::DmaMap;
+use super::error::VfioUserError;
 use super::irqs::IrqTable;
 use super::serve::{ServeEvent, VfioUserServer};
 use crate::control::ControlServer;
-use crate::error::EmuError;
 
 impl InterruptSink for IrqTable {
     fn raise(&self, vector: u16) {
@@ -130,7 +130,7 @@ pub struct NvmeServeOptions {
 }
 
 impl NvmeServeOptions {
-    pub fn controller_config(&self) -> ControllerConfig {
+    pub(crate) fn controller_config(&self) -> ControllerConfig {
         self.personality.apply(self.base_config())
     }
 
@@ -166,30 +166,29 @@ enum Event {
 /// tables. The fuzz targets build theirs here too.
 pub fn traced_controller(
     cfg: ControllerConfig,
-) -> Result<(Arc<Shared<Controller>>, hmb_nvme_trace::NvmeTrace), EmuError> {
+) -> Result<(Arc<Shared<Controller>>, hmb_nvme_trace::NvmeTrace), VfioUserError> {
     controller_as(cfg, Personality::Tracing)
 }
 
 /// [`controller_with`] and the Rust producer.
-pub fn controller_as(
+pub(crate) fn controller_as(
     cfg: ControllerConfig,
     personality: Personality,
-) -> Result<(Arc<Shared<Controller>>, hmb_nvme_trace::NvmeTrace), EmuError> {
+) -> Result<(Arc<Shared<Controller>>, hmb_nvme_trace::NvmeTrace), VfioUserError> {
     controller_with(cfg, personality, ProducerKind::Rust)
 }
 
 /// [`traced_controller`] with the trace contract of `personality` (`cfg` is already the
 /// personality's: [`Personality::apply`]), producing with `producer`.
-pub fn controller_with(
+pub(crate) fn controller_with(
     cfg: ControllerConfig,
     personality: Personality,
     producer: ProducerKind,
-) -> Result<(Arc<Shared<Controller>>, hmb_nvme_trace::NvmeTrace), EmuError> {
+) -> Result<(Arc<Shared<Controller>>, hmb_nvme_trace::NvmeTrace), VfioUserError> {
     let dma = DmaMap::new();
     let irqs = Arc::new(IrqTable::new(cfg.interrupt_vectors));
     let sink: Arc<dyn InterruptSink> = irqs.clone();
-    let mut controller = Controller::new(cfg, dma.guest_mem(), sink)
-        .map_err(|e| EmuError::Control(format!("the NVMe controller cannot be built: {e}")))?;
+    let mut controller = Controller::new(cfg, dma.guest_mem(), sink)?;
     let trace = hmb_nvme_trace::NvmeTrace::with_producer(dma.guest_mem(), producer);
     trace.install(&mut controller, personality);
     // The slice view maps guest RAM on its own: it must stop when QEMU takes
@@ -214,18 +213,17 @@ pub struct NvmeServing {
 }
 
 impl NvmeServing {
-    pub fn start(opts: &NvmeServeOptions) -> Result<NvmeServing, EmuError> {
+    pub fn start(opts: &NvmeServeOptions) -> Result<NvmeServing, VfioUserError> {
         let cfg = opts.controller_config();
         let vectors = cfg.interrupt_vectors;
         if vectors == 0 || vectors > MAX_MSIX_VECTORS {
-            return Err(EmuError::Control(format!(
-                "the controller wants {vectors} MSI-X vectors; BAR4 has room for 1..={MAX_MSIX_VECTORS}"
-            )));
+            return Err(VfioUserError::Vectors {
+                vectors,
+                max: MAX_MSIX_VECTORS,
+            });
         }
         let (shared, trace) = controller_with(cfg, opts.personality, opts.producer)?;
-        trace
-            .set_history_bytes(opts.telemetry_history_bytes)
-            .map_err(|e| EmuError::Control(e.to_string()))?;
+        trace.set_history_bytes(opts.telemetry_history_bytes)?;
         // Always: the control socket's `timing` may switch the model on later (an idle
         // timer waits on its condvar and costs nothing).
         let timer = CompletionTimer::start(shared.clone())?;
@@ -280,7 +278,7 @@ impl NvmeServing {
 
     /// Serve until shutdown (or, without keep_serving, until QEMU leaves).
     /// Returns why it stopped.
-    pub fn run(self) -> Result<String, EmuError> {
+    pub fn run(self) -> Result<String, VfioUserError> {
         let NvmeServing {
             mut server,
             shared,
@@ -304,7 +302,7 @@ impl NvmeServing {
                 }
                 Ok(Event::Serve(ServeEvent::Stopped(why))) => {
                     break match why {
-                        Some(e) => Err(EmuError::Control(e)),
+                        Some(e) => Err(VfioUserError::Stopped(e)),
                         None => Ok("the vfio-user server stopped".to_string()),
                     };
                 }

@@ -19,7 +19,7 @@ use ::vfio_user::{Server, ServerBackend};
 
 use super::backend::{Backend, PciFunction, Shared};
 use super::config_space::Identity;
-use crate::error::EmuError;
+use super::error::VfioUserError;
 
 /// What the serving thread tells its owner.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,7 +110,7 @@ impl VfioUserServer {
         msix_vectors: u16,
         keep_serving: bool,
         events: impl Fn(ServeEvent) + Send + 'static,
-    ) -> Result<VfioUserServer, EmuError> {
+    ) -> Result<VfioUserServer, VfioUserError> {
         let listener = crate::sockpath::bind_listener(socket, "vfio-user socket")?;
         let mut backend = Backend::new(shared, identity, bar0_size, msix_vectors);
         let server = Server::from_owned_fd(OwnedFd::from(listener), true, backend.irqs(), backend.regions());
@@ -122,7 +122,10 @@ impl VfioUserServer {
                 let why = serve_clients(&server, &mut backend, &stop2, keep_serving, &events);
                 events(ServeEvent::Stopped(why));
             })
-            .map_err(|e| EmuError::io("spawning the vfio-user thread", e))?;
+            .map_err(|source| VfioUserError::Io {
+                what: "spawning the vfio-user thread",
+                source,
+            })?;
         Ok(VfioUserServer {
             socket: socket.to_path_buf(),
             stop,

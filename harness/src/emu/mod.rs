@@ -20,7 +20,7 @@ use crate::qemu::args::{self, PciPlace};
 /// An emu-device child (`serve` or `serve-nvme`): spawned with its log,
 /// ready once its sockets exist, checked for an unexpected death, asked
 /// over its control socket, and always stopped (Drop).
-pub struct EmuProcess {
+pub(crate) struct EmuProcess {
     child: Option<Child>,
     /// What the errors call it (`emu-device`, `emu-device serve-nvme`).
     what: &'static str,
@@ -34,7 +34,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 impl EmuProcess {
     /// Spawn `command` with its output in `run_dir/log` and wait (10 s at
     /// most) until the control socket and `sockets` exist.
-    pub fn spawn(
+    pub(crate) fn spawn(
         what: &'static str,
         command: Command,
         run_dir: &Path,
@@ -65,7 +65,7 @@ impl EmuProcess {
     }
 
     /// Fail if the process has died (unless `kill` was asked for).
-    pub fn check_alive(&mut self) -> Result<()> {
+    pub(crate) fn check_alive(&mut self) -> Result<()> {
         if let Some(child) = self.child.as_mut() {
             if let Some(status) = child.try_wait()? {
                 self.child = None;
@@ -76,7 +76,7 @@ impl EmuProcess {
     }
 
     /// A control request; its `result` (Null when there is none).
-    pub fn request(&mut self, req: &Request) -> Result<Value> {
+    pub(crate) fn request(&mut self, req: &Request) -> Result<Value> {
         self.check_alive()?;
         let resp = call(&self.control_socket, req, CALL_TIMEOUT)
             .with_context(|| format!("emu-device control request {req:?}"))?;
@@ -88,7 +88,7 @@ impl EmuProcess {
 
     /// Wait for the process to exit by itself; `None` if it is still
     /// running at the deadline.
-    pub fn wait_exit(&mut self, timeout: Duration) -> Result<Option<std::process::ExitStatus>> {
+    pub(crate) fn wait_exit(&mut self, timeout: Duration) -> Result<Option<std::process::ExitStatus>> {
         let deadline = Instant::now() + timeout;
         while let Some(child) = self.child.as_mut() {
             if let Some(status) = child.try_wait()? {
@@ -105,7 +105,7 @@ impl EmuProcess {
 
     /// SIGKILL now, no clean shutdown. Later `check_alive` calls pass (the
     /// death was asked for).
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -113,7 +113,7 @@ impl EmuProcess {
     }
 
     /// Ask for a clean shutdown, then make sure the process is gone.
-    pub fn shutdown(&mut self) {
+    pub(crate) fn shutdown(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = call(&self.control_socket, &Request::Shutdown, Duration::from_secs(2));
             let deadline = Instant::now() + Duration::from_secs(5);
@@ -175,7 +175,7 @@ pub struct EmuDevice {
 
 impl EmuDevice {
     /// Start `binary serve` with its sockets and log in `run_dir`.
-    pub fn start(binary: &Path, run_dir: &Path, hmb_size: &str) -> Result<Self> {
+    pub(crate) fn start(binary: &Path, run_dir: &Path, hmb_size: &str) -> Result<Self> {
         let sockets = socket_dir(run_dir)?;
         let ivshmem_socket = sockets.join("ivshmem.sock");
         let control_socket = sockets.join("control.sock");
@@ -211,7 +211,7 @@ impl EmuDevice {
         self.process.check_alive()
     }
 
-    pub fn request(&mut self, req: &Request) -> Result<Value> {
+    pub(crate) fn request(&mut self, req: &Request) -> Result<Value> {
         self.process.request(req)
     }
 
@@ -290,7 +290,7 @@ impl EmuDevice {
     }
 
     /// Ask for a clean shutdown, then make sure the process is gone.
-    pub fn shutdown(&mut self) {
+    pub(crate) fn shutdown(&mut self) {
         self.process.shutdown();
     }
 }

@@ -20,7 +20,7 @@ use crate::qemu::VmConfig;
 /// QMP id of the NVMe controller.
 pub const DEVICE_ID: &str = "nvme0";
 /// QMP id of a trace run's second controller (`NvmeDevice::with_peer`).
-pub const PEER_ID: &str = "nvme1";
+pub(crate) const PEER_ID: &str = "nvme1";
 /// Namespace size: room for the pattern and the read loop, small enough
 /// that the sparse backing file costs nothing.
 pub const NAMESPACE_BYTES: u64 = 64 << 20;
@@ -71,14 +71,19 @@ pub struct NvmeDevice {
 impl NvmeDevice {
     /// The namespace is the sparse file `backing`, so the host can check
     /// where the guest's data landed.
-    pub fn start(binary: &Path, run_dir: &Path, backing: &Path, controller: &ControllerOptions) -> Result<NvmeDevice> {
+    pub(crate) fn start(
+        binary: &Path,
+        run_dir: &Path,
+        backing: &Path,
+        controller: &ControllerOptions,
+    ) -> Result<NvmeDevice> {
         Self::start_with(binary, run_dir, backing, NAMESPACE_BYTES, "", controller)
     }
 
     /// `start` with the namespace size and a prefix for the sockets' and
     /// log's names, for a run folder another emu-device shares (the full
     /// guest's `serve` has `control.sock` and `emu-device.log`).
-    pub fn start_with(
+    pub(crate) fn start_with(
         binary: &Path,
         run_dir: &Path,
         backing: &Path,
@@ -145,7 +150,7 @@ impl NvmeDevice {
 
     /// This controller with `peer` as the guest's second one (the pair
     /// phase), behind `RootPort::PEER`.
-    pub fn with_peer(self, peer: NvmeDevice) -> NvmeDevice {
+    pub(crate) fn with_peer(self, peer: NvmeDevice) -> NvmeDevice {
         NvmeDevice {
             peer: Some(Box::new(peer.behind(RootPort::PEER))),
             ..self
@@ -153,12 +158,12 @@ impl NvmeDevice {
     }
 
     /// The second controller of the pair phase.
-    pub fn peer_mut(&mut self) -> Result<&mut NvmeDevice> {
+    pub(crate) fn peer_mut(&mut self) -> Result<&mut NvmeDevice> {
         self.peer.as_deref_mut().context("this run has no second controller")
     }
 
     /// The same controller behind `port` (a guest with two controllers).
-    pub fn behind(self, port: RootPort) -> NvmeDevice {
+    pub(crate) fn behind(self, port: RootPort) -> NvmeDevice {
         NvmeDevice { port, ..self }
     }
 
@@ -175,11 +180,11 @@ impl NvmeDevice {
     }
 
     /// `status` over the control socket: transport, controller report, trace.
-    pub fn status(&mut self) -> Result<Value> {
+    pub(crate) fn status(&mut self) -> Result<Value> {
         self.request(&Request::Status)
     }
 
-    pub fn request(&mut self, req: &Request) -> Result<Value> {
+    pub(crate) fn request(&mut self, req: &Request) -> Result<Value> {
         self.process.request(req)
     }
 
@@ -191,7 +196,7 @@ impl NvmeDevice {
     }
 
     /// Ask for a clean shutdown, then make sure the process is gone.
-    pub fn shutdown(&mut self) {
+    pub(crate) fn shutdown(&mut self) {
         self.process.shutdown();
         if let Some(peer) = &mut self.peer {
             peer.shutdown();

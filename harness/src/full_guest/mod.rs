@@ -36,11 +36,11 @@ use crate::guest_script::ScriptFile;
 use crate::host::apt::{self, Need};
 use crate::host::{cache_dir, lock_cache, target_dir, workspace_root};
 use crate::images::{self, debian_root, dkms_prebuilt, fetch, kernels, kmod_build, toolchain};
+use crate::ivshmem_truth::{self, TruthReport};
 use crate::nvme_guest::NvmeDevice;
 use crate::phases::Phases;
 use crate::qemu::binary::{self, QemuVersion};
 use crate::qemu::{console, Vm, VmConfig, WaitError};
-use crate::truth::{self, TruthReport};
 use script::files;
 
 /// The ring size the module uses by default (its `ring_size` parameter is
@@ -160,7 +160,7 @@ pub fn run(sh: &Shell, opts: &Options, phases: &mut Phases) -> Result<Outcome> {
     crate::qemu::kernel_checks::verify_active(&kernel_log, p.has_kfence)?;
     let trace = opts.run_dir.join(files::TRACE);
     let report = phases.run("ground truth", || {
-        truth::check(&trace, &ground_truth.segments, truth::live_ring(&stats))
+        ivshmem_truth::check(&trace, &ground_truth.segments, ivshmem_truth::live_ring(&stats))
     })?;
     if report.records == 0 {
         bail!("trace.bin holds no record: the device produced nothing the daemon saw");

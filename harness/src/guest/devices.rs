@@ -13,7 +13,7 @@ use crate::qemu::VmConfig;
 /// A PCIe root port a device sits behind: QMP `device_del` on the device is
 /// then a real surprise removal (q35's root bus is not hot-pluggable).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RootPort {
+pub(crate) struct RootPort {
     pub id: &'static str,
     /// Its chassis and slot number (the same).
     pub chassis: u8,
@@ -24,26 +24,26 @@ pub struct RootPort {
 
 impl RootPort {
     /// The port of a guest's (first) emu-device controller.
-    pub const FIRST: RootPort = RootPort {
+    pub(crate) const FIRST: RootPort = RootPort {
         id: "hmbrp",
         chassis: 1,
         addr: None,
     };
     /// The second controller's, when a guest has both (the full guest).
-    pub const SECOND: RootPort = RootPort {
+    pub(crate) const SECOND: RootPort = RootPort {
         id: "nvmerp",
         chassis: 2,
         addr: None,
     };
     /// A trace run's second (stock) controller (issue 26's pair phase), at
     /// 00:10.0, where the guest script looks for it (`nvme_guest::PEER_PORT`).
-    pub const PEER: RootPort = RootPort {
+    pub(crate) const PEER: RootPort = RootPort {
         id: "hmbrp2",
         chassis: 2,
         addr: Some(0x10),
     };
 
-    pub fn args(self) -> Args {
+    pub(crate) fn args(self) -> Args {
         match self.addr {
             Some(addr) => args::pcie_root_port_at(self.id, self.chassis, self.chassis, addr),
             None => args::pcie_root_port(self.id, self.chassis, self.chassis),

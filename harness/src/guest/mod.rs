@@ -1,17 +1,22 @@
 //! What every guest run of the project shares, whichever device it has:
-//! the boot with its one early-boot retry (`boot`, [`Guest::boot`]), the
+//! the boot with its one early-boot retry and the typed [`BootError`]
+//! (`boot`, [`Guest::boot`]), the wait for a file in the share
+//! (`share_wait`), the
 //! end of a script run through the share (`share`), and [`Guest`], a
 //! running guest with its device, its share and its run folder. A device
 //! is a [`GuestDevice`]: its QEMU arguments, its in-guest prelude, its
 //! process. emu-device's child is `emu::EmuProcess`; the ivshmem session is
-//! `Guest<EmuDevice>` (`session.rs`), the NVMe one `Guest<NvmeDevice>`
+//! `Guest<EmuDevice>` (`ivshmem_session.rs`), the NVMe one `Guest<NvmeDevice>`
 //! (`nvme_session.rs`, `nvme_guest.rs`); the guests without an emu-device
 //! are in `devices` (`NoDevice`, `QemuNvme`).
 
 pub mod boot;
 pub mod devices;
 pub mod share;
+pub mod share_wait;
 pub mod tools;
+
+pub use boot::BootError;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -111,11 +116,11 @@ impl<D: GuestDevice> Guest<D> {
     }
 
     /// Wait until the guest creates `name` in the share, watching the device
-    /// process and the console (a fault, or the script ending first, is an
-    /// error).
+    /// process and the console (a fault, a timeout or the script ending
+    /// first is a [`BootError`]).
     pub fn wait_share_file(&mut self, name: &str, timeout: Duration) -> Result<()> {
         let dev = &mut self.dev;
-        crate::share_wait::wait_share_file(&mut self.vm, &self.share, name, timeout, || dev.check_alive())
+        share_wait::wait_share_file(&mut self.vm, &self.share, name, timeout, || dev.check_alive())
     }
 
     /// Let the guest run for `secs`, keeping an eye on the device.
@@ -134,9 +139,10 @@ impl<D: GuestDevice> Guest<D> {
 
     /// Wait for the script's result and QEMU's exit, stop the device, and
     /// move the guest's files from the share into the run folder. The
-    /// script's exit code.
+    /// script's exit code (a [`BootError`] when the wait fails; a non-zero
+    /// code is the caller's to judge: some scenarios expect one).
     pub fn finish(&mut self, timeout: Duration) -> Result<i32> {
-        let line = share::wait_result(&mut self.vm, timeout, Duration::from_secs(30))?;
+        let line = share::wait_result(&mut self.vm, timeout, Duration::from_secs(30)).map_err(boot::typed)?;
         self.dev.shutdown();
         share::move_artifacts(&self.share, &self.run_dir, &SESSION_FILES)?;
         share::move_artifacts(&self.share, &self.run_dir, D::MORE_FILES)?;

@@ -34,7 +34,7 @@ pub(crate) fn move_artifacts(share: &Path, run_dir: &Path, names: &[&str]) -> Re
 }
 
 /// Answer a checkpoint of the guest script: create `NAME.ok` in the share.
-pub fn answer(share: &Path, checkpoint: &str) -> Result<()> {
+pub(crate) fn answer(share: &Path, checkpoint: &str) -> Result<()> {
     std::fs::write(share.join(format!("{checkpoint}.ok")), b"")?;
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! What every guest run on an emu-device prepares before it boots: the
 //! image (kernel, our module, static daemon, initramfs), QEMU and
 //! emu-device (release), with any other host tool the run needs built
-//! beside it. All cached. The ivshmem session (`session::Tools`) and the
+//! beside it. All cached. The ivshmem session (`ivshmem_session::Tools`) and the
 //! NVMe runs (`nvme_guest::NvmeTools`) add their own parts on top.
 
 use std::path::{Path, PathBuf};
@@ -25,7 +25,7 @@ pub struct GuestTools {
 impl GuestTools {
     /// A guest of the image on this QEMU, with its files in `run_dir` and
     /// `share` as its share (the caller adds what is its own).
-    pub fn vm_config(&self, run_dir: &Path, share: &Path, accel: Accel) -> VmConfig {
+    pub(crate) fn vm_config(&self, run_dir: &Path, share: &Path, accel: Accel) -> VmConfig {
         let mut vm = vm_config(self.qemu.clone(), &self.image, run_dir, share);
         vm.accel = accel;
         vm
@@ -49,7 +49,7 @@ pub fn vm_config(qemu: QemuBinary, image: &Image, run_dir: &Path, share: &Path) 
 /// line) and `qemu`; `more` are further workspace packages built (release)
 /// beside emu-device, whose binaries the caller finds in
 /// `target/release`.
-pub fn prepare(
+pub(crate) fn prepare(
     sh: &Shell,
     kernel: Option<&str>,
     qemu: QemuVersion,

@@ -99,7 +99,7 @@ pub fn test_needs() -> Vec<Need> {
 }
 
 /// Packages of `needs` that dpkg does not report as installed.
-pub fn missing(sh: &Shell, needs: &[Need]) -> Result<Vec<Need>> {
+pub(crate) fn missing(sh: &Shell, needs: &[Need]) -> Result<Vec<Need>> {
     if needs.is_empty() {
         return Ok(Vec::new());
     }

@@ -25,7 +25,7 @@ impl AptEnv {
     /// `apt-get update` when the package lists are older than `max_age` (or
     /// missing): a mirror drops superseded kernels, so week-old lists may name
     /// packages that can no longer be downloaded. Returns true when it updated.
-    pub fn refresh_if_stale(&self, sh: &Shell, max_age: Duration) -> Result<bool> {
+    pub(crate) fn refresh_if_stale(&self, sh: &Shell, max_age: Duration) -> Result<bool> {
         let lists = match self {
             AptEnv::Host => PathBuf::from("/var/lib/apt/lists"),
             AptEnv::Chroot(c) => c.host_path("var/lib/apt/lists"),
@@ -63,7 +63,7 @@ impl AptEnv {
         Ok(true)
     }
 
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             AptEnv::Host => "host".to_string(),
             AptEnv::Chroot(c) => format!("{}-chroot", c.codename),
@@ -72,7 +72,7 @@ impl AptEnv {
 
     /// Fingerprint of what apt answers from: its package lists (names,
     /// sizes, mtimes) and its configuration (sources, pins).
-    pub fn apt_state(&self) -> Result<Fingerprint> {
+    pub(crate) fn apt_state(&self) -> Result<Fingerprint> {
         let base = match self {
             AptEnv::Host => PathBuf::from("/"),
             AptEnv::Chroot(c) => c.root.clone(),
@@ -104,7 +104,7 @@ impl AptEnv {
     }
 
     /// Run a read-only apt query (apt-cache ...) and capture its output.
-    pub fn query(&self, sh: &Shell, args: &str) -> Result<String> {
+    pub(crate) fn query(&self, sh: &Shell, args: &str) -> Result<String> {
         match self {
             AptEnv::Host => {
                 let argv: Vec<&str> = args.split_whitespace().collect();
@@ -118,7 +118,7 @@ impl AptEnv {
     }
 
     /// `apt-cache policy` candidate version of a package, honouring the target release.
-    pub fn candidate(&self, sh: &Shell, target_release: Option<&str>, package: &str) -> Result<String> {
+    pub(crate) fn candidate(&self, sh: &Shell, target_release: Option<&str>, package: &str) -> Result<String> {
         let release = target_release.map(|r| format!("-t {r} ")).unwrap_or_default();
         let out = self.query(sh, &format!("apt-cache {release}policy {package}"))?;
         match out.lines().find_map(|l| l.trim().strip_prefix("Candidate:")).map(str::trim) {
@@ -138,7 +138,7 @@ impl AptEnv {
     /// host with backports' qemu-system-common 10.0 (pulled in by
     /// qemu-system-arm) the candidate of qemu-system-common "from bookworm"
     /// is 10.0, and a QEMU 7.2 unpacked with it cannot load its TCG module.
-    pub fn version_in_release(&self, sh: &Shell, release: &str, package: &str) -> Result<String> {
+    pub(crate) fn version_in_release(&self, sh: &Shell, release: &str, package: &str) -> Result<String> {
         let out = self.query(sh, &format!("apt-cache madison {package}"))?;
         newest_in_release(&out, release).with_context(|| {
             format!(
@@ -149,14 +149,14 @@ impl AptEnv {
     }
 
     /// Direct `Depends:` of a package (alternatives and virtual packages left out).
-    pub fn depends(&self, sh: &Shell, target_release: Option<&str>, package: &str) -> Result<Vec<String>> {
+    pub(crate) fn depends(&self, sh: &Shell, target_release: Option<&str>, package: &str) -> Result<Vec<String>> {
         let release = target_release.map(|r| format!("-t {r} ")).unwrap_or_default();
         let out = self.query(sh, &format!("apt-cache {release}depends {package}"))?;
         Ok(parse_depends(&out))
     }
 
     /// `apt-get download pkg=version ...` into `dest` (a host directory).
-    pub fn download(&self, sh: &Shell, packages: &[(String, String)], dest: &Path) -> Result<()> {
+    pub(crate) fn download(&self, sh: &Shell, packages: &[(String, String)], dest: &Path) -> Result<()> {
         let pins: Vec<String> = packages.iter().map(|(p, v)| format!("{p}={v}")).collect();
         std::fs::create_dir_all(dest)?;
         match self {

@@ -21,7 +21,7 @@ pub struct Chroot {
 }
 
 impl Chroot {
-    pub fn at(cache: &Path, codename: &str) -> Chroot {
+    pub(crate) fn at(cache: &Path, codename: &str) -> Chroot {
         Chroot {
             codename: codename.to_string(),
             root: cache.join(format!("{codename}-chroot")),
@@ -38,7 +38,7 @@ impl Chroot {
     }
 
     /// Create the chroot unless an up-to-date one is cached. Returns true when it was built.
-    pub fn ensure(&self, sh: &Shell) -> Result<bool> {
+    pub(crate) fn ensure(&self, sh: &Shell) -> Result<bool> {
         let stamp = self.stamp();
         if stamp.is_fresh() && self.root.join("usr/bin/apt-get").exists() {
             return Ok(false);
@@ -77,7 +77,7 @@ impl Chroot {
     }
 
     /// Run a shell script inside the chroot with a clean environment and a time limit.
-    pub fn run(&self, sh: &Shell, script: &str, timeout_secs: u64) -> Result<()> {
+    pub(crate) fn run(&self, sh: &Shell, script: &str, timeout_secs: u64) -> Result<()> {
         let root = &self.root;
         let secs = timeout_secs.to_string();
         cmd!(sh, "timeout --foreground {secs} chroot {root} /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive /bin/sh -ec {script}")
@@ -87,7 +87,7 @@ impl Chroot {
     }
 
     /// Like `run`, capturing stdout.
-    pub fn read(&self, sh: &Shell, script: &str, timeout_secs: u64) -> Result<String> {
+    pub(crate) fn read(&self, sh: &Shell, script: &str, timeout_secs: u64) -> Result<String> {
         let root = &self.root;
         let secs = timeout_secs.to_string();
         cmd!(sh, "timeout --foreground {secs} chroot {root} /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 /bin/sh -ec {script}")
@@ -96,7 +96,7 @@ impl Chroot {
             .with_context(|| format!("in the {} chroot: {script}", self.codename))
     }
 
-    pub fn apt_install(&self, sh: &Shell, target_release: Option<&str>, packages: &[&str]) -> Result<()> {
+    pub(crate) fn apt_install(&self, sh: &Shell, target_release: Option<&str>, packages: &[&str]) -> Result<()> {
         let query = format!(
             "dpkg-query -W -f='${{Package}} ${{db:Status-Status}}\\n' {} 2>/dev/null || true",
             packages.join(" ")
@@ -127,18 +127,18 @@ impl Chroot {
     }
 
     /// Host path of a path inside the chroot.
-    pub fn host_path(&self, inside: &str) -> PathBuf {
+    pub(crate) fn host_path(&self, inside: &str) -> PathBuf {
         self.root.join(inside.trim_start_matches('/'))
     }
 }
 
 /// /proc mounted inside the chroot for as long as this guard lives (objtool needs it).
-pub struct ProcMount {
+pub(crate) struct ProcMount {
     target: PathBuf,
 }
 
 impl ProcMount {
-    pub fn new(sh: &Shell, chroot: &Chroot) -> Result<ProcMount> {
+    pub(crate) fn new(sh: &Shell, chroot: &Chroot) -> Result<ProcMount> {
         let target = chroot.host_path("proc");
         if !is_mounted(&target)? {
             cmd!(sh, "mount -t proc proc {target}").quiet().run()?;

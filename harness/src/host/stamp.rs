@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 
 #[derive(Clone)]
-pub struct Fingerprint {
+pub(crate) struct Fingerprint {
     state: u64,
 }
 
@@ -19,7 +19,7 @@ impl Default for Fingerprint {
 }
 
 impl Fingerprint {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Fingerprint {
             state: 0xcbf2_9ce4_8422_2325,
         }
@@ -33,7 +33,7 @@ impl Fingerprint {
     }
 
     /// A labelled value; the label and a length prefix keep `("ab","c")` and `("a","bc")` apart.
-    pub fn add(&mut self, label: &str, value: &[u8]) -> &mut Self {
+    pub(crate) fn add(&mut self, label: &str, value: &[u8]) -> &mut Self {
         for part in [label.as_bytes(), value] {
             self.bytes(&(part.len() as u64).to_le_bytes());
             self.bytes(part);
@@ -41,14 +41,14 @@ impl Fingerprint {
         self
     }
 
-    pub fn add_str(&mut self, label: &str, value: &str) -> &mut Self {
+    pub(crate) fn add_str(&mut self, label: &str, value: &str) -> &mut Self {
         self.add(label, value.as_bytes())
     }
 
     /// A file's content (or the fact that it is missing). Files over 1 MiB
     /// (release binaries with debug info) are taken by size and mtime: reading
     /// them byte by byte would cost more than the rest of a warm run.
-    pub fn add_file(&mut self, label: &str, path: &Path) -> Result<&mut Self> {
+    pub(crate) fn add_file(&mut self, label: &str, path: &Path) -> Result<&mut Self> {
         if let Ok(meta) = std::fs::metadata(path) {
             if meta.len() > 1 << 20 {
                 let mtime = meta
@@ -67,7 +67,7 @@ impl Fingerprint {
 
     /// Every regular file under `dir` (path and content), in sorted order,
     /// skipping names for which `skip` returns true (build products).
-    pub fn add_tree(&mut self, label: &str, dir: &Path, skip: &dyn Fn(&str) -> bool) -> Result<&mut Self> {
+    pub(crate) fn add_tree(&mut self, label: &str, dir: &Path, skip: &dyn Fn(&str) -> bool) -> Result<&mut Self> {
         let mut files = Vec::new();
         collect_files(dir, dir, skip, &mut files)?;
         files.sort();
@@ -79,7 +79,7 @@ impl Fingerprint {
         Ok(self)
     }
 
-    pub fn hex(&self) -> String {
+    pub(crate) fn hex(&self) -> String {
         format!("{:016x}", self.state)
     }
 }
@@ -108,13 +108,13 @@ fn collect_files(base: &Path, dir: &Path, skip: &dyn Fn(&str) -> bool, out: &mut
 }
 
 /// A stamp file next to a cached output: holds the fingerprint it was built from.
-pub struct Stamp {
+pub(crate) struct Stamp {
     path: PathBuf,
     want: String,
 }
 
 impl Stamp {
-    pub fn new(path: PathBuf, fingerprint: &Fingerprint) -> Self {
+    pub(crate) fn new(path: PathBuf, fingerprint: &Fingerprint) -> Self {
         Stamp {
             path,
             want: fingerprint.hex(),
@@ -122,14 +122,14 @@ impl Stamp {
     }
 
     /// True when the output was built from exactly these inputs.
-    pub fn is_fresh(&self) -> bool {
+    pub(crate) fn is_fresh(&self) -> bool {
         std::fs::read_to_string(&self.path)
             .map(|s| s.trim() == self.want)
             .unwrap_or(false)
     }
 
     /// Forget the old output's stamp before rebuilding, so a half-built output is never trusted.
-    pub fn invalidate(&self) -> Result<()> {
+    pub(crate) fn invalidate(&self) -> Result<()> {
         match std::fs::remove_file(&self.path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(e).with_context(|| format!("removing {}", self.path.display()))
@@ -138,7 +138,7 @@ impl Stamp {
         }
     }
 
-    pub fn record(&self) -> Result<()> {
+    pub(crate) fn record(&self) -> Result<()> {
         if let Some(parent) = self.path.parent() {
             std::fs::create_dir_all(parent)?;
         }

@@ -108,7 +108,7 @@ WantedBy=multi-user.target
 ";
 
 /// A prepared full guest.
-pub struct DebianRoot {
+pub(crate) struct DebianRoot {
     /// The installed tree (also a chroot: the module's DKMS build runs in it).
     pub root: PathBuf,
     /// Raw ext4 image of `root`, booted as /dev/vda with `snapshot=on`.
@@ -162,7 +162,7 @@ fn fingerprint(spec: &KernelSpec, kernel: &ResolvedKernel) -> Fingerprint {
 }
 
 /// The image for `spec`, built unless an up-to-date one is cached.
-pub fn ensure(sh: &Shell, cache: &Path, spec: &KernelSpec, kernel: &ResolvedKernel) -> Result<DebianRoot> {
+pub(crate) fn ensure(sh: &Shell, cache: &Path, spec: &KernelSpec, kernel: &ResolvedKernel) -> Result<DebianRoot> {
     let dir = cache.join("full-guest").join(&spec.name);
     let fp = fingerprint(spec, kernel);
     let out = DebianRoot {

@@ -30,19 +30,19 @@ pub struct DkmsPackage {
 }
 
 impl DkmsPackage {
-    pub fn read(kmod: &Path) -> Result<DkmsPackage> {
+    pub(crate) fn read(kmod: &Path) -> Result<DkmsPackage> {
         let path = kmod.join("dkms.conf");
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         parse_conf(&text).with_context(|| format!("in {}", path.display()))
     }
 
     /// `name/version`, as dkms commands take it.
-    pub fn id(&self) -> String {
+    pub(crate) fn id(&self) -> String {
         format!("{}/{}", self.name, self.version)
     }
 
     /// Where DKMS wants the source: /usr/src/<name>-<version>.
-    pub fn source_dir(&self) -> String {
+    pub(crate) fn source_dir(&self) -> String {
         format!("/usr/src/{}-{}", self.name, self.version)
     }
 }
@@ -63,13 +63,13 @@ fn parse_conf(text: &str) -> Result<DkmsPackage> {
 
 /// DKMS's build of one module for one kernel, as a tar of
 /// `<abi>/<arch>/...` relative to /var/lib/dkms/<name>/<version>.
-pub struct Prebuilt {
+pub(crate) struct Prebuilt {
     pub package: DkmsPackage,
     pub tar: PathBuf,
     pub rebuilt: bool,
 }
 
-pub fn build(sh: &Shell, image: &DebianRoot, abi: &str, kmod: &Path, cache: &Path) -> Result<Prebuilt> {
+pub(crate) fn build(sh: &Shell, image: &DebianRoot, abi: &str, kmod: &Path, cache: &Path) -> Result<Prebuilt> {
     let package = DkmsPackage::read(kmod)?;
     let mut fp = Fingerprint::new();
     fp.add_str("recipe", RECIPE_VERSION)

@@ -21,7 +21,7 @@ pub struct ResolvedKernel {
 }
 
 impl ResolvedKernel {
-    pub fn headers_package(&self) -> String {
+    pub(crate) fn headers_package(&self) -> String {
         format!("linux-headers-{}", self.abi)
     }
 }
@@ -40,7 +40,7 @@ pub struct FetchedKernel {
     pub downloaded: bool,
 }
 
-pub fn resolve(sh: &Shell, env: &AptEnv, spec: &KernelSpec) -> Result<ResolvedKernel> {
+pub(crate) fn resolve(sh: &Shell, env: &AptEnv, spec: &KernelSpec) -> Result<ResolvedKernel> {
     let release = spec.apt_target_release();
     // A meta package (linux-image-amd64) depends on exactly one concrete image.
     let concrete = match env
@@ -130,7 +130,7 @@ fn parse_resolved(text: &str, key: &str) -> Option<ResolvedKernel> {
     (!packages.is_empty()).then_some(ResolvedKernel { abi, version, packages })
 }
 
-pub fn fetch(
+pub(crate) fn fetch(
     sh: &Shell,
     env: &AptEnv,
     spec: &KernelSpec,

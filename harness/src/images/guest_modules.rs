@@ -19,7 +19,7 @@ pub struct ModuleIndex {
 }
 
 impl ModuleIndex {
-    pub fn parse(modules_dep: &str, modules_builtin: &str) -> ModuleIndex {
+    pub(crate) fn parse(modules_dep: &str, modules_builtin: &str) -> ModuleIndex {
         let mut deps = BTreeMap::new();
         for line in modules_dep.lines() {
             let Some((path, rest)) = line.split_once(':') else {
@@ -40,7 +40,7 @@ impl ModuleIndex {
         Ok(ModuleIndex::parse(&read("modules.dep")?, &read("modules.builtin")?))
     }
 
-    pub fn is_builtin(&self, name: &str) -> bool {
+    pub(crate) fn is_builtin(&self, name: &str) -> bool {
         self.builtin.contains(&name.replace('-', "_"))
     }
 

@@ -14,14 +14,14 @@ pub(crate) const BUSYBOX: &str = "/bin/busybox";
 
 /// One line of images/initramfs-files.
 #[derive(Debug, PartialEq, Eq)]
-pub struct ExtraFile {
+pub(crate) struct ExtraFile {
     pub host: String,
     pub guest: String,
     pub required: bool,
 }
 
 /// Values substituted into host paths of images/initramfs-files.
-pub struct Placeholders<'a> {
+pub(crate) struct Placeholders<'a> {
     pub root: &'a Path,
     pub target: &'a Path,
     pub kmod_build: Option<&'a Path>,
@@ -75,7 +75,7 @@ pub(crate) fn substitute(host: &str, p: &Placeholders) -> Option<PathBuf> {
     Some(if path.is_absolute() { path } else { p.root.join(path) })
 }
 
-pub struct InitramfsInputs<'a> {
+pub(crate) struct InitramfsInputs<'a> {
     pub name: &'a str,
     pub root: &'a Path,
     pub cache: &'a Path,
@@ -84,7 +84,7 @@ pub struct InitramfsInputs<'a> {
     pub placeholders: Placeholders<'a>,
 }
 
-pub struct Initramfs {
+pub(crate) struct Initramfs {
     pub path: PathBuf,
     pub rebuilt: bool,
     /// Listed optional files that were not there (reported, not fatal).
@@ -93,7 +93,7 @@ pub struct Initramfs {
     pub our_module_paths: Vec<String>,
 }
 
-pub fn build(sh: &Shell, inp: &InitramfsInputs) -> Result<Initramfs> {
+pub(crate) fn build(sh: &Shell, inp: &InitramfsInputs) -> Result<Initramfs> {
     let images = inp.root.join("images");
     let init = images.join("guest/init");
     let list_path = images.join("initramfs-files");

@@ -37,7 +37,7 @@ pub(crate) const DEBUG_SUFFIX: &str = "-debug";
 impl KernelSpec {
     /// The Debian kernel's name: `6.12` for both `6.12` and `6.12-debug`
     /// (the source, the patch series and the apt environment are its).
-    pub fn debian_name(&self) -> &str {
+    pub(crate) fn debian_name(&self) -> &str {
         match self.debug {
             true => self.name.strip_suffix(DEBUG_SUFFIX).unwrap_or(&self.name),
             false => &self.name,
@@ -45,7 +45,7 @@ impl KernelSpec {
     }
 
     /// The Debian kernel this spec is, or is built from.
-    pub fn debian(&self) -> KernelSpec {
+    pub(crate) fn debian(&self) -> KernelSpec {
         KernelSpec {
             name: self.debian_name().to_string(),
             debug: false,
@@ -54,12 +54,12 @@ impl KernelSpec {
     }
 
     /// The distribution codename: `trixie` for `trixie-backports`.
-    pub fn codename(&self) -> &str {
+    pub(crate) fn codename(&self) -> &str {
         self.suite.split('-').next().unwrap_or(&self.suite)
     }
 
     /// Backports are pinned at 100 by Debian, so apt must be told to target them.
-    pub fn apt_target_release(&self) -> Option<&str> {
+    pub(crate) fn apt_target_release(&self) -> Option<&str> {
         if self.suite == self.codename() {
             None
         } else {
@@ -69,7 +69,7 @@ impl KernelSpec {
 
     /// Where apt runs for this kernel: the host when the spec allows it and
     /// the host is of the same distribution, else that distribution's chroot.
-    pub fn apt_env(&self, cache: &Path) -> AptEnv {
+    pub(crate) fn apt_env(&self, cache: &Path) -> AptEnv {
         if self.headers == Headers::Host && host_codename().as_deref() == Some(self.codename()) {
             AptEnv::Host
         } else {
@@ -78,7 +78,7 @@ impl KernelSpec {
     }
 }
 
-pub fn parse(text: &str) -> Result<Vec<KernelSpec>> {
+pub(crate) fn parse(text: &str) -> Result<Vec<KernelSpec>> {
     let mut specs: Vec<KernelSpec> = Vec::new();
     for (index, raw) in text.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or("").trim();

@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use xshell::{cmd, Shell};
 
-pub struct BuiltModule {
+pub(crate) struct BuiltModule {
     /// Where make ran (host path): other build products (test programs) are found here.
     pub build_dir: PathBuf,
     /// The `.ko` files it produced.
@@ -28,7 +28,7 @@ pub(crate) fn is_build_product(name: &str) -> bool {
     NAMES.contains(&name) || SUFFIXES.iter().any(|s| name.ends_with(s)) || name.starts_with(".#")
 }
 
-pub fn build(
+pub(crate) fn build(
     sh: &Shell,
     env: &AptEnv,
     spec: &KernelSpec,

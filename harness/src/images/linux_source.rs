@@ -42,7 +42,7 @@ const MEMBERS: &[&str] = &[
 ];
 
 /// A kernel's pristine (unpatched) source subset.
-pub struct SourceTree {
+pub(crate) struct SourceTree {
     /// `linux-source-6.1`
     pub package: String,
     /// Debian version, equal to the guest image's.
@@ -72,7 +72,13 @@ pub(crate) fn source_package(kernel: &ResolvedKernel) -> Result<String> {
 }
 
 /// Download (once per version) and unpack the source subset of `kernel`.
-pub fn fetch(sh: &Shell, env: &AptEnv, spec: &KernelSpec, kernel: &ResolvedKernel, cache: &Path) -> Result<SourceTree> {
+pub(crate) fn fetch(
+    sh: &Shell,
+    env: &AptEnv,
+    spec: &KernelSpec,
+    kernel: &ResolvedKernel,
+    cache: &Path,
+) -> Result<SourceTree> {
     let package = source_package(kernel)?;
     // The image and linux-source-X.Y come from one source package, so they
     // share the Debian version: that is what "the same kernel" means here.
@@ -148,7 +154,7 @@ fn unpack(sh: &Shell, deb: &Path, package: &str, dir: &Path, root: &Path) -> Res
 
 /// How Debian configured a driver in a kernel's config file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tristate {
+pub(crate) enum Tristate {
     Module,
     BuiltIn,
     Off,

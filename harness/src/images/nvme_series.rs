@@ -184,7 +184,7 @@ pub(crate) fn checkpatch_kmod(sh: &Shell, tree: &Path) -> Result<()> {
 }
 
 /// `scripts/checkpatch.pl --strict` of the kernel's own tree over the series.
-pub fn checkpatch(sh: &Shell, tree: &Path, patches: &[PathBuf]) -> Result<()> {
+pub(crate) fn checkpatch(sh: &Shell, tree: &Path, patches: &[PathBuf]) -> Result<()> {
     let _dir = sh.push_dir(tree);
     let out = cmd!(sh, "perl scripts/checkpatch.pl --strict --color=never {patches...}")
         .quiet()
@@ -205,14 +205,14 @@ pub fn checkpatch(sh: &Shell, tree: &Path, patches: &[PathBuf]) -> Result<()> {
 }
 
 #[derive(Debug, PartialEq, Eq)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     pub errors: u32,
     pub warnings: u32,
     pub checks: u32,
 }
 
 impl Verdict {
-    pub fn is_clean(&self) -> bool {
+    pub(crate) fn is_clean(&self) -> bool {
         self.errors == 0 && self.warnings == 0 && self.checks == 0
     }
 }

@@ -47,13 +47,13 @@ const GIT_VERSION: &str = "2.47.3";
 
 /// One generated patch: its file name and text.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GeneratedPatch {
+pub(crate) struct GeneratedPatch {
     pub name: String,
     pub text: String,
 }
 
 /// The series of `kernel` as `--write` would commit it.
-pub fn generate(kernel: &str) -> Result<Vec<GeneratedPatch>> {
+pub(crate) fn generate(kernel: &str) -> Result<Vec<GeneratedPatch>> {
     generate_from(&workspace_root(), kernel)
 }
 

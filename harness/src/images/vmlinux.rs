@@ -39,7 +39,7 @@ pub(crate) fn payload_offsets(image: &[u8]) -> Vec<(usize, usize)> {
 }
 
 /// Write the vmlinux of `vmlinuz` to `out`; Err when none with a PVH entry is found.
-pub fn extract(sh: &Shell, vmlinuz: &Path, out: &Path) -> Result<()> {
+pub(crate) fn extract(sh: &Shell, vmlinuz: &Path, out: &Path) -> Result<()> {
     let image = std::fs::read(vmlinuz).with_context(|| format!("reading {}", vmlinuz.display()))?;
     let tmp = out.with_extension("tmp");
     for (offset, index) in payload_offsets(&image) {

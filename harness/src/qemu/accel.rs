@@ -18,7 +18,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The accelerator to use and why, for the one line printed about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Choice {
+pub(crate) struct Choice {
     pub accel: Accel,
     pub why: String,
 }
@@ -33,7 +33,7 @@ pub fn resolve(asked: Accel, config: &VmConfig) -> Result<Accel> {
     Ok(choice.accel)
 }
 
-pub fn choose(asked: Accel, config: &VmConfig) -> Result<Choice> {
+pub(crate) fn choose(asked: Accel, config: &VmConfig) -> Result<Choice> {
     match asked {
         Accel::Tcg | Accel::Kvm => Ok(Choice {
             accel: asked,

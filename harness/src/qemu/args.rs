@@ -10,7 +10,7 @@ use std::path::Path;
 use super::Accel;
 
 /// A piece of a QEMU command line.
-pub type Args = Vec<OsString>;
+pub(crate) type Args = Vec<OsString>;
 
 fn args<const N: usize>(parts: [String; N]) -> Args {
     parts.into_iter().map(OsString::from).collect()
@@ -168,7 +168,7 @@ pub(crate) fn pcie_root_port(id: &str, chassis: u8, slot: u8) -> Args {
 
 /// `pcie_root_port` at a fixed slot of the root bus (`addr=SLOT.0`), so a
 /// guest can find what sits behind it by the port's PCI address.
-pub fn pcie_root_port_at(id: &str, chassis: u8, slot: u8, addr: u8) -> Args {
+pub(crate) fn pcie_root_port_at(id: &str, chassis: u8, slot: u8, addr: u8) -> Args {
     args([
         "-device".into(),
         format!("pcie-root-port,id={id},chassis={chassis},slot={slot},addr={addr:#x}.0"),
@@ -179,7 +179,7 @@ pub fn pcie_root_port_at(id: &str, chassis: u8, slot: u8, addr: u8) -> Args {
 /// remapping, which TCG does not need), caching mode on so that QEMU's
 /// vfio(-user) client hears of every mapping the guest makes and passes
 /// it on to the device (DMA_MAP). Must come before the devices behind it.
-pub fn intel_iommu() -> Args {
+pub(crate) fn intel_iommu() -> Args {
     args(["-device".into(), "intel-iommu,caching-mode=on,intremap=off".into()])
 }
 

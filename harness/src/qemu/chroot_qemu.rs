@@ -35,7 +35,7 @@ fn dir(cache: &Path) -> PathBuf {
 }
 
 /// QEMU 11.1 ready to run (installing it the first time; takes the cache lock).
-pub fn ensure(sh: &Shell) -> Result<QemuBinary> {
+pub(crate) fn ensure(sh: &Shell) -> Result<QemuBinary> {
     let cache = crate::host::cache_dir();
     let _lock = crate::host::lock_cache(&cache)?;
     ensure_locked(sh, &cache)

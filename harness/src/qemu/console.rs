@@ -58,7 +58,7 @@ pub struct ConsoleLog {
 }
 
 impl ConsoleLog {
-    pub fn new(path: &Path) -> ConsoleLog {
+    pub(crate) fn new(path: &Path) -> ConsoleLog {
         ConsoleLog {
             path: path.to_path_buf(),
             offset: 0,
@@ -70,12 +70,12 @@ impl ConsoleLog {
         }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Read what was appended since the last call; returns the new complete lines.
-    pub fn poll(&mut self) -> Result<Vec<String>> {
+    pub(crate) fn poll(&mut self) -> Result<Vec<String>> {
         let mut fresh = std::mem::take(&mut self.unread);
         let mut file = match std::fs::File::open(&self.path) {
             Ok(f) => f,
@@ -91,14 +91,14 @@ impl ConsoleLog {
     }
 
     /// Give back lines read but not consumed: the next `poll` returns them first.
-    pub fn unread(&mut self, lines: impl IntoIterator<Item = String>) {
+    pub(crate) fn unread(&mut self, lines: impl IntoIterator<Item = String>) {
         let mut rest: Vec<String> = lines.into_iter().collect();
         rest.append(&mut self.unread);
         self.unread = rest;
     }
 
     /// Split text into lines, keeping an incomplete tail for the next call.
-    pub fn feed(&mut self, text: &str) -> Vec<String> {
+    pub(crate) fn feed(&mut self, text: &str) -> Vec<String> {
         self.partial.push_str(text);
         let mut fresh = Vec::new();
         while let Some(end) = self.partial.find('\n') {

@@ -120,7 +120,7 @@ pub fn verify_active(dmesg: &str, kfence: bool) -> Result<()> {
 }
 
 /// Whether a kernel config (`/boot/config-*`) has KFENCE built in.
-pub fn kernel_has_kfence(config: &str) -> bool {
+pub(crate) fn kernel_has_kfence(config: &str) -> bool {
     config.lines().any(|l| l.trim() == "CONFIG_KFENCE=y")
 }
 

@@ -70,11 +70,11 @@ pub struct VmConfig {
 
 impl VmConfig {
     /// Guest RAM unless a caller sets `memory_mb`.
-    pub const DEFAULT_MEMORY_MB: u32 = 512;
+    pub(crate) const DEFAULT_MEMORY_MB: u32 = 512;
 
     /// Defaults for one guest job: TCG, 512 MiB, 2 CPUs, no share, no job,
     /// power off after it. Callers set what they need on the result.
-    pub fn new(binary: QemuBinary, kernel: PathBuf, initramfs: PathBuf, run_dir: PathBuf) -> VmConfig {
+    pub(crate) fn new(binary: QemuBinary, kernel: PathBuf, initramfs: PathBuf, run_dir: PathBuf) -> VmConfig {
         VmConfig {
             binary,
             accel: Accel::Tcg,
@@ -98,11 +98,11 @@ impl VmConfig {
         self.run_dir.join("console.log")
     }
 
-    pub fn qmp_path(&self) -> PathBuf {
+    pub(crate) fn qmp_path(&self) -> PathBuf {
         self.run_dir.join("qmp.sock")
     }
 
-    pub fn kernel_cmdline(&self) -> String {
+    pub(crate) fn kernel_cmdline(&self) -> String {
         // loglevel=5 keeps WARNING (level 4) and worse on the console, for the fault scan.
         // no_timer_check: the kernel's IO-APIC timer check counts timer ticks
         // in a busy loop, which a TCG guest on a loaded host can fail ("IO-APIC
@@ -131,7 +131,7 @@ impl VmConfig {
         parts.join(" ")
     }
 
-    pub fn args(&self) -> Vec<OsString> {
+    pub(crate) fn args(&self) -> Vec<OsString> {
         let mut a = args::base();
         a.extend(args::no_reboot());
         a.extend(args::machine(self.accel, self.memory_mb, self.memory_backend, self.smp));
@@ -163,7 +163,7 @@ pub struct Vm {
 }
 
 impl Vm {
-    pub fn start(cfg: &VmConfig) -> Result<Vm> {
+    pub(crate) fn start(cfg: &VmConfig) -> Result<Vm> {
         crate::interrupt::install();
         std::fs::create_dir_all(&cfg.run_dir)?;
         for stale in [cfg.console_path(), cfg.qmp_path()] {
@@ -307,7 +307,7 @@ impl Vm {
     }
 
     /// Kill QEMU now and reap it (idempotent).
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();

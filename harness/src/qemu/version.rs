@@ -58,7 +58,7 @@ impl QemuBinary {
     }
 
     /// The program and the arguments before QEMU's own: the launcher, then the path.
-    pub fn argv_prefix(&self) -> Vec<OsString> {
+    pub(crate) fn argv_prefix(&self) -> Vec<OsString> {
         let mut argv = self.launcher.clone();
         argv.push(self.path.clone().into());
         argv

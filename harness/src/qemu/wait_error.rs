@@ -1,6 +1,7 @@
 //! Why a wait on a running guest ended without what it waited for, as a
 //! type: callers tell a timeout (poll again) or an early-boot flake (retry
-//! the boot) from the rest by its variant, never by the message.
+//! the boot) from the rest by its variant, never by the message. The guest
+//! layer wraps it in `guest::BootError`.
 
 use std::time::Duration;
 
@@ -39,24 +40,13 @@ pub enum WaitError {
 
 impl WaitError {
     /// `e` is this type's `Timeout`.
-    pub fn is_timeout(e: &anyhow::Error) -> bool {
+    pub(crate) fn is_timeout(e: &anyhow::Error) -> bool {
         matches!(e.downcast_ref::<WaitError>(), Some(WaitError::Timeout { .. }))
-    }
-
-    /// Somewhere in `e`'s chain, QEMU itself died of a signal (a crash of
-    /// QEMU, not of the guest).
-    pub fn is_qemu_crash(e: &anyhow::Error) -> bool {
-        e.chain().any(|c| {
-            matches!(
-                c.downcast_ref::<WaitError>(),
-                Some(WaitError::Exited { signal: Some(_), .. })
-            )
-        })
     }
 
     /// `e` is a timeout or a kernel fault: before the guest's init has run,
     /// TCG's rare early-boot flake (nothing of ours has run yet).
-    pub fn is_hang_or_fault(e: &anyhow::Error) -> bool {
+    pub(crate) fn is_hang_or_fault(e: &anyhow::Error) -> bool {
         matches!(
             e.downcast_ref::<WaitError>(),
             Some(WaitError::Timeout { .. } | WaitError::Fault { .. })
@@ -67,7 +57,6 @@ impl WaitError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use anyhow::Context;
 
     fn exited(signal: Option<i32>) -> anyhow::Error {
         WaitError::Exited {
@@ -81,9 +70,6 @@ mod tests {
 
     #[test]
     fn kinds_are_told_by_type_through_context() {
-        let crash = Err::<(), _>(exited(Some(11))).context("scenario removal").unwrap_err();
-        assert!(WaitError::is_qemu_crash(&crash));
-        assert!(!WaitError::is_qemu_crash(&exited(None)));
         let timeout: anyhow::Error = WaitError::Timeout {
             what: "no HMBT-INIT".into(),
             after: Duration::from_secs(90),

@@ -15,11 +15,12 @@ use hmb_emu_device::control::Fault;
 use xshell::{cmd, Shell};
 
 use hmb_emu_device::ivshmem::hmb::hmb_size_for;
+use hmb_harness::guest::BootError;
 use hmb_harness::guest_script::{self, files};
+use hmb_harness::ivshmem_session::{self, Session, SessionConfig};
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::QemuVersion;
-use hmb_harness::session::{self, Session, SessionConfig};
-use hmb_harness::{interrupt, target_dir, truth, workspace_root};
+use hmb_harness::{interrupt, ivshmem_truth, target_dir, workspace_root};
 use hmb_nvme_trace::ProducerKind;
 use inject::Injection;
 
@@ -179,7 +180,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 /// Everything a finished run left behind.
 pub struct RunOutcome {
     pub run_dir: PathBuf,
-    pub truth: truth::TruthReport,
+    pub truth: ivshmem_truth::TruthReport,
 }
 
 impl Boot {
@@ -235,7 +236,7 @@ pub fn boot(sh: &Shell, args: &Boot, phases: &mut Phases) -> Result<RunOutcome> 
     }
     sh.change_dir(workspace_root());
     let qemu = args.qemu.unwrap_or(QemuVersion::V7_2);
-    let tools = session::prepare(sh, args.guest.kernel.name(), qemu, phases)?;
+    let tools = ivshmem_session::prepare(sh, args.guest.kernel.name(), qemu, phases)?;
     let run_dir = args.guest.run_dir.or_else(default_run_dir);
     let follow = args.inject.iter().any(|i| matches!(i, Injection::Reset { .. }));
     let memory_mb = guest_memory_mb(args.rate(), args.duration());
@@ -272,12 +273,9 @@ pub fn boot(sh: &Shell, args: &Boot, phases: &mut Phases) -> Result<RunOutcome> 
         60 + (memory_mb - 512) / 2
     });
     let result = phases.run("guest stop", || s.finish(timeout))?;
-    if result != 0 {
-        bail!(
-            "the guest job failed (rc={result}); see {}",
-            run_dir.join("console.log").display()
-        );
-    }
+    BootError::check_script("the guest job", result, || {
+        format!("see {}", run_dir.join("console.log").display())
+    })?;
     let dmesg = std::fs::read_to_string(run_dir.join(files::DMESG)).context("the guest saved no dmesg.txt")?;
     hmb_harness::qemu::kernel_checks::verify_active(&dmesg, tools.image.has_kfence)?;
     let daemon_rc = s.daemon_exit_codes();
@@ -289,7 +287,7 @@ pub fn boot(sh: &Shell, args: &Boot, phases: &mut Phases) -> Result<RunOutcome> 
     }
     let trace = run_dir.join(files::TRACE);
     let report = phases.run("ground truth", || {
-        truth::check(&trace, &ground_truth.segments, truth::live_ring(&stats))
+        ivshmem_truth::check(&trace, &ground_truth.segments, ivshmem_truth::live_ring(&stats))
     })?;
     phases.run("analyze", || analyze(sh, &tools.analyzer_bin, &run_dir, &trace))?;
     Ok(RunOutcome { run_dir, truth: report })

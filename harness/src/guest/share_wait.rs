@@ -6,9 +6,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 
-use crate::qemu::{Vm, WaitError};
+use super::boot::BootError;
+use crate::qemu::{console, Vm, WaitError};
 
 /// Console lines after which the file cannot come any more: the script
 /// failed (ivshmem's `fail`, the nvme prelude's checks) or ended.
@@ -18,7 +19,7 @@ const TAIL_LINES: usize = 30;
 
 /// Wait until the guest creates `share/name`; `device_alive` fails when
 /// the device process (emu-device, the NVMe controller) has died.
-pub fn wait_share_file(
+pub(crate) fn wait_share_file(
     vm: &mut Vm,
     share: &Path,
     name: &str,
@@ -34,19 +35,24 @@ pub fn wait_share_file(
         }) {
             // The file may have appeared just before the script ended.
             Ok(_) if path.exists() => break,
-            Ok(line) => bail!(
-                "the guest script stopped before {name}: {line}\n{}",
-                vm.console.tail(TAIL_LINES)
-            ),
+            Ok(line) => {
+                return Err(BootError::ScriptFailed {
+                    script: format!("the guest script (stopped before {name})"),
+                    code: console::parse_result(&line).unwrap_or(-1),
+                    detail: format!("{line}\n{}", vm.console.tail(TAIL_LINES)),
+                }
+                .into())
+            }
             Err(e) if WaitError::is_timeout(&e) => {}
-            Err(e) => return Err(e),
+            Err(e) => return Err(super::boot::typed(e)),
         }
         if Instant::now() > deadline {
-            bail!(
-                "timeout: the guest made no {name} within {}s; console:\n{}",
-                timeout.as_secs(),
-                vm.console.tail(TAIL_LINES)
-            );
+            return Err(BootError::Wait(WaitError::Timeout {
+                what: format!("the guest made no {name}"),
+                after: timeout,
+                console: format!("; console:\n{}", vm.console.tail(TAIL_LINES)),
+            })
+            .into());
         }
     }
     Ok(())

@@ -97,7 +97,8 @@ impl Guest<EmuDevice> {
             })?;
             session
                 .vm
-                .wait_for("HMBT-READY", Duration::from_secs(90), |l| l.contains("HMBT-READY"))?;
+                .wait_for("HMBT-READY", Duration::from_secs(90), |l| l.contains("HMBT-READY"))
+                .map_err(crate::guest::boot::typed)?;
             Ok(session)
         })
     }
