@@ -8,9 +8,11 @@
 //! RUSTFLAGS would not invalidate the host build), which compiled all 57
 //! of its crates again. Now:
 //!
-//! * one `cargo build --release` builds emu-device, the tools asked for
-//!   and the daemon's library with every dependency, so cargo's jobs
-//!   overlap them and a dependency they share is compiled once;
+//! * one `cargo build --release` builds emu-device and the daemon's
+//!   library with every dependency, so cargo's jobs overlap them and a
+//!   dependency they share is compiled once; a tool (the analyzer) is
+//!   built on its own, the same selection on every boot
+//!   (`build_host_binaries` says why);
 //! * the static daemon is then `cargo rustc` of the daemon's binary alone
 //!   with `-C target-feature=+crt-static`: the flag reaches only the
 //!   binary's own crate (std comes prebuilt for both), so the library and
@@ -46,31 +48,62 @@ pub fn static_daemon_path() -> PathBuf {
     target_dir().join("hmb-trace/static-daemon").join(DAEMON)
 }
 
-/// The arguments of the one host build: emu-device, each of `tools` (a
-/// workspace package whose binary has the package's name) and the
-/// daemon's library. `--lib` builds the libraries of all the packages
-/// named, which their binaries need anyway; the daemon's binary is left
-/// to `static_daemon` (built here it would be linked dynamically, and the
-/// two links would undo each other on every run).
-fn host_build_args(tools: &[&str]) -> Vec<String> {
+/// The arguments of the host build: emu-device and the daemon's library.
+/// `--lib` builds the libraries of both packages (emu-device's binary
+/// needs its own anyway); the daemon's binary is left to
+/// `build_static_daemon` (built here it would be linked dynamically, and
+/// the two links would undo each other on every run).
+fn host_build_args() -> Vec<String> {
+    [
+        "build",
+        "--release",
+        "--quiet",
+        "-p",
+        EMU_DEVICE_PACKAGE,
+        "--bin",
+        EMU_DEVICE_BIN,
+        "-p",
+        DAEMON,
+        "--lib",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// The arguments of a build of `tools` (workspace packages whose binary
+/// has the package's name) on their own.
+fn tools_build_args(tools: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = ["build", "--release", "--quiet"].map(String::from).to_vec();
-    let bins = std::iter::once((EMU_DEVICE_PACKAGE, EMU_DEVICE_BIN)).chain(tools.iter().map(|t| (*t, *t)));
-    for (package, bin) in bins {
-        args.extend(["-p", package, "--bin", bin].map(String::from));
+    for tool in tools {
+        args.extend(["-p", tool, "--bin", tool].map(String::from));
     }
-    args.extend(["-p", DAEMON, "--lib"].map(String::from));
     args
 }
 
-/// `cargo build --release` of emu-device, `tools` and the daemon's library
-/// (with all their dependencies), in one invocation. Returns emu-device's
-/// path; the tools are `target/release/<name>`.
+/// `cargo build --release` of emu-device and the daemon's library (with
+/// all their dependencies) in one invocation, then of `tools` in
+/// another. Returns emu-device's path; the tools are
+/// `target/release/<name>`.
+///
+/// The tools are not in the first invocation because cargo resolves
+/// features for the packages named together: the nvme boot builds the
+/// analyzer on its own beside the guest (`spawn_release_build`), and
+/// were the ivshmem session's analyzer in the first invocation, shared
+/// crates would get other features there (zerocopy's "simd", serde's
+/// "rc", ...) and each switch between the two boots would recompile them
+/// and everything above them, emu-device included.
 pub fn build_host_binaries(sh: &Shell, tools: &[&str]) -> Result<PathBuf> {
     let _dir = sh.push_dir(workspace_root());
-    let args = host_build_args(tools);
+    let args = host_build_args();
     cmd!(sh, "cargo {args...}")
         .run()
-        .context("building the host binaries")?;
+        .context("building emu-device and the daemon's library")?;
+    if !tools.is_empty() {
+        let args = tools_build_args(tools);
+        cmd!(sh, "cargo {args...}")
+            .run()
+            .with_context(|| format!("building {}", tools.join(", ")))?;
+    }
     Ok(target_dir().join("release").join(EMU_DEVICE_BIN))
 }
 
@@ -165,18 +198,8 @@ pub fn spawn_release_build(package: &str, log: &Path) -> Result<BackgroundBuild>
     }
     let out = File::create(log).with_context(|| format!("creating {}", log.display()))?;
     let child = Command::new("nice")
-        .args([
-            "-n",
-            "10",
-            "cargo",
-            "build",
-            "--release",
-            "--quiet",
-            "-p",
-            package,
-            "--bin",
-            package,
-        ])
+        .args(["-n", "10", "cargo"])
+        .args(tools_build_args(&[package]))
         .current_dir(workspace_root())
         .stdin(Stdio::null())
         .stdout(out.try_clone()?)
@@ -308,12 +331,14 @@ mod tests {
     #[test]
     fn the_host_build_names_each_binary_and_only_the_daemons_library() {
         assert_eq!(
-            host_build_args(&["hmb-trace-analyze"]).join(" "),
-            "build --release --quiet -p hmb-emu-device --bin emu-device -p hmb-trace-analyze --bin hmb-trace-analyze -p hmb-trace-daemon --lib"
-        );
-        assert_eq!(
-            host_build_args(&[]).join(" "),
+            host_build_args().join(" "),
             "build --release --quiet -p hmb-emu-device --bin emu-device -p hmb-trace-daemon --lib"
+        );
+        // The same selection as the nvme boot's background build of the
+        // analyzer, so both boots resolve the same features.
+        assert_eq!(
+            tools_build_args(&["hmb-trace-analyze"]).join(" "),
+            "build --release --quiet -p hmb-trace-analyze --bin hmb-trace-analyze"
         );
     }
 }

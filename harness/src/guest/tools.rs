@@ -47,8 +47,8 @@ pub fn vm_config(qemu: QemuBinary, image: &Image, run_dir: &Path, share: &Path) 
 
 /// Prepare them for `kernel` (a name from images/KERNELS, default its first
 /// line) and `qemu`; `more` are further workspace packages built (release)
-/// beside emu-device in the same cargo invocation, each with a binary of
-/// the package's name, which the caller finds in `target/release`.
+/// after emu-device, each with a binary of the package's name, which the
+/// caller finds in `target/release`.
 pub fn prepare(
     sh: &Shell,
     kernel: Option<&str>,
@@ -56,8 +56,8 @@ pub fn prepare(
     more: &[&str],
     phases: &mut Phases,
 ) -> Result<GuestTools> {
-    // The host binaries and the daemon's library in one cargo build, so
-    // that the image's static daemon is only its link (host_build).
+    // emu-device and the daemon's library in one cargo build, so that the
+    // image's static daemon is only its link (host_build).
     let emu_bin = phases.run("host binaries", || host_build::build_host_binaries(sh, more))?;
     let image_args = ImageOptions {
         kernel: kernel.map(str::to_string),
