@@ -18,6 +18,7 @@ use hmb_emu_device::ivshmem::hmb::hmb_size_for;
 use hmb_harness::guest_script::{self, files};
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::QemuVersion;
+use hmb_harness::qemu::Accel;
 use hmb_harness::session::{self, Session, SessionConfig};
 use hmb_harness::{interrupt, target_dir, truth, workspace_root};
 use hmb_nvme_trace::ProducerKind;
@@ -249,7 +250,11 @@ pub fn boot(sh: &Shell, args: &Boot, phases: &mut Phases) -> Result<RunOutcome> 
             &format!("ring_size={}", args.ring_size()),
             if follow { "--follow" } else { "" },
         ),
-        extra_qemu_args: vec!["-m".into(), memory_mb.to_string()],
+        extra_qemu_args: [
+            vec!["-m".into(), memory_mb.to_string()],
+            tcg_copy_cpu(args.guest.accel.accel),
+        ]
+        .concat(),
         extra_cmdline: Vec::new(),
     };
     let mut s = Session::start(&tools, &cfg, phases)?;
@@ -293,6 +298,27 @@ pub fn boot(sh: &Shell, args: &Boot, phases: &mut Phases) -> Result<RunOutcome> 
     })?;
     phases.run("analyze", || analyze(sh, &tools.analyzer_bin, &run_dir, &trace))?;
     Ok(RunOutcome { run_dir, truth: report })
+}
+
+/// Under TCG, the guest CPU without ERMS and FSRM (a later `-cpu` replaces
+/// the machine's `-cpu max`). With them the guest kernel copies with `rep
+/// movsb`, which TCG runs one byte per iteration, and the daemon's
+/// `writev` from the ring (the ivshmem BAR) into /tmp alternates two pages
+/// that evict each other from QEMU's direct-mapped soft TLB on every byte:
+/// a quarter of QEMU's time went to victim-TLB swaps. Without them the
+/// kernel copies 8 bytes per iteration; the unthrottled drain went from
+/// 0.65 to 3.07 M records/s (docs/performance.md, "The guest's drain").
+/// Nothing under KVM (`-cpu host`), nor for `Auto` where /dev/kvm exists.
+fn tcg_copy_cpu(accel: Accel) -> Vec<String> {
+    let tcg = match accel {
+        Accel::Tcg => true,
+        Accel::Kvm => false,
+        Accel::Auto => !Path::new("/dev/kvm").exists(),
+    };
+    match tcg {
+        true => vec!["-cpu".into(), "max,-erms,-fsrm".into()],
+        false => Vec::new(),
+    }
 }
 
 /// Guest RAM for a run: trace.bin grows in the guest's /tmp, a tmpfs of
@@ -389,6 +415,13 @@ fn timestamp() -> String {
 #[cfg(test)]
 mod tests {
     use super::guest_memory_mb;
+
+    #[test]
+    fn only_a_tcg_guest_loses_the_byte_copy_features() {
+        use hmb_harness::qemu::Accel;
+        assert_eq!(super::tcg_copy_cpu(Accel::Tcg).join(" "), "-cpu max,-erms,-fsrm");
+        assert!(super::tcg_copy_cpu(Accel::Kvm).is_empty());
+    }
 
     #[test]
     fn guest_memory_grows_with_what_the_run_can_produce() {
