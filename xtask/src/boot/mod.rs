@@ -306,8 +306,9 @@ pub fn boot(sh: &Shell, args: &Boot, phases: &mut Phases) -> Result<RunOutcome> 
 /// `writev` from the ring (the ivshmem BAR) into /tmp alternates two pages
 /// that evict each other from QEMU's direct-mapped soft TLB on every byte:
 /// a quarter of QEMU's time went to victim-TLB swaps. Without them the
-/// kernel copies 8 bytes per iteration; the unthrottled drain went from
-/// 0.65 to 3.07 M records/s (docs/performance.md, "The guest's drain").
+/// kernel copies 8 bytes per iteration; the guest drained 0.42-0.43 of
+/// what an unthrottled producer wrote instead of 0.19 at the same load
+/// (docs/performance.md, "The guest's drain under load").
 /// Nothing under KVM (`-cpu host`), nor for `Auto` where /dev/kvm exists.
 fn tcg_copy_cpu(accel: Accel) -> Vec<String> {
     let tcg = match accel {
