@@ -11,6 +11,12 @@
 //! `cargo xtask bench`.
 //!
 //! `cargo bench -p hmb-trace-daemon --bench daemon [-- --gib N --dir /dev/shm]`
+//!
+//! For the spread study (docs/performance.md, "The daemon's spread"):
+//! `HMB_BENCH_CPUS=P,D` pins the producer (this process) to CPU P and the
+//! daemon to CPU D (`taskset`); each case also prints the context
+//! switches the producer and the daemon went through (voluntary: waited
+//! for the other side; involuntary: preempted by something else).
 
 use std::fs::File;
 use std::io::Write;
@@ -54,6 +60,38 @@ fn cpu_secs(pid: &str) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
+/// Context switches of a process so far, (voluntary, involuntary), from
+/// /proc/PID/status (the main thread: the producer runs on it, the daemon
+/// has no other).
+fn ctx_switches(pid: &str) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (field("voluntary_ctxt_switches:"), field("nonvoluntary_ctxt_switches:"))
+}
+
+/// `HMB_BENCH_CPUS=P,D`: the producer's and the daemon's CPU, if asked.
+fn pinning() -> Option<(u32, u32)> {
+    let v = std::env::var("HMB_BENCH_CPUS").ok()?;
+    let (p, d) = v.split_once(',')?;
+    Some((p.trim().parse().ok()?, d.trim().parse().ok()?))
+}
+
+/// Pin a process (its main thread) to one CPU with taskset(1).
+fn pin(pid: u32, cpu: u32) {
+    let ok = Command::new("taskset")
+        .args(["-pc", &cpu.to_string(), &pid.to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "taskset -pc {cpu} {pid} failed");
+}
+
 /// Returns (seconds, CPU cores the producer got, CPU cores the daemon got).
 fn through_daemon(dir: &Path, payload: usize, records: u64) -> (f64, f64, f64) {
     let ring_path = dir.join("hmb-bench-ring");
@@ -91,9 +129,14 @@ fn through_daemon(dir: &Path, payload: usize, records: u64) -> (f64, f64, f64) {
     while !out.exists() {
         std::thread::sleep(Duration::from_millis(1));
     }
+    if let Some((p_cpu, d_cpu)) = pinning() {
+        pin(std::process::id(), p_cpu);
+        pin(daemon.id(), d_cpu);
+    }
     let body = vec![0x5Au8; payload];
     let daemon_pid = daemon.id().to_string();
     let (cpu_p0, cpu_d0) = (cpu_secs("self"), cpu_secs(&daemon_pid));
+    let (sw_p0, sw_d0) = (ctx_switches("self"), ctx_switches(&daemon_pid));
     let start = Instant::now();
     for i in 0..records {
         // Spin briefly, then give the CPU away: on a shared machine the
@@ -115,6 +158,17 @@ fn through_daemon(dir: &Path, payload: usize, records: u64) -> (f64, f64, f64) {
     }
     let t = start.elapsed().as_secs_f64();
     let (cpu_p, cpu_d) = ((cpu_secs("self") - cpu_p0) / t, (cpu_secs(&daemon_pid) - cpu_d0) / t);
+    let (sw_p, sw_d) = (ctx_switches("self"), ctx_switches(&daemon_pid));
+    eprintln!(
+        "switches during the run: producer {} voluntary {} involuntary, daemon {} voluntary {} involuntary{}",
+        sw_p.0 - sw_p0.0,
+        sw_p.1 - sw_p0.1,
+        sw_d.0 - sw_d0.0,
+        sw_d.1 - sw_d0.1,
+        pinning().map_or(String::new(), |(p, d)| format!(
+            " (producer on CPU {p}, daemon on CPU {d})"
+        ))
+    );
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(daemon.id() as i32),
         nix::sys::signal::Signal::SIGTERM,

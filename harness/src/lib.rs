@@ -3,6 +3,8 @@
 //!
 //! - `host`: apt packages, build chroots, the cache folder and its lock,
 //!   input stamps. The leaf: it uses nothing else here.
+//! - `host_build`: the release binaries a guest run builds on the host
+//!   (emu-device, the analyzer, the static daemon) in one cargo build.
 //! - `images`: a guest image for one kernel of images/KERNELS (kernel,
 //!   module, static daemon, initramfs), cached.
 //! - `qemu`: which QEMU binary, one argument-builder function per device,
@@ -31,6 +33,7 @@ pub mod full_guest;
 pub mod guest;
 pub mod guest_script;
 pub mod host;
+pub mod host_build;
 pub mod images;
 pub mod interrupt;
 pub mod ivshmem_session;

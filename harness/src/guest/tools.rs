@@ -7,9 +7,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use xshell::{cmd, Shell};
+use xshell::Shell;
 
-use crate::host::{target_dir, workspace_root};
+use crate::host_build;
 use crate::images::{self, Image, ImageOptions};
 use crate::phases::Phases;
 use crate::qemu::binary::{self, QemuBinary, QemuVersion};
@@ -47,8 +47,8 @@ pub fn vm_config(qemu: QemuBinary, image: &Image, run_dir: &Path, share: &Path) 
 
 /// Prepare them for `kernel` (a name from images/KERNELS, default its first
 /// line) and `qemu`; `more` are further workspace packages built (release)
-/// beside emu-device, whose binaries the caller finds in
-/// `target/release`.
+/// after emu-device, each with a binary of the package's name, which the
+/// caller finds in `target/release`.
 pub(crate) fn prepare(
     sh: &Shell,
     kernel: Option<&str>,
@@ -56,6 +56,9 @@ pub(crate) fn prepare(
     more: &[&str],
     phases: &mut Phases,
 ) -> Result<GuestTools> {
+    // emu-device and the daemon's library in one cargo build, so that the
+    // image's static daemon is only its link (host_build).
+    let emu_bin = phases.run("host binaries", || host_build::build_host_binaries(sh, more))?;
     let image_args = ImageOptions {
         kernel: kernel.map(str::to_string),
         kmod_dir: None,
@@ -63,12 +66,5 @@ pub(crate) fn prepare(
     };
     let image = images::prepare(sh, &image_args, phases)?;
     let qemu = phases.run(&format!("qemu {}", qemu.name()), || binary::ensure(sh, qemu))?;
-    let emu_bin = phases.run("host tools", || {
-        let _dir = sh.push_dir(workspace_root());
-        let packages = std::iter::once("hmb-emu-device").chain(more.iter().copied());
-        let args: Vec<String> = packages.flat_map(|p| ["-p".to_string(), p.to_string()]).collect();
-        cmd!(sh, "cargo build --release --quiet {args...}").run()?;
-        Ok(target_dir().join("release/emu-device"))
-    })?;
     Ok(GuestTools { image, qemu, emu_bin })
 }

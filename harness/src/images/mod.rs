@@ -23,7 +23,7 @@ use crate::phases::Phases;
 use anyhow::{Context, Result};
 use std::path::PathBuf;
 use toolchain::ensure_toolchain;
-use xshell::{cmd, Shell};
+use xshell::Shell;
 
 /// A prepared guest image.
 pub struct Image {
@@ -60,27 +60,15 @@ pub struct ImageOptions {
     pub kernel: Option<String>,
     /// Module source directory (default: kmod/). Built when it has a Makefile.
     pub kmod_dir: Option<PathBuf>,
-    /// Build the static hmb-trace-daemon first (cargo, incremental) so the image has it.
+    /// Link the static hmb-trace-daemon first (cargo, incremental) so the
+    /// image has it; fastest after a host release build of the daemon's
+    /// library (`host_build`).
     pub with_daemon: bool,
 }
 
-/// Where the static daemon is built (and where images/initramfs-files looks for it).
-pub(crate) const DAEMON_TARGET: &str = "x86_64-unknown-linux-gnu";
-
-/// `cargo build --release` of hmb-trace-daemon, statically linked (glibc
-/// crt-static: the initramfs has no libc). A separate --target keeps these
-/// RUSTFLAGS from invalidating the host build.
-pub(crate) fn build_static_daemon(sh: &Shell) -> Result<PathBuf> {
-    let root = workspace_root();
-    let _dir = sh.push_dir(&root);
-    cmd!(sh, "cargo build --release --target {DAEMON_TARGET} -p hmb-trace-daemon")
-        .env("RUSTFLAGS", "-C target-feature=+crt-static")
-        .run()
-        .context("building the static daemon")?;
-    let path = target_dir().join(DAEMON_TARGET).join("release/hmb-trace-daemon");
-    anyhow::ensure!(path.is_file(), "cargo built no {}", path.display());
-    Ok(path)
-}
+/// The statically linked daemon for the initramfs, linked from the host
+/// release build's dependencies (`host_build`).
+pub(crate) use crate::host_build::build_static_daemon;
 
 pub fn prepare(sh: &Shell, args: &ImageOptions, phases: &mut Phases) -> Result<Image> {
     let root = workspace_root();

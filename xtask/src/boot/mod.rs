@@ -20,6 +20,7 @@ use hmb_harness::guest_script::{self, files};
 use hmb_harness::ivshmem_session::{self, Session, SessionConfig};
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::QemuVersion;
+use hmb_harness::qemu::Accel;
 use hmb_harness::{interrupt, ivshmem_truth, target_dir, workspace_root};
 use hmb_nvme_trace::ProducerKind;
 use inject::Injection;
@@ -250,7 +251,11 @@ pub fn boot(sh: &Shell, args: &Boot, phases: &mut Phases) -> Result<RunOutcome> 
             &format!("ring_size={}", args.ring_size()),
             if follow { "--follow" } else { "" },
         ),
-        extra_qemu_args: vec!["-m".into(), memory_mb.to_string()],
+        extra_qemu_args: [
+            vec!["-m".into(), memory_mb.to_string()],
+            tcg_copy_cpu(args.guest.accel.accel),
+        ]
+        .concat(),
         extra_cmdline: Vec::new(),
     };
     let mut s = Session::start(&tools, &cfg, phases)?;
@@ -293,17 +298,41 @@ pub fn boot(sh: &Shell, args: &Boot, phases: &mut Phases) -> Result<RunOutcome> 
     Ok(RunOutcome { run_dir, truth: report })
 }
 
+/// Under TCG, the guest CPU without ERMS and FSRM (a later `-cpu` replaces
+/// the machine's `-cpu max`). With them the guest kernel copies with `rep
+/// movsb`, which TCG runs one byte per iteration, and the daemon's
+/// `writev` from the ring (the ivshmem BAR) into /tmp alternates two pages
+/// that evict each other from QEMU's direct-mapped soft TLB on every byte:
+/// a quarter of QEMU's time went to victim-TLB swaps. Without them the
+/// kernel copies 8 bytes per iteration; the guest drained 0.42-0.43 of
+/// what an unthrottled producer wrote instead of 0.19 at the same load
+/// (docs/performance.md, "The guest's drain under load").
+/// Nothing under KVM (`-cpu host`), nor for `Auto` where /dev/kvm exists.
+fn tcg_copy_cpu(accel: Accel) -> Vec<String> {
+    let tcg = match accel {
+        Accel::Tcg => true,
+        Accel::Kvm => false,
+        Accel::Auto => !Path::new("/dev/kvm").exists(),
+    };
+    match tcg {
+        true => vec!["-cpu".into(), "max,-erms,-fsrm".into()],
+        false => Vec::new(),
+    }
+}
+
 /// Guest RAM for a run: trace.bin grows in the guest's /tmp, a tmpfs of
 /// half the RAM, until the host copies it out at the end. Sized for the
 /// records the run can produce at ~64 bytes each, twice over, plus room
-/// for the system; an unthrottled run (`--rate 0`) is sized for 2 M
-/// records/s, the most a TCG guest has been seen to drain. (At 512 MiB a
-/// 5 s unthrottled run on an idle machine filled /tmp after 4.7 M records
-/// and the daemon stopped with exit 11, output full.)
+/// for the system; an unthrottled run (`--rate 0`) is sized for 5 M
+/// records/s, above the 3.07 M a TCG guest without ERMS drained on a
+/// loaded machine (`tcg_copy_cpu`; 775 MB of trace.bin in 5 s, which the
+/// 2 M/s sizing's 867 MB /tmp nearly did not hold). (At 512 MiB a 5 s
+/// unthrottled run on an idle machine filled /tmp after 4.7 M records and
+/// the daemon stopped with exit 11, output full.)
 fn guest_memory_mb(rate: u64, duration_s: f64) -> u64 {
     const BASE_MB: u64 = 512;
     const RECORD_BYTES: f64 = 64.0;
-    const UNTHROTTLED_PER_S: f64 = 2e6;
+    const UNTHROTTLED_PER_S: f64 = 5e6;
     let per_s = if rate == 0 { UNTHROTTLED_PER_S } else { rate as f64 };
     let trace_mb = (per_s * duration_s * RECORD_BYTES / f64::from(1 << 20)).ceil() as u64;
     (BASE_MB + 2 * trace_mb).clamp(BASE_MB, 8192)
@@ -389,11 +418,18 @@ mod tests {
     use super::guest_memory_mb;
 
     #[test]
+    fn only_a_tcg_guest_loses_the_byte_copy_features() {
+        use hmb_harness::qemu::Accel;
+        assert_eq!(super::tcg_copy_cpu(Accel::Tcg).join(" "), "-cpu max,-erms,-fsrm");
+        assert!(super::tcg_copy_cpu(Accel::Kvm).is_empty());
+    }
+
+    #[test]
     fn guest_memory_grows_with_what_the_run_can_produce() {
         // The default run (2000 records/s for 3 s) needs no more than the base.
         assert_eq!(guest_memory_mb(2000, 3.0), 514);
-        // Unthrottled for 5 s: 2 M/s x 64 B x 5 s = 610 MiB of trace, twice over.
-        assert_eq!(guest_memory_mb(0, 5.0), 512 + 2 * 611);
+        // Unthrottled for 5 s: 5 M/s x 64 B x 5 s = 1526 MiB of trace, twice over.
+        assert_eq!(guest_memory_mb(0, 5.0), 512 + 2 * 1526);
         // Never beyond 8 GiB, however long the run.
         assert_eq!(guest_memory_mb(0, 3600.0), 8192);
     }

@@ -14,10 +14,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
+use hmb_harness::host_build;
 use hmb_harness::nvme_guest::{self, ControllerOptions, NvmeOutcome, NvmeRunConfig};
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::QemuVersion;
-use hmb_harness::{target_dir, workspace_root};
 use xshell::{cmd, Shell};
 
 use super::inject::Injection;
@@ -49,12 +49,14 @@ pub fn boot(sh: &Shell, args: &Boot, run_dir: &Path, phases: &mut Phases) -> Res
     let inject_fatal = inject_fatal(args)?;
     let trace = !args.stock_driver;
     let tools = nvme_guest::prepare(sh, args.guest.kernel.name(), trace, phases)?;
+    // The analyzer reads the trace only once the guest is done: it is
+    // built beside the guest, at a lower priority than QEMU and emu-device
+    // (on a cold first boot that takes its ~150 CPU-s off the critical path).
     let analyzer = match trace {
-        true => Some(phases.run("analyzer", || {
-            let _dir = sh.push_dir(workspace_root());
-            cmd!(sh, "cargo build --release --quiet -p hmb-trace-analyze").run()?;
-            Ok(target_dir().join("release/hmb-trace-analyze"))
-        })?),
+        true => Some(host_build::spawn_release_build(
+            "hmb-trace-analyze",
+            &run_dir.join("analyzer-build.log"),
+        )?),
         false => None,
     };
     let cfg = NvmeRunConfig {
@@ -75,7 +77,8 @@ pub fn boot(sh: &Shell, args: &Boot, run_dir: &Path, phases: &mut Phases) -> Res
         run_dir.join("nvme-run.json"),
         serde_json::to_string_pretty(&outcome)? + "\n",
     )?;
-    if let Some(analyzer) = analyzer {
+    if let Some(build) = analyzer {
+        let analyzer = phases.run("analyzer (built beside the guest)", || build.wait())?;
         let trace_bin = run_dir.join(nvme_guest::files::TRACE);
         phases.run("analyze", || super::analyze(sh, &analyzer, run_dir, &trace_bin))?;
         if outcome.traced_telemetry.is_some() {
