@@ -34,20 +34,27 @@ impl BackgroundBuild {
     /// under `nice -n 19`, its output in `log`.
     pub(crate) fn start(log: PathBuf) -> Result<Self> {
         let exe = std::env::current_exe().context("the path of the running xtask")?;
+        let mut command = Command::new("nice");
+        command
+            .args(["-n", "19"])
+            .arg(&exe)
+            .args(["debug-kernel", "--kernel-only"]);
+        Self::spawn(command, log)
+    }
+
+    /// Runs `command` in a process group of its own, its output in `log`.
+    fn spawn(mut command: Command, log: PathBuf) -> Result<Self> {
         if let Some(dir) = log.parent() {
             std::fs::create_dir_all(dir)?;
         }
         let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let child = Command::new("nice")
-            .args(["-n", "19"])
-            .arg(&exe)
-            .args(["debug-kernel", "--kernel-only"])
+        let child = command
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out)
             .process_group(0)
             .spawn()
-            .with_context(|| format!("starting {} debug-kernel --kernel-only", exe.display()))?;
+            .with_context(|| format!("starting {command:?}"))?;
         println!(
             "    the 6.12-debug kernel builds in the background (pid {}, nice 19; log {})",
             child.id(),
@@ -99,5 +106,65 @@ impl Drop for BackgroundBuild {
             let _ = child.wait();
             println!("    stopped the background build of the debug kernel");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shell(script: &str) -> Command {
+        let mut c = Command::new("sh");
+        c.args(["-c", script]);
+        c
+    }
+
+    fn log_path(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("debug-build-test-{}-{name}.log", std::process::id()))
+    }
+
+    #[test]
+    fn join_passes_a_build_that_succeeds_and_fails_one_that_does_not() {
+        let ok = BackgroundBuild::spawn(shell("echo compiling; echo 'debug-kernel: built'"), log_path("ok")).unwrap();
+        ok.join().unwrap();
+        let bad = BackgroundBuild::spawn(shell("echo 'make: *** [vmlinux] Error 2'; exit 2"), log_path("bad")).unwrap();
+        let err = format!("{:#}", bad.join().unwrap_err());
+        assert!(err.contains("failed"), "{err}");
+        assert!(err.contains(&log_path("bad").display().to_string()), "{err}");
+    }
+
+    /// Dropped while running (the test command failed before the join):
+    /// the whole process group goes, the grandchild (make's compilers) too.
+    #[test]
+    fn dropping_a_running_build_ends_its_process_group() {
+        let pid_file = log_path("grandchild-pid");
+        let script = format!("sleep 60 & echo $! > {}; wait", pid_file.display());
+        let build = BackgroundBuild::spawn(shell(&script), log_path("drop")).unwrap();
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        let grandchild = loop {
+            if let Some(pid) = std::fs::read_to_string(&pid_file)
+                .ok()
+                .and_then(|t| t.trim().parse::<u32>().ok())
+            {
+                break pid;
+            }
+            assert!(Instant::now() < deadline, "the script never started its sleep");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        drop(build);
+        // The grandchild was not our child: once killed, init reaps it.
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while std::path::Path::new(&format!("/proc/{grandchild}")).exists() {
+            let state = std::fs::read_to_string(format!("/proc/{grandchild}/stat")).unwrap_or_default();
+            if state.contains(") Z") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the grandchild {grandchild} outlived the drop"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = std::fs::remove_file(pid_file);
     }
 }
