@@ -30,7 +30,10 @@ impl Deps {
         let mut phases = Phases::new();
         phases.run("host packages", || {
             apt::ensure(sh, &apt::base_needs())?;
-            apt::ensure(sh, &apt::test_needs())
+            apt::ensure(sh, &apt::test_needs())?;
+            // The debug kernel's build (flex, bison, libelf-dev...), which
+            // the test command runs.
+            apt::ensure(sh, &hmb_harness::images::debug_kernel::build_needs())
         })?;
         let specs = kernels::load(&workspace_root().join("images/KERNELS"))?;
         let chosen: Vec<_> = if self.all {

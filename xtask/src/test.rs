@@ -3,7 +3,7 @@
 use anyhow::Result;
 use clap::Args;
 use hmb_harness::host::apt::{self, Need};
-use hmb_harness::images::kernels;
+use hmb_harness::images::{debug_kernel, kernels, toolchain};
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::{QemuBinary, QemuVersion};
 use hmb_harness::{ivshmem_session, target_dir, workspace_root};
@@ -13,6 +13,7 @@ use crate::boot::{self, Boot};
 use crate::conformance::Conformance;
 use crate::nvme_series::NvmeSeries;
 
+mod debug_build;
 mod times;
 
 #[derive(Args)]
@@ -57,7 +58,20 @@ fn steps(args: Test, sh: &Shell) -> Result<()> {
         let tools = ivshmem_session::prepare(sh, None, QemuVersion::V7_2, &mut phases)?;
         apt::ensure(sh, &apt::test_needs())?;
         qemu_env = real_qemu_env(&tools.qemu);
+        // The debug kernel's build tools and its toolchain (apt) here, so
+        // that the build in the background runs no apt beside the
+        // foreground's.
+        apt::ensure(sh, &debug_kernel::build_needs())?;
+        debug_kernel_toolchain(sh)?;
     }
+    // The last step's kernel, built at the lowest priority while the steps
+    // in between run (xtask/src/test/debug_build.rs).
+    let background = match args.host_only {
+        true => None,
+        false => Some(debug_build::BackgroundBuild::start(
+            target_dir().join("hmb-trace/test-runs/debug-kernel-build.log"),
+        )?),
+    };
     step("host tests");
     let mut host_tests = cmd!(sh, "cargo test --workspace --quiet");
     for (k, v) in &qemu_env {
@@ -153,7 +167,33 @@ fn steps(args: Test, sh: &Shell) -> Result<()> {
             junit: Some(target_dir().join("hmb-trace/conformance/junit.xml")),
         }
         .run(sh)?;
+        // Lockdep, KASAN, UBSAN, KFENCE, DEBUG_OBJECTS and sleep-in-atomic
+        // on the paths that take the module's and the series' locks: the
+        // main job's NVMe run and the lock scenarios of both devices
+        // (docs/conformance.md, "On the debug kernel"; the whole matrix
+        // runs on it in the GitHub workflow).
+        step("debug kernel: wait for the background build of 6.12-debug");
+        if let Some(build) = background {
+            build.join()?;
+        }
+        step("debug kernel 6.12-debug: boot --inject reset (nvme) and the lock scenarios of both devices");
+        crate::debug_kernel::DebugKernel {
+            build_only: false,
+            kernel_only: false,
+            device: "all".into(),
+        }
+        .run(sh)?;
     }
+    Ok(())
+}
+
+/// The toolchain (apt sources, package lists, headers) of the kernel the
+/// debug kernel is built from.
+fn debug_kernel_toolchain(sh: &Shell) -> Result<()> {
+    let specs = kernels::load(&workspace_root().join("images/KERNELS"))?;
+    let spec = kernels::select(&specs, Some(crate::debug_kernel::KERNEL))?;
+    let _lock = hmb_harness::host::lock_cache(&hmb_harness::host::cache_dir())?;
+    toolchain::ensure_toolchain(sh, &spec.debian())?;
     Ok(())
 }
 

@@ -57,9 +57,13 @@ pub fn built_id(cache: &Path, spec: &KernelSpec) -> Result<String> {
     Ok(id.trim().to_string())
 }
 
-/// The host's tools for a kernel build (beside make, gcc and bc, which the
-/// guests' builds need anyway).
-fn build_needs() -> Vec<Need> {
+/// The host's tools for a kernel build (beside make and gcc, which the
+/// guests' builds need anyway). Public so that `cargo xtask deps` and the
+/// test command's host-packages step install them up front: a stock CI
+/// machine has none of them, and the test command builds this kernel in
+/// the background, where an apt run beside the foreground's could meet
+/// dpkg's lock.
+pub fn build_needs() -> Vec<Need> {
     [
         ("flex", "Kconfig's lexer, generated at build time (the debug kernel)"),
         ("bison", "Kconfig's parser, generated at build time (the debug kernel)"),
@@ -73,6 +77,28 @@ fn build_needs() -> Vec<Need> {
     .iter()
     .map(|(p, w)| Need::new(p, w))
     .collect()
+}
+
+/// Only the kernel `name` (a debug kernel, e.g. `6.12-debug`): its
+/// toolchain (under the cache's lock, briefly), then the source, the
+/// configuration and the build (under the build's own lock). No module, no
+/// initramfs, no cargo build: what the test command runs in a background
+/// process while its other steps run (`cargo xtask debug-kernel
+/// --kernel-only`). True when this call built it.
+pub fn prepare_kernel_only(sh: &Shell, name: &str) -> Result<bool> {
+    let specs = super::kernels::load(&crate::host::workspace_root().join("images/KERNELS"))?;
+    let spec = super::kernels::select(&specs, Some(name))?;
+    ensure!(
+        spec.debug,
+        "kernel {name} is not a debug kernel (images/debug-<name>.config)"
+    );
+    let cache = crate::host::cache_dir();
+    let (env, resolved) = {
+        let _lock = crate::host::lock_cache(&cache)?;
+        super::toolchain::ensure_toolchain(sh, &spec.debian())?
+    };
+    let (_, built) = ensure(sh, &env, &spec, &resolved, &cache)?;
+    Ok(built)
 }
 
 /// Configured, built and installed; `built` is true when this call built it.
