@@ -45,7 +45,7 @@ impl KernelSpec {
     }
 
     /// The Debian kernel this spec is, or is built from.
-    pub(crate) fn debian(&self) -> KernelSpec {
+    pub fn debian(&self) -> KernelSpec {
         KernelSpec {
             name: self.debian_name().to_string(),
             debug: false,
