@@ -81,8 +81,9 @@ impl OutputDisk {
     }
 }
 
-/// Bytes an unprivileged writer may still use in the file system of `dir`.
-fn free_bytes(dir: &Path) -> Result<u64> {
+/// Bytes an unprivileged writer may still use in the file system of `dir`
+/// (also the test command's disk column, xtask/src/test/times.rs).
+pub fn free_bytes(dir: &Path) -> Result<u64> {
     let st = nix::sys::statvfs::statvfs(dir).with_context(|| format!("statvfs {}", dir.display()))?;
     Ok(st.blocks_available() * st.fragment_size())
 }

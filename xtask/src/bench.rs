@@ -158,7 +158,7 @@ const NVME: &[(&str, Target, &str)] = &[
 
 const GUEST: (&str, Target, &str) = (
     "guest_drain",
-    Target::AtLeast(2.0),
+    Target::AtLeast(2.5),
     "cargo xtask boot --rate 0 --duration 5 (TCG guest, real module and daemon, unthrottled producer): records in trace.bin / 5 s, M records/s; baseline: records the firmware produced (written + dropped) per second",
 );
 

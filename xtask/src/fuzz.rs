@@ -30,7 +30,7 @@ pub const TARGETS: &[(&str, &[&str])] = &[
     ("telemetry_log_page", &["fuzz/seeds/telemetry_log_page"]),
 ];
 
-const TRIPLE: &str = "x86_64-unknown-linux-gnu";
+pub(crate) const TRIPLE: &str = "x86_64-unknown-linux-gnu";
 const RUSTFLAGS: &str = "-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
     -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
     -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Zsanitizer=address \

@@ -111,6 +111,7 @@ fn steps(args: Test, sh: &Shell) -> Result<()> {
     .env("RUSTFLAGS", "--cfg loom")
     .env("LOOM_MAX_PREEMPTIONS", "2")
     .run()?;
+    prune_build_dir(&loom_target)?;
     // Bounded: catches a regression, not a deep bug (that is the long run
     // of docs/fuzzing.md on an idle machine).
     step("fuzz every target for 10 s (nightly, libFuzzer)");
@@ -122,6 +123,10 @@ fn steps(args: Test, sh: &Shell) -> Result<()> {
         max_len: None,
     }
     .run(sh)?;
+    // The fuzzers' builds (corpus and logs stay: small, and read after a failure).
+    let fuzz_target = workspace_root().join("target/fuzz");
+    prune_build_dir(&fuzz_target.join(crate::fuzz::TRIPLE))?;
+    prune_build_dir(&fuzz_target.join("release"))?;
     // The unsafe mapping code under AddressSanitizer (docs/fuzzing.md),
     // with the nightly the fuzz step made sure of: the daemon's tests only
     // (both sides of the ring), to keep CI short; `cargo xtask sanitize`
@@ -132,6 +137,7 @@ fn steps(args: Test, sh: &Shell) -> Result<()> {
         quick: true,
     }
     .run(sh)?;
+    prune_build_dir(&target_dir().join("asan"))?;
     if !args.host_only {
         // No guest, but Debian's sources and kernel headers through apt (as
         // root, like the images): so not in --host-only, which a non-Debian
@@ -187,6 +193,23 @@ fn steps(args: Test, sh: &Shell) -> Result<()> {
         }
         .run(sh)?;
     }
+    Ok(())
+}
+
+/// Set by `.ci/run`: see [`prune_build_dir`].
+const PRUNE_ENV: &str = "HMB_TRACE_TEST_PRUNE";
+
+/// With HMB_TRACE_TEST_PRUNE=1, removes the build directory of a step that
+/// has just passed and that no later step uses (loom's, the fuzzers',
+/// AddressSanitizer's: 1.5 GiB together). A CI run once ended in ENOSPC
+/// (docs/performance.md, "The test command's disk"); a developer's run
+/// keeps them, so that the next one rebuilds only what changed.
+fn prune_build_dir(dir: &std::path::Path) -> Result<()> {
+    if std::env::var(PRUNE_ENV).as_deref() != Ok("1") || !dir.exists() {
+        return Ok(());
+    }
+    std::fs::remove_dir_all(dir).map_err(|e| anyhow::anyhow!("{PRUNE_ENV}=1: removing {}: {e}", dir.display()))?;
+    println!("    {PRUNE_ENV}=1: removed {} (no later step uses it)", dir.display());
     Ok(())
 }
 

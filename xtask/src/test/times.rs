@@ -6,12 +6,18 @@
 //! The steps are recorded through one process-wide recorder that
 //! `test::step` feeds: the step list in test.rs stays a flat sequence of
 //! `step("...")` calls (in loops too), so adding a step there is one line.
+//!
+//! Beside each step's time, the disk space left in the target directory's
+//! file system when it ended: a CI run once failed with ENOSPC, and the
+//! column says which steps take the room (docs/ci.md, "Disk").
 
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use hmb_harness::output_disk::free_bytes;
+use hmb_harness::target_dir;
 use serde_json::json;
 
 /// The recorder of the running `cargo xtask test`.
@@ -19,15 +25,27 @@ static RECORDER: Mutex<Times> = Mutex::new(Times::new());
 
 /// Starts a step, closing the one before it as passed.
 pub(crate) fn start(name: &str) {
-    lock().start(name, Instant::now());
+    let free = free_now();
+    lock().start(name, Instant::now(), free);
+}
+
+/// Free bytes where the run writes (the target directory; the caches and
+/// the debug kernel's tree are under it unless HMB_TRACE_CACHE moves them).
+/// `None` when the file system cannot be asked: the column is informative,
+/// never a reason to fail the run.
+fn free_now() -> Option<u64> {
+    let dir = target_dir();
+    let _ = std::fs::create_dir_all(&dir);
+    free_bytes(&dir).ok()
 }
 
 /// Closes the last step (failed when `failed`), prints the table and writes
 /// `json_path`. Writing the file is best effort when the run already failed:
 /// the step's error is the one to report, so a write error is only printed.
 pub(crate) fn report(failed: bool, json_path: &Path) -> Result<()> {
+    let free = free_now();
     let mut times = lock();
-    times.finish(Instant::now(), failed);
+    times.finish(Instant::now(), failed, free);
     print!("{}", times.table());
     let written = write_json(&times, json_path);
     match written {
@@ -77,6 +95,8 @@ struct Step {
     name: String,
     wall: Duration,
     outcome: Outcome,
+    /// Free bytes when the step ended.
+    free_after: Option<u64>,
 }
 
 /// Steps closed so far and the one running.
@@ -84,33 +104,64 @@ struct Step {
 pub(crate) struct Times {
     steps: Vec<Step>,
     running: Option<(String, Instant)>,
+    /// Free bytes when the first step started.
+    free_at_start: Option<u64>,
 }
+
+const GIB: f64 = (1u64 << 30) as f64;
 
 impl Times {
     const fn new() -> Self {
         Times {
             steps: Vec::new(),
             running: None,
+            free_at_start: None,
         }
     }
 
-    fn start(&mut self, name: &str, now: Instant) {
-        self.close(now, Outcome::Passed);
+    fn start(&mut self, name: &str, now: Instant, free: Option<u64>) {
+        if self.steps.is_empty() && self.running.is_none() {
+            self.free_at_start = free;
+        }
+        self.close(now, Outcome::Passed, free);
         self.running = Some((name.to_string(), now));
     }
 
-    fn finish(&mut self, now: Instant, failed: bool) {
-        self.close(now, if failed { Outcome::Failed } else { Outcome::Passed });
+    fn finish(&mut self, now: Instant, failed: bool, free: Option<u64>) {
+        let outcome = if failed { Outcome::Failed } else { Outcome::Passed };
+        self.close(now, outcome, free);
     }
 
-    fn close(&mut self, now: Instant, outcome: Outcome) {
+    fn close(&mut self, now: Instant, outcome: Outcome, free: Option<u64>) {
         if let Some((name, started)) = self.running.take() {
             self.steps.push(Step {
                 name,
                 wall: now.saturating_duration_since(started),
                 outcome,
+                free_after: free,
             });
         }
+    }
+
+    /// The step after which the least space was left, and that space.
+    fn lowest_free(&self) -> Option<(&str, u64)> {
+        self.steps
+            .iter()
+            .filter_map(|s| s.free_after.map(|f| (s.name.as_str(), f)))
+            .min_by_key(|&(_, f)| f)
+    }
+
+    /// What the run took at its fullest: free space at the start less the
+    /// lowest after a step (other writers on the machine count too).
+    fn disk_line(&self) -> Option<String> {
+        let start = self.free_at_start?;
+        let (step, lowest) = self.lowest_free()?;
+        Some(format!(
+            "disk: {:.1} GiB free at the start, {:.1} GiB at the lowest (after: {step}): the run took {:.1} GiB\n",
+            start as f64 / GIB,
+            lowest as f64 / GIB,
+            start.saturating_sub(lowest) as f64 / GIB
+        ))
     }
 
     fn total(&self) -> Duration {
@@ -128,21 +179,28 @@ impl Times {
     /// failed step marked `FAILED` so it stands out in a CI log.
     fn table(&self) -> String {
         let total = self.total().as_secs_f64();
-        let mut out = String::from("\nxtask test: step times (wall)\n");
-        out.push_str(&format!("{:>9}  {:>5}  step\n", "seconds", "%"));
+        let mut out = String::from("\nxtask test: step times (wall) and the disk space left after each\n");
+        out.push_str(&format!("{:>9}  {:>5}  {:>8}  step\n", "seconds", "%", "free GiB"));
         for s in &self.steps {
             let secs = s.wall.as_secs_f64();
             let share = if total > 0.0 { 100.0 * secs / total } else { 0.0 };
+            let free = match s.free_after {
+                Some(f) => format!("{:.1}", f as f64 / GIB),
+                None => "?".to_string(),
+            };
             let mark = match s.outcome {
                 Outcome::Passed => "",
                 Outcome::Failed => "  <== FAILED",
             };
-            out.push_str(&format!("{secs:>9.1}  {share:>5.1}  {}{mark}\n", s.name));
+            out.push_str(&format!("{secs:>9.1}  {share:>5.1}  {free:>8}  {}{mark}\n", s.name));
         }
-        out.push_str(&format!("{total:>9.1}  {:>5.1}  total", 100.0));
+        out.push_str(&format!("{total:>9.1}  {:>5.1}  {:>8}  total", 100.0, ""));
         match self.failed_step() {
             Some(name) => out.push_str(&format!(" (failed at: {name})\n")),
             None => out.push('\n'),
+        }
+        if let Some(line) = self.disk_line() {
+            out.push_str(&line);
         }
         out
     }
@@ -152,10 +210,12 @@ impl Times {
             "outcome": if self.failed_step().is_some() { "failed" } else { "passed" },
             "failed_step": self.failed_step(),
             "total_seconds": self.total().as_secs_f64(),
+            "free_bytes_at_start": self.free_at_start,
             "steps": self.steps.iter().map(|s| json!({
                 "name": s.name,
                 "seconds": s.wall.as_secs_f64(),
                 "outcome": s.outcome.as_str(),
+                "free_bytes_after": s.free_after,
             })).collect::<Vec<_>>(),
         })
     }
@@ -165,15 +225,18 @@ impl Times {
 mod tests {
     use super::*;
 
-    /// Three steps of 2 s, 5 s and 3 s from a fixed origin.
+    const G: u64 = 1 << 30;
+
+    /// Three steps of 2 s, 5 s and 3 s from a fixed origin; 20 GiB free at
+    /// the start, 18 after fmt, 11 after host tests, 12 after guest.
     fn three(failed: bool) -> Times {
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
         let mut t = Times::new();
-        t.start("fmt", at(0));
-        t.start("host tests", at(2));
-        t.start("guest", at(7));
-        t.finish(at(10), failed);
+        t.start("fmt", at(0), Some(20 * G));
+        t.start("host tests", at(2), Some(18 * G));
+        t.start("guest", at(7), Some(11 * G));
+        t.finish(at(10), failed, Some(12 * G));
         t
     }
 
@@ -189,11 +252,35 @@ mod tests {
     #[test]
     fn table_lists_every_step_and_the_total() {
         let table = three(false).table();
-        assert!(table.contains("      2.0   20.0  fmt\n"), "{table}");
-        assert!(table.contains("      5.0   50.0  host tests\n"), "{table}");
-        assert!(table.contains("      3.0   30.0  guest\n"), "{table}");
-        assert!(table.ends_with("     10.0  100.0  total\n"), "{table}");
+        assert!(table.contains("      2.0   20.0      18.0  fmt\n"), "{table}");
+        assert!(table.contains("      5.0   50.0      11.0  host tests\n"), "{table}");
+        assert!(table.contains("      3.0   30.0      12.0  guest\n"), "{table}");
+        assert!(table.contains("     10.0  100.0            total\n"), "{table}");
         assert!(!table.contains("FAILED"), "{table}");
+    }
+
+    #[test]
+    fn the_disk_line_names_the_fullest_point() {
+        let t = three(false);
+        assert_eq!(t.lowest_free(), Some(("host tests", 11 * G)));
+        let table = t.table();
+        assert!(
+            table.ends_with(
+                "disk: 20.0 GiB free at the start, 11.0 GiB at the lowest (after: host tests): the run took 9.0 GiB\n"
+            ),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_free_space_is_a_question_mark_and_no_disk_line() {
+        let t0 = Instant::now();
+        let mut t = Times::new();
+        t.start("fmt", t0, None);
+        t.finish(t0 + Duration::from_secs(1), false, None);
+        let table = t.table();
+        assert!(table.contains("?  fmt\n"), "{table}");
+        assert!(!table.contains("disk:"), "{table}");
     }
 
     #[test]
@@ -203,7 +290,7 @@ mod tests {
         let table = t.table();
         assert!(table.contains("guest  <== FAILED\n"), "{table}");
         assert!(!table.contains("host tests  <== FAILED"), "{table}");
-        assert!(table.ends_with("total (failed at: guest)\n"), "{table}");
+        assert!(table.contains("total (failed at: guest)\n"), "{table}");
     }
 
     #[test]
@@ -218,6 +305,8 @@ mod tests {
         assert_eq!(steps[1]["seconds"], 5.0);
         assert_eq!(steps[1]["outcome"], "passed");
         assert_eq!(steps[2]["outcome"], "failed");
+        assert_eq!(v["free_bytes_at_start"], 20 * G);
+        assert_eq!(steps[1]["free_bytes_after"], 11 * G);
 
         let ok = three(false).json();
         assert_eq!(ok["outcome"], "passed");
@@ -227,9 +316,9 @@ mod tests {
     #[test]
     fn no_steps_is_an_empty_table_not_a_division_by_zero() {
         let mut t = Times::new();
-        t.finish(Instant::now(), true);
+        t.finish(Instant::now(), true, Some(G));
         assert!(t.steps.is_empty());
-        assert!(t.table().ends_with("      0.0  100.0  total\n"));
+        assert!(t.table().ends_with("      0.0  100.0            total\n"));
         assert_eq!(t.json()["outcome"], "passed");
     }
 
