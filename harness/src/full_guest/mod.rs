@@ -190,6 +190,15 @@ type Driven = (
 fn drive(guest: &mut Guest, opts: &Options, phases: &mut Phases) -> Result<Driven> {
     let tools = phases.run("nvme-cli, fio, blkdiscard, mkfs.ext4 on the NVMe controller", || {
         nvme_tools::inject_firmware_assert(guest.nvme, guest.share)?;
+        // The guest's two Host-Initiated pulls: the controller's view after each.
+        let mut telemetry_looks = Vec::new();
+        for name in nvme_tools::TELEMETRY_ASKS {
+            let (ask, done) = nvme_tools::ask_files(name);
+            guest.wait_file(&ask, Duration::from_secs(600))?;
+            telemetry_looks.push(nvme_tools::telemetry_look(guest.nvme, &opts.run_dir, name)?);
+            std::fs::write(guest.share.join(done), b"")?;
+        }
+        let telemetry_looks: [serde_json::Value; 2] = telemetry_looks.try_into().expect("one look per name");
         // The guest's fio job across a Controller Fatal Status asks for it.
         guest.wait_file(
             &nvme_tools::fatal_files(nvme_tools::FATAL_TAG).0,
@@ -225,6 +234,7 @@ fn drive(guest: &mut Guest, opts: &Options, phases: &mut Phases) -> Result<Drive
         tools.hmb_toggle = Some(hmb);
         let truth = guest.nvme.request(&hmb_emu_device::control::Request::GroundTruth)?;
         tools.assert_capture = Some(nvme_tools::check_assert_capture(&dir, &truth)?);
+        tools.host_telemetry = Some(nvme_tools::check_host_telemetry(&dir, &telemetry_looks, &truth)?);
         let untraced = nvme_traced::untraced(&crate::journal_truth::journal_from_ground_truth(&truth)?)?;
         // The file system as the guest left it, before the traced run
         // writes over the namespace (the guest waits for OK, idle; every

@@ -41,6 +41,12 @@ pub const STATUS_FILE: &str = "nvme-status.json";
 /// pulls the Controller-Initiated log into `TELEMETRY_CONTROLLER`).
 pub const ASSERTED: &str = "nvme-assert.done";
 pub const TELEMETRY_CONTROLLER: &str = "telemetry-controller.bin";
+/// The two Host-Initiated logs the guest pulls (`nvme telemetry-log`, each
+/// a Create), the host's look at the controller after each (`ask_files`),
+/// and the 4 KiB reads the guest makes between them.
+pub const TELEMETRY_HOST: [&str; 2] = ["telemetry-host-1.bin", "telemetry-host-2.bin"];
+pub const TELEMETRY_ASKS: [&str; 2] = ["telemetry-1", "telemetry-2"];
+const TELEMETRY_READS: u64 = 16;
 
 /// fio jobs: name, I/O engine, block size in KiB, iodepth, offset and size
 /// in MiB (random writes, then fio's own read-back with crc32c
@@ -123,6 +129,9 @@ pub fn guest_section(script: Script) -> Script {
         .set("PROBE_FILE", PROBE_FILE)
         .set("ASSERTED", ASSERTED)
         .set("TELEMETRY_CONTROLLER", TELEMETRY_CONTROLLER)
+        .set("TELEMETRY_HOST_1", TELEMETRY_HOST[0])
+        .set("TELEMETRY_HOST_2", TELEMETRY_HOST[1])
+        .set("TELEMETRY_READS", TELEMETRY_READS)
         .set("COMPARE_AT_MIB", COMPARE_AT_MIB)
         .set("NVME_DSM_AT_MIB", NVME_DSM_AT_MIB)
         .set("RESET_JOB_AT_MIB", RESET_JOB_AT_MIB)
@@ -163,6 +172,10 @@ pub struct ToolsOutcome {
     /// The Controller-Initiated log of the injected firmware assert
     /// ([`check_assert_capture`], set once the ground truth is in).
     pub assert_capture: Option<crate::nvme_telemetry::ControllerLogOutcome>,
+    /// The two Host-Initiated logs ([`check_host_telemetry`], set once the
+    /// ground truth is in), and the guest seconds of both pulls, the reads
+    /// between them and the host's looks.
+    pub host_telemetry: Option<(crate::nvme_telemetry::HostLogsOutcome, f64)>,
     /// The map cache across the HMB released and returned ([`check_hmb_toggle`],
     /// set by the host's looks during that job).
     pub hmb_toggle: Option<HmbToggleOutcome>,
@@ -214,6 +227,18 @@ impl ToolsOutcome {
                 c.generation, c.records
             ),
             None => String::new(),
+        } + &match &self.host_telemetry {
+            Some((h, seconds)) => format!(
+                "; log 07h created twice: generations {} -> {}, {} -> {} records, last blocks {} -> {}, {} reads between ({seconds:.1} s)",
+                h.generations[0],
+                h.generations[1],
+                h.records[0],
+                h.records[1],
+                h.last_blocks[0],
+                h.last_blocks[1],
+                h.reads_between
+            ),
+            None => String::new(),
         } + &match &self.hmb_toggle {
             Some(h) => format!(
                 "; HMB released and returned under fio verify ({:.1} s): map cache {} slots in the HMB -> {} internal ({} map page reads) -> {} taken over with MR=1",
@@ -237,6 +262,42 @@ pub fn inject_firmware_assert(nvme: &mut crate::nvme_guest::NvmeDevice, share: &
         "the firmware assert's capture: {answer}; want generation 1, the controller's first"
     );
     std::fs::write(share.join(ASSERTED), b"").context("writing the assert's file to the share")
+}
+
+/// The host's look after one of the guest's Host-Initiated pulls
+/// (`TELEMETRY_ASKS`): the controller's `status`, saved as
+/// `nvme-status-NAME.json`, which holds its own view of log 07h.
+pub fn telemetry_look(nvme: &mut crate::nvme_guest::NvmeDevice, run_dir: &Path, name: &str) -> Result<Value> {
+    let status = nvme.status()?;
+    std::fs::write(
+        run_dir.join(format!("nvme-status-{name}.json")),
+        serde_json::to_string_pretty(&status)?,
+    )?;
+    Ok(status)
+}
+
+/// The guest's two Host-Initiated logs against the controller's looks after
+/// each and the ground truth's journal (`nvme_telemetry::check_host_logs`),
+/// with the guest seconds they took.
+pub fn check_host_telemetry(
+    dir: &Path,
+    looks: &[Value; 2],
+    ground_truth: &Value,
+) -> Result<(crate::nvme_telemetry::HostLogsOutcome, f64)> {
+    let outcome = crate::nvme_telemetry::check_host_logs(
+        [&dir.join(TELEMETRY_HOST[0]), &dir.join(TELEMETRY_HOST[1])],
+        [&looks[0], &looks[1]],
+        ground_truth,
+        TELEMETRY_READS,
+    )
+    .context("the Host-Initiated Telemetry logs (nvme telemetry-log)")?;
+    let guest = key_values(&String::from_utf8_lossy(&read(dir, "guest.txt")?));
+    let seconds = guest
+        .get("telemetry.seconds")
+        .context("guest.txt has no telemetry.seconds")?
+        .parse()
+        .context("telemetry.seconds")?;
+    Ok((outcome, seconds))
 }
 
 /// The share's files of the guest's `ask_host NAME`: its request, and the
@@ -847,6 +908,7 @@ pub fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
         host_write_commands: last.host_write_commands,
         error_log_entries: last.error_log_entries,
         assert_capture: None,
+        host_telemetry: None,
         hmb_toggle: None,
         trims,
         trims_verified,
@@ -1363,6 +1425,9 @@ mod tests {
             "--data=/tmp/cmp-off",
             "reset) run nvme reset /dev/nvme0 ;;",
             "--controller-init --output-file=\"$out/$TELEMETRY_CONTROLLER\"",
+            "TELEMETRY_HOST_2='telemetry-host-2.bin'\n",
+            "run nvme telemetry-log \"$ctrl\" --output-file=\"$out/$TELEMETRY_HOST_1\"\n    ask_host telemetry-1\n",
+            "ask_host telemetry-2\n",
             "HMB_ACTIONS='ask-hmb-before:32 hmb-off:64 ask-hmb-off:96 hmb-on:128 ask-hmb-on:160'\n",
             "hmb-on) hmb_set 3 ;;",
             "--cdw10=0x0d --cdw11=\"$1\"",
