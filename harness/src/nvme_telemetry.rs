@@ -220,17 +220,17 @@ pub(crate) fn check_assert_capture(path: &Path, ground_truth: &serde_json::Value
 /// Create by `nvme telemetry-log`) held. Every field was checked before it
 /// is returned.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct HostLogsOutcome {
+pub(crate) struct HostLogsOutcome {
     /// Host-Initiated Data Generation Numbers: the controller's first two creates.
-    pub generations: [u8; 2],
+    pub(crate) generations: [u8; 2],
     /// Data Area 3 Last Block of each (data areas 1-3 end together).
-    pub last_blocks: [u16; 2],
+    pub(crate) last_blocks: [u16; 2],
     /// Device records in each log's stream.
-    pub records: [u64; 2],
+    pub(crate) records: [u64; 2],
     /// Bytes of each log file, header and padding included.
-    pub log_bytes: [u64; 2],
+    pub(crate) log_bytes: [u64; 2],
     /// Read commands on an I/O queue between the two creates.
-    pub reads_between: u64,
+    pub(crate) reads_between: u64,
 }
 
 /// The controller's own view of its Telemetry logs in a `status` answer of
