@@ -10,6 +10,9 @@
 #   PROBE_FILE     the file the host reads back from the media
 #   ASSERTED, TELEMETRY_CONTROLLER  the host's "firmware assert injected"
 #                  file, and the name of the Controller-Initiated log pulled
+#   TELEMETRY_HOST_1, TELEMETRY_HOST_2, TELEMETRY_READS  the two
+#                  Host-Initiated logs pulled (each a Create: a new
+#                  snapshot), and how many 4 KiB reads are made between them
 #   COMPARE_AT_MIB, NVME_DSM_AT_MIB  where nvme compare and nvme dsm work
 #   RESET_JOB_AT_MIB, RESET_JOB_MIB, RESET_JOB_WRITE_IOPS, RESET_AFTER_WRITES
 #                  fio's verifying job across nvme reset, and after how
@@ -123,6 +126,18 @@ nvme_tools() {
         echo "serial=$(cat /sys/class/nvme/nvme0/serial)"
         echo "bytes=$(blockdev --getsize64 $ns)"
     } > "$out/guest.txt"
+
+    step "nvme: nvme telemetry-log twice (Host-Initiated 07h, each a Create), $TELEMETRY_READS reads between"
+    # After each pull the host looks at the controller's own view of log
+    # 07h (ask_host): generation and data areas, checked against the file.
+    t=$(cut -d' ' -f1 /proc/uptime)
+    run nvme telemetry-log "$ctrl" --output-file="$out/$TELEMETRY_HOST_1"
+    ask_host telemetry-1
+    dd if="$ns" of=/dev/null bs=4096 count="$TELEMETRY_READS" iflag=direct 2>>"$GUEST_LOG" \
+        || fail "reads between the telemetry logs"
+    run nvme telemetry-log "$ctrl" --output-file="$out/$TELEMETRY_HOST_2"
+    ask_host telemetry-2
+    echo "telemetry.seconds=$(awk -v t="$t" '{print $1 - t}' /proc/uptime)" >> "$out/guest.txt"
 
     step "nvme: nvme flush, nvme compare (equal, then one byte off), nvme dsm --ad, nvme write-zeroes, get-log 04h"
     ss=$(blockdev --getss "$ns")

@@ -61,11 +61,11 @@ use crate::guest_script::Script;
 use crate::nvme_audit_paths::{self as paths, PathOutcome};
 use crate::qemu::Vm;
 
-pub use crate::nvme_audit_paths::Path as HmbPath;
+pub(crate) use crate::nvme_audit_paths::Path as HmbPath;
 
 /// Which nvme.ko a phase loads: `$share/mods/<file>.ko`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Driver {
+pub(crate) enum Driver {
     /// The kernel's own nvme.ko (staged as nvme-stock.ko).
     Stock,
     /// The series' nvme.ko.
@@ -73,7 +73,7 @@ pub enum Driver {
 }
 
 impl Driver {
-    pub fn file(self) -> &'static str {
+    pub(crate) fn file(self) -> &'static str {
         match self {
             Driver::Stock => "nvme-stock",
             Driver::Series => "nvme",
@@ -83,17 +83,17 @@ impl Driver {
 
 /// One driver load against one personality.
 #[derive(Debug, Clone, Copy)]
-pub struct Phase {
-    pub personality: Personality,
-    pub driver: Driver,
+pub(crate) struct Phase {
+    pub(crate) personality: Personality,
+    pub(crate) driver: Driver,
     /// The ways the load loses and regains its HMB, in order: always the
     /// `reset_controller` first; the differential's loads take all three.
-    pub paths: &'static [HmbPath],
+    pub(crate) paths: &'static [HmbPath],
 }
 
 const RESET_ONLY: &[HmbPath] = &[HmbPath::Reset];
 
-pub const PHASES: [Phase; 7] = [
+pub(crate) const PHASES: [Phase; 7] = [
     Phase {
         personality: Personality::Stock,
         driver: Driver::Stock,
@@ -133,7 +133,7 @@ pub const PHASES: [Phase; 7] = [
 
 /// The daemon's exit code when its device goes away (docs/daemon.md), which
 /// a refused REINIT looks like to the reader.
-pub const DAEMON_DEVICE_GONE: u64 = 10;
+pub(crate) const DAEMON_DEVICE_GONE: u64 = 10;
 
 /// The last checkpoint: the host takes the last phase's audit.
 const END: &str = "persona-end";
@@ -143,19 +143,19 @@ const PAIR: &str = "persona-pair";
 
 impl Phase {
     /// Its checkpoint (the guest waits there for the switch) and log's stem.
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         format!("persona-{}-{}", self.personality.name(), self.driver.file())
     }
 
     /// The checkpoint where `path` (not the first) starts.
-    pub fn path_checkpoint(&self, path: HmbPath) -> String {
+    pub(crate) fn path_checkpoint(&self, path: HmbPath) -> String {
         format!("{}-{}", self.name(), path.name())
     }
 }
 
 /// How many loads take the fatal path: each leaves one
 /// `nvme_guest::FATAL_DRIVER_LINE` in the guest's kernel log.
-pub fn fatal_loads() -> usize {
+pub(crate) fn fatal_loads() -> usize {
     PHASES.iter().filter(|p| p.paths.contains(&HmbPath::Fatal)).count()
 }
 
@@ -164,7 +164,7 @@ pub fn fatal_loads() -> usize {
 /// file. The script calls its `personas` after the trace removal.
 /// `peer_port`: the PCI address of the root port the second (stock)
 /// controller sits behind, or `None` without one (no pair phase).
-pub fn guest_script(script: Script, peer_port: Option<&str>) -> Script {
+pub(crate) fn guest_script(script: Script, peer_port: Option<&str>) -> Script {
     script
         .set("PERSONA_PHASES", phase_lines())
         .set("PERSONA_IO_TIMEOUT_MS", crate::nvme_guest::FATAL_IO_TIMEOUT_S * 1000)
@@ -187,30 +187,30 @@ fn phase_lines() -> String {
 
 /// What one phase left: the controller's audit and the guest's kernel log.
 #[derive(Debug, Clone)]
-pub struct PhaseAudit {
-    pub phase: Phase,
-    pub audit: Value,
+pub(crate) struct PhaseAudit {
+    pub(crate) phase: Phase,
+    pub(crate) audit: Value,
     /// The audit at the start of each path after the first.
-    pub marks: Vec<Value>,
+    pub(crate) marks: Vec<Value>,
 }
 
 /// The pair phase's two audits: the first controller (made `tracing`) and
 /// the second one (`stock`).
 #[derive(Debug, Clone)]
-pub struct PairAudit {
-    pub tracing: Value,
-    pub stock: Value,
+pub(crate) struct PairAudit {
+    pub(crate) tracing: Value,
+    pub(crate) stock: Value,
     /// The second controller's audit at the pair checkpoint: no driver may
     /// have given it an HMB before (its firmware, SeaBIOS, enables it at
     /// boot but never sets an HMB).
-    pub stock_before: Value,
+    pub(crate) stock_before: Value,
 }
 
 /// Everything the persona checkpoints collected.
 #[derive(Debug, Clone)]
-pub struct Audits {
-    pub phases: Vec<PhaseAudit>,
-    pub pair: PairAudit,
+pub(crate) struct Audits {
+    pub(crate) phases: Vec<PhaseAudit>,
+    pub(crate) pair: PairAudit,
 }
 
 fn audit(dev: &mut NvmeDevice, run_dir: &Path, name: &str) -> Result<Value> {
@@ -258,7 +258,7 @@ fn stops() -> Vec<(String, Stop)> {
 /// the first controller becomes `tracing`, and the second one's (`dev`'s
 /// peer) audit so far is taken: the guest kept it unbound, so no HMB may
 /// have been set on it.
-pub fn serve(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, run_dir: &Path) -> Result<Audits> {
+pub(crate) fn serve(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, run_dir: &Path) -> Result<Audits> {
     let mut phases = Vec::new();
     let mut marks = Vec::new();
     let mut pair = None;
@@ -327,20 +327,20 @@ pub fn serve(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, run_dir: &Path) ->
 /// One phase as the report shows it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct PhaseOutcome {
-    pub personality: String,
-    pub driver: String,
-    pub hmb_bytes: u64,
-    pub descriptors: u64,
-    pub c0h: bool,
-    pub slice: bool,
-    pub trace_devices: u64,
-    pub mr_reenables: u64,
-    pub pages_checked: u64,
-    pub violations: u64,
+    pub(crate) personality: String,
+    pub(crate) driver: String,
+    pub(crate) hmb_bytes: u64,
+    pub(crate) descriptors: u64,
+    pub(crate) c0h: bool,
+    pub(crate) slice: bool,
+    pub(crate) trace_devices: u64,
+    pub(crate) mr_reenables: u64,
+    pub(crate) pages_checked: u64,
+    pub(crate) violations: u64,
     /// The driver's line that says why there is no slice (or that there is one).
     pub driver_line: String,
     /// Each way the load lost and regained its HMB, on its own part of the audit.
-    pub paths: Vec<PathOutcome>,
+    pub(crate) paths: Vec<PathOutcome>,
 }
 
 impl PhaseOutcome {
@@ -390,7 +390,7 @@ fn shape(c: &Value) -> (Value, Value, Value) {
 
 /// Check every phase (see the module's comment). `results` are the guest's
 /// KEY=VALUE notes; the phase logs are `share/<phase>.log`.
-pub fn check(
+pub(crate) fn check(
     audits: &[PhaseAudit],
     share: &Path,
     results: &std::collections::BTreeMap<String, String>,
@@ -580,18 +580,18 @@ pub fn check(
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct PairOutcome {
     /// PCI function and nvmeN of each controller in the pair phase.
-    pub tracing: String,
-    pub stock: String,
+    pub(crate) tracing: String,
+    pub(crate) stock: String,
     /// Trace devices (all the tracing controller's) with nvme-hmb-trace.ko
     /// loaded before nvme.ko, and reloaded after it.
-    pub trace_devices_before: u64,
-    pub trace_devices_after: u64,
-    pub stock_hmb_bytes: u64,
-    pub stock_descriptors: u64,
-    pub stock_mr_reenables: u64,
-    pub stock_pages_checked: u64,
-    pub stock_violations: u64,
-    pub tracing_violations: u64,
+    pub(crate) trace_devices_before: u64,
+    pub(crate) trace_devices_after: u64,
+    pub(crate) stock_hmb_bytes: u64,
+    pub(crate) stock_descriptors: u64,
+    pub(crate) stock_mr_reenables: u64,
+    pub(crate) stock_pages_checked: u64,
+    pub(crate) stock_violations: u64,
+    pub(crate) tracing_violations: u64,
 }
 
 impl PairOutcome {
@@ -616,7 +616,7 @@ impl PairOutcome {
 
 /// The pair phase (see the module's comment). `phases` must hold the stock
 /// driver's phase on the `stock` personality: its list is the reference.
-pub fn check_pair(
+pub(crate) fn check_pair(
     pair: &PairAudit,
     phases: &[PhaseAudit],
     share: &Path,
@@ -727,7 +727,7 @@ pub fn check_pair(
 }
 
 /// How long the host waits for one persona checkpoint.
-pub const PHASE_TIMEOUT: Duration = Duration::from_secs(180);
+pub(crate) const PHASE_TIMEOUT: Duration = Duration::from_secs(180);
 
 #[cfg(test)]
 mod tests {

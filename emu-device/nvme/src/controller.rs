@@ -15,7 +15,7 @@ use crate::namespace::Namespace;
 use crate::observer::{NoVendorFeatures, NullObserver};
 use crate::queue::{CompQueue, SubQueue};
 use crate::regs::*;
-use crate::report::{Counters, HmbReport, NamespaceReport, QueueReport};
+use crate::report::{Counters, HmbReport, NamespaceReport, QueueReport, TelemetryReport};
 use crate::{
     CommandObserver, ControllerConfig, ControllerReport, Error, GuestMem, HmbDescriptor, HostMemoryBuffer,
     InterruptSink, PciIdentity, VendorFeatures,
@@ -240,6 +240,13 @@ impl Controller {
                 lba_bytes: 1 << self.ns.lba_shift,
                 backing: self.ns.backing_name(),
                 ftl: self.ns.ftl.stats(),
+            },
+            telemetry: TelemetryReport {
+                host_generation: self.host_telemetry.generation(),
+                host_last_block: self.host_telemetry.last_block(),
+                controller_available: self.controller_telemetry.available(),
+                controller_generation: self.controller_telemetry.generation(),
+                controller_last_block: self.controller_telemetry.last_block(),
             },
         }
     }

@@ -49,7 +49,7 @@ pub use observer::{
     CommandObserver, CompletionEvent, FetchEvent, FtlTraceEvent, InterruptSink, MediaEvent, NoVendorFeatures,
     NullObserver, VendorFeatures,
 };
-pub use report::{ControllerReport, Counters, HmbReport, NamespaceReport, QueueReport};
+pub use report::{ControllerReport, Counters, HmbReport, NamespaceReport, QueueReport, TelemetryReport};
 pub use status::Status;
 pub use timing::{CompletionWaker, Timing};
 

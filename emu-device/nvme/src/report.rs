@@ -105,4 +105,21 @@ pub struct ControllerReport {
     pub counters: Counters,
     pub hmb: HmbReport,
     pub namespace: NamespaceReport,
+    pub telemetry: TelemetryReport,
+}
+
+/// The Telemetry logs (07h, 08h) as the controller holds them: what a host's
+/// `nvme telemetry-log` must find in the headers it reads (docs/nvme-controller.md,
+/// "Telemetry"). All zero while the vendor declares no telemetry.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TelemetryReport {
+    /// Host-Initiated Data Generation Number of the last create (byte 381 of 07h).
+    pub host_generation: u8,
+    /// Data Area 3 Last Block of that snapshot (07h bytes 12-13; 0 before the first).
+    pub host_last_block: u16,
+    /// Controller-Initiated Data Available and Generation Number (bytes 382, 383 of both).
+    pub controller_available: bool,
+    pub controller_generation: u8,
+    /// Data Area 3 Last Block of the capture (08h bytes 12-13; 0 before the first).
+    pub controller_last_block: u16,
 }

@@ -101,6 +101,12 @@ fn lpa_bit_3_follows_the_vendor() {
 #[test]
 fn create_snapshots_and_reads_stay_on_that_snapshot() {
     let (mut h, buf) = telemetry_host();
+    // The control socket's report (the host's view of what a reader must find).
+    let reported = |h: &FakeHost| {
+        let t = h.ctrl.report().telemetry;
+        (t.host_generation, t.host_last_block)
+    };
+    assert_eq!(reported(&h), (0, 0), "no create yet");
     let (status, hdr) = telemetry(&mut h, buf, 0, 512, true);
     assert_eq!(status, Status::SUCCESS);
     assert_eq!(hdr[0], 0x07);
@@ -118,11 +124,13 @@ fn create_snapshots_and_reads_stay_on_that_snapshot() {
     assert!(data[1500..].iter().all(|&b| b == 0));
     let (_, again) = telemetry(&mut h, buf, 0, 512, false);
     assert_eq!(again, hdr, "the snapshot does not change without create");
+    assert_eq!(reported(&h), (1, 3));
 
     // A second create: a higher generation and the newer, larger snapshot.
     let (_, hdr2) = telemetry(&mut h, buf, 0, 512, true);
     assert_eq!(hdr2[381], 2);
     assert_eq!(le16(&hdr2, 12), 6);
+    assert_eq!(reported(&h), (2, 6));
 }
 
 #[test]
@@ -239,6 +247,12 @@ fn a_fatal_status_captures_announces_and_a_read_with_rae_0_releases() {
     assert_eq!(status, Status::SUCCESS);
     let (_, hdr) = controller_log(&mut h, buf, 0, 512, true);
     assert_eq!((hdr[382], hdr[383], le16(&hdr, 12)), (0, 1, 6));
+    let t = h.ctrl.report().telemetry;
+    assert_eq!(
+        (t.controller_available, t.controller_generation, t.controller_last_block),
+        (false, 1, 6),
+        "the control socket's report says what the header says"
+    );
     let (_, host) = telemetry(&mut h, buf, 0, 512, false);
     assert_eq!((host[382], host[383]), (0, 1));
 
@@ -249,6 +263,8 @@ fn a_fatal_status_captures_announces_and_a_read_with_rae_0_releases() {
     assert_eq!((c.cid, c.dw0), (aer, TELEMETRY_CHANGED));
     let (_, hdr) = controller_log(&mut h, buf, 0, 512, true);
     assert_eq!((hdr[382], hdr[383], hdr[384]), (1, 2, 3));
+    let t = h.ctrl.report().telemetry;
+    assert_eq!((t.controller_available, t.controller_generation), (true, 2));
 }
 
 #[test]

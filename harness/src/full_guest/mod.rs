@@ -19,9 +19,9 @@
 //! death through PDEATHSIG).
 
 pub mod nvme_bench;
-pub mod nvme_tools;
-pub mod nvme_traced;
-pub mod script;
+pub(crate) mod nvme_tools;
+pub(crate) mod nvme_traced;
+pub(crate) mod script;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -31,7 +31,7 @@ use xshell::{cmd, Shell};
 
 use crate::emu::EmuDevice;
 use crate::guest::devices::RootPort;
-use crate::guest::{FirstLine, GuestDevice};
+use crate::guest::{BootError, FirstLine, GuestDevice};
 use crate::guest_script::ScriptFile;
 use crate::host::apt::{self, Need};
 use crate::host::{cache_dir, lock_cache, target_dir, workspace_root};
@@ -61,7 +61,6 @@ pub struct Options {
 }
 
 pub struct Outcome {
-    pub run_dir: PathBuf,
     pub truth: TruthReport,
     /// What nvme-cli, fio and e2fsprogs saw of emu-device's NVMe controller.
     pub nvme: nvme_tools::ToolsOutcome,
@@ -146,12 +145,9 @@ pub fn run(sh: &Shell, opts: &Options, phases: &mut Phases) -> Result<Outcome> {
             opts.run_dir.join("console.log").display()
         )
     })?;
-    if rc != 0 {
-        bail!(
-            "the full-guest check failed (rc={rc}); see {}",
-            opts.run_dir.join(files::LOG).display()
-        );
-    }
+    BootError::check_script("the full-guest check", rc, || {
+        format!("see {}", opts.run_dir.join(files::LOG).display())
+    })?;
     // The journal keeps the kernel's boot lines even if a busy systemd boot
     // has pushed them out of the kernel's ring buffer by the time of dmesg.
     let mut kernel_log =
@@ -166,7 +162,6 @@ pub fn run(sh: &Shell, opts: &Options, phases: &mut Phases) -> Result<Outcome> {
         bail!("trace.bin holds no record: the device produced nothing the daemon saw");
     }
     Ok(Outcome {
-        run_dir: opts.run_dir.clone(),
         truth: report,
         nvme: tools,
         traced,
@@ -190,6 +185,15 @@ type Driven = (
 fn drive(guest: &mut Guest, opts: &Options, phases: &mut Phases) -> Result<Driven> {
     let tools = phases.run("nvme-cli, fio, blkdiscard, mkfs.ext4 on the NVMe controller", || {
         nvme_tools::inject_firmware_assert(guest.nvme, guest.share)?;
+        // The guest's two Host-Initiated pulls: the controller's view after each.
+        let mut telemetry_looks = Vec::new();
+        for name in nvme_tools::TELEMETRY_ASKS {
+            let (ask, done) = nvme_tools::ask_files(name);
+            guest.wait_file(&ask, Duration::from_secs(600))?;
+            telemetry_looks.push(nvme_tools::telemetry_look(guest.nvme, &opts.run_dir, name)?);
+            std::fs::write(guest.share.join(done), b"")?;
+        }
+        let telemetry_looks: [serde_json::Value; 2] = telemetry_looks.try_into().expect("one look per name");
         // The guest's fio job across a Controller Fatal Status asks for it.
         guest.wait_file(
             &nvme_tools::fatal_files(nvme_tools::FATAL_TAG).0,
@@ -225,6 +229,7 @@ fn drive(guest: &mut Guest, opts: &Options, phases: &mut Phases) -> Result<Drive
         tools.hmb_toggle = Some(hmb);
         let truth = guest.nvme.request(&hmb_emu_device::control::Request::GroundTruth)?;
         tools.assert_capture = Some(nvme_tools::check_assert_capture(&dir, &truth)?);
+        tools.host_telemetry = Some(nvme_tools::check_host_telemetry(&dir, &telemetry_looks, &truth)?);
         let untraced = nvme_traced::untraced(&crate::journal_truth::journal_from_ground_truth(&truth)?)?;
         // The file system as the guest left it, before the traced run
         // writes over the namespace (the guest waits for OK, idle; every
@@ -481,6 +486,20 @@ fn vm_config(p: &Prepared, run_dir: &Path, share: &Path) -> VmConfig {
     cfg
 }
 
+/// The guest script ended (`line`: its HMBT-ERROR or HMBT-RESULT) while
+/// the host still waited for `what`: a script failure, reported as every
+/// script failure is ([`BootError::check_script`]); its `fail` prints
+/// HMBT-ERROR, then HMBT-RESULT rc=1.
+fn script_ended(line: &str, what: &str) -> anyhow::Error {
+    let code = console::parse_result(line).unwrap_or(1);
+    match BootError::check_script("the full-guest check", code, || {
+        format!("it ended before {what}: {line}")
+    }) {
+        Err(e) => e.into(),
+        Ok(()) => anyhow::anyhow!("the full-guest check ended (rc=0) before {what}: {line}"),
+    }
+}
+
 /// The running guest and device, as the host side of the script sees them.
 struct Guest<'a> {
     vm: &'a mut Vm,
@@ -502,7 +521,7 @@ impl Guest<'_> {
                 l.contains("HMBT-ERROR") || l.contains("HMBT-RESULT")
             }) {
                 Ok(_) if path.exists() => break,
-                Ok(line) => bail!("the guest check stopped before {name}: {line}"),
+                Ok(line) => return Err(script_ended(&line, name)),
                 Err(e) if WaitError::is_timeout(&e) => {}
                 Err(e) => return Err(e),
             }
@@ -526,11 +545,38 @@ impl Guest<'_> {
                 .wait_for("the production time", Duration::from_millis(200), |l| {
                     l.contains("HMBT-ERROR") || l.contains("HMBT-RESULT")
                 }) {
-                Ok(line) => bail!("the guest check stopped while the device produced: {line}"),
+                Ok(line) => return Err(script_ended(&line, "the end of the production time")),
                 Err(e) if WaitError::is_timeout(&e) => {}
                 Err(e) => return Err(e),
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_script_that_ends_early_fails_as_every_script_does() {
+        let code = |e: anyhow::Error| match e.downcast::<BootError>() {
+            Ok(BootError::ScriptFailed { code, detail, .. }) => Some((code, detail)),
+            _ => None,
+        };
+        let (rc, detail) = code(script_ended(
+            "HMBT-ERROR nvme telemetry-log (exit 1)",
+            "nvme-tools.done",
+        ))
+        .unwrap();
+        assert_eq!(rc, 1, "fail() prints rc=1 after its HMBT-ERROR");
+        assert!(
+            detail.contains("before nvme-tools.done") && detail.contains("telemetry-log"),
+            "{detail}"
+        );
+        assert_eq!(code(script_ended("HMBT-RESULT rc=3", "x")).unwrap().0, 3);
+        // Ended well, but too soon: still an error, not a script failure.
+        let early = script_ended("HMBT-RESULT rc=0", "x");
+        assert!(early.to_string().contains("rc=0") && code(early).is_none());
     }
 }

@@ -15,7 +15,7 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use serde_json::Value;
 use xshell::Shell;
 
@@ -27,7 +27,7 @@ use crate::qemu::console;
 
 /// The fio jobs: figure name, fio arguments, and whether the figure is
 /// IOPS (else MB/s).
-pub const JOBS: &[(&str, &str, bool)] = &[
+pub(crate) const JOBS: &[(&str, &str, bool)] = &[
     ("nvme_randread_4k_qd1", "--rw=randread --bs=4k --iodepth=1", true),
     ("nvme_randread_4k_qd32", "--rw=randread --bs=4k --iodepth=32", true),
     ("nvme_read_128k_qd16", "--rw=read --bs=128k --iodepth=16", false),
@@ -39,7 +39,7 @@ pub const JOBS: &[(&str, &str, bool)] = &[
 /// patch series' nvme.ko with the module and the daemon tracing (`on`) and
 /// with `hmb_trace_kb=0` (`off`, no slice: the series' code paths without a
 /// trace), alternating; the figure is on over off.
-pub const COST_JOBS: &[(&str, &str, bool)] = &[
+pub(crate) const COST_JOBS: &[(&str, &str, bool)] = &[
     ("nvme_trace_cost_4k_qd1", "--rw=randread --bs=4k --iodepth=1", true),
     ("nvme_trace_cost_4k_qd32", "--rw=randread --bs=4k --iodepth=32", true),
 ];
@@ -131,8 +131,8 @@ fn timings(share: &std::path::Path) -> Result<Timings> {
 /// The HMB rows (issue 27): ours with the HMB enabled over ours with it disabled, both
 /// under `--timing model` (switched on over the control socket after the rows above):
 /// 4 KiB random-read IOPS at QD1, and its p99 completion latency (lower is better).
-pub const HMB_IOPS: &str = "nvme_randread_4k_qd1_hmb_model";
-pub const HMB_P99: &str = "nvme_randread_4k_qd1_hmb_model_p99";
+pub(crate) const HMB_IOPS: &str = "nvme_randread_4k_qd1_hmb_model";
+pub(crate) const HMB_P99: &str = "nvme_randread_4k_qd1_hmb_model_p99";
 const HMB_BASELINE: &str = "the same controller and job with the HMB disabled (nvme reloaded with max_host_mem_size_mb=0), timing model on, same boot";
 const QEMU_BASELINE: &str = "QEMU 11.1 -device nvme, same guest, same boot";
 
@@ -265,12 +265,9 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<
     emu.shutdown();
     nvme.shutdown();
     let rc = ended?;
-    if rc != 0 {
-        bail!(
-            "the bench guest failed (rc={rc}); see {}",
-            opts.run_dir.join("console.log").display()
-        );
-    }
+    crate::guest::BootError::check_script("the bench guest", rc, || {
+        format!("see {}", opts.run_dir.join("console.log").display())
+    })?;
     let mut figures = Vec::new();
     let all = JOBS.iter().map(|j| (j, "ours", "qemu", QEMU_BASELINE));
     let cost = COST_JOBS.iter().map(|j| {

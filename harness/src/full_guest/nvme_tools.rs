@@ -22,25 +22,29 @@ use crate::guest_script::{self, Script};
 
 /// Namespace size: room for the fio jobs and the discard ranges, and a
 /// small file system; the backing is a sparse file.
-pub const NAMESPACE_BYTES: u64 = 128 << 20;
+pub(crate) const NAMESPACE_BYTES: u64 = 128 << 20;
 /// Prefix of the NVMe controller's sockets and log in the run folder (the
 /// ivshmem emu-device has the plain names).
-pub const PREFIX: &str = "nvme-";
-/// QMP id of the controller.
-pub const DEVICE_ID: &str = "nvme0";
+pub(crate) const PREFIX: &str = "nvme-";
 /// The namespace's backing file in the run folder.
-pub const BACKING: &str = "nvme-namespace.img";
+pub(crate) const BACKING: &str = "nvme-namespace.img";
 /// Folder of the share the guest writes the tools' answers to.
-pub const DIR: &str = "nvme-tools";
+pub(crate) const DIR: &str = "nvme-tools";
 /// The guest has finished with the tools; the host has checked them.
-pub const DONE: &str = "nvme-tools.done";
-pub const OK: &str = "nvme-tools.ok";
+pub(crate) const DONE: &str = "nvme-tools.done";
+pub(crate) const OK: &str = "nvme-tools.ok";
 /// The controller's report at `DONE`, in the run folder.
-pub const STATUS_FILE: &str = "nvme-status.json";
+pub(crate) const STATUS_FILE: &str = "nvme-status.json";
 /// The host has injected a firmware assert (the guest waits for it, then
 /// pulls the Controller-Initiated log into `TELEMETRY_CONTROLLER`).
-pub const ASSERTED: &str = "nvme-assert.done";
-pub const TELEMETRY_CONTROLLER: &str = "telemetry-controller.bin";
+pub(crate) const ASSERTED: &str = "nvme-assert.done";
+pub(crate) const TELEMETRY_CONTROLLER: &str = "telemetry-controller.bin";
+/// The two Host-Initiated logs the guest pulls (`nvme telemetry-log`, each
+/// a Create), the host's look at the controller after each (`ask_files`),
+/// and the 4 KiB reads the guest makes between them.
+pub(crate) const TELEMETRY_HOST: [&str; 2] = ["telemetry-host-1.bin", "telemetry-host-2.bin"];
+pub(crate) const TELEMETRY_ASKS: [&str; 2] = ["telemetry-1", "telemetry-2"];
+const TELEMETRY_READS: u64 = 16;
 
 /// fio jobs: name, I/O engine, block size in KiB, iodepth, offset and size
 /// in MiB (random writes, then fio's own read-back with crc32c
@@ -71,7 +75,7 @@ const RESET_AFTER_WRITES: u64 = 64;
 /// reset`) after as many writes, on its own range.
 const FATAL_JOB_AT_MIB: u64 = 60;
 /// The tag of that failure's rendezvous files (`fatal_files`).
-pub const FATAL_TAG: &str = "tools";
+pub(crate) const FATAL_TAG: &str = "tools";
 /// fio's verifying job across the HMB released (Set Features 0Dh EHM=0) and
 /// returned (EHM=1, MR=1, the driver's own list), both sent with nvme-cli's
 /// admin passthrough: where (MiB) and how much (8 MiB: about 6.8 s of
@@ -90,7 +94,7 @@ const HMB_ACTIONS: [(&str, u64); 5] = [
     ("ask-hmb-on", 160),
 ];
 /// The host's looks of that job, in order (`ask_files`).
-pub const HMB_ASKS: [&str; 3] = ["hmb-before", "hmb-off", "hmb-on"];
+pub(crate) const HMB_ASKS: [&str; 3] = ["hmb-before", "hmb-off", "hmb-on"];
 /// fio's verifying job with trims: where and how much (MiB), the share of
 /// written blocks it trims, and after how many writes it trims a batch.
 /// At offset 0 (over the first fio job's range, already checked): Debian's
@@ -107,7 +111,7 @@ const PROBE_FILE: &str = "data/r3";
 /// The guest script's parameters of harness/guest-scripts/full-guest-nvme-tools.sh
 /// (its function `nvme_tools`, called after the PID 1 check, before the
 /// host-integration steps).
-pub fn guest_section(script: Script) -> Script {
+pub(crate) fn guest_section(script: Script) -> Script {
     let fio: Vec<String> = FIO_JOBS
         .iter()
         .map(|(name, engine, bs, qd, off, size)| format!("{name} {engine} {bs} {qd} {off} {size}"))
@@ -123,6 +127,9 @@ pub fn guest_section(script: Script) -> Script {
         .set("PROBE_FILE", PROBE_FILE)
         .set("ASSERTED", ASSERTED)
         .set("TELEMETRY_CONTROLLER", TELEMETRY_CONTROLLER)
+        .set("TELEMETRY_HOST_1", TELEMETRY_HOST[0])
+        .set("TELEMETRY_HOST_2", TELEMETRY_HOST[1])
+        .set("TELEMETRY_READS", TELEMETRY_READS)
         .set("COMPARE_AT_MIB", COMPARE_AT_MIB)
         .set("NVME_DSM_AT_MIB", NVME_DSM_AT_MIB)
         .set("RESET_JOB_AT_MIB", RESET_JOB_AT_MIB)
@@ -150,44 +157,48 @@ pub fn guest_section(script: Script) -> Script {
 /// What the tools saw, every field checked against the controller.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ToolsOutcome {
-    pub model: String,
-    pub namespace_bytes: u64,
-    pub hmb_bytes: u64,
-    pub hmb_descriptors: u32,
-    pub io_queues: u16,
+    pub(crate) model: String,
+    pub(crate) namespace_bytes: u64,
+    pub(crate) hmb_bytes: u64,
+    pub(crate) hmb_descriptors: u32,
+    pub(crate) io_queues: u16,
     /// fio: bytes written and verified per job.
-    pub fio_bytes: Vec<(String, u64)>,
-    pub data_units_written: u128,
-    pub host_write_commands: u128,
-    pub error_log_entries: u128,
+    pub(crate) fio_bytes: Vec<(String, u64)>,
+    pub(crate) data_units_written: u128,
+    pub(crate) host_write_commands: u128,
+    pub(crate) error_log_entries: u128,
     /// The Controller-Initiated log of the injected firmware assert
     /// ([`check_assert_capture`], set once the ground truth is in).
-    pub assert_capture: Option<crate::nvme_telemetry::ControllerLogOutcome>,
+    pub(crate) assert_capture: Option<crate::nvme_telemetry::ControllerLogOutcome>,
+    /// The two Host-Initiated logs ([`check_host_telemetry`], set once the
+    /// ground truth is in), and the guest seconds of both pulls, the reads
+    /// between them and the host's looks.
+    pub(crate) host_telemetry: Option<(crate::nvme_telemetry::HostLogsOutcome, f64)>,
     /// The map cache across the HMB released and returned ([`check_hmb_toggle`],
     /// set by the host's looks during that job).
-    pub hmb_toggle: Option<HmbToggleOutcome>,
+    pub(crate) hmb_toggle: Option<HmbToggleOutcome>,
     /// fio's trim job: trims sent, of those the ones after their block's
     /// write (read back as zeroes), guest seconds.
-    pub trims: u64,
-    pub trims_verified: u64,
-    pub trim_seconds: f64,
+    pub(crate) trims: u64,
+    pub(crate) trims_verified: u64,
+    pub(crate) trim_seconds: f64,
     /// Guest seconds of the job across the HMB release and return.
-    pub hmb_seconds: f64,
+    pub(crate) hmb_seconds: f64,
     /// Bytes `fstrim` discarded on the mounted file system.
-    pub fstrim_bytes: u64,
+    pub(crate) fstrim_bytes: u64,
 }
 
 /// What the controller showed of its map cache while the guest's verifying
 /// job ran with the HMB released and then returned with MR=1.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct HmbToggleOutcome {
+pub(crate) struct HmbToggleOutcome {
     /// Map cache slots: in the HMB before, in controller SRAM while released.
-    pub slots_in_hmb: u64,
-    pub slots_internal: u64,
+    pub(crate) slots_in_hmb: u64,
+    pub(crate) slots_internal: u64,
     /// Map pages read from NAND by the small internal cache while released.
-    pub map_page_reads_released: u64,
+    pub(crate) map_page_reads_released: u64,
     /// Slots the cache took over unread when the buffer came back (MR=1).
-    pub slots_reused: u64,
+    pub(crate) slots_reused: u64,
 }
 
 impl ToolsOutcome {
@@ -214,6 +225,18 @@ impl ToolsOutcome {
                 c.generation, c.records
             ),
             None => String::new(),
+        } + &match &self.host_telemetry {
+            Some((h, seconds)) => format!(
+                "; log 07h created twice: generations {} -> {}, {} -> {} records, last blocks {} -> {}, {} reads between ({seconds:.1} s)",
+                h.generations[0],
+                h.generations[1],
+                h.records[0],
+                h.records[1],
+                h.last_blocks[0],
+                h.last_blocks[1],
+                h.reads_between
+            ),
+            None => String::new(),
         } + &match &self.hmb_toggle {
             Some(h) => format!(
                 "; HMB released and returned under fio verify ({:.1} s): map cache {} slots in the HMB -> {} internal ({} map page reads) -> {} taken over with MR=1",
@@ -229,7 +252,7 @@ impl ToolsOutcome {
 
 /// Before the guest's tools: a recovered firmware assert on the controller
 /// (`inject firmware-assert`), then `ASSERTED` for the guest.
-pub fn inject_firmware_assert(nvme: &mut crate::nvme_guest::NvmeDevice, share: &Path) -> Result<()> {
+pub(crate) fn inject_firmware_assert(nvme: &mut crate::nvme_guest::NvmeDevice, share: &Path) -> Result<()> {
     use hmb_emu_device::control::{Fault, Request};
     let answer = nvme.request(&Request::Inject(Fault::FirmwareAssert))?;
     ensure!(
@@ -239,31 +262,67 @@ pub fn inject_firmware_assert(nvme: &mut crate::nvme_guest::NvmeDevice, share: &
     std::fs::write(share.join(ASSERTED), b"").context("writing the assert's file to the share")
 }
 
+/// The host's look after one of the guest's Host-Initiated pulls
+/// (`TELEMETRY_ASKS`): the controller's `status`, saved as
+/// `nvme-status-NAME.json`, which holds its own view of log 07h.
+pub(crate) fn telemetry_look(nvme: &mut crate::nvme_guest::NvmeDevice, run_dir: &Path, name: &str) -> Result<Value> {
+    let status = nvme.status()?;
+    std::fs::write(
+        run_dir.join(format!("nvme-status-{name}.json")),
+        serde_json::to_string_pretty(&status)?,
+    )?;
+    Ok(status)
+}
+
+/// The guest's two Host-Initiated logs against the controller's looks after
+/// each and the ground truth's journal (`nvme_telemetry::check_host_logs`),
+/// with the guest seconds they took.
+pub(crate) fn check_host_telemetry(
+    dir: &Path,
+    looks: &[Value; 2],
+    ground_truth: &Value,
+) -> Result<(crate::nvme_telemetry::HostLogsOutcome, f64)> {
+    let outcome = crate::nvme_telemetry::check_host_logs(
+        [&dir.join(TELEMETRY_HOST[0]), &dir.join(TELEMETRY_HOST[1])],
+        [&looks[0], &looks[1]],
+        ground_truth,
+        TELEMETRY_READS,
+    )
+    .context("the Host-Initiated Telemetry logs (nvme telemetry-log)")?;
+    let guest = key_values(&String::from_utf8_lossy(&read(dir, "guest.txt")?));
+    let seconds = guest
+        .get("telemetry.seconds")
+        .context("guest.txt has no telemetry.seconds")?
+        .parse()
+        .context("telemetry.seconds")?;
+    Ok((outcome, seconds))
+}
+
 /// The share's files of the guest's `ask_host NAME`: its request, and the
 /// host's answer.
-pub fn ask_files(name: &str) -> (String, String) {
+pub(crate) fn ask_files(name: &str) -> (String, String) {
     (format!("nvme-{name}.ask"), format!("nvme-{name}.done"))
 }
 
 /// The share's files of the guest's `ask_fatal TAG`: its request, and the
 /// host's answer once CSTS.CFS is set.
-pub fn fatal_files(tag: &str) -> (String, String) {
+pub(crate) fn fatal_files(tag: &str) -> (String, String) {
     ask_files(&format!("fatal-{tag}"))
 }
 
 /// The controller's `status` at each of the host's looks during the HMB job
 /// (`HMB_ASKS`), and its `hmb-audit` at the last.
-pub struct HmbLooks {
-    pub before: Value,
-    pub released: Value,
-    pub returned: Value,
-    pub audit: Value,
+pub(crate) struct HmbLooks {
+    pub(crate) before: Value,
+    pub(crate) released: Value,
+    pub(crate) returned: Value,
+    pub(crate) audit: Value,
 }
 
 /// One of the host's looks during the guest's HMB job (`HMB_ASKS`): the
 /// controller's `status` and `hmb-audit`, saved as `nvme-status-NAME.json`
 /// and `nvme-hmb-audit-NAME.json`.
-pub fn hmb_look(nvme: &mut crate::nvme_guest::NvmeDevice, run_dir: &Path, name: &str) -> Result<(Value, Value)> {
+pub(crate) fn hmb_look(nvme: &mut crate::nvme_guest::NvmeDevice, run_dir: &Path, name: &str) -> Result<(Value, Value)> {
     let status = nvme.status()?;
     std::fs::write(
         run_dir.join(format!("nvme-status-{name}.json")),
@@ -287,7 +346,7 @@ fn bool_at(v: &Value, path: &str) -> Result<bool> {
 /// controller's internal slots (reading map pages from NAND) while the job
 /// went on writing, and came back when the same buffer was returned with
 /// MR=1, taking slots over unread; the HMB audit found no host write.
-pub fn check_hmb_toggle(l: &HmbLooks) -> Result<HmbToggleOutcome> {
+pub(crate) fn check_hmb_toggle(l: &HmbLooks) -> Result<HmbToggleOutcome> {
     const FTL: &str = "/controller/namespace/ftl";
     let ftl = |v: &Value, k: &str| u64_at(v, &format!("{FTL}/{k}"));
     let in_hmb = |v: &Value| bool_at(v, &format!("{FTL}/cache_in_hmb"));
@@ -355,7 +414,7 @@ pub fn check_hmb_toggle(l: &HmbLooks) -> Result<HmbToggleOutcome> {
 /// on the controller (CFS set, the HMB let go, `fatal_errors` one more than
 /// `fatal_before`), then the answer file for the guest. The controller's
 /// status right after the injection is saved as `nvme-status-fatal-TAG.json`.
-pub fn inject_fatal(
+pub(crate) fn inject_fatal(
     nvme: &mut crate::nvme_guest::NvmeDevice,
     share: &Path,
     run_dir: &Path,
@@ -385,7 +444,10 @@ pub fn inject_fatal(
 
 /// The assert's capture as the guest pulled it, against the controller's
 /// journal (`ground-truth`, taken at `DONE`).
-pub fn check_assert_capture(dir: &Path, ground_truth: &Value) -> Result<crate::nvme_telemetry::ControllerLogOutcome> {
+pub(crate) fn check_assert_capture(
+    dir: &Path,
+    ground_truth: &Value,
+) -> Result<crate::nvme_telemetry::ControllerLogOutcome> {
     crate::nvme_telemetry::check_assert_capture(&dir.join(TELEMETRY_CONTROLLER), ground_truth)
 }
 
@@ -547,7 +609,7 @@ fn job_across(
 
 /// Check the tools' answers in `dir` against `status` (serve-nvme's
 /// `status`, taken after the guest's last command).
-pub fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
+pub(crate) fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
     let guest = key_values(&String::from_utf8_lossy(&read(dir, "guest.txt")?));
     let g = |k: &str| guest.get(k).cloned().with_context(|| format!("guest.txt has no {k}"));
     let ns_bytes = u64_at(status, "/controller/namespace/bytes")?;
@@ -847,6 +909,7 @@ pub fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
         host_write_commands: last.host_write_commands,
         error_log_entries: last.error_log_entries,
         assert_capture: None,
+        host_telemetry: None,
         hmb_toggle: None,
         trims,
         trims_verified,
@@ -862,7 +925,7 @@ pub fn check_outputs(dir: &Path, status: &Value) -> Result<ToolsOutcome> {
 /// `fatals` times (at least once per failure: one line per command that
 /// timed out on it), and no other trouble line but those containing one of
 /// `asked` (errors made on purpose).
-pub fn check_recoveries(dmesg: &str, asked: &[&str], queue_setups: usize, fatals: usize) -> Result<()> {
+pub(crate) fn check_recoveries(dmesg: &str, asked: &[&str], queue_setups: usize, fatals: usize) -> Result<()> {
     use crate::nvme_guest::FATAL_DRIVER_LINE;
     let trouble: Vec<&str> = dmesg
         .lines()
@@ -888,12 +951,12 @@ pub fn check_recoveries(dmesg: &str, asked: &[&str], queue_setups: usize, fatals
 
 /// The namespace as a flat image, exported from the backing file's FTL
 /// (`emu-device export-namespace` does the same), beside the backing file.
-pub const EXPORT: &str = "nvme-namespace.export.img";
+pub(crate) const EXPORT: &str = "nvme-namespace.export.img";
 
 /// After QEMU has exited: the file system on the controller's namespace (the
 /// backing file's FTL exported as a flat image) is clean (`e2fsck -fn` on the
 /// host) and holds the probe file the guest wrote, byte for byte (`debugfs -R cat`).
-pub fn check_media(backing: &Path, dir: &Path) -> Result<()> {
+pub(crate) fn check_media(backing: &Path, dir: &Path) -> Result<()> {
     let image = backing.with_file_name(EXPORT);
     hmb_nvme::NamespaceImage::open(backing, NAMESPACE_BYTES)
         .and_then(|mut ns| ns.export(&image))
@@ -1363,6 +1426,9 @@ mod tests {
             "--data=/tmp/cmp-off",
             "reset) run nvme reset /dev/nvme0 ;;",
             "--controller-init --output-file=\"$out/$TELEMETRY_CONTROLLER\"",
+            "TELEMETRY_HOST_2='telemetry-host-2.bin'\n",
+            "run nvme telemetry-log \"$ctrl\" --output-file=\"$out/$TELEMETRY_HOST_1\"\n    ask_host telemetry-1\n",
+            "ask_host telemetry-2\n",
             "HMB_ACTIONS='ask-hmb-before:32 hmb-off:64 ask-hmb-off:96 hmb-on:128 ask-hmb-on:160'\n",
             "hmb-on) hmb_set 3 ;;",
             "--cdw10=0x0d --cdw11=\"$1\"",

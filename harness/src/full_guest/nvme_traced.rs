@@ -32,15 +32,15 @@ use crate::guest_script::{self, Script};
 use crate::journal_truth::{self, Journal, JournalReport};
 
 /// The series' nvme.ko in the share.
-pub const SERIES_NVME: &str = "nvme-series.ko";
+pub(crate) const SERIES_NVME: &str = "nvme-series.ko";
 /// Folder of the share with the run's answers.
-pub const DIR: &str = "nvme-traced";
-pub const DONE: &str = "nvme-traced.done";
-pub const OK: &str = "nvme-traced.ok";
+pub(crate) const DIR: &str = "nvme-traced";
+pub(crate) const DONE: &str = "nvme-traced.done";
+pub(crate) const OK: &str = "nvme-traced.ok";
 /// The daemon's trace of the controller's slice, in `DIR`.
-pub const TRACE: &str = "nvme-trace.bin";
+pub(crate) const TRACE: &str = "nvme-trace.bin";
 /// The tag of the run's fatal-status rendezvous (`nvme_tools::fatal_files`).
-pub const FATAL_TAG: &str = "traced";
+pub(crate) const FATAL_TAG: &str = "traced";
 /// The verifying job: 4 KiB random writes over this many MiB from offset 0,
 /// then its read-back (10240 writes: five lines of the 128 MiB namespace's
 /// FTL, 8 MiB each, so at least four GC runs once the precondition has left
@@ -55,7 +55,7 @@ const MIN_GC_RUNS: u64 = 3;
 /// The guest script's parameters of harness/guest-scripts/full-guest-nvme-traced.sh.
 /// `precondition_mib`: the sequential writes before the trace starts (the
 /// namespace's size: after the tools, that leaves the FTL at its threshold).
-pub fn guest_section(script: Script, precondition_mib: u64) -> Script {
+pub(crate) fn guest_section(script: Script, precondition_mib: u64) -> Script {
     script
         .set("SERIES_NVME", SERIES_NVME)
         .set("TRACED_DIR", DIR)
@@ -86,9 +86,9 @@ const COUNTED: &[(u16, &str, &str)] = &[
 
 /// Records per opcode, and the pages GC moved by its FTL_GC_END records.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct OpCounts {
-    pub by_opcode: BTreeMap<u16, u64>,
-    pub gc_pages_moved: u64,
+pub(crate) struct OpCounts {
+    pub(crate) by_opcode: BTreeMap<u16, u64>,
+    pub(crate) gc_pages_moved: u64,
 }
 
 impl OpCounts {
@@ -108,14 +108,14 @@ impl OpCounts {
 /// What the controller made outside the trace: records while no slice was
 /// adopted (`unadopted`, epoch 0) and records the ring had no room for.
 #[derive(Debug, Default, Clone)]
-pub struct Untraced {
+pub(crate) struct Untraced {
     /// Length of the journal's `unadopted` list.
-    pub unadopted_len: usize,
-    pub counts: OpCounts,
+    pub(crate) unadopted_len: usize,
+    pub(crate) counts: OpCounts,
 }
 
 /// The journal's untraced records (unadopted and dropped), all of them.
-pub fn untraced(journal: &Journal) -> Result<Untraced> {
+pub(crate) fn untraced(journal: &Journal) -> Result<Untraced> {
     ensure!(
         journal.unadopted.len() < hmb_nvme_trace::UNADOPTED_JOURNAL_MAX,
         "the journal's unadopted list is full ({} records): the oldest are gone and the counts cannot add up",
@@ -136,7 +136,7 @@ pub fn untraced(journal: &Journal) -> Result<Untraced> {
 }
 
 /// Records of trace.bin per opcode.
-pub fn trace_counts(trace: &Path) -> Result<OpCounts> {
+pub(crate) fn trace_counts(trace: &Path) -> Result<OpCounts> {
     let file = std::fs::File::open(trace).with_context(|| format!("opening {}", trace.display()))?;
     let mut reader =
         TraceReader::new(std::io::BufReader::new(file)).with_context(|| format!("reading {}", trace.display()))?;
@@ -155,24 +155,24 @@ pub fn trace_counts(trace: &Path) -> Result<OpCounts> {
 /// One FTL record kind: records in the trace, outside it during the run, and
 /// the controller's counter's rise over the run.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct CountCheck {
-    pub record: &'static str,
-    pub counter: &'static str,
-    pub traced: u64,
-    pub untraced: u64,
-    pub counter_rise: u64,
+pub(crate) struct CountCheck {
+    pub(crate) record: &'static str,
+    pub(crate) counter: &'static str,
+    pub(crate) traced: u64,
+    pub(crate) untraced: u64,
+    pub(crate) counter_rise: u64,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct TracedOutcome {
-    pub hmb_trace_kb: u64,
-    pub fio_bytes: u64,
-    pub reset_after_writes: u64,
-    pub fatal_after_writes: u64,
-    pub journal: String,
-    pub epochs: Vec<u64>,
-    pub counts: Vec<CountCheck>,
-    pub gc_pages_moved_traced: u64,
+    pub(crate) hmb_trace_kb: u64,
+    pub(crate) fio_bytes: u64,
+    pub(crate) reset_after_writes: u64,
+    pub(crate) fatal_after_writes: u64,
+    pub(crate) journal: String,
+    pub(crate) epochs: Vec<u64>,
+    pub(crate) counts: Vec<CountCheck>,
+    pub(crate) gc_pages_moved_traced: u64,
 }
 
 impl TracedOutcome {
@@ -207,16 +207,16 @@ fn u64_at(v: &Value, path: &str) -> Result<u64> {
 /// controller's status and untraced records before the run (`before`,
 /// `untraced_before`, taken when the tools were done) and after it, and its
 /// journal after it.
-pub struct RunData<'a> {
-    pub dir: &'a Path,
-    pub before: &'a Value,
-    pub after: &'a Value,
-    pub untraced_before: &'a Untraced,
-    pub journal: &'a Journal,
+pub(crate) struct RunData<'a> {
+    pub(crate) dir: &'a Path,
+    pub(crate) before: &'a Value,
+    pub(crate) after: &'a Value,
+    pub(crate) untraced_before: &'a Untraced,
+    pub(crate) journal: &'a Journal,
 }
 
 /// Check the traced run (see the module's comment).
-pub fn check(run: &RunData) -> Result<TracedOutcome> {
+pub(crate) fn check(run: &RunData) -> Result<TracedOutcome> {
     let guest = super::nvme_tools::key_values(&String::from_utf8_lossy(
         &std::fs::read(run.dir.join("guest.txt")).context("the traced run left no guest.txt")?,
     ));

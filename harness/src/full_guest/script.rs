@@ -13,29 +13,29 @@ use crate::guest_script::{self, Script};
 use crate::images::dkms_prebuilt::DkmsPackage;
 
 /// Files in the share.
-pub mod files {
-    pub const SCRIPT: &str = "run.sh";
+pub(crate) mod files {
+    pub(crate) const SCRIPT: &str = "run.sh";
     /// The module's source tree (kmod/), copied as DKMS wants it in /usr/src.
-    pub const KMOD: &str = "kmod";
+    pub(crate) const KMOD: &str = "kmod";
     /// DKMS's build of the module (see `images::dkms_prebuilt`).
-    pub const DKMS_TAR: &str = "dkms-built.tar";
-    pub const DAEMON: &str = "hmb-trace-daemon";
-    pub const UNIT: &str = "hmb-trace-daemon.service";
-    pub const UDEV_RULE: &str = "60-nvme-hmb-trace.rules";
-    pub const STARTED: &str = "daemon.started";
-    pub const KILL: &str = "kill";
-    pub const RESTARTED: &str = "daemon.restarted";
-    pub const STOP: &str = "stop";
-    pub const TRACE: &str = "trace.bin";
+    pub(crate) const DKMS_TAR: &str = "dkms-built.tar";
+    pub(crate) const DAEMON: &str = "hmb-trace-daemon";
+    pub(crate) const UNIT: &str = "hmb-trace-daemon.service";
+    pub(crate) const UDEV_RULE: &str = "60-nvme-hmb-trace.rules";
+    pub(crate) const STARTED: &str = "daemon.started";
+    pub(crate) const KILL: &str = "kill";
+    pub(crate) const RESTARTED: &str = "daemon.restarted";
+    pub(crate) const STOP: &str = "stop";
+    pub(crate) const TRACE: &str = "trace.bin";
     /// Every command's output (the console gets only the markers).
-    pub const LOG: &str = "guest.log";
-    pub const JOURNAL: &str = "journal.txt";
-    pub const DMESG: &str = "dmesg.txt";
+    pub(crate) const LOG: &str = "guest.log";
+    pub(crate) const JOURNAL: &str = "journal.txt";
+    pub(crate) const DMESG: &str = "dmesg.txt";
 }
 
 /// The check for the module package `pkg`: harness/guest-scripts/
 /// full-guest-check.sh, which calls the NVMe tools' function.
-pub fn check_script(pkg: &DkmsPackage) -> String {
+pub(crate) fn check_script(pkg: &DkmsPackage) -> String {
     let script = Script::new()
         .set("LOG", files::LOG)
         .set("JOURNAL", files::JOURNAL)

@@ -3,19 +3,19 @@
 //! in target/hmb-trace/cache/ and is rebuilt only when an input changes.
 //! See docs/images.md.
 
-pub mod debian_root;
+pub(crate) mod debian_root;
 pub mod debug_kernel;
-pub mod dkms_prebuilt;
-pub mod fetch;
+pub(crate) mod dkms_prebuilt;
+pub(crate) mod fetch;
 pub mod guest_modules;
 pub mod initramfs;
 pub mod kernels;
-pub mod kmod_build;
-pub mod linux_source;
+pub(crate) mod kmod_build;
+pub(crate) mod linux_source;
 pub mod nvme_series;
 pub mod nvme_series_gen;
 pub mod toolchain;
-pub mod vmlinux;
+pub(crate) mod vmlinux;
 
 use crate::host::apt;
 use crate::host::{cache_dir, lock_cache, target_dir, workspace_root};

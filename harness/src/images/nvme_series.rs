@@ -15,7 +15,8 @@ use super::linux_source;
 use crate::host::apt::{self, Need};
 use crate::host::apt_env::AptEnv;
 use crate::host::chroot::ProcMount;
-use crate::host::stamp::{Fingerprint, Stamp};
+use crate::host::keyed_dir::KeyedDir;
+use crate::host::stamp::Fingerprint;
 use crate::host::{cache_dir, lock_cache, workspace_root};
 use anyhow::{bail, ensure, Context, Result};
 use std::path::{Path, PathBuf};
@@ -58,8 +59,9 @@ pub struct SeriesOutcome {
     pub nvme_ko: Option<PathBuf>,
 }
 
-/// `prepare(.., build = true)`, skipped when the series, kmod/ and the
-/// kernel line are what the last passing run was made from: a guest run
+/// `prepare(.., build = true)`, skipped when a passing run was made from
+/// the same series, kmod/ and kernel line (its record, keyed by them, names
+/// its nvme.ko, itself in a folder keyed by its inputs): a guest run
 /// needs the series' nvme.ko, not a fresh copy of the kernel tree and a
 /// checkpatch pass in every test process (about 30 s each, serialised by the
 /// cache lock). `cargo xtask nvme-series` always runs everything.
@@ -79,29 +81,33 @@ pub(crate) fn prepare_cached(sh: &Shell, spec: &KernelSpec) -> Result<SeriesOutc
     fp.add_tree("kmod", &workspace_root().join("kmod"), &|name| {
         super::kmod_build::is_build_product(name)
     })?;
-    let done = cache.join("nvme-series").join(format!("{}.done", spec.name));
-    let stamp = Stamp::new(done.with_extension("stamp"), &fp);
-    if stamp.is_fresh() {
-        if let Ok(text) = std::fs::read_to_string(&done) {
-            let mut lines = text.lines();
-            if let (Some(source), Some(ko)) = (lines.next(), lines.next()) {
-                let ko = PathBuf::from(ko);
-                if ko.is_file() {
-                    return Ok(SeriesOutcome {
-                        kernel: spec.name.clone(),
-                        source: source.to_string(),
-                        patched_tree: cache.join("nvme-series").join(spec.debian_name()).join("tree"),
-                        nvme_ko: Some(ko),
-                    });
-                }
+    // Keyed by those inputs (not one file per kernel that the last run of
+    // any worktree rewrote): a worktree with another series or kmod/ finds
+    // its own record, never one that points at another series' nvme.ko.
+    let done = cache
+        .join("nvme-series")
+        .join(format!("{}-{}.done", spec.name, fp.hex()));
+    if let Ok(text) = std::fs::read_to_string(&done) {
+        let mut lines = text.lines();
+        if let (Some(source), Some(ko)) = (lines.next(), lines.next()) {
+            let ko = PathBuf::from(ko);
+            // Its keyed folder still there, its build finished (`KeyedDir`).
+            if ko.is_file() && ko.with_file_name("built").is_file() {
+                return Ok(SeriesOutcome {
+                    kernel: spec.name.clone(),
+                    source: source.to_string(),
+                    patched_tree: cache.join("nvme-series").join(spec.debian_name()).join("tree"),
+                    nvme_ko: Some(ko),
+                });
             }
         }
     }
-    stamp.invalidate()?;
     let outcome = prepare(sh, spec, true)?;
     let ko = outcome.nvme_ko.as_ref().context("the series built no nvme.ko")?;
-    std::fs::write(&done, format!("{}\n{}\n", outcome.source, ko.display()))?;
-    stamp.record()?;
+    // Whole or not at all: a reader never sees half a record.
+    let partial = done.with_extension(format!("partial-{}", std::process::id()));
+    std::fs::write(&partial, format!("{}\n{}\n", outcome.source, ko.display()))?;
+    std::fs::rename(&partial, &done)?;
     Ok(outcome)
 }
 
@@ -296,33 +302,30 @@ pub(crate) fn build_nvme_ko(
             (format!("/usr/src/{headers}"), headers)
         }
     };
-    let (build_dir, inside) = match env {
-        AptEnv::Host => (cache.join("nvme-ko").join(&spec.name), None),
-        AptEnv::Chroot(c) => {
-            let inside = format!("/build/nvme-ko-{}", spec.name);
-            (c.host_path(&inside), Some(inside))
-        }
+    let key = nvme_ko_key(spec, kernel, &headers, &series_patches(spec.debian_name())?, patched)?;
+    // One folder per key (`KeyedDir`): worktrees with other series build
+    // beside this one, never over it, and a folder only ever holds its key's build.
+    let (parent, inside_parent) = match env {
+        AptEnv::Host => (cache.join("nvme-ko"), None),
+        AptEnv::Chroot(c) => (c.host_path(CHROOT_BUILDS), Some(CHROOT_BUILDS)),
     };
-    let mut fp = Fingerprint::new();
-    fp.add_str("recipe", "2")
-        .add_str("headers", &headers)
-        .add_str("kbuild", NVME_KBUILD);
-    for f in DRIVER_FILES {
-        fp.add_file(f, &patched.join("drivers/nvme/host").join(f))?;
-    }
-    for h in SHARED_HEADERS {
-        fp.add_file(h, &patched.join(h))?;
-    }
-    let stamp = Stamp::new(cache.join("nvme-ko").join(format!("{}.stamp", spec.name)), &fp);
+    std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
+    let keyed = KeyedDir::new(&parent, &spec.name, &key);
+    let build_dir = keyed.dir();
     let ko = build_dir.join("nvme.ko");
-    if stamp.is_fresh() && ko.is_file() {
+    if keyed.is_built() && ko.is_file() {
         return Ok(ko);
     }
-    stamp.invalidate()?;
-    if build_dir.exists() {
-        std::fs::remove_dir_all(&build_dir)?;
-    }
-    std::fs::create_dir_all(&build_dir)?;
+    keyed.start()?;
+    let inside = inside_parent.map(|p| {
+        format!(
+            "{p}/{}",
+            build_dir
+                .file_name()
+                .expect("a keyed folder has a name")
+                .to_string_lossy()
+        )
+    });
     for f in DRIVER_FILES {
         std::fs::copy(patched.join("drivers/nvme/host").join(f), build_dir.join(f))?;
     }
@@ -360,7 +363,7 @@ pub(crate) fn build_nvme_ko(
         String::from_utf8_lossy(&log.stdout),
         String::from_utf8_lossy(&log.stderr)
     );
-    std::fs::write(build_dir.with_extension("log"), &text)?;
+    std::fs::write(build_dir.join("build.log"), &text)?;
     let warnings: Vec<&str> = text.lines().filter(|l| l.to_lowercase().contains("warning")).collect();
     if !log.status.success() || !warnings.is_empty() || !ko.is_file() {
         print!("{text}");
@@ -370,9 +373,53 @@ pub(crate) fn build_nvme_ko(
             warnings.len()
         );
     }
-    stamp.record()?;
+    keyed.mark_built()?;
+    for old in keyed.prune()? {
+        println!(
+            "    removed {} (an nvme.ko of other inputs, not used lately)",
+            old.display()
+        );
+    }
     println!("    built {} (W=1 -Werror clean)", ko.display());
     Ok(ko)
+}
+
+/// Where a chroot's nvme.ko builds go, inside the chroot.
+const CHROOT_BUILDS: &str = "/build/nvme-ko";
+
+/// The key of one replacement nvme.ko: everything it is built from. The
+/// kernel (its name, the resolved ABI and package version, and the headers
+/// or debug tree built against), the series' patches as committed, the
+/// patched driver files and headers the build compiles, and the recipe
+/// (Kbuild). Another series, kernel or recipe gets another folder.
+pub(crate) fn nvme_ko_key(
+    spec: &KernelSpec,
+    kernel: &ResolvedKernel,
+    headers: &str,
+    patches: &[PathBuf],
+    patched: &Path,
+) -> Result<Fingerprint> {
+    let mut fp = Fingerprint::new();
+    fp.add_str("recipe", "3")
+        .add_str("kernel", &spec.name)
+        .add_str("abi", &kernel.abi)
+        .add_str("version", &kernel.version)
+        .add_str("headers", headers)
+        .add_str("kbuild", NVME_KBUILD);
+    for p in patches {
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        fp.add_file(&format!("patch {name}"), p)?;
+    }
+    for f in DRIVER_FILES {
+        fp.add_file(f, &patched.join("drivers/nvme/host").join(f))?;
+    }
+    for h in SHARED_HEADERS {
+        fp.add_file(h, &patched.join(h))?;
+    }
+    Ok(fp)
 }
 
 #[cfg(test)]
@@ -414,6 +461,79 @@ mod tests {
             std::fs::read_to_string(pristine.join("drivers/a.c")).unwrap(),
             "int a;\n"
         );
+    }
+
+    /// The nvme.ko key follows every input of the build: a patch, a driver
+    /// file or header of the patched tree, the kernel; the same inputs give
+    /// the same key (a warm cache is found again).
+    #[test]
+    fn the_nvme_ko_key_changes_with_the_series_and_the_kernel() {
+        let dir = tempfile::tempdir().unwrap();
+        let patched = dir.path().join("tree");
+        for f in DRIVER_FILES {
+            let p = patched.join("drivers/nvme/host").join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, format!("/* {f} */\n")).unwrap();
+        }
+        for h in SHARED_HEADERS {
+            let p = patched.join(h);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, format!("/* {h} */\n")).unwrap();
+        }
+        let patch = dir.path().join("0001-nvme-pci-hmb-trace.patch");
+        std::fs::write(&patch, "--- a/x\n+++ b/x\n").unwrap();
+        let spec = kernels::KernelSpec {
+            name: "6.1".into(),
+            suite: "bookworm".into(),
+            image_package: "linux-image-amd64".into(),
+            headers: kernels::Headers::Host,
+            debug: false,
+        };
+        let kernel = ResolvedKernel {
+            abi: "6.1.0-57-amd64".into(),
+            version: "6.1.192-3".into(),
+            packages: Vec::new(),
+        };
+        let headers = kernel.headers_package();
+        let key = |spec: &KernelSpec, kernel: &ResolvedKernel| {
+            nvme_ko_key(spec, kernel, &headers, std::slice::from_ref(&patch), &patched)
+                .unwrap()
+                .hex()
+        };
+        let base = key(&spec, &kernel);
+        assert_eq!(base, key(&spec, &kernel), "same inputs, same key");
+        let mut seen = vec![base.clone()];
+        let mut differs = |what: &str, k: String| {
+            assert!(!seen.contains(&k), "{what}: the key did not change");
+            seen.push(k);
+        };
+        std::fs::write(&patch, "--- a/x\n+++ b/x\n@@ another series\n").unwrap();
+        differs("a patch", key(&spec, &kernel));
+        std::fs::write(patched.join("drivers/nvme/host/pci.c"), "/* patched otherwise */\n").unwrap();
+        differs("pci.c", key(&spec, &kernel));
+        std::fs::write(patched.join(SHARED_HEADERS[0]), "/* another layout */\n").unwrap();
+        differs("a shared header", key(&spec, &kernel));
+        let newer = ResolvedKernel {
+            abi: "6.1.0-58-amd64".into(),
+            ..kernel.clone()
+        };
+        differs("the kernel's ABI", key(&spec, &newer));
+        let rebuilt = ResolvedKernel {
+            version: "6.1.192-4".into(),
+            ..kernel.clone()
+        };
+        differs("the kernel's package version", key(&spec, &rebuilt));
+        let other = KernelSpec {
+            name: "6.12".into(),
+            ..spec.clone()
+        };
+        differs("the kernel line", key(&other, &kernel));
+        // The folder follows the key, per kernel line.
+        let cache = dir.path().join("nvme-ko");
+        let mut fp = Fingerprint::new();
+        fp.add_str("x", "y");
+        let folder = KeyedDir::new(&cache, &spec.name, &fp).dir();
+        assert_eq!(folder, cache.join(format!("6.1-{}", fp.hex())));
     }
 
     #[test]

@@ -69,6 +69,16 @@ impl HostTelemetry {
         ci.stamp(&mut log);
         log
     }
+
+    /// Host-Initiated Data Generation Number of the last create (0: none yet).
+    pub(crate) fn generation(&self) -> u8 {
+        self.generation
+    }
+
+    /// Data Area 3 Last Block of the last create (0 before the first: no data).
+    pub(crate) fn last_block(&self) -> u16 {
+        last_block(&self.log)
+    }
 }
 
 /// The Controller-Initiated log (08h): a snapshot the controller took on its own
@@ -139,11 +149,21 @@ impl ControllerTelemetry {
         log
     }
 
+    /// Data Area 3 Last Block of the capture (0 before the first: no data).
+    pub(crate) fn last_block(&self) -> u16 {
+        last_block(&self.log)
+    }
+
     /// Bytes 382 (Data Available) and 383 (Generation Number) of either log's header.
     fn stamp(&self, log: &mut [u8]) {
         log[382] = u8::from(self.available);
         log[383] = self.generation;
     }
+}
+
+/// Data Area 3 Last Block of a framed log (bytes 12-13); 0 for none yet.
+fn last_block(log: &[u8]) -> u16 {
+    log.get(12..14).map_or(0, |b| u16::from_le_bytes([b[0], b[1]]))
 }
 
 /// The header and the data, padded to whole blocks. Data over the data areas 1-3 limit
