@@ -272,8 +272,11 @@ impl Row<'_> {
     /// `{v:<width}` (`width <= NUM`)
     #[inline]
     fn u64_left(&mut self, v: u64, width: usize) {
-        self.u64(v);
-        self.spaces(width.saturating_sub(digit_count(v)));
+        // The digit count once (not again for the padding).
+        let n = digit_count(v);
+        write_digits(&mut self.b[self.i..self.i + n], v);
+        self.i += n;
+        self.spaces(width.saturating_sub(n));
     }
 
     /// `{opcode:#06x}`: a u16 always gives "0x" and four digits.

@@ -115,3 +115,59 @@ fn stats_on_both_cores_is_one_walk(#[case] workload: Workload, #[case] seed: u64
     assert!(cw.end.error.is_some());
     assert_eq!(serde_json::to_string(&cs).unwrap(), serde_json::to_string(&ss).unwrap());
 }
+
+/// `stats` and `stats --json` of the real binary on a mapped file (both
+/// cores) print byte for byte what they print on the same bytes from stdin
+/// (streamed: one walk, the code the split is merged to equal).
+fn binary_split_equals_stdin(path: &std::path::Path) {
+    for args in [&["stats"][..], &["stats", "--json"][..]] {
+        let run = |file: Option<&std::path::Path>| {
+            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_hmb-trace-analyze"));
+            cmd.arg("--no-progress").args(args);
+            match file {
+                Some(f) => {
+                    cmd.arg(f);
+                }
+                None => {
+                    cmd.arg("-").stdin(std::fs::File::open(path).unwrap());
+                }
+            }
+            let out = cmd.output().unwrap();
+            (out.status.code(), out.stdout, out.stderr)
+        };
+        let (mapped, streamed) = (run(Some(path)), run(None));
+        assert_eq!(mapped.0, streamed.0, "{args:?}: exit code");
+        assert!(mapped.1 == streamed.1, "{args:?}: stdout differs on {}", path.display());
+        assert!(!mapped.1.is_empty());
+    }
+}
+
+/// The bench's trace (the ssd workload, two epochs, drops with and without
+/// LOST markers, a freeze), at 12 MB.
+#[test]
+fn stats_binary_on_both_cores_prints_the_one_walk() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.bin");
+    let mut spec = spec(Workload::Ssd, 7);
+    spec.epochs.truncate(2);
+    for e in &mut spec.epochs {
+        e.seqs = 115_000;
+    }
+    write_trace(std::fs::File::create(&path).unwrap(), &spec).unwrap();
+    assert!(std::fs::metadata(&path).unwrap().len() as usize >= 2 * PARALLEL_MIN_BYTES);
+    binary_split_equals_stdin(&path);
+}
+
+/// A guest's trace.bin (a TCG guest's drain, e.g. the `guest` folder of a
+/// `cargo xtask bench --guest` run: `trace.bin` of 348 MB): no such file is
+/// in the repository, so this runs on request:
+/// `HMB_TRACE_GUEST_TRACE=/path/trace.bin cargo test -p hmb-trace-analyze
+/// --test parallel_stats -- --ignored guest`.
+#[test]
+#[ignore = "needs a guest trace: HMB_TRACE_GUEST_TRACE=/path/trace.bin"]
+fn stats_binary_on_both_cores_prints_the_one_walk_on_a_guest_trace() {
+    let path = std::env::var_os("HMB_TRACE_GUEST_TRACE").expect("HMB_TRACE_GUEST_TRACE names a guest's trace.bin");
+    let path = std::path::PathBuf::from(path);
+    assert!(std::fs::metadata(&path).unwrap().len() as usize >= PARALLEL_MIN_BYTES);
+    binary_split_equals_stdin(&path);
+}

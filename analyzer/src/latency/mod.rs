@@ -18,9 +18,12 @@
 //! offsets, the pair's number) and a dense table lookup for the series of
 //! a small source. `stats` splits a mapped file over two threads
 //! (`parallel.rs`): the later part's [`Latency::new_part`] keeps its field
-//! latencies (HDR histograms add exactly) and logs its begin/end records
-//! and epoch starts, which [`Latency::merge`] replays in file order on the
-//! earlier part's state; docs/performance.md states the rule.
+//! latencies and matches its own pairs (HDR histograms add exactly), and
+//! logs what only the earlier part's state decides (the first touch of each
+//! key, which may replace or close a pair open at the cut), every change of
+//! a queue depth and its epoch starts; [`Latency::merge`] applies that log
+//! in file order on the earlier part's state. docs/analyzer.md states the
+//! rule.
 
 mod hist;
 mod plan;
@@ -51,9 +54,12 @@ const MAX_DEPTH_SOURCES: usize = 256;
 const FIRST_BIN_NS: u64 = 1_000;
 /// Sources below this find their series in a flat table.
 const DENSE_SOURCES: u32 = 1 << 16;
-/// Begin/end records a later part logs at most (24 bytes each); the rest of
-/// its part is walked again for its pairs by the merge.
-const MAX_LOGGED_PAIRS: usize = (64 << 20) / std::mem::size_of::<PairOp>();
+/// Entries a later part logs at most (16 bytes each); past that it hands
+/// its open pairs over and the merge walks the rest of its part for pairs.
+const MAX_LOGGED_OPS: usize = (64 << 20) / std::mem::size_of::<PairOp>();
+/// Keys a later part keeps at most while it is still in the epoch it
+/// started in (open pairs and keys it has seen closed): as for a full log.
+const MAX_TOUCHED: usize = 2 * MAX_OPEN;
 const NO_SERIES: u32 = u32::MAX;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -116,18 +122,37 @@ struct Slots {
     by_source: Vec<u32>,
 }
 
-/// A begin/end record or an epoch start of a later part, for the merge.
+/// What one entry of a later part's log asks of the merge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpKind {
+    /// A pair opened (a new begin): the depth of (action, source) goes up.
+    Up,
+    /// A pair closed: the depth of its begin's (action, source) goes down.
+    Down,
+    /// An epoch started: nothing is open.
+    Epoch,
+    /// The first begin of a key in the part's first epoch: it replaces a
+    /// pair open at the cut (no depth change) or opens one (depth up).
+    FirstBegin,
+    /// The first end of a key in the part's first epoch: it closes a pair
+    /// open at the cut, if any.
+    FirstEnd,
+}
+
+/// One entry of a later part's log (`OpKind`); a first touch's key is the
+/// next one of `PartLog::firsts`.
 #[derive(Debug, Clone, Copy)]
 struct PairOp {
     ts: u64,
-    /// The pair's one-word key (`KeyAt::read_word`).
-    key: u64,
     source: u32,
-    /// The action's index; `EPOCH` for an epoch start.
+    /// The action's index (a begin's for `Up`/`Down`).
     action: u16,
+    kind: OpKind,
 }
 
-const EPOCH: u16 = u16::MAX;
+/// An open-pair entry's action while the key is closed: a later part keeps
+/// the keys it has seen in its first epoch, to tell a first touch.
+const CLOSED: u16 = u16::MAX;
 
 /// The open pair of a key: begin timestamp, source, the begin's action.
 type Open = (u64, u32, u16);
@@ -187,10 +212,28 @@ pub struct Latency<'c> {
 
 struct PartLog {
     ops: Vec<PairOp>,
+    /// The keys of the first touches, in log order.
+    firsts: Vec<u64>,
     /// Most entries of `ops`.
     cap: usize,
-    /// The offset of the first item not logged once the log was full.
+    /// Where the part stopped matching pairs (log or key table full, or
+    /// keys that do not pack): the merge takes its open pairs over and
+    /// walks on from there.
     full_at: Option<u64>,
+    /// Still in the epoch the part started in (before its first EPOCH
+    /// marker): keys seen closed are kept, first touches logged.
+    first_epoch: bool,
+    /// Keys kept closed (`CLOSED` entries).
+    closed: usize,
+    /// Most pairs open at once in the first epoch.
+    peak_open: usize,
+}
+
+/// What a later part's begin or end did to its own open pairs.
+enum Touch {
+    Nothing,
+    /// Matched: the paired value and the begin's source.
+    Closed(u64, u32),
 }
 
 impl<'c> Latency<'c> {
@@ -224,10 +267,14 @@ impl<'c> Latency<'c> {
         let mut lat = Self::new(catalog);
         lat.part = Some(PartLog {
             ops: Vec::new(),
-            cap: MAX_LOGGED_PAIRS,
-            // Keys that do not pack are not logged: the merge walks the
-            // part again for its pairs.
+            firsts: Vec::new(),
+            cap: MAX_LOGGED_OPS,
+            // Keys that do not pack are not matched here: the merge walks
+            // the part again for its pairs.
             full_at: (!lat.plans.keys_pack).then_some(start),
+            first_epoch: true,
+            closed: 0,
+            peak_open: 0,
         });
         lat
     }
@@ -404,14 +451,22 @@ impl<'c> Latency<'c> {
         match *ev {
             Event::Record { item, .. } => self.add_record(item),
             Event::EpochStart { offset, .. } => match &mut self.part {
-                Some(log) => log_op(log, offset, || {
-                    Some(PairOp {
-                        ts: 0,
-                        key: 0,
-                        source: 0,
-                        action: EPOCH,
-                    })
-                }),
+                Some(log) => {
+                    if log.full_at.is_none() && log_full(log, offset) {
+                        return;
+                    }
+                    if log.full_at.is_none() {
+                        log.ops.push(PairOp {
+                            ts: 0,
+                            source: 0,
+                            action: 0,
+                            kind: OpKind::Epoch,
+                        });
+                        log.first_epoch = false;
+                        log.closed = 0;
+                        self.clear_open();
+                    }
+                }
                 None => self.epoch_start(),
             },
             _ => {}
@@ -420,12 +475,16 @@ impl<'c> Latency<'c> {
 
     /// Pairs never span epochs: the ring restarted, nothing is open.
     fn epoch_start(&mut self) {
+        self.clear_open();
+        self.depth.iter_mut().for_each(|(_, d)| d.open = 0);
+    }
+
+    fn clear_open(&mut self) {
         for o in &mut self.open {
             o.narrow.clear();
             o.wide.clear();
         }
         self.open_count = 0;
-        self.depth.iter_mut().for_each(|(_, d)| d.open = 0);
     }
 
     #[inline]
@@ -441,16 +500,11 @@ impl<'c> Latency<'c> {
                 }
             }
             Action::Begin { pair, key } => {
-                if let Some(log) = &mut self.part {
-                    // Logged only when every key is narrow (`new_part`).
-                    log_op(log, item.offset, || {
-                        key.read_word(p).map(|k| PairOp {
-                            ts: item.timestamp_ns(),
-                            key: k,
-                            source: item.source(),
-                            action: ai as u16,
-                        })
-                    });
+                if self.part.is_some() {
+                    // Only when every key is narrow (`new_part`).
+                    if let Some(k) = key.read_word(p) {
+                        self.part_begin(ai, pair, k, item);
+                    }
                 } else if let Some(k) = PairKey::read(&key, p) {
                     self.begin(ai, pair, k, item.timestamp_ns(), item.source());
                 }
@@ -459,19 +513,121 @@ impl<'c> Latency<'c> {
                 if let Some(v) = duration.and_then(|f| f.read(p)) {
                     self.both(ai, opcode, Measure::Field, item.source(), v);
                 }
-                if let Some(log) = &mut self.part {
-                    log_op(log, item.offset, || {
-                        key.read_word(p).map(|k| PairOp {
-                            ts: item.timestamp_ns(),
-                            key: k,
-                            source: item.source(),
-                            action: ai as u16,
-                        })
-                    });
+                if self.part.is_some() {
+                    if let Some(k) = key.read_word(p) {
+                        self.part_end(ai, opcode, pair, k, item);
+                    }
                 } else if let Some(k) = PairKey::read(&key, p) {
                     self.end(ai, opcode, pair, k, item.timestamp_ns());
                 }
             }
+        }
+    }
+
+    /// A later part's begin: matched on its own pairs as one walk would
+    /// once the key has been touched in the part; the first touch is left
+    /// to the merge (it may replace a pair open at the cut).
+    #[inline]
+    fn part_begin(&mut self, action: usize, pair: u16, k: u64, item: &Item<'_>) {
+        let Some(log) = self.part.as_mut() else {
+            return;
+        };
+        if log.full_at.is_some() || log_full(log, item.offset) {
+            return;
+        }
+        if log.first_epoch && self.open_count + log.closed >= MAX_TOUCHED {
+            log.full_at = Some(item.offset);
+            return;
+        }
+        // One walk's limit, checked as `begin` checks it (the merge makes
+        // sure one walk's count stays below it too).
+        if self.open_count >= MAX_OPEN {
+            return;
+        }
+        let (ts, source) = (item.timestamp_ns(), item.source());
+        let v = (ts, source, action as u16);
+        let op = |kind| PairOp {
+            ts,
+            source,
+            action: action as u16,
+            kind,
+        };
+        match self.open[pair as usize].narrow.entry(k) {
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                let was = e.insert(v);
+                if was.2 == CLOSED {
+                    self.open_count += 1;
+                    log.closed -= 1;
+                    log.ops.push(op(OpKind::Up));
+                }
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(v);
+                self.open_count += 1;
+                if log.first_epoch {
+                    log.ops.push(op(OpKind::FirstBegin));
+                    log.firsts.push(k);
+                } else {
+                    log.ops.push(op(OpKind::Up));
+                }
+            }
+        }
+        if log.first_epoch {
+            log.peak_open = log.peak_open.max(self.open_count);
+        }
+    }
+
+    /// A later part's end: as `part_begin`.
+    #[inline]
+    fn part_end(&mut self, action: usize, opcode: u16, pair: u16, k: u64, item: &Item<'_>) {
+        let Some(log) = self.part.as_mut() else {
+            return;
+        };
+        if log.full_at.is_some() || log_full(log, item.offset) {
+            return;
+        }
+        if log.first_epoch && self.open_count + log.closed >= MAX_TOUCHED {
+            log.full_at = Some(item.offset);
+            return;
+        }
+        let ts = item.timestamp_ns();
+        let map = &mut self.open[pair as usize].narrow;
+        let touch = match map.get_mut(&k) {
+            Some(v) if v.2 != CLOSED => {
+                let (begin, source, begin_action) = *v;
+                if log.first_epoch {
+                    v.2 = CLOSED;
+                    log.closed += 1;
+                } else {
+                    map.remove(&k);
+                }
+                self.open_count -= 1;
+                log.ops.push(PairOp {
+                    ts,
+                    source,
+                    action: begin_action,
+                    kind: OpKind::Down,
+                });
+                Touch::Closed(ts.saturating_sub(begin), source)
+            }
+            Some(_) => Touch::Nothing,
+            None => {
+                if log.first_epoch {
+                    map.insert(k, (0, 0, CLOSED));
+                    log.closed += 1;
+                    log.ops.push(PairOp {
+                        ts,
+                        source: 0,
+                        action: action as u16,
+                        kind: OpKind::FirstEnd,
+                    });
+                    log.firsts.push(k);
+                }
+                Touch::Nothing
+            }
+        };
+        if let Touch::Closed(v, source) = touch {
+            self.both(action, opcode, Measure::Paired, source, v);
         }
     }
 
@@ -511,36 +667,63 @@ impl<'c> Latency<'c> {
     /// `header` its header; `later_end` is where the later part's walk
     /// ended. The result is what one walk over both parts gives:
     ///
-    /// * its begin/end records and epoch starts are replayed here in file
-    ///   order (from the log, then, if the log filled up, by walking the
-    ///   rest of the part again for them), so pairs open across the cut,
-    ///   the open-pair limit and every queue-depth bin come out as in one
-    ///   walk;
-    /// * its field latencies are added histogram to histogram (HDR counts
-    ///   add; the maximum is the larger).
+    /// * the later part matched its own pairs; its log is applied here in
+    ///   file order: each key's first touch in the part's first epoch on
+    ///   the pairs open at the cut (a begin replaces one, an end closes
+    ///   one), every depth change and epoch start, so every queue-depth
+    ///   value and bin comes out of one walk's sequence of changes;
+    /// * where the part stopped matching (its log full), its open pairs are
+    ///   taken over and the rest of the part is walked here for pairs;
+    /// * its field and paired latencies are added histogram to histogram
+    ///   (HDR counts add; the maximum is the larger).
     ///
-    /// Which per-source series exist depends on the order values arrive in
-    /// once `MAX_SERIES` is reached; when the parts together reach it (or
-    /// either dropped a value) the latencies are computed again in one walk
-    /// of the whole file.
-    pub(crate) fn merge(&mut self, later: Latency<'c>, bytes: &[u8], header: &FileHeader, later_end: u64) {
-        let Some(log) = later.part.as_ref() else {
+    /// One walk computes the latencies again instead when the open-pair
+    /// limit could have come into play (pairs open at the cut plus the
+    /// part's own peak), and when the series cap did (which per-source
+    /// series exist then depends on the order values arrive in).
+    pub(crate) fn merge(&mut self, mut later: Latency<'c>, bytes: &[u8], header: &FileHeader, later_end: u64) {
+        let Some(log) = later.part.take() else {
             return;
         };
+        if self.open_count + log.peak_open >= MAX_OPEN {
+            *self = Self::one_walk(self.catalog, bytes, header);
+            return;
+        }
+        let mut firsts = log.firsts.iter().copied();
         for op in &log.ops {
-            if op.action == EPOCH {
-                self.epoch_start();
-                continue;
-            }
             let ai = op.action as usize;
-            let (opcode, &action) = self.plans.action(ai);
-            match action {
-                Action::Begin { pair, .. } => self.begin(ai, pair, PairKey::Word(op.key), op.ts, op.source),
-                Action::End { pair, .. } => self.end(ai, opcode, pair, PairKey::Word(op.key), op.ts),
-                Action::Span { .. } => {}
+            match op.kind {
+                OpKind::Epoch => self.epoch_start(),
+                OpKind::Up => self.depth_change(ai, op.source, op.ts, true),
+                OpKind::Down => self.depth_change(ai, op.source, op.ts, false),
+                OpKind::FirstBegin => {
+                    let (k, pair) = (firsts.next().unwrap_or_default(), self.pair_of(ai));
+                    if self.open[pair].narrow.remove(&k).is_some() {
+                        // Replaced: one walk changes no depth; the part
+                        // counts the pair as its own.
+                        self.open_count -= 1;
+                    } else {
+                        self.depth_change(ai, op.source, op.ts, true);
+                    }
+                }
+                OpKind::FirstEnd => {
+                    let (k, pair) = (firsts.next().unwrap_or_default(), self.pair_of(ai));
+                    if let Some((begin, source, begin_action)) = self.open[pair].narrow.remove(&k) {
+                        self.open_count -= 1;
+                        let opcode = self.plans.action(ai).0;
+                        self.both(ai, opcode, Measure::Paired, source, op.ts.saturating_sub(begin));
+                        self.depth_change(begin_action as usize, source, op.ts, false);
+                    }
+                }
             }
         }
         if let Some(from) = log.full_at {
+            for (mine, theirs) in self.open.iter_mut().zip(&later.open) {
+                for (&k, &v) in theirs.narrow.iter().filter(|(_, v)| v.2 != CLOSED) {
+                    mine.narrow.insert(k, v);
+                    self.open_count += 1;
+                }
+            }
             self.pairs_from(bytes, header, from, later_end);
         }
         let union = self.series.len() + later.series.iter().filter(|s| !self.index.contains_key(&s.key)).count();
@@ -563,6 +746,14 @@ impl<'c> Latency<'c> {
         }
         // The dense caches stay right: a series' index does not change, and
         // one they do not name is found through `index`.
+    }
+
+    /// The pair number of a begin or end action.
+    fn pair_of(&self, action: usize) -> usize {
+        match self.plans.action(action).1 {
+            Action::Begin { pair, .. } | Action::End { pair, .. } => *pair as usize,
+            Action::Span { .. } => 0,
+        }
     }
 
     /// The begin/end records and epoch starts of `bytes[from..to)` (item
@@ -690,21 +881,15 @@ impl<'c> Latency<'c> {
     }
 }
 
-/// Log one begin/end record or epoch start of a later part (`make`: None
-/// when the record has no key to match), until the log is full; from then
-/// on only where the rest of the part starts is kept.
+/// Whether a later part's log is full at the item at `offset` (then
+/// noted: the part stops matching pairs there).
 #[inline(always)]
-fn log_op(log: &mut PartLog, offset: u64, make: impl FnOnce() -> Option<PairOp>) {
-    if log.full_at.is_some() {
-        return;
-    }
+fn log_full(log: &mut PartLog, offset: u64) -> bool {
     if log.ops.len() >= log.cap {
         log.full_at = Some(offset);
-        return;
+        return true;
     }
-    if let Some(op) = make() {
-        log.ops.push(op);
-    }
+    false
 }
 
 #[cfg(test)]
