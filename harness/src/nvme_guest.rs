@@ -75,6 +75,10 @@ pub struct NvmeTools {
     pub stock_modules: Vec<String>,
     /// With the trace: the patched driver and our module.
     pub trace: Option<TraceParts>,
+    /// The kernel has lockdep (its config: `CONFIG_PROVE_LOCKING=y`, the
+    /// debug kernel): the run must end with lockdep still on, and the
+    /// personality phase leaves the fatal path out (nvme_personalities).
+    pub has_lockdep: bool,
 }
 
 impl std::ops::Deref for NvmeTools {
@@ -114,6 +118,13 @@ pub fn prepare(sh: &Shell, kernel: Option<&str>, trace: bool, phases: &mut Phase
         image.kernel_name,
         stock_modules
     );
+    let config = crate::images::linux_source::find_config(
+        &cache_dir().join("kernels").join(&image.kernel_name).join("root"),
+        &image.abi,
+    )?;
+    let has_lockdep = kernel_checks::kernel_has_lockdep(
+        &std::fs::read_to_string(&config).with_context(|| format!("reading {}", config.display()))?,
+    );
     let trace = match trace {
         false => None,
         true => {
@@ -133,6 +144,7 @@ pub fn prepare(sh: &Shell, kernel: Option<&str>, trace: bool, phases: &mut Phase
         modules_dir,
         stock_modules,
         trace,
+        has_lockdep,
     })
 }
 
@@ -213,6 +225,9 @@ pub struct NvmeOutcome {
     pub viommu: Option<ViommuOutcome>,
     /// With the trace: two controllers in one guest (the pair phase).
     pub two_controllers: Option<crate::nvme_personalities::PairOutcome>,
+    /// The kernel has lockdep and it was still on after the run's last
+    /// load (`/proc/lockdep_stats` debug_locks 1, checked).
+    pub lockdep_on_at_end: bool,
     /// With the injected failure: the driver's line and the guest time
     /// from the read that found the failed controller to its completion.
     pub fatal_recovery: Option<FatalRecovery>,
@@ -265,13 +280,16 @@ pub fn is_trouble_line(line: &str) -> bool {
 /// (nvme itself excluded: `$share/mods/nvme.ko`, the stock or the patched
 /// one, is loaded and timed on its own). With `trace_module`, the trace
 /// module and the daemon (`--follow`: the reset starts a second epoch) run
-/// from the probe to the end, and trace.bin comes back.
+/// from the probe to the end, and trace.bin comes back, and the
+/// personality phase runs (`lockdep`: the kernel has lockdep,
+/// `nvme_personalities::phases`).
 pub(crate) fn guest_script(
     mods: &[String],
     iops_reads: u32,
     trace_module: Option<&str>,
     inject_fatal: bool,
     pull_telemetry: bool,
+    lockdep: bool,
 ) -> String {
     let flag = |on: bool| if on { "1" } else { "0" };
     let script = Script::new()
@@ -307,12 +325,17 @@ pub(crate) fn guest_script(
         .set("PATTERN_BLOCKS", PATTERN_BYTES / 4096)
         .set("IOPS_READS", iops_reads)
         .set("QD32_PER", qd32_per(iops_reads))
-        .set("WAKE_ROUNDS", WAKE_ROUNDS);
+        .set("WAKE_ROUNDS", WAKE_ROUNDS)
+        .set("LOCKDEP_NOTE", kernel_checks::LOCKDEP_NOTE);
     let script = NvmeDevice::prelude(script);
     // A trace run has the second (stock) controller of the pair phase.
-    crate::nvme_personalities::guest_script(script, trace_module.map(|_| PEER_PORT))
-        .file(&guest_script::NVME_BOOT)
-        .build()
+    crate::nvme_personalities::guest_script(
+        script,
+        trace_module.map(|_| PEER_PORT),
+        &crate::nvme_personalities::phases(lockdep),
+    )
+    .file(&guest_script::NVME_BOOT)
+    .build()
 }
 
 pub use crate::nvme_telemetry::TELEMETRY_READS_BETWEEN;
@@ -579,6 +602,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
             trace_parts.map(|t| t.trace_module.as_str()),
             cfg.inject_fatal,
             cfg.controller.personality.serves_telemetry(),
+            tools.has_lockdep,
         ),
     )?;
     let started = Instant::now();
@@ -630,9 +654,10 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         share::answer(&share, files::DONE)?;
         Ok((s, truth))
     })?;
+    let persona_plan = crate::nvme_personalities::phases(tools.has_lockdep);
     let persona_audits = match cfg.trace {
         true => Some(phases.run("personalities (issue 26)", || {
-            crate::nvme_personalities::serve(&mut g.vm, &mut g.dev, &share, &cfg.run_dir)
+            crate::nvme_personalities::serve(&mut g.vm, &mut g.dev, &share, &cfg.run_dir, &persona_plan)
         })?),
         false => None,
     };
@@ -666,7 +691,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
     // path) must each be seen by the driver, and are the only trouble allowed.
     let fatals = usize::from(cfg.inject_fatal)
         + if cfg.trace {
-            crate::nvme_personalities::fatal_loads()
+            crate::nvme_personalities::fatal_loads(&persona_plan)
         } else {
             0
         };
@@ -691,6 +716,13 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         trouble.join("\n")
     );
     let results = parse_results(&std::fs::read_to_string(cfg.run_dir.join(files::RESULTS))?);
+    // Lockdep still on at the end, after the run's last load and unload
+    // (with the trace: the series' nvme.ko and our module in the pair
+    // phase), so every lock taken in the run was checked.
+    kernel_checks::verify_lockdep_on(
+        results.get(kernel_checks::LOCKDEP_NOTE).map(String::as_str),
+        tools.has_lockdep,
+    )?;
     let get = |k: &str| {
         results
             .get(k)
@@ -816,6 +848,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         traced_telemetry,
         personalities,
         two_controllers,
+        lockdep_on_at_end: tools.has_lockdep,
         viommu,
         fatal_recovery: match fatal_line {
             Some(driver_line) => Some(FatalRecovery {
@@ -952,6 +985,7 @@ mod tests {
             Some("/lib/hmbt/nvme-hmb-trace.ko"),
             false,
             true,
+            false,
         );
         assert!(s.contains("TRACE_MODULE='/lib/hmbt/nvme-hmb-trace.ko'\n"));
         let m = main_part(&s);
@@ -963,6 +997,22 @@ mod tests {
         let done = at("checkpoint \"$DONE\"");
         let removal = at("|| { trace_removal; personas; }");
         assert!(nvme < start && start < reset && reset < stop && stop < done && done < removal);
+        // Lockdep's state is read after the last load and unload (the
+        // personality and pair phases), right before the log is saved.
+        let lockdep = at("note \"$LOCKDEP_NOTE\" \"$(sed -n 's/^ *debug_locks: *//p' /proc/lockdep_stats");
+        assert!(removal < lockdep && lockdep < at("dmesg > \"$SHARE/$DMESG\"\n"));
+        assert!(s.contains("LOCKDEP_NOTE='lockdep_debug_locks'"));
+        // On a lockdep kernel the personality phase has no fatal path.
+        let debug = guest_script(
+            &["nvme_core.ko".into()],
+            100,
+            Some("/lib/hmbt/nvme-hmb-trace.ko"),
+            false,
+            true,
+            true,
+        );
+        assert!(debug.contains("stock nvme-stock reset,rebind\n") && !debug.contains("reset,fatal,rebind"));
+        assert!(s.contains("stock nvme-stock reset,fatal,rebind\n"));
         // Telemetry beside the trace: pulled while the daemon still runs, so
         // trace.bin gets the records nvme-cli's commands make.
         let pull = at("    [ \"$PULL_TELEMETRY\" != 1 ] || telemetry_traced\n");
@@ -985,7 +1035,7 @@ mod tests {
 
     #[test]
     fn the_injected_failure_shortens_the_io_timeout_and_sits_between_reset_and_reads() {
-        let s = guest_script(&["nvme_core.ko".into()], 100, None, true, true);
+        let s = guest_script(&["nvme_core.ko".into()], 100, None, true, true, false);
         assert!(s.contains("NVME_CORE_PARAMS='io_timeout=3'\n") && s.contains("INJECT_FATAL='1'\n"));
         let m = main_part(&s);
         let reset = m.find("checkpoint \"$RESET\"").unwrap();
@@ -1014,7 +1064,14 @@ mod tests {
 
     #[test]
     fn the_script_loads_dependencies_then_times_nvme_and_has_three_checkpoints() {
-        let s = guest_script(&["nvme_core.ko".into(), "nvme_auth.ko".into()], 100, None, false, true);
+        let s = guest_script(
+            &["nvme_core.ko".into(), "nvme_auth.ko".into()],
+            100,
+            None,
+            false,
+            true,
+            false,
+        );
         for want in [
             "MODS='nvme_core.ko nvme_auth.ko'\n",
             "NVME_CORE_PARAMS=''\n",
@@ -1037,9 +1094,9 @@ mod tests {
 
     #[test]
     fn the_telemetry_logs_are_pulled_only_from_a_controller_that_serves_them() {
-        let with = guest_script(&["nvme_core.ko".into()], 100, None, false, true);
+        let with = guest_script(&["nvme_core.ko".into()], 100, None, false, true, false);
         assert!(with.contains("PULL_TELEMETRY='1'\n"));
-        let without = guest_script(&["nvme_core.ko".into()], 100, None, false, false);
+        let without = guest_script(&["nvme_core.ko".into()], 100, None, false, false, false);
         assert!(without.contains("PULL_TELEMETRY='0'\n"));
         assert!(main_part(&with).contains("elif [ \"$PULL_TELEMETRY\" = 1 ]; then\n    telemetry_pull\n"));
         assert!(!Personality::Stock.serves_telemetry() && Personality::Tracing.serves_telemetry());
