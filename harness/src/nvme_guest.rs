@@ -76,8 +76,7 @@ pub struct NvmeTools {
     /// With the trace: the patched driver and our module.
     pub trace: Option<TraceParts>,
     /// The kernel has lockdep (its config: `CONFIG_PROVE_LOCKING=y`, the
-    /// debug kernel): the run must end with lockdep still on, and the
-    /// personality phase leaves the fatal path out (nvme_personalities).
+    /// debug kernel): the run must end with lockdep still on.
     pub has_lockdep: bool,
 }
 
@@ -280,16 +279,13 @@ pub fn is_trouble_line(line: &str) -> bool {
 /// (nvme itself excluded: `$share/mods/nvme.ko`, the stock or the patched
 /// one, is loaded and timed on its own). With `trace_module`, the trace
 /// module and the daemon (`--follow`: the reset starts a second epoch) run
-/// from the probe to the end, and trace.bin comes back, and the
-/// personality phase runs (`lockdep`: the kernel has lockdep,
-/// `nvme_personalities::phases`).
+/// from the probe to the end, and trace.bin comes back.
 pub(crate) fn guest_script(
     mods: &[String],
     iops_reads: u32,
     trace_module: Option<&str>,
     inject_fatal: bool,
     pull_telemetry: bool,
-    lockdep: bool,
 ) -> String {
     let flag = |on: bool| if on { "1" } else { "0" };
     let script = Script::new()
@@ -329,13 +325,9 @@ pub(crate) fn guest_script(
         .set("LOCKDEP_NOTE", kernel_checks::LOCKDEP_NOTE);
     let script = NvmeDevice::prelude(script);
     // A trace run has the second (stock) controller of the pair phase.
-    crate::nvme_personalities::guest_script(
-        script,
-        trace_module.map(|_| PEER_PORT),
-        &crate::nvme_personalities::phases(lockdep),
-    )
-    .file(&guest_script::NVME_BOOT)
-    .build()
+    crate::nvme_personalities::guest_script(script, trace_module.map(|_| PEER_PORT))
+        .file(&guest_script::NVME_BOOT)
+        .build()
 }
 
 pub use crate::nvme_telemetry::TELEMETRY_READS_BETWEEN;
@@ -602,7 +594,6 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
             trace_parts.map(|t| t.trace_module.as_str()),
             cfg.inject_fatal,
             cfg.controller.personality.serves_telemetry(),
-            tools.has_lockdep,
         ),
     )?;
     let started = Instant::now();
@@ -654,10 +645,9 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         share::answer(&share, files::DONE)?;
         Ok((s, truth))
     })?;
-    let persona_plan = crate::nvme_personalities::phases(tools.has_lockdep);
     let persona_audits = match cfg.trace {
         true => Some(phases.run("personalities (issue 26)", || {
-            crate::nvme_personalities::serve(&mut g.vm, &mut g.dev, &share, &cfg.run_dir, &persona_plan)
+            crate::nvme_personalities::serve(&mut g.vm, &mut g.dev, &share, &cfg.run_dir)
         })?),
         false => None,
     };
@@ -691,7 +681,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
     // path) must each be seen by the driver, and are the only trouble allowed.
     let fatals = usize::from(cfg.inject_fatal)
         + if cfg.trace {
-            crate::nvme_personalities::fatal_loads(&persona_plan)
+            crate::nvme_personalities::fatal_loads()
         } else {
             0
         };
@@ -985,7 +975,6 @@ mod tests {
             Some("/lib/hmbt/nvme-hmb-trace.ko"),
             false,
             true,
-            false,
         );
         assert!(s.contains("TRACE_MODULE='/lib/hmbt/nvme-hmb-trace.ko'\n"));
         let m = main_part(&s);
@@ -1002,17 +991,6 @@ mod tests {
         let lockdep = at("note \"$LOCKDEP_NOTE\" \"$(sed -n 's/^ *debug_locks: *//p' /proc/lockdep_stats");
         assert!(removal < lockdep && lockdep < at("dmesg > \"$SHARE/$DMESG\"\n"));
         assert!(s.contains("LOCKDEP_NOTE='lockdep_debug_locks'"));
-        // On a lockdep kernel the personality phase has no fatal path.
-        let debug = guest_script(
-            &["nvme_core.ko".into()],
-            100,
-            Some("/lib/hmbt/nvme-hmb-trace.ko"),
-            false,
-            true,
-            true,
-        );
-        assert!(debug.contains("stock nvme-stock reset,rebind\n") && !debug.contains("reset,fatal,rebind"));
-        assert!(s.contains("stock nvme-stock reset,fatal,rebind\n"));
         // Telemetry beside the trace: pulled while the daemon still runs, so
         // trace.bin gets the records nvme-cli's commands make.
         let pull = at("    [ \"$PULL_TELEMETRY\" != 1 ] || telemetry_traced\n");
@@ -1035,7 +1013,7 @@ mod tests {
 
     #[test]
     fn the_injected_failure_shortens_the_io_timeout_and_sits_between_reset_and_reads() {
-        let s = guest_script(&["nvme_core.ko".into()], 100, None, true, true, false);
+        let s = guest_script(&["nvme_core.ko".into()], 100, None, true, true);
         assert!(s.contains("NVME_CORE_PARAMS='io_timeout=3'\n") && s.contains("INJECT_FATAL='1'\n"));
         let m = main_part(&s);
         let reset = m.find("checkpoint \"$RESET\"").unwrap();
@@ -1064,14 +1042,7 @@ mod tests {
 
     #[test]
     fn the_script_loads_dependencies_then_times_nvme_and_has_three_checkpoints() {
-        let s = guest_script(
-            &["nvme_core.ko".into(), "nvme_auth.ko".into()],
-            100,
-            None,
-            false,
-            true,
-            false,
-        );
+        let s = guest_script(&["nvme_core.ko".into(), "nvme_auth.ko".into()], 100, None, false, true);
         for want in [
             "MODS='nvme_core.ko nvme_auth.ko'\n",
             "NVME_CORE_PARAMS=''\n",
@@ -1094,9 +1065,9 @@ mod tests {
 
     #[test]
     fn the_telemetry_logs_are_pulled_only_from_a_controller_that_serves_them() {
-        let with = guest_script(&["nvme_core.ko".into()], 100, None, false, true, false);
+        let with = guest_script(&["nvme_core.ko".into()], 100, None, false, true);
         assert!(with.contains("PULL_TELEMETRY='1'\n"));
-        let without = guest_script(&["nvme_core.ko".into()], 100, None, false, false, false);
+        let without = guest_script(&["nvme_core.ko".into()], 100, None, false, false);
         assert!(without.contains("PULL_TELEMETRY='0'\n"));
         assert!(main_part(&with).contains("elif [ \"$PULL_TELEMETRY\" = 1 ]; then\n    telemetry_pull\n"));
         assert!(!Personality::Stock.serves_telemetry() && Personality::Tracing.serves_telemetry());

@@ -36,22 +36,6 @@
 //! Every load's list must keep its personality's HMPRE, HMMIN, HMMAXD and
 //! HMMINDS, as the controller saw it.
 //!
-//! On a kernel with lockdep (6.12-debug) the two loads on the `stock`
-//! personality leave the fatal path out (`phases(true)`: reset, then
-//! unbind and bind; the differential compares those two paths). Stock
-//! 6.12's nvme-core starts the queue freeze from the timeout work and ends
-//! it from the reset work, and lockdep, which models a freeze as a lock of
-//! the task that started it, keeps the timeout worker holding the freeze
-//! "locks" of that queue for good. Once the queue is freed (the next
-//! unbind or `rmmod nvme`), that worker's held-lock entries name classes
-//! lockdep reuses for others, and any later moment can turn them into a
-//! false report, which switches lockdep off for the rest of the boot (seen:
-//! "inconsistent lock state" at the stock driver's fatal path; docs/
-//! conformance.md, "On the debug kernel"). The run's own injected failure
-//! (`boot --inject reset`, the series' driver with the trace slice) still
-//! takes the fatal path under lockdep, with nothing stale before it; the
-//! fatal differential runs on the production kernels.
-//!
 //! Then the pair phase (two controllers in one guest): a second controller,
 //! a second emu-device with the `stock` personality behind its own root
 //! port, kept from every driver by `driver_override` until then (its audit
@@ -109,10 +93,6 @@ pub struct Phase {
 
 const RESET_ONLY: &[HmbPath] = &[HmbPath::Reset];
 
-/// The `stock` personality's paths on a lockdep kernel (see the module's
-/// comment).
-const WITHOUT_FATAL: &[HmbPath] = &[HmbPath::Reset, HmbPath::Rebind];
-
 pub const PHASES: [Phase; 7] = [
     Phase {
         personality: Personality::Stock,
@@ -151,18 +131,6 @@ pub const PHASES: [Phase; 7] = [
     },
 ];
 
-/// The loads of a run, in order: `PHASES`, or on a kernel with lockdep
-/// (`lockdep`) the same loads without the fatal path (the module's comment).
-pub fn phases(lockdep: bool) -> [Phase; 7] {
-    PHASES.map(|p| match lockdep && p.paths.contains(&HmbPath::Fatal) {
-        true => Phase {
-            paths: WITHOUT_FATAL,
-            ..p
-        },
-        false => p,
-    })
-}
-
 /// The daemon's exit code when its device goes away (docs/daemon.md), which
 /// a refused REINIT looks like to the reader.
 pub const DAEMON_DEVICE_GONE: u64 = 10;
@@ -185,10 +153,10 @@ impl Phase {
     }
 }
 
-/// How many of `phases` take the fatal path: each leaves one
+/// How many loads take the fatal path: each leaves one
 /// `nvme_guest::FATAL_DRIVER_LINE` in the guest's kernel log.
-pub fn fatal_loads(phases: &[Phase]) -> usize {
-    phases.iter().filter(|p| p.paths.contains(&HmbPath::Fatal)).count()
+pub fn fatal_loads() -> usize {
+    PHASES.iter().filter(|p| p.paths.contains(&HmbPath::Fatal)).count()
 }
 
 /// The guest script's part (harness/guest-scripts/nvme-personalities.sh),
@@ -196,10 +164,9 @@ pub fn fatal_loads(phases: &[Phase]) -> usize {
 /// file. The script calls its `personas` after the trace removal.
 /// `peer_port`: the PCI address of the root port the second (stock)
 /// controller sits behind, or `None` without one (no pair phase).
-/// `phases`: the loads, `phases(lockdep)`.
-pub fn guest_script(script: Script, peer_port: Option<&str>, phases: &[Phase]) -> Script {
+pub fn guest_script(script: Script, peer_port: Option<&str>) -> Script {
     script
-        .set("PERSONA_PHASES", phase_lines(phases))
+        .set("PERSONA_PHASES", phase_lines())
         .set("PERSONA_IO_TIMEOUT_MS", crate::nvme_guest::FATAL_IO_TIMEOUT_S * 1000)
         .set("PERSONA_END", END)
         .set("PERSONA_PAIR", PAIR)
@@ -208,8 +175,8 @@ pub fn guest_script(script: Script, peer_port: Option<&str>, phases: &[Phase]) -
 }
 
 /// The script's phase lines: "personality driver path,path,...".
-fn phase_lines(phases: &[Phase]) -> String {
-    phases
+fn phase_lines() -> String {
+    PHASES
         .iter()
         .map(|p| {
             let paths: Vec<&str> = p.paths.iter().map(|x| x.name()).collect();
@@ -267,10 +234,10 @@ enum Stop {
     End,
 }
 
-/// Every checkpoint of `phases`, in the script's order.
-fn stops(phases: &[Phase]) -> Vec<(String, Stop)> {
+/// Every checkpoint, in the script's order.
+fn stops() -> Vec<(String, Stop)> {
     let mut out = Vec::new();
-    for (i, p) in phases.iter().enumerate() {
+    for (i, p) in PHASES.iter().enumerate() {
         out.push((p.name(), Stop::Phase(i)));
         out.extend(
             p.paths
@@ -290,22 +257,22 @@ fn stops(phases: &[Phase]) -> Vec<(String, Stop)> {
 /// CSTS.CFS, checked in the controller's status). At the pair checkpoint
 /// the first controller becomes `tracing`, and the second one's (`dev`'s
 /// peer) audit so far is taken: the guest kept it unbound, so no HMB may
-/// have been set on it. `plan`: the loads, as `guest_script` got them.
-pub fn serve(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, run_dir: &Path, plan: &[Phase]) -> Result<Audits> {
+/// have been set on it.
+pub fn serve(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, run_dir: &Path) -> Result<Audits> {
     let mut phases = Vec::new();
     let mut marks = Vec::new();
     let mut pair = None;
     let mut stock_before = None;
-    for (name, stop) in stops(plan) {
+    for (name, stop) in stops() {
         crate::guest::share_wait::wait_share_file(vm, share, &name, PHASE_TIMEOUT, || dev.check_alive())
             .with_context(|| format!("waiting for the guest at {name}"))?;
         let ended = match stop {
             Stop::Phase(i) => i.checked_sub(1),
-            Stop::Pair => Some(plan.len() - 1),
+            Stop::Pair => Some(PHASES.len() - 1),
             Stop::Path(..) | Stop::End => None,
         };
         if let Some(j) = ended {
-            let phase = plan[j];
+            let phase = PHASES[j];
             let audit = audit(dev, run_dir, &phase.name())?;
             phases.push(PhaseAudit {
                 phase,
@@ -315,7 +282,7 @@ pub fn serve(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, run_dir: &Path, pl
         }
         match stop {
             Stop::Phase(i) => {
-                let next = plan[i].personality;
+                let next = PHASES[i].personality;
                 dev.request(&Request::Personality { personality: next })
                     .with_context(|| format!("making the controller {next}"))?;
             }
@@ -323,7 +290,7 @@ pub fn serve(vm: &mut Vm, dev: &mut NvmeDevice, share: &Path, run_dir: &Path, pl
                 marks.push(audit(
                     dev,
                     run_dir,
-                    &format!("{}-before", plan[i].path_checkpoint(path)),
+                    &format!("{}-before", PHASES[i].path_checkpoint(path)),
                 )?);
                 if path == HmbPath::Fatal {
                     dev.request(&Request::Inject(Fault::Reset))
@@ -772,24 +739,23 @@ mod tests {
             (PHASES[0].personality, PHASES[0].driver),
             (Personality::Stock, Driver::Stock)
         );
-        assert_eq!(phases(false).map(|p| p.paths), PHASES.map(|p| p.paths));
-        let script = guest_script(Script::new(), Some("0000:00:10.0"), &PHASES).build();
+        let script = guest_script(Script::new(), Some("0000:00:10.0")).build();
         // The phases, in order, as the "personality driver" lines the
         // script's personas reads, and its last checkpoint.
         assert!(
-            script.contains(&format!("PERSONA_PHASES='{}'", phase_lines(&PHASES))),
+            script.contains(&format!("PERSONA_PHASES='{}'", phase_lines())),
             "{script}"
         );
         assert!(script.contains("PERSONA_PHASES='stock nvme-stock reset,fatal,rebind\nstock nvme reset,fatal,rebind\nrefusing-probe nvme reset\n"), "{script}");
         // Every path checkpoint the host waits at is one the script makes.
-        for (name, _) in stops(&PHASES) {
+        for (name, _) in stops() {
             assert!(name.starts_with("persona-"), "{name}");
         }
         assert!(
             script.contains("checkpoint \"persona-$1-$2-fatal\"")
                 && script.contains("checkpoint \"persona-$1-$2-rebind\"")
         );
-        assert_eq!(fatal_loads(&PHASES), 2);
+        assert_eq!(fatal_loads(), 2);
         assert!(script.contains("PERSONA_END='persona-end'"), "{script}");
         assert!(script.contains("checkpoint \"persona-$1-$2\""), "{script}");
         assert!(script.contains("checkpoint \"$PERSONA_END\""), "{script}");
@@ -802,34 +768,6 @@ mod tests {
                 p.name()
             );
         }
-    }
-
-    /// On a lockdep kernel the same loads in the same order, none with the
-    /// fatal path: the script gets no fatal path and the host waits at no
-    /// fatal checkpoint (it would wait for ever, or fail the controller
-    /// where the guest does not expect it).
-    #[test]
-    fn a_lockdep_kernel_runs_every_load_without_the_fatal_path() {
-        let plan = phases(true);
-        assert_eq!(fatal_loads(&plan), 0);
-        for (p, q) in plan.iter().zip(PHASES) {
-            assert_eq!((p.personality, p.driver), (q.personality, q.driver));
-            assert_eq!(p.paths.first(), Some(&HmbPath::Reset));
-            assert!(!p.paths.contains(&HmbPath::Fatal));
-            // Only the fatal path goes.
-            let kept: Vec<_> = q.paths.iter().filter(|x| **x != HmbPath::Fatal).collect();
-            assert_eq!(p.paths.iter().collect::<Vec<_>>(), kept);
-        }
-        let script = guest_script(Script::new(), None, &plan).build();
-        assert!(
-            script.contains(
-                "PERSONA_PHASES='stock nvme-stock reset,rebind\nstock nvme reset,rebind\nrefusing-probe nvme reset\n"
-            ),
-            "{script}"
-        );
-        let stops = stops(&plan);
-        assert!(stops.iter().all(|(n, _)| !n.ends_with("-fatal")), "{stops:?}");
-        assert!(stops.iter().any(|(n, _)| n == "persona-stock-nvme-rebind"), "{stops:?}");
     }
 
     fn audit(c0h: bool, lists: &[(u64, u64, u64)], violations: u64) -> Value {
@@ -850,29 +788,15 @@ mod tests {
 
     /// The checks fail on what they exist for: a C0h or a different list on the stock
     /// personality, a host write, a slice on a controller whose limits leave no room.
-    /// A good stock-personality run of reset, then unbind and bind (a
-    /// lockdep kernel's plan): (marks, last).
-    fn reset_and_rebind(bytes: u64, n: u64, chunk: u64) -> (Vec<Value>, Value) {
-        use crate::nvme_audit_paths::tests::{cmd, cumulative};
-        let probe = cmd(true, false, false, bytes, n, chunk);
-        let reset = vec![probe.clone(), cmd(true, true, true, bytes, n, chunk)];
-        let rebind: Vec<Value> = reset.iter().cloned().chain([probe]).collect();
-        (
-            vec![cumulative(&reset, 1, 2, 100, 0)],
-            cumulative(&rebind, 1, 4, 200, 0),
-        )
-    }
-
-    /// Every load of `plan` as it passes: the phase logs in `dir`, the
-    /// audits and the guest's notes.
-    fn good_run(dir: &Path, plan: &[Phase]) -> (Vec<PhaseAudit>, std::collections::BTreeMap<String, String>) {
+    #[test]
+    fn check_refuses_each_defect() {
+        let dir = tempfile::tempdir().unwrap();
         let mut results = std::collections::BTreeMap::new();
         let m = 4u64 << 20;
         let mut good = Vec::new();
-        for &p in plan {
+        for p in PHASES {
             let (log, list, c0h, devices) = match p.personality {
-                Personality::Stock if p.paths.contains(&HmbPath::Fatal) => (FATAL_LOG, (32 * m / 4, 8, m), false, 0),
-                Personality::Stock => ("", (32 * m / 4, 8, m), false, 0),
+                Personality::Stock => (FATAL_LOG, (32 * m / 4, 8, m), false, 0),
                 Personality::RefusingProbe => (
                     "trace slice not adopted by the controller (2)\ntrace slice dead (2)",
                     (32 * m / 4, 13, m),
@@ -900,15 +824,12 @@ mod tests {
                 ),
                 _ => ("HMB trace slice: 16384 KiB ring", (8 * m, 6, 2 << 20), true, 1),
             };
-            std::fs::write(dir.join(format!("{}.log", p.name())), log).unwrap();
+            std::fs::write(dir.path().join(format!("{}.log", p.name())), log).unwrap();
             if p.driver == Driver::Series {
                 results.insert(format!("persona-{}-trace-devices", p.personality), devices.to_string());
             }
             let (marks, last) = match p.personality {
-                Personality::Stock if p.paths.contains(&HmbPath::Fatal) => {
-                    crate::nvme_audit_paths::tests::three_paths(list.0, list.1, list.2)
-                }
-                Personality::Stock => reset_and_rebind(list.0, list.1, list.2),
+                Personality::Stock => crate::nvme_audit_paths::tests::three_paths(list.0, list.1, list.2),
                 _ => (Vec::new(), audit(c0h, &[list, list], 0)),
             };
             good.push(PhaseAudit {
@@ -918,32 +839,6 @@ mod tests {
             });
         }
         results.insert("persona-refusing-reinit-daemon-rc".into(), "10".into());
-        (good, results)
-    }
-
-    /// On a lockdep kernel's plan the checks pass without the fatal path,
-    /// and a fatal line in a load that had none fails (the driver saw a
-    /// failure nobody injected).
-    #[test]
-    fn check_takes_the_lockdep_plan() {
-        let dir = tempfile::tempdir().unwrap();
-        let plan = phases(true);
-        let (good, results) = good_run(dir.path(), &plan);
-        let out = check(&good, dir.path(), &results).unwrap();
-        assert_eq!(
-            out[1].paths.iter().map(|p| p.path).collect::<Vec<_>>(),
-            [HmbPath::Reset, HmbPath::Rebind]
-        );
-        std::fs::write(dir.path().join(format!("{}.log", plan[1].name())), FATAL_LOG).unwrap();
-        let e = check(&good, dir.path(), &results).unwrap_err().to_string();
-        assert!(e.contains("want 0"), "{e}");
-    }
-
-    #[test]
-    fn check_refuses_each_defect() {
-        let dir = tempfile::tempdir().unwrap();
-        let (good, results) = good_run(dir.path(), &PHASES);
-        let m = 4u64 << 20;
         let out = check(&good, dir.path(), &results).unwrap();
         assert_eq!(out.len(), PHASES.len());
         let broken = |i: usize, a: Value| {

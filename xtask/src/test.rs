@@ -169,9 +169,9 @@ fn steps(args: Test, sh: &Shell) -> Result<()> {
         .run(sh)?;
         // Lockdep, KASAN, UBSAN, KFENCE, DEBUG_OBJECTS and sleep-in-atomic
         // on the paths that take the module's and the series' locks: the
-        // main job's NVMe boot (`boot --inject reset`, its personality
-        // phase without the fatal path on this kernel, lockdep proven on
-        // after the last load) and the lock scenarios of both devices
+        // main job's NVMe boot (`boot --inject reset`, lockdep proven on
+        // after its last load; the kernel carries nvme-core's non_owner
+        // freeze, images/debug-6.12.patch) and the lock scenarios of both devices
         // (docs/conformance.md, "On the debug kernel"; the whole matrix
         // runs on it in the GitHub workflow).
         step("debug kernel: wait for the background build of 6.12-debug");
