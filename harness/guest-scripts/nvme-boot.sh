@@ -17,6 +17,7 @@
 #   PATTERN_SEEK, PATTERN_BLOCKS  where (4 KiB blocks) the pattern goes
 #   IOPS_READS, QD32_PER          reads of the QD1 loop, per process at QD32
 #   WAKE_ROUNDS     rounds of the poll wake-up latency measurement
+#   LOCKDEP_NOTE    the result key of /proc/lockdep_stats' debug_locks
 fail() { echo "HMBT-NVME FAIL $*"; dmesg > "$SHARE/$DMESG"; exit 1; }
 # nvmecli ARGS...: Debian's nvme-cli with its libraries, from the share.
 nvmecli() {
@@ -183,4 +184,7 @@ elif [ "$PULL_TELEMETRY" = 1 ]; then
 fi
 checkpoint "$DONE"
 [ -z "$TRACE_MODULE" ] || { trace_removal; personas; }
+# After the last load and unload: is lockdep still on? (debug_locks 1;
+# empty on a kernel without lockdep; harness/src/qemu/kernel_checks.rs)
+note "$LOCKDEP_NOTE" "$(sed -n 's/^ *debug_locks: *//p' /proc/lockdep_stats 2>/dev/null)"
 dmesg > "$SHARE/$DMESG"

@@ -75,6 +75,9 @@ pub struct NvmeTools {
     pub stock_modules: Vec<String>,
     /// With the trace: the patched driver and our module.
     pub trace: Option<TraceParts>,
+    /// The kernel has lockdep (its config: `CONFIG_PROVE_LOCKING=y`, the
+    /// debug kernel): the run must end with lockdep still on.
+    pub has_lockdep: bool,
 }
 
 impl std::ops::Deref for NvmeTools {
@@ -114,6 +117,13 @@ pub fn prepare(sh: &Shell, kernel: Option<&str>, trace: bool, phases: &mut Phase
         image.kernel_name,
         stock_modules
     );
+    let config = crate::images::linux_source::find_config(
+        &cache_dir().join("kernels").join(&image.kernel_name).join("root"),
+        &image.abi,
+    )?;
+    let has_lockdep = kernel_checks::kernel_has_lockdep(
+        &std::fs::read_to_string(&config).with_context(|| format!("reading {}", config.display()))?,
+    );
     let trace = match trace {
         false => None,
         true => {
@@ -133,6 +143,7 @@ pub fn prepare(sh: &Shell, kernel: Option<&str>, trace: bool, phases: &mut Phase
         modules_dir,
         stock_modules,
         trace,
+        has_lockdep,
     })
 }
 
@@ -213,6 +224,9 @@ pub struct NvmeOutcome {
     pub viommu: Option<ViommuOutcome>,
     /// With the trace: two controllers in one guest (the pair phase).
     pub two_controllers: Option<crate::nvme_personalities::PairOutcome>,
+    /// The kernel has lockdep and it was still on after the run's last
+    /// load (`/proc/lockdep_stats` debug_locks 1, checked).
+    pub lockdep_on_at_end: bool,
     /// With the injected failure: the driver's line and the guest time
     /// from the read that found the failed controller to its completion.
     pub fatal_recovery: Option<FatalRecovery>,
@@ -307,7 +321,8 @@ pub(crate) fn guest_script(
         .set("PATTERN_BLOCKS", PATTERN_BYTES / 4096)
         .set("IOPS_READS", iops_reads)
         .set("QD32_PER", qd32_per(iops_reads))
-        .set("WAKE_ROUNDS", WAKE_ROUNDS);
+        .set("WAKE_ROUNDS", WAKE_ROUNDS)
+        .set("LOCKDEP_NOTE", kernel_checks::LOCKDEP_NOTE);
     let script = NvmeDevice::prelude(script);
     // A trace run has the second (stock) controller of the pair phase.
     crate::nvme_personalities::guest_script(script, trace_module.map(|_| PEER_PORT))
@@ -691,6 +706,13 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         trouble.join("\n")
     );
     let results = parse_results(&std::fs::read_to_string(cfg.run_dir.join(files::RESULTS))?);
+    // Lockdep still on at the end, after the run's last load and unload
+    // (with the trace: the series' nvme.ko and our module in the pair
+    // phase), so every lock taken in the run was checked.
+    kernel_checks::verify_lockdep_on(
+        results.get(kernel_checks::LOCKDEP_NOTE).map(String::as_str),
+        tools.has_lockdep,
+    )?;
     let get = |k: &str| {
         results
             .get(k)
@@ -816,6 +838,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         traced_telemetry,
         personalities,
         two_controllers,
+        lockdep_on_at_end: tools.has_lockdep,
         viommu,
         fatal_recovery: match fatal_line {
             Some(driver_line) => Some(FatalRecovery {
@@ -963,6 +986,11 @@ mod tests {
         let done = at("checkpoint \"$DONE\"");
         let removal = at("|| { trace_removal; personas; }");
         assert!(nvme < start && start < reset && reset < stop && stop < done && done < removal);
+        // Lockdep's state is read after the last load and unload (the
+        // personality and pair phases), right before the log is saved.
+        let lockdep = at("note \"$LOCKDEP_NOTE\" \"$(sed -n 's/^ *debug_locks: *//p' /proc/lockdep_stats");
+        assert!(removal < lockdep && lockdep < at("dmesg > \"$SHARE/$DMESG\"\n"));
+        assert!(s.contains("LOCKDEP_NOTE='lockdep_debug_locks'"));
         // Telemetry beside the trace: pulled while the daemon still runs, so
         // trace.bin gets the records nvme-cli's commands make.
         let pull = at("    [ \"$PULL_TELEMETRY\" != 1 ] || telemetry_traced\n");

@@ -175,21 +175,21 @@ fn steps(args: Test, sh: &Shell) -> Result<()> {
         .run(sh)?;
         // Lockdep, KASAN, UBSAN, KFENCE, DEBUG_OBJECTS and sleep-in-atomic
         // on the paths that take the module's and the series' locks: the
-        // lock scenarios of both devices. Not the main job's NVMe boot: its
-        // personality phase's fatal path sends the stock driver through an
-        // I/O timeout, and stock 6.12's report there turns lockdep off
-        // (docs/conformance.md, "On the debug kernel"; the whole matrix runs
-        // on it in the GitHub workflow).
+        // main job's NVMe boot (`boot --inject reset`, lockdep proven on
+        // after its last load; the kernel carries nvme-core's non_owner
+        // freeze, images/debug-6.12.patch) and the lock scenarios of both devices
+        // (docs/conformance.md, "On the debug kernel"; the whole matrix
+        // runs on it in the GitHub workflow).
         step("debug kernel: wait for the background build of 6.12-debug");
         if let Some(build) = background {
             build.join()?;
         }
-        step("debug kernel 6.12-debug: the lock scenarios of both devices");
+        step("debug kernel 6.12-debug: boot --inject reset (nvme) and the lock scenarios of both devices");
         crate::debug_kernel::DebugKernel {
             build_only: false,
             kernel_only: false,
             device: "all".into(),
-            no_boot: true,
+            no_boot: false,
         }
         .run(sh)?;
     }

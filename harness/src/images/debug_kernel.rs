@@ -73,6 +73,10 @@ pub fn build_needs() -> Vec<Need> {
             "objtool, which every x86_64 kernel build runs (the debug kernel)",
         ),
         ("xz-utils", "unpacks linux-source-<X.Y>.tar.xz (the debug kernel)"),
+        (
+            "patch",
+            "applies images/debug-<X.Y>.patch, the stock fixes (the debug kernel)",
+        ),
     ]
     .iter()
     .map(|(p, w)| Need::new(p, w))
@@ -122,6 +126,12 @@ pub fn ensure(
     let fragment_file = fragment_path(spec.debian_name());
     let fragment =
         std::fs::read_to_string(&fragment_file).with_context(|| format!("reading {}", fragment_file.display()))?;
+    // Stock fixes the build carries (images/debug-<name>.patch, optional).
+    let patch_file = fragment_file.with_extension("patch");
+    let patch = match patch_file.is_file() {
+        true => std::fs::read_to_string(&patch_file).with_context(|| format!("reading {}", patch_file.display()))?,
+        false => String::new(),
+    };
     let compiler = cmd!(sh, "gcc --version").quiet().read().context("gcc --version")?;
     let compiler = compiler.lines().next().unwrap_or_default().to_string();
     let mut fp = Fingerprint::new();
@@ -130,6 +140,9 @@ pub fn ensure(
         .add_str("version", &version)
         .add_str("fragment", &fragment)
         .add_str("compiler", &compiler);
+    if !patch.is_empty() {
+        fp.add_str("patch", &patch);
+    }
     let dir = work_dir(cache, spec);
     std::fs::create_dir_all(&dir)?;
     // Its own lock, not the cache's: a cold build takes long enough that
@@ -145,6 +158,7 @@ pub fn ensure(
         stamp.invalidate()?;
         apt::ensure(sh, &build_needs())?;
         let tree = unpacked_source(sh, env, spec, &package, &version, &dir)?;
+        apply_patch(sh, &tree, &dir, &patch)?;
         configure(sh, &tree, &fragment_file, &fragment)?;
         build(sh, &tree, &dir)?;
         let release = cmd!(sh, "make -s -C {tree} kernelrelease").quiet().read()?;
@@ -189,8 +203,10 @@ fn unpacked_source(
     if tree.join("Makefile").is_file() && std::fs::read_to_string(&marker).is_ok_and(|m| m == want) {
         return Ok(tree);
     }
-    if marker.exists() {
-        std::fs::remove_file(&marker)?;
+    for stale in [&marker, &dir.join(APPLIED_PATCH)] {
+        if stale.exists() {
+            std::fs::remove_file(stale)?;
+        }
     }
     let debs = dir.join("debs");
     let staging = dir.join("unpack.tmp");
@@ -231,6 +247,38 @@ fn unpacked_source(
     std::fs::remove_dir_all(&debs)?;
     std::fs::write(&marker, want)?;
     Ok(tree)
+}
+
+/// The patch the tree holds now (beside the tree, so a re-unpacked tree
+/// starts without it).
+const APPLIED_PATCH: &str = "applied.patch";
+
+/// Make the tree hold `patch` (empty: none): the one applied before, if
+/// different, is reversed first; make then rebuilds only what changed.
+fn apply_patch(sh: &Shell, tree: &Path, dir: &Path, patch: &str) -> Result<()> {
+    let applied_file = dir.join(APPLIED_PATCH);
+    let applied = std::fs::read_to_string(&applied_file).unwrap_or_default();
+    if applied == patch {
+        return Ok(());
+    }
+    if !applied.is_empty() {
+        cmd!(sh, "patch -s -R -p1 -d {tree} -i {applied_file}")
+            .quiet()
+            .run()
+            .context("reversing the debug kernel's previous patch")?;
+        std::fs::remove_file(&applied_file)?;
+    }
+    if !patch.is_empty() {
+        let file = dir.join("patch.tmp");
+        std::fs::write(&file, patch)?;
+        cmd!(sh, "patch -s -N -p1 -d {tree} -i {file}")
+            .quiet()
+            .run()
+            .context("applying images/debug-<name>.patch to the debug kernel's source")?;
+        std::fs::rename(&file, &applied_file)?;
+        println!("    debug kernel source patched ({APPLIED_PATCH} in {})", dir.display());
+    }
+    Ok(())
 }
 
 /// `make allnoconfig` with the fragment, then a check that Kconfig kept

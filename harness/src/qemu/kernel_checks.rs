@@ -124,6 +124,40 @@ pub(crate) fn kernel_has_kfence(config: &str) -> bool {
     config.lines().any(|l| l.trim() == "CONFIG_KFENCE=y")
 }
 
+/// Whether a kernel config has lockdep (`CONFIG_PROVE_LOCKING=y`: only
+/// the debug kernel, docs/debug-checks.md).
+pub(crate) fn kernel_has_lockdep(config: &str) -> bool {
+    config.lines().any(|l| l.trim() == "CONFIG_PROVE_LOCKING=y")
+}
+
+/// What a guest script notes from `/proc/lockdep_stats` at its end, after
+/// its last module load and unload: the `debug_locks` value, empty when
+/// the file is not there (a kernel without lockdep).
+pub const LOCKDEP_NOTE: &str = "lockdep_debug_locks";
+
+/// The guest's note `LOCKDEP_NOTE` proves lockdep was still on at the end
+/// of the run: on a lockdep kernel `debug_locks` must be 1 (the first
+/// lockdep report turns it off for the rest of the boot, so every lock
+/// taken after such a report went unchecked, whatever the gates tolerated);
+/// on a kernel without lockdep the file must be absent (so a lockdep
+/// kernel taken for a production one fails here too).
+pub fn verify_lockdep_on(note: Option<&str>, has_lockdep: bool) -> Result<()> {
+    let Some(value) = note else {
+        bail!("the guest noted no {LOCKDEP_NOTE} (the end of its script did not run)");
+    };
+    match (has_lockdep, value.trim()) {
+        (true, "1") | (false, "") => Ok(()),
+        (true, "") => {
+            bail!("the kernel has lockdep (CONFIG_PROVE_LOCKING=y) but the guest found no /proc/lockdep_stats")
+        }
+        (true, v) => bail!(
+            "lockdep was off at the end of the run (/proc/lockdep_stats debug_locks: {v}): a lockdep report turned it \
+             off, and what ran after it was not checked"
+        ),
+        (false, v) => bail!("a kernel without lockdep in its config has /proc/lockdep_stats (debug_locks: {v})"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,6 +242,22 @@ mod tests {
     }
 
     #[test]
+    fn lockdep_proof_fails_unless_lockdep_stayed_on() {
+        assert!(kernel_has_lockdep("CONFIG_LOCKDEP=y\nCONFIG_PROVE_LOCKING=y\n"));
+        assert!(!kernel_has_lockdep(
+            "# CONFIG_PROVE_LOCKING is not set\nCONFIG_LOCKDEP_SUPPORT=y\n"
+        ));
+        verify_lockdep_on(Some("1"), true).unwrap();
+        verify_lockdep_on(Some(""), false).unwrap();
+        let off = verify_lockdep_on(Some("0"), true).unwrap_err().to_string();
+        assert!(off.contains("lockdep was off"), "{off}");
+        assert!(verify_lockdep_on(Some(""), true).is_err());
+        assert!(verify_lockdep_on(Some("1"), false).is_err());
+        assert!(verify_lockdep_on(None, true).is_err());
+        assert!(verify_lockdep_on(None, false).is_err());
+    }
+
+    #[test]
     fn kfence_config_is_read() {
         assert!(kernel_has_kfence(
             "CONFIG_SLUB=y\nCONFIG_KFENCE=y\nCONFIG_KFENCE_SAMPLE_INTERVAL=0\n"
@@ -258,6 +308,7 @@ mod tests {
             "UBSAN: array-index-out-of-bounds in drivers/nvme/host/pci.c:2144:23",
             "WARNING: CPU: 1 PID: 93 at lib/debugobjects.c:514 debug_print_object+0xd8/0x140",
             "INFO: trying to register non-static key.",
+            "turning off the locking correctness validator.",
             "Call Trace:",
         ];
         for r in reports {

@@ -194,6 +194,9 @@ pub fn print(outcome: &NvmeOutcome, run_dir: &Path) {
     if let Some(p) = &outcome.two_controllers {
         println!("  {}", p.summary());
     }
+    if outcome.lockdep_on_at_end {
+        println!("  lockdep: still on after the run's last load (/proc/lockdep_stats debug_locks 1)");
+    }
     for name in [
         "nvme-run.json",
         "trace.bin",
