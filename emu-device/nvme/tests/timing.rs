@@ -10,12 +10,22 @@ use common::*;
 use hmb_nvme::fake_host::{Command, FakeHost};
 use hmb_nvme::{ControllerConfig, MediaConfig, Status, Timing};
 
-/// NAND slow enough that "not yet due" is certain right after the doorbell.
+/// tR and tPROG of the slow NAND below. Slow enough that "not yet due" holds
+/// right after the doorbell even when the test thread is descheduled inside
+/// it on a loaded machine (at 2 ms, a fresh-clone run beside other builds
+/// once saw the first read of `a_doorbell_posts_completions_already_due`
+/// already due when its own doorbell returned).
+const READ: Duration = Duration::from_millis(20);
+const PROGRAM: Duration = Duration::from_millis(30);
+const TRANSFER: Duration = Duration::from_micros(10);
+/// Longer than any one command's NAND work: what was queued is due after it.
+const PAST_DUE: Duration = Duration::from_millis(50);
+
 fn slow_media() -> MediaConfig {
     MediaConfig {
-        read_ns: 2_000_000,
-        program_ns: 3_000_000,
-        transfer_ns: 10_000,
+        read_ns: READ.as_nanos() as u32,
+        program_ns: PROGRAM.as_nanos() as u32,
+        transfer_ns: TRANSFER.as_nanos() as u32,
         ..Default::default()
     }
 }
@@ -39,12 +49,9 @@ fn under_the_model_a_read_completes_after_its_nand_time() {
     let data = pattern(4096, 7);
     let start = Instant::now();
     assert!(h.write_lbas(1, 0, &data, 9).ok());
-    assert!(
-        start.elapsed() >= Duration::from_millis(3),
-        "a write completes after its program"
-    );
+    assert!(start.elapsed() >= PROGRAM, "a write completes after its program");
     // Long enough for the write's program to be over: the die is idle again.
-    std::thread::sleep(Duration::from_millis(5));
+    std::thread::sleep(PAST_DUE);
     let cmd = read_cmd(&mut h, 0);
     let start = Instant::now();
     h.push(1, cmd);
@@ -52,11 +59,11 @@ fn under_the_model_a_read_completes_after_its_nand_time() {
     assert!(h.reap(1).is_none(), "the model holds the completion");
     assert_eq!(h.ctrl.report().completions_deferred_now, 1);
     let wait = h.ctrl.next_due().expect("one completion deferred");
-    assert!(wait <= Duration::from_millis(3), "due within tR + transfer: {wait:?}");
+    assert!(wait <= READ + TRANSFER, "due within tR + transfer: {wait:?}");
     let c = h.reap_deferred(1).expect("posted when due");
     assert_eq!(c.status, Status::SUCCESS);
     // A miss of the map cache? The write cached its map page: a hit, one NAND read.
-    assert!(start.elapsed() >= Duration::from_micros(2_010), "{:?}", start.elapsed());
+    assert!(start.elapsed() >= READ + TRANSFER, "{:?}", start.elapsed());
     let r = h.ctrl.report();
     assert_eq!((r.counters.deferred_completions, r.completions_deferred_now), (2, 0));
     let (c, back) = h.read_lbas(1, 0, 8, 9);
@@ -81,7 +88,7 @@ fn without_the_model_completions_are_posted_at_once() {
 fn reads_of_one_die_queue_behind_each_other() {
     let mut h = ready_host(cfg(Timing::Model));
     assert!(h.write_lbas(1, 0, &pattern(4096, 1), 9).ok());
-    std::thread::sleep(Duration::from_millis(5));
+    std::thread::sleep(PAST_DUE);
     let start = Instant::now();
     for _ in 0..4 {
         let cmd = read_cmd(&mut h, 0);
@@ -95,7 +102,7 @@ fn reads_of_one_die_queue_behind_each_other() {
         }
     }
     assert!(
-        start.elapsed() >= Duration::from_millis(8),
+        start.elapsed() >= 4 * READ,
         "four reads of one die take four tR: {:?}",
         start.elapsed()
     );
@@ -155,7 +162,7 @@ fn switching_to_none_posts_what_is_held() {
     assert!(h.reap(1).is_some_and(|c| c.ok()), "posted by the switch");
     assert_eq!(h.ctrl.report().completions_deferred_now, 0);
     h.ctrl.set_timing(Timing::Model);
-    std::thread::sleep(Duration::from_millis(5));
+    std::thread::sleep(PAST_DUE);
     let cmd = read_cmd(&mut h, 0);
     h.push(1, cmd);
     h.ring(1);
@@ -168,12 +175,12 @@ fn switching_to_none_posts_what_is_held() {
 fn a_doorbell_posts_completions_already_due() {
     let mut h = ready_host(cfg(Timing::Model));
     assert!(h.write_lbas(1, 0, &pattern(4096, 3), 9).ok());
-    std::thread::sleep(Duration::from_millis(5));
+    std::thread::sleep(PAST_DUE);
     let cmd = read_cmd(&mut h, 0);
     let first = h.push(1, cmd);
     h.ring(1);
     assert!(h.reap(1).is_none());
-    std::thread::sleep(Duration::from_millis(5)); // past its tR + transfer
+    std::thread::sleep(PAST_DUE); // past its tR + transfer
     let cmd = read_cmd(&mut h, 0);
     h.push(1, cmd);
     h.ring(1);
