@@ -4,7 +4,8 @@
 //! fio transfer becomes) of data written sequentially, and Identify, first with the
 //! namespace in memory, then the data rows again on a sparse backing file (what
 //! `serve-nvme` uses: the medium's preads and pwrites are part of the cost). Figures are
-//! only meaningful on an idle machine.
+//! only meaningful on an idle machine. `HMB_NVME_BENCH_ROWS=<text>` runs only the rows
+//! whose name contains it (for `perf record` of one kind of command).
 
 use std::time::Instant;
 
@@ -105,6 +106,9 @@ fn suite(label: &str, cfg: ControllerConfig, iterations: u32, all: bool) {
 }
 
 fn bench(name: &str, iterations: u32, depth: u32, host: &mut FakeHost, qid: u16, cmd: Command) {
+    if std::env::var("HMB_NVME_BENCH_ROWS").is_ok_and(|only| !name.contains(&only)) {
+        return;
+    }
     let batches = (iterations / depth).max(1);
     let start = Instant::now();
     for _ in 0..batches {
