@@ -721,7 +721,7 @@ impl Ftl {
         let mut page = vec![0u8; self.geo.page_bytes as usize];
         if let Some(slot) = self.cache.peek(idx) {
             // A changed slot is what its next use will load: NAND's copy, rebuilt if dirty.
-            if self.cache.read_checked(slot, &mut page)?.is_err() {
+            if self.cache.peek_checked(slot, &mut page)?.is_err() {
                 if self.cache.is_dirty(slot) {
                     self.rebuilt_map_page(idx, &mut page)?;
                 } else if self.gtd[idx as usize] == NO_PPN {
