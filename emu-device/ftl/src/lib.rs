@@ -22,6 +22,7 @@ mod medium;
 mod oob;
 mod recovery;
 mod slots;
+mod staged;
 mod timing;
 
 pub use config::FtlConfig;

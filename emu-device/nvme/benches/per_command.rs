@@ -1,20 +1,36 @@
 //! The controller's own cost per command over the in-process fake host (no transport).
 //! `cargo bench -p hmb-nvme` prints ns per command for 4 KiB reads and writes at QD1 and
-//! QD32, 128 KiB reads through a PRP list, 512 KiB reads (MDTS: what a 1 MiB fio read
-//! becomes) of data written sequentially, and Identify. Figures are only meaningful on an
-//! idle machine.
+//! QD32, 128 KiB reads through a PRP list, 512 KiB reads and writes (MDTS: what a 1 MiB
+//! fio transfer becomes) of data written sequentially, and Identify, first with the
+//! namespace in memory, then the data rows again on a sparse backing file (what
+//! `serve-nvme` uses: the medium's preads and pwrites are part of the cost). Figures are
+//! only meaningful on an idle machine. `HMB_NVME_BENCH_ROWS=<text>` runs only the rows
+//! whose name contains it (for `perf record` of one kind of command).
 
 use std::time::Instant;
 
 use hmb_nvme::fake_host::{Command, FakeHost};
-use hmb_nvme::ControllerConfig;
+use hmb_nvme::{Backing, ControllerConfig};
 
 fn main() {
     let iterations: u32 = std::env::var("HMB_NVME_BENCH_ITERS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20_000);
-    let mut host = FakeHost::new(ControllerConfig::default(), 256 << 20);
+    println!("hmb-nvme per-command cost over the fake host ({iterations} iterations each)");
+    suite("memory", ControllerConfig::default(), iterations, true);
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let file = ControllerConfig {
+        backing: Backing::SparseFile(dir.path().join("ns.img")),
+        ..ControllerConfig::default()
+    };
+    suite("file", file, iterations, false);
+}
+
+/// Every row on a controller made with `cfg` (`label`: its backing); `all`: also QD32,
+/// 128 KiB and Identify (the rows the backing changes little).
+fn suite(label: &str, cfg: ControllerConfig, iterations: u32, all: bool) {
+    let mut host = FakeHost::new(cfg, 256 << 20);
     assert_eq!(host.enable(64) & 1, 1, "controller did not become ready");
     host.create_io_queue(1, 64).expect("I/O queue");
 
@@ -38,32 +54,61 @@ fn main() {
         .prp2(max.1)
         .cdw(10, 2048)
         .cdw(12, 1023);
+    // The same 512 KiB rewritten in place (sequential: a 1 MiB fio write's half).
+    let write512k = Command::new(0x01)
+        .nsid(1)
+        .prp1(max.0)
+        .prp2(max.1)
+        .cdw(10, 2048)
+        .cdw(12, 1023);
     let identify = Command::identify(1, 0, id_buf);
 
-    println!("hmb-nvme per-command cost over the fake host ({iterations} iterations each)");
-    bench("4 KiB read, QD1", iterations, 1, &mut host, 1, read4k);
-    bench("4 KiB write, QD1", iterations, 1, &mut host, 1, write4k);
-    bench("4 KiB read, QD32", iterations, 32, &mut host, 1, read4k);
+    let name = |row: &str| format!("{row}, {label}");
+    bench(&name("4 KiB read, QD1"), iterations, 1, &mut host, 1, read4k);
+    bench(&name("4 KiB write, QD1"), iterations, 1, &mut host, 1, write4k);
+    if all {
+        bench(&name("4 KiB read, QD32"), iterations, 32, &mut host, 1, read4k);
+        bench(
+            &name("128 KiB read (PRP list), QD1"),
+            iterations / 10,
+            1,
+            &mut host,
+            1,
+            read128k,
+        );
+    }
     bench(
-        "128 KiB read (PRP list), QD1",
-        iterations / 10,
-        1,
-        &mut host,
-        1,
-        read128k,
-    );
-    bench(
-        "512 KiB read (PRP list), QD1",
+        &name("512 KiB read (PRP list), QD1"),
         iterations / 40,
         1,
         &mut host,
         1,
         read512k,
     );
-    bench("Identify controller, QD1", iterations / 10, 1, &mut host, 0, identify);
+    bench(
+        &name("512 KiB write (PRP list), QD1"),
+        iterations / 40,
+        1,
+        &mut host,
+        1,
+        write512k,
+    );
+    if all {
+        bench(
+            &name("Identify controller, QD1"),
+            iterations / 10,
+            1,
+            &mut host,
+            0,
+            identify,
+        );
+    }
 }
 
 fn bench(name: &str, iterations: u32, depth: u32, host: &mut FakeHost, qid: u16, cmd: Command) {
+    if std::env::var("HMB_NVME_BENCH_ROWS").is_ok_and(|only| !name.contains(&only)) {
+        return;
+    }
     let batches = (iterations / depth).max(1);
     let start = Instant::now();
     for _ in 0..batches {
@@ -78,5 +123,5 @@ fn bench(name: &str, iterations: u32, depth: u32, host: &mut FakeHost, qid: u16,
     }
     let n = u64::from(batches * depth);
     let ns = start.elapsed().as_nanos() as u64 / n;
-    println!("{name:32} {ns:>8} ns/command  ({n} commands)");
+    println!("{name:40} {ns:>8} ns/command  ({n} commands)");
 }

@@ -42,8 +42,10 @@ impl HmbSlots {
         Some(HmbSlots { mem, slots })
     }
 
-    /// Guest memory accesses for [at, at+len) of `slot`: (address, position in the buffer, length).
-    fn walk(&self, slot: u32, at: usize, len: usize) -> io::Result<Vec<(u64, usize, usize)>> {
+    /// Guest memory accesses for [at, at+len) of `slot`: (address, position in the buffer,
+    /// length). An iterator, not a list: every map lookup reads its slot, and an update
+    /// writes an entry (no allocation per access).
+    fn walk(&self, slot: u32, at: usize, len: usize) -> io::Result<impl Iterator<Item = (u64, usize, usize)> + '_> {
         let (_, pieces) = self
             .slots
             .get(slot as usize)
@@ -51,19 +53,18 @@ impl HmbSlots {
         if at + len > SLOT_BYTES as usize {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "outside the cache slot"));
         }
-        let mut out = Vec::new();
-        let (mut base, mut done) = (0usize, 0usize);
-        for &(addr, n) in pieces {
-            let n = n as usize;
-            let from = (at + done).max(base);
-            let to = (at + len).min(base + n);
-            if from < to {
-                out.push((addr + (from - base) as u64, from - at, to - from));
-                done = to - at;
-            }
-            base += n;
-        }
-        Ok(out)
+        Ok(pieces
+            .iter()
+            .scan(0usize, |base, &(addr, n)| {
+                let start = *base;
+                *base += n as usize;
+                Some((addr, start, n as usize))
+            })
+            .filter_map(move |(addr, base, n)| {
+                let from = at.max(base);
+                let to = (at + len).min(base + n);
+                (from < to).then(|| (addr + (from - base) as u64, from - at, to - from))
+            }))
     }
 }
 
