@@ -109,15 +109,32 @@ fn header_of(stats: &Stats) -> Result<HeaderView> {
         .context("emu-device reports no ring header (no slice adopted)")
 }
 
+/// Wait until the daemon has drained the ring, or has exited: a daemon that
+/// exited cannot drain, and its exit code tells why. Its exit code file is
+/// looked at on every round, not once before the wait: a daemon that refuses
+/// the ring (bad_magic) may write it only after wind-down began (seen on
+/// 6.12-debug under load, where the scenario then waited 60 s for a drain).
+fn wait_drained_or_daemon_gone(s: &mut Session, timeout: Duration) -> Result<()> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if s.share_file(files::DAEMON_RC).exists() || s.dev.wait_drained(Duration::ZERO).is_ok() {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return s
+                .dev
+                .wait_drained(Duration::ZERO)
+                .context("the daemon neither drained the ring nor exited");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Stop production, wait for the drain, take the ground truth, stop the guest.
 /// Returns the ground truth, the device's final stats and the guest's exit code.
 fn wind_down(s: &mut Session) -> Result<(GroundTruth, Stats, i32)> {
-    // A daemon that already exited cannot drain; its exit code tells why.
-    let daemon_running = !s.share_file(files::DAEMON_RC).exists();
     s.dev.stop_workload()?;
-    if daemon_running {
-        s.dev.wait_drained(Duration::from_secs(60))?;
-    }
+    wait_drained_or_daemon_gone(s, Duration::from_secs(60))?;
     let truth = s.dev.ground_truth()?;
     let stats = s.dev.stats()?;
     std::fs::write(
