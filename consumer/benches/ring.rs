@@ -1,6 +1,11 @@
 //! Ring throughput, each figure next to its limit measured in the same run.
 //!
-//! `cargo bench -p hmb-trace-consumer --bench ring [-- --gib N --dir /dev/shm --ring-mib 16 --min-batch-kib 256 --payloads 0,64,512,4064]`
+//! `cargo bench -p hmb-trace-consumer --bench ring [-- --gib N --dir /dev/shm --ring-mib 16 --min-batch-kib 256 --max-batch-kib 256 --wait poll|watermark --payloads 0,64,512,4064]`
+//!
+//! Beside each figure it prints what each side cost in CPU per KiB while
+//! working (waits left out), a two-core copy and `write(2)` from a
+//! ring-sized source: not targets, the measurements behind
+//! docs/performance.md's "The ring engine at 4 KiB and the daemon's spread".
 //!
 //! The 64 B and 4064 B figures are also printed as `BENCH {json}` lines for
 //! `cargo xtask bench` (docs/performance.md).
