@@ -103,5 +103,6 @@ trace_stop() {
     kill -TERM "$daemon"
     wait "$daemon"
     note daemon_rc $?
-    cp "/tmp/$TRACE" "$SHARE/$TRACE" || fail "no trace.bin"
+    # In 9p's msize (256 KiB) pieces: busybox cp took 0.9 s for 0.5 MB here.
+    dd if="/tmp/$TRACE" of="$SHARE/$TRACE" bs=256k 2>/dev/null || fail "no trace.bin"
 }
