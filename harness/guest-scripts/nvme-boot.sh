@@ -9,6 +9,10 @@
 #   PULL_TELEMETRY  1: pull NVMe Telemetry with nvme-cli (stock driver: two
 #                   snapshots and 08h; with the trace: one snapshot and 08h
 #                   while the daemon still runs)
+#   QD32            1: the QD32 read loop after the QD1 one
+#   MODULE_CHECKS   1 (with the trace): after the done checkpoint, wake-up
+#                   latency, chunk mapping, removal with a reader and the
+#                   personalities (harness/src/nvme_checks.rs: --checks full)
 #   TELEMETRY_1, TELEMETRY_2, TELEMETRY_CONTROLLER, TELEMETRY_READS_BETWEEN,
 #   NVME_CLI, NVME_CLI_LOADER
 #                   the telemetry logs' files, the reads between the first
@@ -61,8 +65,8 @@ trace_removal() {
     wait_namespace
     /bin/hmb-trace-daemon --device /dev/nvme-hmb-trace0 --output /tmp/removal.bin --follow 2>>"$SHARE/$DAEMON_STDERR" &
     d2=$!
-    sleep 0.5
-    kill -0 $d2 2>/dev/null || fail "the second daemon did not start"
+    # The refusals below need the device open: wait until the daemon has it.
+    daemon_attached $d2
     if rmmod nvme 2>/dev/null; then fail "rmmod nvme succeeded while nvme-hmb-trace holds it"; fi
     if rmmod nvme_hmb_trace 2>/dev/null; then fail "rmmod nvme-hmb-trace succeeded under an open device"; fi
     kill -0 $d2 2>/dev/null || fail "the daemon died during the refused rmmods"
@@ -113,6 +117,28 @@ fatal() {
     checkpoint "$RECOVERED"
 }
 
+# qd32: 32 busybox dd processes, one O_DIRECT read in flight each, on
+# disjoint ranges (busybox has no fio).
+qd32() {
+    # Wait for these pids only: a plain `wait` would also wait for the daemon.
+    rm -f /tmp/qd32-failed
+    t0=$(now_cs)
+    q=0
+    pids=
+    while [ $q -lt 32 ]; do
+        dd if=/dev/nvme0n1 of=/dev/null bs=4096 skip=$((q * QD32_PER)) count="$QD32_PER" iflag=direct 2>/dev/null || touch /tmp/qd32-failed &
+        pids="$pids $!"
+        q=$((q + 1))
+    done
+    # $pids unquoted: one word a process.
+    # shellcheck disable=SC2086
+    wait $pids
+    t1=$(now_cs)
+    [ ! -e /tmp/qd32-failed ] || fail "read loop at QD32"
+    note qd32_centiseconds $((t1 - t0))
+    note qd32_reads $((32 * QD32_PER))
+}
+
 rm -f "$SHARE/$RESULTS"
 insmod_stock
 peer_hold
@@ -157,25 +183,7 @@ dd if=/dev/nvme0n1 of=/dev/null bs=4096 count="$IOPS_READS" iflag=direct 2>/dev/
 t1=$(now_cs)
 note iops_centiseconds $((t1 - t0))
 note iops_reads "$IOPS_READS"
-# QD32: 32 busybox dd processes, one O_DIRECT read in flight each, on
-# disjoint ranges (busybox has no fio).
-# Wait for these pids only: a plain `wait` would also wait for the daemon.
-rm -f /tmp/qd32-failed
-t0=$(now_cs)
-q=0
-pids=
-while [ $q -lt 32 ]; do
-    dd if=/dev/nvme0n1 of=/dev/null bs=4096 skip=$((q * QD32_PER)) count="$QD32_PER" iflag=direct 2>/dev/null || touch /tmp/qd32-failed &
-    pids="$pids $!"
-    q=$((q + 1))
-done
-# $pids unquoted: one word a process.
-# shellcheck disable=SC2086
-wait $pids
-t1=$(now_cs)
-[ ! -e /tmp/qd32-failed ] || fail "read loop at QD32"
-note qd32_centiseconds $((t1 - t0))
-note qd32_reads $((32 * QD32_PER))
+[ "$QD32" != 1 ] || qd32
 if [ -n "$TRACE_MODULE" ]; then
     [ "$PULL_TELEMETRY" != 1 ] || telemetry_traced
     trace_stop
@@ -183,7 +191,7 @@ elif [ "$PULL_TELEMETRY" = 1 ]; then
     telemetry_pull
 fi
 checkpoint "$DONE"
-[ -z "$TRACE_MODULE" ] || { trace_removal; personas; }
+[ -z "$TRACE_MODULE" ] || [ "$MODULE_CHECKS" != 1 ] || { trace_removal; personas; }
 # After the last load and unload: is lockdep still on? (debug_locks 1;
 # empty on a kernel without lockdep; harness/src/qemu/kernel_checks.rs)
 note "$LOCKDEP_NOTE" "$(sed -n 's/^ *debug_locks: *//p' /proc/lockdep_stats 2>/dev/null)"

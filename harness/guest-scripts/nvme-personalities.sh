@@ -66,8 +66,7 @@ persona() {
         [ -c /dev/nvme-hmb-trace0 ] || fail "$1: no /dev/nvme-hmb-trace0"
         /bin/hmb-trace-daemon --device /dev/nvme-hmb-trace0 --output /tmp/persona.bin --follow 2>>"$SHARE/persona-$1.stderr" &
         d=$!
-        sleep 0.5
-        kill -0 $d 2>/dev/null || fail "$1: the daemon did not start"
+        daemon_attached $d
         echo 1 > /sys/class/nvme/nvme0/reset_controller || fail "$1: reset_controller"
         wait_live
         i=0

@@ -41,6 +41,7 @@ pub mod ivshmem_truth;
 pub mod journal_truth;
 pub mod matrix;
 mod nvme_audit_paths;
+pub mod nvme_checks;
 pub mod nvme_cli;
 pub mod nvme_guest;
 pub mod nvme_personalities;

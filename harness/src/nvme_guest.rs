@@ -6,7 +6,8 @@
 //! controller through sysfs and measures 4 KiB QD1 reads; at three
 //! checkpoints (probed, reset, done) the host reads the controller's
 //! report over the control socket and checks the HMB from the device's
-//! side. docs/nvme-controller.md ("Guest runs") has the decisions.
+//! side. `NvmeRunConfig::checks` says what else the run does
+//! (`nvme_checks`). docs/nvme-controller.md ("Guest runs") has the decisions.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -29,6 +30,8 @@ use crate::qemu::binary::QemuVersion;
 use crate::qemu::{args, console, kernel_checks, Accel, VmConfig};
 
 pub use crate::emu::nvme::{ControllerOptions, NvmeDevice, DEVICE_ID, NAMESPACE_BYTES};
+pub use crate::nvme_checks::Checks;
+use crate::nvme_checks::Selected;
 /// Trace runs: the second controller of the pair phase (issue 26, two
 /// controllers in one guest), a `stock` emu-device behind its own root
 /// port at a fixed slot (`RootPort::PEER`), so the guest finds it by its
@@ -177,6 +180,16 @@ pub struct NvmeRunConfig {
     /// Behind QEMU's `intel-iommu` with the guest's IOMMU on (`intel_iommu=on`):
     /// the controller sees DMA addresses (IOVAs), not guest physical ones.
     pub viommu: bool,
+    /// The main job, or everything (`nvme_checks`).
+    pub checks: Checks,
+}
+
+impl NvmeRunConfig {
+    /// What this run does beyond the main job.
+    pub(crate) fn selected(&self) -> Selected {
+        self.checks
+            .select(self.trace, self.controller.personality.serves_telemetry())
+    }
 }
 
 /// What a passing run saw. Every field was checked before it is returned.
@@ -185,6 +198,8 @@ pub struct NvmeOutcome {
     pub kernel: String,
     pub abi: String,
     pub qemu: String,
+    /// Which checks ran (`--checks`).
+    pub checks: Checks,
     /// PCI address and driver the controller is bound to in the guest.
     pub pci: String,
     pub driver: String,
@@ -205,10 +220,9 @@ pub struct NvmeOutcome {
     pub read_iops_qd1: u64,
     pub iops_reads: u32,
     pub iops_centiseconds: u64,
-    /// 4 KiB O_DIRECT reads from 32 processes at once (one in flight each).
-    pub read_iops_qd32: u64,
-    pub qd32_reads: u64,
-    pub qd32_centiseconds: u64,
+    /// 4 KiB O_DIRECT reads from 32 processes at once (one in flight each;
+    /// `--checks full`).
+    pub qd32: Option<Qd32Reads>,
     /// Time from QEMU start to the end of the guest script.
     pub guest_seconds: f64,
     /// With the trace: trace.bin against the controller's journal.
@@ -230,6 +244,14 @@ pub struct NvmeOutcome {
     /// With the injected failure: the driver's line and the guest time
     /// from the read that found the failed controller to its completion.
     pub fatal_recovery: Option<FatalRecovery>,
+}
+
+/// The QD32 loop: 32 processes, one 4 KiB O_DIRECT read in flight each.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Qd32Reads {
+    pub read_iops: u64,
+    pub reads: u64,
+    pub centiseconds: u64,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -255,8 +277,8 @@ pub struct TraceOutcome {
     pub epochs: Vec<u64>,
     pub summary: String,
     /// poll(2) wake-up after a 4 KiB read, microseconds, over WAKE_ROUNDS
-    /// rounds: (min, p50, p90, p99, max).
-    pub wake_latency_us: [u64; 5],
+    /// rounds: (min, p50, p90, p99, max) (`--checks full`).
+    pub wake_latency_us: Option<[u64; 5]>,
 }
 
 /// Lines of the guest's kernel log that fail the run: the console's fault
@@ -279,13 +301,14 @@ pub fn is_trouble_line(line: &str) -> bool {
 /// (nvme itself excluded: `$share/mods/nvme.ko`, the stock or the patched
 /// one, is loaded and timed on its own). With `trace_module`, the trace
 /// module and the daemon (`--follow`: the reset starts a second epoch) run
-/// from the probe to the end, and trace.bin comes back.
+/// from the probe to the end, and trace.bin comes back. `selected`: what
+/// the run does beyond the main job (`nvme_checks`).
 pub(crate) fn guest_script(
     mods: &[String],
     iops_reads: u32,
     trace_module: Option<&str>,
     inject_fatal: bool,
-    pull_telemetry: bool,
+    selected: Selected,
 ) -> String {
     let flag = |on: bool| if on { "1" } else { "0" };
     let script = Script::new()
@@ -309,7 +332,9 @@ pub(crate) fn guest_script(
         .set("RECOVERED", files::RECOVERED)
         .set("DONE", files::DONE)
         .set("TRACE_MODULE", trace_module.unwrap_or_default())
-        .set("PULL_TELEMETRY", flag(pull_telemetry))
+        .set("PULL_TELEMETRY", flag(selected.telemetry))
+        .set("QD32", flag(selected.qd32))
+        .set("MODULE_CHECKS", flag(selected.module_checks))
         .set("TELEMETRY_1", files::TELEMETRY[0])
         .set("TELEMETRY_2", files::TELEMETRY[1])
         .set("TELEMETRY_CONTROLLER", files::TELEMETRY_CONTROLLER)
@@ -324,8 +349,9 @@ pub(crate) fn guest_script(
         .set("WAKE_ROUNDS", WAKE_ROUNDS)
         .set("LOCKDEP_NOTE", kernel_checks::LOCKDEP_NOTE);
     let script = NvmeDevice::prelude(script);
-    // A trace run has the second (stock) controller of the pair phase.
-    crate::nvme_personalities::guest_script(script, trace_module.map(|_| PEER_PORT))
+    // The module checks have the second (stock) controller of the pair phase.
+    let peer_port = (trace_module.is_some() && selected.module_checks).then_some(PEER_PORT);
+    crate::nvme_personalities::guest_script(script, peer_port)
         .file(&guest_script::NVME_BOOT)
         .build()
 }
@@ -582,8 +608,9 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         ),
         false => None,
     };
+    let selected = cfg.selected();
     let mods = stage_modules(tools, &share, cfg.trace)?;
-    if cfg.controller.personality.serves_telemetry() {
+    if selected.telemetry {
         crate::nvme_cli::stage(&share)?;
     }
     std::fs::write(
@@ -593,11 +620,13 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
             cfg.iops_reads,
             trace_parts.map(|t| t.trace_module.as_str()),
             cfg.inject_fatal,
-            cfg.controller.personality.serves_telemetry(),
+            selected,
         ),
     )?;
     let started = Instant::now();
-    let mut g = phases.run("guest boot", || start_guest(tools, cfg, &share, cfg.trace))?;
+    // The pair phase's second controller only when the module checks run.
+    let peer = cfg.trace && selected.module_checks;
+    let mut g = phases.run("guest boot", || start_guest(tools, cfg, &share, peer))?;
 
     let probe_phase = if cfg.trace {
         "probe (patched nvme)"
@@ -632,7 +661,13 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
             Ok(())
         })?;
     }
-    let (done, ground_truth) = phases.run("4 KiB QD1 reads", || {
+    let reads_phase = match (selected.qd32, selected.telemetry) {
+        (false, false) => "4 KiB QD1 reads",
+        (true, false) => "4 KiB reads (QD1, QD32)",
+        (false, true) => "4 KiB QD1 reads, telemetry",
+        (true, true) => "4 KiB reads (QD1, QD32), telemetry",
+    };
+    let (done, ground_truth) = phases.run(reads_phase, || {
         g.wait_share_file(files::DONE, cfg.timeout)?;
         let s = snapshot(&mut g.dev, &cfg.run_dir, "stats")?;
         // The journal while the controller still runs: power-off ends the
@@ -640,13 +675,16 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         // Stock driver: the journal of what was produced with no slice,
         // which the telemetry logs are checked against.
         let t = g.dev.request(&Request::GroundTruth)?;
-        std::fs::write(cfg.run_dir.join(files::GROUND_TRUTH), serde_json::to_string_pretty(&t)?)?;
-        let truth = Some(t);
         share::answer(&share, files::DONE)?;
-        Ok((s, truth))
+        Ok((s, Some(t)))
     })?;
-    let persona_audits = match cfg.trace {
-        true => Some(phases.run("personalities (issue 26)", || {
+    // Saved while the guest goes on (4.5 MB of JSON for a main run took
+    // 0.4 s of the guest's wait at the checkpoint when written before it).
+    if let Some(t) = &ground_truth {
+        std::fs::write(cfg.run_dir.join(files::GROUND_TRUTH), serde_json::to_string_pretty(t)?)?;
+    }
+    let persona_audits = match peer {
+        true => Some(phases.run("removal, personalities (issue 26)", || {
             crate::nvme_personalities::serve(&mut g.vm, &mut g.dev, &share, &cfg.run_dir)
         })?),
         false => None,
@@ -655,7 +693,12 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         share::wait_result(&mut g.vm, Duration::from_secs(60), Duration::from_secs(60))
     })?;
     let guest_seconds = started.elapsed().as_secs_f64();
-    g.dev.shutdown();
+    // A clean stop: the namespace's FTL state is read from its backing file below.
+    phases.run("emu-device stop", || {
+        g.dev.shutdown();
+        Ok(())
+    })?;
+    phases.run("checks (log, data, journal)", || {
     share::move_artifacts(
         &share,
         &cfg.run_dir,
@@ -680,7 +723,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
     // The injected failures (this run's, and the personality phase's fatal
     // path) must each be seen by the driver, and are the only trouble allowed.
     let fatals = usize::from(cfg.inject_fatal)
-        + if cfg.trace {
+        + if persona_audits.is_some() {
             crate::nvme_personalities::fatal_loads()
         } else {
             0
@@ -768,17 +811,17 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
     ensure!(get("verified_after_reset")? == "yes", "no read-back after the reset");
 
     let trace = match (&ground_truth, trace_parts) {
-        (Some(answer), Some(parts)) => Some(check_trace(cfg, answer, &done, parts, &num)?),
+        (Some(answer), Some(parts)) => Some(check_trace(cfg, selected, answer, &done, parts, &num)?),
         _ => None,
     };
     let telemetry = match (&ground_truth, cfg.trace) {
-        (Some(answer), false) if cfg.controller.personality.serves_telemetry() => {
+        (Some(answer), false) if selected.telemetry => {
             Some(crate::nvme_telemetry::check(&cfg.run_dir, answer, cfg.inject_fatal)?)
         }
         _ => None,
     };
     let traced_telemetry = match (&ground_truth, cfg.trace) {
-        (Some(answer), true) if cfg.controller.personality.serves_telemetry() => Some(
+        (Some(answer), true) if selected.telemetry => Some(
             crate::traced_telemetry::check(
                 &cfg.run_dir.join(files::TELEMETRY[0]),
                 &cfg.run_dir.join(files::TELEMETRY_CONTROLLER),
@@ -804,16 +847,26 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
     };
     let reads = num("iops_reads")?;
     let cs = num("iops_centiseconds")?.max(1);
-    let qd32_reads = num("qd32_reads")?;
-    let qd32_cs = num("qd32_centiseconds")?.max(1);
+    let qd32 = match selected.qd32 {
+        true => {
+            let (reads, cs) = (num("qd32_reads")?, num("qd32_centiseconds")?.max(1));
+            Some(Qd32Reads {
+                read_iops: reads * 100 / cs,
+                reads,
+                centiseconds: cs,
+            })
+        }
+        false => None,
+    };
     ensure!(
-        u64_at(&done, "/controller/counters/reads")? >= reads + qd32_reads,
+        u64_at(&done, "/controller/counters/reads")? >= reads + qd32.map_or(0, |q| q.reads),
         "the controller counted fewer reads than the guest issued"
     );
     Ok(NvmeOutcome {
         kernel: tools.image.kernel_name.clone(),
         abi: tools.image.abi.clone(),
         qemu: tools.qemu.version.clone(),
+        checks: cfg.checks,
         pci: get("pci")?,
         driver: get("driver")?,
         probe_ms: num("probe_ms")?,
@@ -829,9 +882,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
         read_iops_qd1: reads * 100 / cs,
         iops_reads: reads as u32,
         iops_centiseconds: cs,
-        read_iops_qd32: qd32_reads * 100 / qd32_cs,
-        qd32_reads,
-        qd32_centiseconds: qd32_cs,
+        qd32,
         guest_seconds,
         trace,
         telemetry,
@@ -847,6 +898,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
             }),
             None => None,
         },
+    })
     })
 }
 
@@ -891,6 +943,7 @@ pub(crate) fn check_viommu(probed: &Value, iommu_group: &str) -> Result<ViommuOu
 /// exited 0.
 fn check_trace(
     cfg: &NvmeRunConfig,
+    selected: Selected,
     answer: &Value,
     done: &Value,
     parts: &TraceParts,
@@ -901,19 +954,24 @@ fn check_trace(
         "hmb-trace-daemon exited with {}; see daemon.stderr",
         num("daemon_rc")?
     );
-    // The daemon that watched both rmmods be refused stops normally.
-    ensure!(
-        num("daemon_removal_rc")? == 0,
-        "the daemon running through the refused rmmods exited {}",
-        num("daemon_removal_rc")?
-    );
-    let wake_latency_us = [
-        num("wake_min_us")?,
-        num("wake_p50_us")?,
-        num("wake_p90_us")?,
-        num("wake_p99_us")?,
-        num("wake_max_us")?,
-    ];
+    let wake_latency_us = match selected.module_checks {
+        true => {
+            // The daemon that watched both rmmods be refused stops normally.
+            ensure!(
+                num("daemon_removal_rc")? == 0,
+                "the daemon running through the refused rmmods exited {}",
+                num("daemon_removal_rc")?
+            );
+            Some([
+                num("wake_min_us")?,
+                num("wake_p50_us")?,
+                num("wake_p90_us")?,
+                num("wake_p99_us")?,
+                num("wake_max_us")?,
+            ])
+        }
+        false => None,
+    };
     let journal = journal_truth::journal_from_ground_truth(answer)?;
     ensure!(
         !journal.entries.is_empty(),
@@ -967,14 +1025,16 @@ mod tests {
         &s[s.find("rm -f \"$SHARE/$RESULTS\"").unwrap()..]
     }
 
+    const TRACE_MODULE: &str = "/lib/hmbt/nvme-hmb-trace.ko";
+
     #[test]
     fn the_trace_script_starts_the_daemon_after_the_probe_and_stops_it_before_done() {
         let s = guest_script(
             &["nvme_core.ko".into()],
             100,
-            Some("/lib/hmbt/nvme-hmb-trace.ko"),
+            Some(TRACE_MODULE),
             false,
-            true,
+            Checks::Full.select(true, true),
         );
         assert!(s.contains("TRACE_MODULE='/lib/hmbt/nvme-hmb-trace.ko'\n"));
         let m = main_part(&s);
@@ -984,7 +1044,7 @@ mod tests {
         let reset = at("reset_controller");
         let stop = at("    trace_stop\n");
         let done = at("checkpoint \"$DONE\"");
-        let removal = at("|| { trace_removal; personas; }");
+        let removal = at("[ \"$MODULE_CHECKS\" != 1 ] || { trace_removal; personas; }");
         assert!(nvme < start && start < reset && reset < stop && stop < done && done < removal);
         // Lockdep's state is read after the last load and unload (the
         // personality and pair phases), right before the log is saved.
@@ -996,6 +1056,14 @@ mod tests {
         let pull = at("    [ \"$PULL_TELEMETRY\" != 1 ] || telemetry_traced\n");
         assert!(reset < pull && pull < stop);
         assert!(s.contains("PULL_TELEMETRY='1'\n"));
+        // Full: the QD32 loop after the QD1 one, the second controller's port.
+        let qd1 = at("count=\"$IOPS_READS\"");
+        let qd32 = at("[ \"$QD32\" != 1 ] || qd32\n");
+        assert!(qd1 < qd32 && qd32 < stop);
+        let peer = format!("PEER_PORT='{PEER_PORT}'\n");
+        for want in ["QD32='1'\n", "MODULE_CHECKS='1'\n", peer.as_str()] {
+            assert!(s.contains(want), "{want} missing");
+        }
         let removal = s.find("trace_removal() {").unwrap();
         assert!(s[removal..].find("rmmod nvme_hmb_trace").unwrap() < s[removal..].find("rmmod nvme ||").unwrap());
     }
@@ -1013,7 +1081,13 @@ mod tests {
 
     #[test]
     fn the_injected_failure_shortens_the_io_timeout_and_sits_between_reset_and_reads() {
-        let s = guest_script(&["nvme_core.ko".into()], 100, None, true, true);
+        let s = guest_script(
+            &["nvme_core.ko".into()],
+            100,
+            None,
+            true,
+            Checks::Full.select(false, true),
+        );
         assert!(s.contains("NVME_CORE_PARAMS='io_timeout=3'\n") && s.contains("INJECT_FATAL='1'\n"));
         let m = main_part(&s);
         let reset = m.find("checkpoint \"$RESET\"").unwrap();
@@ -1042,7 +1116,13 @@ mod tests {
 
     #[test]
     fn the_script_loads_dependencies_then_times_nvme_and_has_three_checkpoints() {
-        let s = guest_script(&["nvme_core.ko".into(), "nvme_auth.ko".into()], 100, None, false, true);
+        let s = guest_script(
+            &["nvme_core.ko".into(), "nvme_auth.ko".into()],
+            100,
+            None,
+            false,
+            Checks::Main.select(false, true),
+        );
         for want in [
             "MODS='nvme_core.ko nvme_auth.ko'\n",
             "NVME_CORE_PARAMS=''\n",
@@ -1065,12 +1145,60 @@ mod tests {
 
     #[test]
     fn the_telemetry_logs_are_pulled_only_from_a_controller_that_serves_them() {
-        let with = guest_script(&["nvme_core.ko".into()], 100, None, false, true);
+        let with = guest_script(
+            &["nvme_core.ko".into()],
+            100,
+            None,
+            false,
+            Checks::Main.select(false, true),
+        );
         assert!(with.contains("PULL_TELEMETRY='1'\n"));
-        let without = guest_script(&["nvme_core.ko".into()], 100, None, false, false);
+        let without = guest_script(
+            &["nvme_core.ko".into()],
+            100,
+            None,
+            false,
+            Checks::Main.select(false, false),
+        );
         assert!(without.contains("PULL_TELEMETRY='0'\n"));
         assert!(main_part(&with).contains("elif [ \"$PULL_TELEMETRY\" = 1 ]; then\n    telemetry_pull\n"));
         assert!(!Personality::Stock.serves_telemetry() && Personality::Tracing.serves_telemetry());
+    }
+
+    #[test]
+    fn the_main_trace_script_skips_only_what_full_adds() {
+        let s = guest_script(
+            &["nvme_core.ko".into()],
+            100,
+            Some(TRACE_MODULE),
+            false,
+            Checks::Main.select(true, true),
+        );
+        for want in [
+            "QD32='0'\n",
+            "MODULE_CHECKS='0'\n",
+            "PULL_TELEMETRY='0'\n",
+            // No second controller to hold: peer_hold does nothing.
+            "PEER_PORT=''\n",
+        ] {
+            assert!(s.contains(want), "{want} missing");
+        }
+        // The main job itself is all there: probe, data, reset, QD1 reads,
+        // the trace stopped once the daemon has caught up, then done.
+        let m = main_part(&s);
+        let at = |w: &str| m.find(w).unwrap_or_else(|| panic!("{w} missing"));
+        let order = [
+            at("|| trace_start"),
+            at("checkpoint \"$PROBED\""),
+            at("reset_controller"),
+            at("checkpoint \"$RESET\""),
+            at("count=\"$IOPS_READS\""),
+            at("    trace_stop\n"),
+            at("checkpoint \"$DONE\""),
+        ];
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+        let stop = s.find("trace_stop() {").unwrap();
+        assert!(s[stop..].find("trace_caught_up").unwrap() < s[stop..].find("kill -TERM").unwrap());
     }
 
     fn status(enabled: bool, returned: bool, enables: u64, resets: u64) -> Value {

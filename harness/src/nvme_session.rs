@@ -65,6 +65,8 @@ impl Guest<NvmeDevice> {
             inject_fatal: false,
             controller: opts.controller,
             viommu: false,
+            // Only `start` reads the config: the session's body is its checks.
+            checks: Default::default(),
         };
         nvme_guest::start(tools, &cfg, &share)
     }

@@ -102,10 +102,11 @@ impl DebugKernel {
         let mut times = Vec::new();
         if self.device != "ivshmem" && !self.no_boot {
             let started = Instant::now();
-            println!("==> cargo xtask boot --kernel {KERNEL} --inject reset");
+            println!("==> cargo xtask boot --kernel {KERNEL} --inject reset --checks full");
             let run_dir = target_dir().join("hmb-trace/test-runs/nvme-trace-debug");
             let _ = std::fs::remove_dir_all(&run_dir);
-            let args: Boot = crate::flags::parse(&["boot", "--kernel", KERNEL, "--inject", "reset"])?;
+            let args: Boot =
+                crate::flags::parse(&["boot", "--kernel", KERNEL, "--inject", "reset", "--checks", "full"])?;
             let mut phases = Phases::new();
             boot::nvme::boot(sh, &args, &run_dir, &mut phases)?;
             ensure!(

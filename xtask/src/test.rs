@@ -332,10 +332,11 @@ fn nvme_guest_tests(sh: &Shell) -> Result<()> {
             // The trace run on VIOMMU_KERNEL goes behind QEMU's intel-iommu
             // (issue 26: DMA addresses are IOVAs, not guest physical ones);
             // it costs that boot a few seconds (the QD1 loop is slower).
+            // `--checks full`: every check of the boot, not only the main job.
             let extra: &[&str] = match (trace, spec.name == VIOMMU_KERNEL) {
-                (true, false) => &["--inject", "reset"],
-                (true, true) => &["--inject", "reset", "--viommu"],
-                (false, _) => &["--stock-driver", "--inject", "reset"],
+                (true, false) => &["--inject", "reset", "--checks", "full"],
+                (true, true) => &["--inject", "reset", "--viommu", "--checks", "full"],
+                (false, _) => &["--stock-driver", "--inject", "reset", "--checks", "full"],
             };
             step(&format!(
                 "guest: cargo xtask boot --kernel {} {}",
@@ -358,12 +359,14 @@ fn nvme_guest_tests(sh: &Shell) -> Result<()> {
                 started.elapsed().as_secs_f64(),
                 outcome.probe_ms,
                 outcome.read_iops_qd1,
-                outcome.read_iops_qd32,
+                outcome.qd32.map_or(0, |q| q.read_iops),
                 outcome
                     .trace
                     .map(|t| format!(
                         "; {}; poll wake-up p50 {} us, p99 {} us",
-                        t.summary, t.wake_latency_us[1], t.wake_latency_us[3]
+                        t.summary,
+                        t.wake_latency_us.map_or(0, |w| w[1]),
+                        t.wake_latency_us.map_or(0, |w| w[3])
                     ) + &outcome
                         .traced_telemetry
                         .as_ref()

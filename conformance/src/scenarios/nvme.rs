@@ -560,6 +560,8 @@ pub fn stock_driver_audit(kernel: Option<&str>, personality: hmb_nvme_trace::Per
             ..Default::default()
         },
         viommu: false,
+        // As before the boot's main job was split out: the QD32 reads too.
+        checks: nvme_guest::Checks::Full,
     };
     nvme_guest::run(&tools, &cfg, &mut phases).context("the stock-driver guest run")?;
     let log = std::fs::read_to_string(run_dir.join("emu-device.log")).context("reading emu-device.log")?;

@@ -18,6 +18,7 @@ use hmb_emu_device::ivshmem::hmb::hmb_size_for;
 use hmb_harness::guest::BootError;
 use hmb_harness::guest_script::{self, files};
 use hmb_harness::ivshmem_session::{self, Session, SessionConfig};
+pub use hmb_harness::nvme_checks::Checks;
 use hmb_harness::phases::Phases;
 use hmb_harness::qemu::binary::QemuVersion;
 use hmb_harness::qemu::Accel;
@@ -80,6 +81,16 @@ pub struct Boot {
     /// physical addresses (issue 26).
     #[arg(long)]
     pub viommu: bool,
+    /// nvme: which checks the boot makes. main (the default): the probe
+    /// and the HMB, data written and read back, reset_controller (the HMB
+    /// back with MR=1, a second epoch), 2000 QD1 reads, trace.bin byte for
+    /// byte against the controller's journal, the analyzer's report. full:
+    /// also the QD32 reads, NVMe Telemetry beside the trace, poll(2)
+    /// wake-up latency, the ring's chunk mapping, module removal with a
+    /// reader, the personalities of issue 26 and two controllers in one
+    /// guest (what `cargo xtask test` runs on every kernel).
+    #[arg(long, value_enum)]
+    pub checks: Option<Checks>,
 }
 
 impl Boot {
@@ -138,6 +149,7 @@ impl Boot {
                     ("--stock-driver", self.stock_driver),
                     ("--producer", self.producer.is_some()),
                     ("--viommu", self.viommu),
+                    ("--checks", self.checks.is_some()),
                 ]
                 .into_iter()
                 .filter_map(|(name, given)| given.then_some(name))
@@ -416,6 +428,24 @@ fn timestamp() -> String {
 #[cfg(test)]
 mod tests {
     use super::guest_memory_mb;
+
+    #[test]
+    fn checks_is_an_nvme_option_main_unless_full_is_asked_for() {
+        use super::{Boot, Checks, Device};
+        let parse = |argv: &[&str]| crate::flags::parse::<Boot>(argv);
+        let plain = parse(&["boot"]).unwrap();
+        assert_eq!(
+            (plain.device(), plain.checks.unwrap_or_default()),
+            (Device::Nvme, Checks::Main)
+        );
+        let full = parse(&["boot", "--checks", "full"]).unwrap();
+        assert_eq!((full.device(), full.checks), (Device::Nvme, Some(Checks::Full)));
+        full.check_device_options().unwrap();
+        let ivshmem = parse(&["boot", "--device", "ivshmem", "--checks", "full"]).unwrap();
+        let e = ivshmem.check_device_options().unwrap_err().to_string();
+        assert!(e.contains("--checks") && e.contains("--device nvme"), "{e}");
+        assert!(parse(&["boot", "--checks", "most"]).is_err());
+    }
 
     #[test]
     fn only_a_tcg_guest_loses_the_byte_copy_features() {

@@ -8,7 +8,9 @@
 //! in the namespace; the run folder gets `nvme-run.json` (what was seen and
 //! measured) and the controller's reports (`emu-probed.json`,
 //! `emu-reset.json`, `emu-stats.json`). `--stock-driver` runs the kernel's
-//! own nvme.ko instead, without the trace.
+//! own nvme.ko instead, without the trace. That is the main job, the
+//! default; `--checks full` adds what `cargo xtask test` checks on every
+//! kernel (hmb_harness::nvme_checks).
 
 use std::path::Path;
 use std::time::Duration;
@@ -21,7 +23,7 @@ use hmb_harness::qemu::binary::QemuVersion;
 use xshell::{cmd, Shell};
 
 use super::inject::Injection;
-use super::Boot;
+use super::{Boot, Checks};
 
 /// `--inject reset` (no time: it comes at a checkpoint of the guest
 /// script) is the device-side failure; the rest is refused, not ignored.
@@ -71,6 +73,7 @@ pub fn boot(sh: &Shell, args: &Boot, run_dir: &Path, phases: &mut Phases) -> Res
             ..Default::default()
         },
         viommu: args.viommu,
+        checks: args.checks.unwrap_or_default(),
     };
     let outcome = nvme_guest::run(&tools, &cfg, phases)?;
     std::fs::write(
@@ -107,6 +110,12 @@ pub fn print(outcome: &NvmeOutcome, run_dir: &Path) {
         "  kernel {} ({}), {}, controller {} bound to {}",
         outcome.kernel, outcome.abi, outcome.qemu, outcome.pci, outcome.driver
     );
+    match outcome.checks {
+        Checks::Main => println!(
+            "  checks: main (--checks full adds QD32, telemetry beside the trace, wake-up latency, chunk mapping, removal, the personalities and two controllers)"
+        ),
+        Checks::Full => println!("  checks: full"),
+    }
     println!(
         "  probe: insmod nvme -> /dev/nvme0n1 {} ms; kernel log 'pci function' -> I/O queues {}",
         outcome.probe_ms,
@@ -126,12 +135,14 @@ pub fn print(outcome: &NvmeOutcome, run_dir: &Path) {
         outcome.iops_reads,
         outcome.iops_centiseconds as f64 / 100.0
     );
-    println!(
-        "  4 KiB reads at QD32 (32 processes, O_DIRECT): {} IOPS ({} reads in {:.2} s)",
-        outcome.read_iops_qd32,
-        outcome.qd32_reads,
-        outcome.qd32_centiseconds as f64 / 100.0
-    );
+    if let Some(q) = &outcome.qd32 {
+        println!(
+            "  4 KiB reads at QD32 (32 processes, O_DIRECT): {} IOPS ({} reads in {:.2} s)",
+            q.read_iops,
+            q.reads,
+            q.centiseconds as f64 / 100.0
+        );
+    }
     if let Some(f) = &outcome.fatal_recovery {
         println!(
             "  injected controller failure (CSTS.CFS): driver \"{}\", recovered in {} ms (I/O timeout {} s)",
@@ -173,11 +184,12 @@ pub fn print(outcome: &NvmeOutcome, run_dir: &Path) {
             "  trace: patched nvme.ko ({}), {} KiB ring; {}",
             t.series_source, t.hmb_trace_kb, t.summary
         );
-        let [min, p50, p90, p99, max] = t.wake_latency_us;
-        println!(
-            "  poll(2) wake-up after a 4 KiB read ({} rounds, timed sampler): min {min} us, p50 {p50}, p90 {p90}, p99 {p99}, max {max}",
-            hmb_harness::nvme_guest::WAKE_ROUNDS
-        );
+        if let Some([min, p50, p90, p99, max]) = t.wake_latency_us {
+            println!(
+                "  poll(2) wake-up after a 4 KiB read ({} rounds, timed sampler): min {min} us, p50 {p50}, p90 {p90}, p99 {p99}, max {max}",
+                hmb_harness::nvme_guest::WAKE_ROUNDS
+            );
+        }
     }
     for p in outcome.personalities.iter().flatten() {
         println!("  personality {}", p.summary());
