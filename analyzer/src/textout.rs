@@ -256,48 +256,57 @@ impl Row<'_> {
     /// `{v}`
     #[inline]
     fn u64(&mut self, v: u64) {
-        let n = digit_count(v);
-        self.digits(v, n);
+        self.number(v, 0);
     }
 
     /// `{v:>width}` (`width <= NUM`)
     #[inline]
     fn u64_right(&mut self, v: u64, width: usize) {
-        let n = digit_count(v);
-        self.spaces(width.saturating_sub(n));
-        self.digits(v, n);
+        self.number(v, width);
     }
 
     /// `{v:<width}` (`width <= NUM`)
     #[inline]
     fn u64_left(&mut self, v: u64, width: usize) {
-        // The digit count once (not again for the padding).
-        let n = digit_count(v);
-        self.digits(v, n);
+        let n = self.number(v, 0);
         self.spaces(width.saturating_sub(n));
     }
 
-    /// `v`'s `n` (`digit_count(v)`) digits, eight per 8-byte store: the
-    /// bytes up to 7 past the digits may be written (the row's bound has
-    /// `NUM` per number) and are overwritten by what follows or lie past
-    /// the row's end.
+    /// `v` right-aligned in `width` (0: no padding); returns its digit
+    /// count. Below 10^8 (most numbers of a row) the count comes from the
+    /// digits themselves (`short_digits`); larger ones count first
+    /// (`digit_count`) and are stored eight digits per word, the first
+    /// word shifted: the bytes up to 7 past a short number may be written
+    /// (the row's bound has `NUM` per number) and are overwritten by what
+    /// follows or lie past the row's end.
     #[inline(always)]
-    fn digits(&mut self, v: u64, n: usize) {
-        let i = self.i;
-        if n <= 8 {
-            self.word(i, eight_digits(v as u32) >> (8 * (8 - n)));
-        } else {
-            let (top, low) = (v / 100_000_000, v % 100_000_000);
-            if n <= 16 {
-                self.word(i, eight_digits(top as u32) >> (8 * (16 - n)));
-            } else {
-                let (top, mid) = (top / 100_000_000, top % 100_000_000);
-                self.word(i, eight_digits(top as u32) >> (8 * (24 - n)));
-                self.word(i + n - 16, eight_digits(mid as u32));
+    fn number(&mut self, v: u64, width: usize) -> usize {
+        if v < 100_000_000 {
+            let (w, n) = short_digits(v as u32);
+            if width > 0 {
+                self.spaces(width.saturating_sub(n));
             }
-            self.word(i + n - 8, eight_digits(low as u32));
+            let i = self.i;
+            self.word(i, w);
+            self.i = i + n;
+            return n;
         }
+        let n = digit_count(v);
+        if width > 0 {
+            self.spaces(width.saturating_sub(n));
+        }
+        let i = self.i;
+        let (top, low) = (v / 100_000_000, v % 100_000_000);
+        if n <= 16 {
+            self.word(i, ascii(digit_values(top as u32)) >> (8 * (16 - n)));
+        } else {
+            let (top, mid) = (top / 100_000_000, top % 100_000_000);
+            self.word(i, ascii(digit_values(top as u32)) >> (8 * (24 - n)));
+            self.word(i + n - 16, ascii(digit_values(mid as u32)));
+        }
+        self.word(i + n - 8, ascii(digit_values(low as u32)));
         self.i = i + n;
+        n
     }
 
     /// Eight bytes at `at`, the lowest first.
@@ -375,11 +384,12 @@ fn digit_count(v: u64) -> usize {
 }
 
 /// The eight decimal digits of `x` (below 10^8, leading zeros included)
-/// in ASCII, the first digit in the lowest byte, so that one little-endian
-/// store writes them in order. No division by a variable, no table and no
-/// branch: lanes of the word are split by multiply-and-shift.
+/// as byte values 0-9, the first digit in the lowest byte, so that one
+/// little-endian store writes them in order. No division by a variable,
+/// no table and no branch: lanes of the word are split by
+/// multiply-and-shift.
 #[inline(always)]
-fn eight_digits(x: u32) -> u64 {
+fn digit_values(x: u32) -> u64 {
     // Two 32-bit lanes of four digits each, the higher four first.
     let y = (x / 10_000) as u64 | ((x % 10_000) as u64) << 32;
     // Each lane into two 16-bit lanes of two digits: q = lane / 100
@@ -390,8 +400,23 @@ fn eight_digits(x: u32) -> u64 {
     // Each into two 8-bit lanes of one digit: q = lane / 10 (103 / 2^10 is
     // exact below 100).
     let q = ((y * 103) >> 10) & 0x000f_000f_000f_000f;
-    let y = q | (y - q * 10) << 8;
-    y | 0x3030_3030_3030_3030
+    q | (y - q * 10) << 8
+}
+
+/// Digit values to ASCII.
+#[inline(always)]
+fn ascii(d: u64) -> u64 {
+    d | 0x3030_3030_3030_3030
+}
+
+/// The digits of `x` (below 10^8) without leading zeros, as the word to
+/// store, and their count: the leading zeros are the word's low zero
+/// bytes (the last digit is always kept, so 0 gives "0").
+#[inline(always)]
+fn short_digits(x: u32) -> (u64, usize) {
+    let d = digit_values(x);
+    let lead = ((d | 1 << 56).trailing_zeros() / 8) as usize;
+    (ascii(d) >> (8 * lead), 8 - lead)
 }
 
 /// A string rendered once per opcode, kept also as a zero-padded block for
