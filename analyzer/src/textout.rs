@@ -10,8 +10,9 @@
 //!
 //! * the buffer is initialised once and kept, and a row is written into it
 //!   through a cursor ([`Row`]) after one check that the row's upper bound
-//!   fits: digits go straight to their place, four per step of a division
-//!   by 10 000, with no intermediate copy and no capacity check per push;
+//!   fits: digits are computed eight at a time in a register (lanes split
+//!   by multiply-and-shift) and stored as one 8-byte word straight to their
+//!   place, with no intermediate copy and no capacity check per push;
 //! * short strings (names, field keys, padding) are copied as one fixed
 //!   32-byte block and the cursor advanced by their length, so no `memcpy`
 //!   call per string;
@@ -255,28 +256,69 @@ impl Row<'_> {
     /// `{v}`
     #[inline]
     fn u64(&mut self, v: u64) {
-        let n = digit_count(v);
-        write_digits(&mut self.b[self.i..self.i + n], v);
-        self.i += n;
+        self.number(v, 0);
     }
 
     /// `{v:>width}` (`width <= NUM`)
     #[inline]
     fn u64_right(&mut self, v: u64, width: usize) {
-        let n = digit_count(v);
-        self.spaces(width.saturating_sub(n));
-        write_digits(&mut self.b[self.i..self.i + n], v);
-        self.i += n;
+        self.number(v, width);
     }
 
     /// `{v:<width}` (`width <= NUM`)
     #[inline]
     fn u64_left(&mut self, v: u64, width: usize) {
-        // The digit count once (not again for the padding).
-        let n = digit_count(v);
-        write_digits(&mut self.b[self.i..self.i + n], v);
-        self.i += n;
+        let n = self.number(v, 0);
         self.spaces(width.saturating_sub(n));
+    }
+
+    /// `v` right-aligned in `width` (0: no padding); returns its digit
+    /// count. Below 10^8 (most numbers of a row) the count comes from the
+    /// digits themselves (`short_digits`); larger ones count first
+    /// (`digit_count`) and are stored eight digits per word, the first
+    /// word shifted: the bytes up to 7 past a short number may be written
+    /// (the row's bound has `NUM` per number) and are overwritten by what
+    /// follows or lie past the row's end.
+    #[inline(always)]
+    fn number(&mut self, v: u64, width: usize) -> usize {
+        if v < 100_000_000 {
+            // Each call site has its own branch: most numbers of a column
+            // fall on the same side.
+            let (w, n) = if v < 10_000 {
+                four_digits(v as u32)
+            } else {
+                short_digits(v as u32)
+            };
+            if width > 0 {
+                self.spaces(width.saturating_sub(n));
+            }
+            let i = self.i;
+            self.word(i, w);
+            self.i = i + n;
+            return n;
+        }
+        let n = digit_count(v);
+        if width > 0 {
+            self.spaces(width.saturating_sub(n));
+        }
+        let i = self.i;
+        let (top, low) = (v / 100_000_000, v % 100_000_000);
+        if n <= 16 {
+            self.word(i, ascii(digit_values(top as u32)) >> (8 * (16 - n)));
+        } else {
+            let (top, mid) = (top / 100_000_000, top % 100_000_000);
+            self.word(i, ascii(digit_values(top as u32)) >> (8 * (24 - n)));
+            self.word(i + n - 16, ascii(digit_values(mid as u32)));
+        }
+        self.word(i + n - 8, ascii(digit_values(low as u32)));
+        self.i = i + n;
+        n
+    }
+
+    /// Eight bytes at `at`, the lowest first.
+    #[inline(always)]
+    fn word(&mut self, at: usize, w: u64) {
+        self.b[at..at + 8].copy_from_slice(&w.to_le_bytes());
     }
 
     /// `{opcode:#06x}`: a u16 always gives "0x" and four digits.
@@ -314,14 +356,6 @@ impl Row<'_> {
     }
 }
 
-/// "00" to "99": two digits per division.
-const DIGITS2: &[u8; 200] = b"\
-0001020304050607080910111213141516171819\
-2021222324252627282930313233343536373839\
-4041424344454647484950515253545556575859\
-6061626364656667686970717273747576777879\
-8081828384858687888990919293949596979899";
-
 /// "00" to "ff": two hex digits per byte.
 const HEX2: [u8; 512] = {
     let hex = b"0123456789abcdef";
@@ -355,31 +389,53 @@ fn digit_count(v: u64) -> usize {
     (t + usize::from(v >= POW10[t])).max(1)
 }
 
-/// `v`'s digits into `out`, whose length is `digit_count(v)`: four digits
-/// per division by 10 000 (two independent halves), from the right.
-#[inline]
-fn write_digits(out: &mut [u8], mut v: u64) {
-    let mut i = out.len();
-    while v >= 10_000 {
-        let r = (v % 10_000) as usize;
-        v /= 10_000;
-        let (hi, lo) = (r / 100 * 2, r % 100 * 2);
-        out[i - 4..i - 2].copy_from_slice(&DIGITS2[hi..hi + 2]);
-        out[i - 2..i].copy_from_slice(&DIGITS2[lo..lo + 2]);
-        i -= 4;
-    }
-    let mut v = v as usize;
-    if v >= 100 {
-        let lo = v % 100 * 2;
-        v /= 100;
-        out[i - 2..i].copy_from_slice(&DIGITS2[lo..lo + 2]);
-        i -= 2;
-    }
-    if v >= 10 {
-        out[i - 2..i].copy_from_slice(&DIGITS2[v * 2..v * 2 + 2]);
-    } else {
-        out[i - 1] = b'0' + v as u8;
-    }
+/// The eight decimal digits of `x` (below 10^8, leading zeros included)
+/// as byte values 0-9, the first digit in the lowest byte, so that one
+/// little-endian store writes them in order. No division by a variable,
+/// no table and no branch: lanes of the word are split by
+/// multiply-and-shift.
+#[inline(always)]
+fn digit_values(x: u32) -> u64 {
+    // Two 32-bit lanes of four digits each, the higher four first.
+    let y = (x / 10_000) as u64 | ((x % 10_000) as u64) << 32;
+    // Each lane into two 16-bit lanes of two digits: q = lane / 100
+    // (10 486 / 2^20 is exact for values below 10^4; the mask drops what
+    // the higher lane's product shifted down).
+    let q = ((y * 10_486) >> 20) & 0x0000_007f_0000_007f;
+    let y = q | (y - q * 100) << 16;
+    // Each into two 8-bit lanes of one digit: q = lane / 10 (103 / 2^10 is
+    // exact below 100).
+    let q = ((y * 103) >> 10) & 0x000f_000f_000f_000f;
+    q | (y - q * 10) << 8
+}
+
+/// `short_digits` for `x` below 10^4: one lane of four digits, half the
+/// work.
+#[inline(always)]
+fn four_digits(x: u32) -> (u64, usize) {
+    let y = x as u64;
+    let q = ((y * 10_486) >> 20) & 0x7f;
+    let y = q | (y - q * 100) << 16;
+    let q = ((y * 103) >> 10) & 0x000f_000f;
+    let d = q | (y - q * 10) << 8;
+    let lead = ((d | 1 << 24).trailing_zeros() / 8) as usize;
+    ((d | 0x3030_3030) >> (8 * lead), 4 - lead)
+}
+
+/// Digit values to ASCII.
+#[inline(always)]
+fn ascii(d: u64) -> u64 {
+    d | 0x3030_3030_3030_3030
+}
+
+/// The digits of `x` (below 10^8) without leading zeros, as the word to
+/// store, and their count: the leading zeros are the word's low zero
+/// bytes (the last digit is always kept, so 0 gives "0").
+#[inline(always)]
+fn short_digits(x: u32) -> (u64, usize) {
+    let d = digit_values(x);
+    let lead = ((d | 1 << 56).trailing_zeros() / 8) as usize;
+    (ascii(d) >> (8 * lead), 8 - lead)
 }
 
 /// A string rendered once per opcode, kept also as a zero-padded block for

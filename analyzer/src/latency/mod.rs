@@ -529,16 +529,9 @@ impl<'c> Latency<'c> {
     /// to the merge (it may replace a pair open at the cut).
     #[inline]
     fn part_begin(&mut self, action: usize, pair: u16, k: u64, item: &Item<'_>) {
-        let Some(log) = self.part.as_mut() else {
+        let Some(log) = matching_log(&mut self.part, self.open_count, item.offset) else {
             return;
         };
-        if log.full_at.is_some() || log_full(log, item.offset) {
-            return;
-        }
-        if log.first_epoch && self.open_count + log.closed >= MAX_TOUCHED {
-            log.full_at = Some(item.offset);
-            return;
-        }
         // One walk's limit, checked as `begin` checks it (the merge makes
         // sure one walk's count stays below it too).
         if self.open_count >= MAX_OPEN {
@@ -580,16 +573,9 @@ impl<'c> Latency<'c> {
     /// A later part's end: as `part_begin`.
     #[inline]
     fn part_end(&mut self, action: usize, opcode: u16, pair: u16, k: u64, item: &Item<'_>) {
-        let Some(log) = self.part.as_mut() else {
+        let Some(log) = matching_log(&mut self.part, self.open_count, item.offset) else {
             return;
         };
-        if log.full_at.is_some() || log_full(log, item.offset) {
-            return;
-        }
-        if log.first_epoch && self.open_count + log.closed >= MAX_TOUCHED {
-            log.full_at = Some(item.offset);
-            return;
-        }
         let ts = item.timestamp_ns();
         let map = &mut self.open[pair as usize].narrow;
         let touch = match map.get_mut(&k) {
@@ -879,6 +865,24 @@ impl<'c> Latency<'c> {
             .map(|v| (v.value_iterated_to(), v.count_since_last_iteration()))
             .collect()
     }
+}
+
+/// A later part's log, while the part still matches its own pairs at the
+/// begin or end record at `offset` (`open_count`: the part's open pairs);
+/// None for a whole walk (no log) and once the log or, in the part's first
+/// epoch, the table of touched keys is full (then noted: the part stops
+/// matching there).
+#[inline(always)]
+fn matching_log(part: &mut Option<PartLog>, open_count: usize, offset: u64) -> Option<&mut PartLog> {
+    let log = part.as_mut()?;
+    if log.full_at.is_some() || log_full(log, offset) {
+        return None;
+    }
+    if log.first_epoch && open_count + log.closed >= MAX_TOUCHED {
+        log.full_at = Some(offset);
+        return None;
+    }
+    Some(log)
 }
 
 /// Whether a later part's log is full at the item at `offset` (then
