@@ -118,9 +118,11 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
         summary.lost
     );
 
-    // Sequential read from page cache: one warm-up pass, then the best of 3.
+    // Sequential read from page cache: one warm-up pass, then the median of 3
+    // (every figure below is the median of its 3 samples within the run, so
+    // each ratio is median over median; a best sample would favour whichever side the machine disturbed less).
     let mut buf = vec![0u8; 1 << 20];
-    let (mut read_bw, mut read_cpu) = (0.0f64, 0.0f64);
+    let (mut read_bws, mut read_cpus) = (Vec::new(), Vec::new());
     for pass in 0..4 {
         let mut f = File::open(&path)?;
         let mut x = 0u8;
@@ -133,11 +135,12 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
         });
         std::hint::black_box(x);
         if pass > 0 {
-            read_bw = read_bw.max(bw);
-            read_cpu = read_cpu.max(cpu);
+            read_bws.push(bw);
+            read_cpus.push(cpu);
         }
     }
-    println!("read       {read_bw:.2} GB/s wall, {read_cpu:.2} GB/s per CPU-second  sequential read(2) of the file from page cache, 1 MiB buffer (best of 3)");
+    let (read_bw, read_cpu) = (median(read_bws), median(read_cpus));
+    println!("read       {read_bw:.2} GB/s wall, {read_cpu:.2} GB/s per CPU-second  sequential read(2) of the file from page cache, 1 MiB buffer (median of 3)");
 
     let ctx = Ctx {
         catalog: Catalog::builtin(),
@@ -146,7 +149,7 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let p = path.to_string_lossy().to_string();
     // What `hmb-trace-analyze stats` does (accounting and latencies),
-    // best of 3, then the same in one walk on one core (how it ran before
+    // median of 3, then the same in one walk on one core (how it ran before
     // it used both cores), then the accounting alone (`info`, `gaps`) both
     // ways.
     let one_walk = |p: &str| {
@@ -163,44 +166,46 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
         s.finish();
         Ok::<_, hmb_trace_analyze::exit::AppError>((walked, s, lat))
     };
-    let (mut best, mut best_cpu) = (0.0f64, 0.0f64);
+    let (mut bws, mut cpus) = (Vec::new(), Vec::new());
     let mut records = 0;
     for _ in 0..3 {
         let mut result = None;
         let (bw, cpu) = measure(len, || result = Some(stats::compute(&ctx, &p)));
         let (_walked, stats, lat) = result.ok_or("no result")??;
         std::hint::black_box(lat.percentiles());
-        best = best.max(bw);
-        best_cpu = best_cpu.max(cpu);
+        bws.push(bw);
+        cpus.push(cpu);
         records = stats.records;
         assert_eq!(stats.records, summary.records, "stats must see every record");
         assert_eq!(stats.lost_total(), summary.lost, "stats must see every loss");
     }
+    let (stats_bw, stats_cpu) = (median(bws), median(cpus));
     println!(
-        "stats      {best:.2} GB/s wall, {best_cpu:.2} GB/s per CPU-second  decode + stats + latency (mmap path, as `hmb-trace-analyze stats`: both cores), {:.1} M records/s wall (best of 3)",
-        records as f64 * best * 1e9 / len as f64 / 1e6
+        "stats      {stats_bw:.2} GB/s wall, {stats_cpu:.2} GB/s per CPU-second  decode + stats + latency (mmap path, as `hmb-trace-analyze stats`: both cores), {:.1} M records/s wall (median of 3)",
+        records as f64 * stats_bw * 1e9 / len as f64 / 1e6
     );
-    let best_of_3 = |f: &dyn Fn()| {
-        let (mut b, mut c) = (0.0f64, 0.0f64);
+    let median_of_3 = |f: &dyn Fn()| {
+        let (mut b, mut c) = (Vec::new(), Vec::new());
         for _ in 0..3 {
             let (bw, cpu) = measure(len, f);
-            (b, c) = (b.max(bw), c.max(cpu));
+            b.push(bw);
+            c.push(cpu);
         }
-        (b, c)
+        (median(b), median(c))
     };
-    let (b, c) = best_of_3(&|| {
+    let (b, c) = median_of_3(&|| {
         std::hint::black_box(one_walk(&p).map(|r| r.1.records).ok());
     });
-    println!("stats-1    {b:.2} GB/s wall, {c:.2} GB/s per CPU-second  the same in one walk on one core (best of 3)");
-    let (account_bw, account_cpu) = best_of_3(&|| {
+    println!("stats-1    {b:.2} GB/s wall, {c:.2} GB/s per CPU-second  the same in one walk on one core (median of 3)");
+    let (account_bw, account_cpu) = median_of_3(&|| {
         std::hint::black_box(collect_stats(&ctx, &p).map(|r| r.1.records).ok());
     });
-    println!("account    {account_bw:.2} GB/s wall, {account_cpu:.2} GB/s per CPU-second  decode + accounting only, both cores (as `info`, `gaps`; best of 3)");
-    let (b, c) = best_of_3(&|| {
+    println!("account    {account_bw:.2} GB/s wall, {account_cpu:.2} GB/s per CPU-second  decode + accounting only, both cores (as `info`, `gaps`; median of 3)");
+    let (b, c) = median_of_3(&|| {
         let walked = open_trace(&p).map(|input| collect_stats_sequential(&ctx, input));
         std::hint::black_box(walked.map(|r| r.1.records).ok());
     });
-    println!("account-1  {b:.2} GB/s wall, {c:.2} GB/s per CPU-second  the same in one walk on one core (best of 3)");
+    println!("account-1  {b:.2} GB/s wall, {c:.2} GB/s per CPU-second  the same in one walk on one core (median of 3)");
 
     let t = Instant::now();
     let mut reader = TraceReader::new(File::open(&path)?)?;
@@ -233,19 +238,19 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!(
         "ratio      stats / read = {:.3} wall, {:.3} per CPU-second; accounting / read = {:.3} wall, {:.3} per CPU-second",
-        best / read_bw,
-        best_cpu / read_cpu,
+        stats_bw / read_bw,
+        stats_cpu / read_cpu,
         account_bw / read_bw,
         account_cpu / read_cpu
     );
     bench_line(
         "analyzer_stats",
-        best,
+        stats_bw,
         "GB/s",
         read_bw,
         "read(2) of the file from page cache, 1 MiB buffer",
-        best / read_bw,
-        Some((best_cpu, best_cpu / read_cpu)),
+        stats_bw / read_bw,
+        Some((stats_cpu, stats_cpu / read_cpu)),
     );
     // What issue #17 first measured as "analyzer stats" (1.05 GB/s, 15 % of
     // read(2)): the accounting alone, as `info` and `gaps` run it.
@@ -260,7 +265,7 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // The text outputs, as a user runs them: the binary, stdout to /dev/null;
-    // best of 3 like every figure above (one run each let whatever the
+    // the median of 3 like every figure above (one run each let whatever the
     // machine did at that moment set the figure: the idle medians of
     // 5 December had csv, always the first, at 8.06 M records/s in two of
     // three runs, while the same binaries alternated gave the same CPU
@@ -271,7 +276,7 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
         ("analyzer_jsonl", &["convert", "--format", "jsonl"][..]),
         ("analyzer_decode", &["decode"][..]),
     ] {
-        let (mut secs, mut cpu) = (f64::MAX, f64::MAX);
+        let (mut walls, mut cpus) = (Vec::new(), Vec::new());
         let mut each = Vec::new();
         for _ in 0..3 {
             let (t, cpu0) = (Instant::now(), children_cpu_seconds());
@@ -282,15 +287,17 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
                 .status()?;
             let (wall, used) = (t.elapsed().as_secs_f64(), (children_cpu_seconds() - cpu0).max(1e-6));
             each.push(format!("{wall:.3}/{used:.3}"));
-            (secs, cpu) = (secs.min(wall), cpu.min(used));
+            walls.push(wall);
+            cpus.push(used);
             if !status.success() {
                 return Err(format!("hmb-trace-analyze {args:?} failed: {status}").into());
             }
         }
+        let (secs, cpu) = (median(walls), median(cpus));
         let mrps = summary.records as f64 / secs / 1e6;
         let cpu_mrps = summary.records as f64 / cpu / 1e6;
         println!(
-            "{:<10} {mrps:.2} M records/s wall, {cpu_mrps:.2} M records per CPU-second  `hmb-trace-analyze {}` to /dev/null (best of 3; wall/CPU s: {})",
+            "{:<10} {mrps:.2} M records/s wall, {cpu_mrps:.2} M records per CPU-second  `hmb-trace-analyze {}` to /dev/null (median of 3; wall/CPU s: {})",
             figure.trim_start_matches("analyzer_"),
             args.join(" "),
             each.join(" ")
@@ -339,4 +346,10 @@ fn children_cpu_seconds() -> f64 {
     }
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// The middle of an odd number of samples (the upper middle of an even one).
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
 }
