@@ -9,6 +9,7 @@ use crate::geometry::{page_spans, Geometry, GeometryReport, PageSpan, NO_PPN};
 use crate::map_cache::{MapCache, VecSlots};
 use crate::medium::Medium;
 use crate::oob::Oob;
+use crate::read_target::{BufferTarget, ReadTarget};
 use crate::staged::StagedMedium;
 use crate::timing::DieClock;
 use crate::{FtlConfig, FtlError};
@@ -93,6 +94,13 @@ pub struct Ftl {
     /// between lookups so that a lookup allocates nothing; its map page index.
     map_buf: Vec<u8>,
     map_buf_holds: Option<u32>,
+    /// During one host operation (`read`, `write`, `deallocate`): the map page whose slot
+    /// this operation has already read and checked, and the slot. A later lookup of the
+    /// same page in the same operation uses `map_buf` as it is, as a controller fetches a
+    /// map page once per command, not once per 4 KiB it maps (`map_page`).
+    op_checked: Option<(u32, u32)>,
+    /// A host operation is running (`host_op`).
+    in_host_op: bool,
     /// Host pages' programs staged per run (always, but for the test that compares the
     /// medium with and without).
     pub(crate) stage_host_pages: bool,
@@ -145,6 +153,8 @@ impl Ftl {
             stats: FtlStats::default(),
             map_buf: Vec::new(),
             map_buf_holds: None,
+            op_checked: None,
+            in_host_op: false,
             stage_host_pages: true,
             medium: StagedMedium::new(medium),
             cfg: cfg.clone(),
@@ -184,6 +194,17 @@ impl Ftl {
 
     // ---- Data path ------------------------------------------------------------------
 
+    /// Run one host operation: within it, a map page is read from its slot and checked
+    /// once (`map_page`); nothing carries over to the next operation.
+    fn host_op<T>(&mut self, op: impl FnOnce(&mut Self) -> Result<T, FtlError>) -> Result<T, FtlError> {
+        self.op_checked = None;
+        self.in_host_op = true;
+        let r = op(self);
+        self.in_host_op = false;
+        self.op_checked = None;
+        r
+    }
+
     fn check_range(&self, off: u64, len: u64) -> Result<(), FtlError> {
         let size = self.logical_bytes();
         if off.checked_add(len).is_none_or(|end| end > size) {
@@ -195,30 +216,55 @@ impl Ftl {
     /// Read [off, off+len) into `buf`; unmapped pages read as zeroes. Returns when the
     /// last NAND operation ends (`now` if none).
     pub fn read(&mut self, off: u64, buf: &mut [u8], now: u64, ev: &mut Vec<FtlEvent>) -> Result<u64, FtlError> {
-        self.check_range(off, buf.len() as u64)?;
+        let len = buf.len();
+        self.read_into(off, len, &mut BufferTarget(buf), now, ev)
+    }
+
+    /// [`Ftl::read`] of `len` bytes into `target` (the NVMe controller's: the command's
+    /// guest pages). The same NAND operations, events, counters and modelled time.
+    pub fn read_into(
+        &mut self,
+        off: u64,
+        len: usize,
+        target: &mut dyn ReadTarget,
+        now: u64,
+        ev: &mut Vec<FtlEvent>,
+    ) -> Result<u64, FtlError> {
+        self.host_op(|ftl| ftl.read_op(off, len, target, now, ev))
+    }
+
+    fn read_op(
+        &mut self,
+        off: u64,
+        len: usize,
+        target: &mut dyn ReadTarget,
+        now: u64,
+        ev: &mut Vec<FtlEvent>,
+    ) -> Result<u64, FtlError> {
+        self.check_range(off, len as u64)?;
         let pb = self.geo.page_bytes;
         let mut end = now;
         // The NAND operations are modelled (and their events made) page by page, in
         // order; the data is read afterwards, a run of physically consecutive pages in
-        // one medium read straight into `buf` (a large sequential read is one pread, not
-        // one per page: the copy and the syscalls were most of a 1 MiB read's time).
-        let mut pages: Vec<PageRead> = Vec::with_capacity(buf.len().div_ceil(pb as usize));
-        for PageSpan { index, in_page, at, n } in page_spans(pb, off, buf.len()) {
+        // one medium read straight into the target (a large sequential read is one pread,
+        // not one per page: the copy and the syscalls were most of a 1 MiB read's time).
+        let mut pages: Vec<PageRead> = Vec::with_capacity(len.div_ceil(pb as usize));
+        for PageSpan { index, in_page, at, n } in page_spans(pb, off, len) {
             let (ppn, t) = self.map_get(index as u32, now, ev)?;
             if ppn == NO_PPN {
-                buf[at..at + n].fill(0);
+                target.zeroes(at, n);
                 end = end.max(t);
             } else {
                 end = end.max(self.nand_read_op(ppn, Purpose::Host, t, ev));
                 pages.push(PageRead { ppn, at, in_page, n });
             }
         }
-        self.read_pages(&pages, buf)?;
+        self.read_pages(&pages, target)?;
         Ok(end)
     }
 
-    /// The data of `pages` (as `read` listed them) into `buf`.
-    fn read_pages(&self, pages: &[PageRead], buf: &mut [u8]) -> Result<(), FtlError> {
+    /// The data of `pages` (as `read_op` listed them) into `target`.
+    fn read_pages(&self, pages: &[PageRead], target: &mut dyn ReadTarget) -> Result<(), FtlError> {
         let pb = self.geo.page_bytes as usize;
         let whole = |p: &PageRead| p.in_page == 0 && p.n == pb;
         let mut i = 0;
@@ -227,7 +273,7 @@ impl Ftl {
             if !whole(first) {
                 let mut page = vec![0u8; pb];
                 self.medium.read_at(self.geo.data_at(first.ppn), &mut page)?;
-                buf[first.at..first.at + first.n].copy_from_slice(&page[first.in_page..first.in_page + first.n]);
+                target.put(first.at, &page[first.in_page..first.in_page + first.n]);
                 i += 1;
                 continue;
             }
@@ -240,8 +286,8 @@ impl Ftl {
                 j += 1;
             }
             let len = (j - i) * pb;
-            self.medium
-                .read_at(self.geo.data_at(first.ppn), &mut buf[first.at..first.at + len])?;
+            let at = self.geo.data_at(first.ppn);
+            self.medium.with_medium(|m| target.medium_run(m, at, first.at, len))?;
             i = j;
         }
         Ok(())
@@ -250,6 +296,10 @@ impl Ftl {
     /// Write `data` at `off`: each touched page goes to a new place on the log (a partial
     /// page is merged with its old content first).
     pub fn write(&mut self, off: u64, data: &[u8], now: u64, ev: &mut Vec<FtlEvent>) -> Result<u64, FtlError> {
+        self.host_op(|ftl| ftl.write_op(off, data, now, ev))
+    }
+
+    fn write_op(&mut self, off: u64, data: &[u8], now: u64, ev: &mut Vec<FtlEvent>) -> Result<u64, FtlError> {
         self.check_range(off, data.len() as u64)?;
         let pb = self.geo.page_bytes;
         let mut page = vec![0u8; pb as usize];
@@ -274,6 +324,10 @@ impl Ftl {
     /// written as zeroes (deallocated blocks read as zeroes). The map pages this changed
     /// are written back at once, so a deallocation survives a power cycle.
     pub fn deallocate(&mut self, off: u64, len: u64, now: u64, ev: &mut Vec<FtlEvent>) -> Result<u64, FtlError> {
+        self.host_op(|ftl| ftl.deallocate_op(off, len, now, ev))
+    }
+
+    fn deallocate_op(&mut self, off: u64, len: u64, now: u64, ev: &mut Vec<FtlEvent>) -> Result<u64, FtlError> {
         self.check_range(off, len)?;
         let pb = self.geo.page_bytes;
         let mut page = vec![0u8; pb as usize];
@@ -478,16 +532,44 @@ impl Ftl {
     /// `self.map_buf`. A miss reads the page from NAND into the least recently used slot
     /// (written back first if dirty); a hit whose page changed behind the controller is
     /// reported and reloaded.
+    ///
+    /// Within one host operation, a page this operation already checked is used from
+    /// `map_buf` without reading its slot again (the same hit event, counter and modelled
+    /// time as a read): `map_buf` is what the slot held at that check plus the
+    /// controller's own updates since (`set_entry` writes both), and it still holds that
+    /// page only if no other page was looked up in between. A host write into the slot
+    /// during the operation is found at the next operation's first use of the slot.
     pub(crate) fn map_page(&mut self, idx: u32, now: u64, ev: &mut Vec<FtlEvent>) -> Result<(u32, u64), FtlError> {
+        if let Some((checked, slot)) = self.op_checked {
+            if checked == idx && self.map_buf_holds == Some(idx) && self.cache.peek(idx) == Some(slot) {
+                self.cache.find(idx);
+                self.stats.cache_hits += 1;
+                ev.push(self.cache_event(CacheEventKind::Hit, idx, slot));
+                return Ok((slot, now + self.cache_lookup_ns()));
+            }
+        }
         let mut page = std::mem::take(&mut self.map_buf);
         page.resize(self.geo.page_bytes as usize, 0);
         self.map_buf_holds = None;
+        self.op_checked = None;
         let r = self.map_page_into(idx, &mut page, now, ev);
         self.map_buf = page;
-        if r.is_ok() {
+        if let Ok((slot, _)) = r {
             self.map_buf_holds = Some(idx);
+            if self.in_host_op {
+                self.op_checked = Some((idx, slot));
+            }
         }
         r
+    }
+
+    /// The modelled time of a lookup that hits: an HMB read when the cache is there.
+    fn cache_lookup_ns(&self) -> u64 {
+        if self.cache_external {
+            u64::from(self.cfg.hmb_access_ns)
+        } else {
+            0
+        }
     }
 
     fn map_page_into(
@@ -505,12 +587,7 @@ impl Ftl {
             }
             self.stats.cache_hits += 1;
             ev.push(self.cache_event(CacheEventKind::Hit, idx, slot));
-            let lookup = if self.cache_external {
-                u64::from(self.cfg.hmb_access_ns)
-            } else {
-                0
-            };
-            return Ok((slot, now + lookup));
+            return Ok((slot, now + self.cache_lookup_ns()));
         }
         self.stats.cache_misses += 1;
         let slot = self.cache.victim();

@@ -10,6 +10,14 @@ pub trait Medium: Send {
     /// Make what was written durable.
     fn sync(&mut self) -> io::Result<()>;
 
+    /// The file this medium is a region of, and the file offset of the region's byte 0,
+    /// if reading the file there is reading the medium: a host read's destination may then
+    /// take a run of pages from the file itself ([`crate::ReadTarget`]), with no copy
+    /// through a buffer of the FTL's.
+    fn file_region(&self) -> Option<(&File, u64)> {
+        None
+    }
+
     /// Zeroes over [off, off+len), skipping what already reads as zero so that a sparse
     /// store stays sparse.
     fn zero(&mut self, off: u64, len: u64) -> io::Result<()> {
@@ -85,6 +93,9 @@ impl Medium for FileMedium {
     }
     fn sync(&mut self) -> io::Result<()> {
         self.file.sync_data()
+    }
+    fn file_region(&self) -> Option<(&File, u64)> {
+        Some((&self.file, self.base))
     }
 }
 

@@ -96,6 +96,14 @@ impl StagedMedium {
         inner.medium.read_at(off, buf)
     }
 
+    /// `f` with the medium itself, the staged run written out first (a read that goes
+    /// straight to its destination, `Ftl::read_into`).
+    pub(crate) fn with_medium<T>(&self, f: impl FnOnce(&dyn Medium) -> io::Result<T>) -> io::Result<T> {
+        let mut inner = self.inner.borrow_mut();
+        inner.write_run()?;
+        f(&*inner.medium)
+    }
+
     pub(crate) fn write_at(&mut self, off: u64, buf: &[u8]) -> io::Result<()> {
         let inner = self.inner.get_mut();
         inner.write_run()?;

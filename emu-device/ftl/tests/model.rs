@@ -501,3 +501,86 @@ fn a_store_that_vanishes_loses_nothing() {
     ftl.read(1020 * PAGE, &mut back, 0, &mut ev).unwrap();
     assert_eq!(back, data);
 }
+
+/// Slots that count their whole-page reads (a map page's fetch and check).
+struct CountingSlots(SharedSlots, Arc<std::sync::atomic::AtomicUsize>);
+
+impl SlotStore for CountingSlots {
+    fn slots(&self) -> u32 {
+        self.0.slots()
+    }
+    fn read(&self, slot: u32, at: usize, buf: &mut [u8]) -> std::io::Result<()> {
+        if buf.len() == PAGE as usize {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.0.read(slot, at, buf)
+    }
+    fn write(&mut self, slot: u32, at: usize, buf: &[u8]) -> std::io::Result<()> {
+        self.0.write(slot, at, buf)
+    }
+    fn offset(&self, slot: u32) -> u64 {
+        self.0.offset(slot)
+    }
+}
+
+/// One host operation reads and checks a map page's slot once however many of its
+/// entries it uses, and still reports every lookup (a hit event and a counted hit each);
+/// the next operation checks the slot again, so a host write between two operations is
+/// found at the second one's first lookup.
+#[test]
+fn an_operation_checks_each_map_page_once() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut ftl = fresh();
+    let slots = SharedSlots::new();
+    let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut ev = Vec::new();
+    ftl.attach_cache(Box::new(CountingSlots(slots.clone(), reads.clone())), None, 0, &mut ev)
+        .unwrap();
+    let data = pattern(32 * PAGE, 7, 0);
+    ftl.write(0, &data, 0, &mut ev).unwrap(); // map page 0: one miss, then its slot
+    let hits = |ftl: &Ftl| ftl.stats().cache_hits;
+    let hit_events = |ev: &[FtlEvent]| {
+        ev.iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    FtlEvent::MapCache {
+                        kind: hmb_ftl::CacheEventKind::Hit,
+                        ..
+                    }
+                )
+            })
+            .count()
+    };
+    for round in 0..2 {
+        reads.store(0, Relaxed);
+        ev.clear();
+        let before = hits(&ftl);
+        let mut back = vec![0u8; data.len()];
+        ftl.read(0, &mut back, 0, &mut ev).unwrap();
+        assert_eq!(back, data, "round {round}");
+        assert_eq!(reads.load(Relaxed), 1, "round {round}: one fetch of the map page");
+        assert_eq!(hits(&ftl) - before, 32, "round {round}: every lookup counted");
+        assert_eq!(hit_events(&ev), 32, "round {round}: every lookup reported");
+    }
+    // A rewrite: one fetch for the 32 lookups and updates of the same map page.
+    reads.store(0, Relaxed);
+    let again = pattern(32 * PAGE, 8, 0);
+    ftl.write(0, &again, 0, &mut ev).unwrap();
+    assert_eq!(reads.load(Relaxed), 1);
+    // A host write between two operations: the next operation finds it at its first
+    // lookup, and reads the right data.
+    slots.poke(5 * 4, 0x20);
+    ev.clear();
+    let mut back = vec![0u8; again.len()];
+    ftl.read(0, &mut back, 0, &mut ev).unwrap();
+    assert_eq!(back, again);
+    assert_eq!(
+        ev.iter()
+            .filter(|e| matches!(e, FtlEvent::MapCacheCorrupt { map_page: 0, .. }))
+            .count(),
+        1
+    );
+    assert_eq!(ftl.stats().cache_corruptions, 1);
+    ftl.check_invariants().unwrap();
+}

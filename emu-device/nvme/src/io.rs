@@ -5,6 +5,7 @@
 
 use crate::admin::identify_nsid;
 use crate::command::{Outcome, Sqe, PAGE};
+use crate::guest_read::GuestRead;
 use hmb_ftl::FtlEvent;
 
 use crate::media::MediaOp;
@@ -71,18 +72,21 @@ impl Controller {
             Err(s) => return Outcome::status(s),
         };
         let off = slba << shift;
-        let mut buf = std::mem::take(&mut self.scratch);
-        buf.resize(len, 0);
         let write = op == OPC_WRITE;
         let mut ev = self.media.take_events();
         let result = if write {
-            prp::gather(&self.mem, &segs, &mut buf)
-                .and_then(|()| data_status(self.ns.write(off, &buf, t0, &mut ev), "write to"))
+            let mut buf = std::mem::take(&mut self.scratch);
+            buf.resize(len, 0);
+            let r = prp::gather(&self.mem, &segs, &mut buf)
+                .and_then(|()| data_status(self.ns.write(off, &buf, t0, &mut ev), "write to"));
+            self.scratch = buf;
+            r
         } else {
-            data_status(self.ns.read(off, &mut buf, t0, &mut ev), "read from")
-                .and_then(|end| prp::scatter(&self.mem, &segs, &buf).map(|()| end))
+            // Straight into the command's guest pages (guest_read.rs).
+            let mut target = GuestRead::new(&self.mem, &segs, &mut self.scratch);
+            data_status(self.ns.read_into(off, len, &mut target, t0, &mut ev), "read from")
+                .and_then(|end| target.finish().map(|()| end))
         };
-        self.scratch = buf;
         let end = self.report_media(qid, sqe.cid(), ev, t0);
         if let Err(s) = result {
             return Outcome::status(s);

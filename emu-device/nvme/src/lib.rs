@@ -21,6 +21,7 @@ mod doorbell;
 mod error;
 #[cfg(feature = "test-util")]
 pub mod fake_host;
+mod guest_read;
 mod hmb;
 mod io;
 mod lifecycle;

@@ -14,7 +14,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use hmb_ftl::{FileMedium, Ftl, FtlError, FtlEvent, Medium, MemMedium, OverlayMedium};
+use hmb_ftl::{FileMedium, Ftl, FtlError, FtlEvent, Medium, MemMedium, OverlayMedium, ReadTarget};
 
 use crate::media::MediaConfig;
 use crate::{Backing, Error};
@@ -121,6 +121,18 @@ impl Namespace {
     /// the FTL; returns when its last NAND operation ends.
     pub fn read(&mut self, off: u64, buf: &mut [u8], now: u64, ev: &mut Vec<FtlEvent>) -> Result<u64, DataError> {
         Ok(self.ftl.read(off, buf, now, ev)?)
+    }
+
+    /// [`Namespace::read`] of `len` bytes into `target` (a Read command's guest pages).
+    pub fn read_into(
+        &mut self,
+        off: u64,
+        len: usize,
+        target: &mut dyn ReadTarget,
+        now: u64,
+        ev: &mut Vec<FtlEvent>,
+    ) -> Result<u64, DataError> {
+        Ok(self.ftl.read_into(off, len, target, now, ev)?)
     }
 
     pub fn write(&mut self, off: u64, buf: &[u8], now: u64, ev: &mut Vec<FtlEvent>) -> Result<u64, DataError> {
