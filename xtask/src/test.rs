@@ -1,6 +1,6 @@
 //! `cargo xtask test`: the README's test command, and what `.ci/run` calls.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
 use hmb_harness::host::apt::{self, Need};
 use hmb_harness::images::{debug_kernel, kernels, toolchain};
@@ -354,27 +354,40 @@ fn nvme_guest_tests(sh: &Shell) -> Result<()> {
             if trace {
                 anyhow::ensure!(run_dir.join("report.html").is_file(), "{name}: no report.html");
             }
+            // Every step passes `--checks full`, which measures QD32 reads
+            // and, on a traced boot, poll(2)'s wake-up latency: a boot that
+            // comes back without them has skipped a check, not measured 0.
+            let qd32_iops = outcome
+                .qd32
+                .as_ref()
+                .map(|q| q.read_iops)
+                .with_context(|| format!("{name}: --checks full but the boot reports no QD32 reads"))?;
+            let wake_latency_us = match &outcome.trace {
+                Some(t) => Some(t.wake_latency_us.with_context(|| {
+                    format!("{name}: --checks full but the traced boot reports no poll(2) wake-up latency")
+                })?),
+                None => None,
+            };
             println!(
                 "    {name}: passed in {:.0} s (probe {} ms, 4 KiB reads {} IOPS at QD1, {} at QD32{})",
                 started.elapsed().as_secs_f64(),
                 outcome.probe_ms,
                 outcome.read_iops_qd1,
-                outcome.qd32.map_or(0, |q| q.read_iops),
+                qd32_iops,
                 outcome
                     .trace
-                    .map(|t| format!(
-                        "; {}; poll wake-up p50 {} us, p99 {} us",
-                        t.summary,
-                        t.wake_latency_us.map_or(0, |w| w[1]),
-                        t.wake_latency_us.map_or(0, |w| w[3])
-                    ) + &outcome
-                        .traced_telemetry
-                        .as_ref()
-                        .map(|t| format!(
+                    .zip(wake_latency_us)
+                    .map(
+                        |(t, w)| format!("; {}; poll wake-up p50 {} us, p99 {} us", t.summary, w[1], w[3])
+                            + &outcome
+                                .traced_telemetry
+                                .as_ref()
+                                .map(|t| format!(
                             "; telemetry beside the ring: 07h {} of {} records in trace.bin, 08h {} of {} ({:.1} s)",
                             t.host.common, t.host.records, t.controller.common, t.controller.records, t.pull_seconds
                         ))
-                        .unwrap_or_default())
+                                .unwrap_or_default()
+                    )
                     .or_else(|| outcome.telemetry.as_ref().map(|t| format!(
                         "; nvme-cli telemetry-log: generations {} and {}, {} and {} records in the journal; \
                          --controller-init: available {}, generation {}, {} records",
