@@ -45,6 +45,9 @@
 
 #include <linux/nvme_hmb_trace.h>
 
+/* now_us(), cmp_u64(), read_file(), write_file(): static inline, no other file. */
+#include "../../kmod/tests/hmbtrace-test.h"
+
 #define MAX_SAMPLES (1u << 20)
 
 /* The threaded calls first (up to CALL_REINIT), the lock-free floor last of them. */
@@ -64,14 +67,6 @@ static char sysfs_head[256], sysfs_ring_size[256];
 static int dev_fd = -1;
 static volatile int stop_threads;
 
-static uint64_t now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static void keep(enum call c, uint64_t us)
 {
 	if (samples[c].n < MAX_SAMPLES)
@@ -81,14 +76,8 @@ static void keep(enum call c, uint64_t us)
 static int read_sysfs(const char *path)
 {
 	char buf[64];
-	int fd = open(path, O_RDONLY);
-	ssize_t n;
 
-	if (fd < 0)
-		return -1;
-	n = read(fd, buf, sizeof(buf));
-	close(fd);
-	return n > 0 ? 0 : -1;
+	return read_file(path, buf, sizeof(buf)) > 0 ? 0 : -1;
 }
 
 /* One thread per call type; each keeps its own samples (one writer each). */
@@ -125,18 +114,6 @@ static void *caller(void *arg)
 	return NULL;
 }
 
-static int write_str(const char *path, const char *text)
-{
-	int fd = open(path, O_WRONLY);
-	ssize_t n;
-
-	if (fd < 0)
-		return -1;
-	n = write(fd, text, strlen(text));
-	close(fd);
-	return n == (ssize_t)strlen(text) ? 0 : -1;
-}
-
 /* Wait (30 s at most) until the ring is FROZEN; its epoch in *epoch. */
 static int wait_frozen(uint64_t *epoch)
 {
@@ -154,13 +131,6 @@ static int wait_frozen(uint64_t *epoch)
 	}
 	errno = ETIMEDOUT;
 	return -1;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
 }
 
 static void usage(const char *argv0)
@@ -232,8 +202,10 @@ int main(int argc, char **argv)
 		uint64_t epoch = 0, frozen_epoch, t0;
 		int ret;
 
-		if (write_str(path, "1") || wait_frozen(&frozen_epoch)) {
-			printf("FAIL reinit_waits: round %lu: reset or FROZEN: %s\n", r, strerror(errno));
+		ret = write_file(path, "1");
+		if (ret || wait_frozen(&frozen_epoch)) {
+			printf("FAIL reinit_waits: round %lu: reset or FROZEN: %s\n", r,
+			       strerror(ret ? -ret : errno));
 			return 1;
 		}
 		stop_threads = 0;
