@@ -35,6 +35,11 @@ pub const RING_MIB: u64 = 1024;
 /// `big_ring` bound, kmod/tests/hmbtrace-test.c REINIT_MAX_HOLD_US).
 /// `HMB_TRACE_NVME_REINIT_BOUND_US` overrides it.
 pub const BOUND_US: u64 = 250_000;
+/// The noisiest floor a run may have and still be judged: a guest off the
+/// host CPU for a second is too loaded to tell a hold from noise, and the
+/// limit stays far below the seconds a REINIT that zeroed the ring under
+/// the lock would take (docs/kmod.md).
+pub const FLOOR_MAX_US: u64 = 1_000_000;
 /// Freeze-and-REINIT rounds.
 const ROUNDS: u32 = 3;
 /// HMB the controller prefers beyond the ring: the cache keeps 8 MiB
@@ -139,6 +144,10 @@ pub fn check_waits(waits: &[Waits], program_ok: bool, bound_us: u64) -> Result<(
     let names: Vec<&str> = waits.iter().map(|w| w.call.as_str()).collect();
     ensure!(names == CALLS, "the program timed {names:?}, want {CALLS:?}");
     let floor = floor_us(waits).context("no noise floor")?;
+    ensure!(
+        floor < FLOOR_MAX_US,
+        "the lock-free {FLOOR} read waited {floor} us: the guest was too long off the host CPU to tell a lock hold from noise (at most {FLOOR_MAX_US} us)"
+    );
     let limit = bound_us.saturating_add(floor);
     for w in waits {
         let least = if w.call == "reinit" { ROUNDS } else { ROUNDS * 2 };
@@ -284,6 +293,9 @@ mod tests {
         checked(GOOD, 101).unwrap();
         let slow = GOOD.replace("max_us=700", "max_us=400000");
         assert!(checked(&slow, BOUND_US).unwrap_err().to_string().contains("get_stats"));
+        // A run too noisy to judge fails, whatever the other calls waited.
+        let e = checked(&GOOD.replace("max_us=800", "max_us=1000000"), BOUND_US).unwrap_err();
+        assert!(e.to_string().contains("too long off the host CPU"), "{e}");
         // A missing call type (the floor's too), too few calls, or no "ok" fails.
         assert!(checked(&GOOD.replace("waits poll", "x"), BOUND_US).is_err());
         assert!(checked(&GOOD.replace("waits sysfs_ring_size", "x"), BOUND_US).is_err());
