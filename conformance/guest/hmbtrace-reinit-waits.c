@@ -10,14 +10,24 @@
  * FROZEN, start one thread per call type, let them run 100 ms, REINIT
  * (timed), let them run 100 ms more, stop them. Every call's duration is
  * kept; the program prints, per call type, the count, median, p99 and
- * maximum in microseconds, and fails when any call (or a REINIT) took the
- * bound or longer.
+ * maximum in microseconds.
+ *
+ * The noise floor: under TCG on a loaded host a vCPU thread can be
+ * descheduled for a quarter of a second, and whichever call it was in
+ * shows that as a wait, lock or no lock. So a fourth thread times the same
+ * sysfs read of an attribute whose show() takes no lock (ring_size, fixed
+ * for the device's life), through the same open/read/close, beside the
+ * others; its longest wait is the floor. The check: no call that takes the
+ * device lock (sysfs head, GET_STATS, poll) and no REINIT waited the bound
+ * plus the floor or longer. A REINIT that holds the lock for the bound still
+ * fails it: the readers wait behind the hold, the floor's thread does not.
  *
  * Usage: hmbtrace-reinit-waits --ctrl nvme0 [--dev nvme-hmb-trace0]
  *        [--rounds N] [--bound-us US]
- * Output: "info ...", "waits TYPE count=N median_us=M p99_us=P max_us=X",
- * then "ok reinit_waits" or "FAIL reinit_waits: why"; exit 0, 1 (a check
- * failed) or 2 (bad usage).
+ * Output: "info ...", "waits TYPE count=N median_us=M p99_us=P max_us=X"
+ * (TYPE sysfs_head, get_stats, poll, sysfs_ring_size: the floor, reinit),
+ * "info floor_us F limit_us L", then "ok reinit_waits" or
+ * "FAIL reinit_waits: why"; exit 0, 1 (a check failed) or 2 (bad usage).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -35,12 +45,16 @@
 
 #include <linux/nvme_hmb_trace.h>
 
+/* now_us(), cmp_u64(), read_file(), write_file(): static inline, no other file. */
+#include "../../kmod/tests/hmbtrace-test.h"
+
 #define MAX_SAMPLES (1u << 20)
 
-enum call { CALL_SYSFS, CALL_STATS, CALL_POLL, CALL_REINIT, NR_CALLS };
+/* The threaded calls first (up to CALL_REINIT), the lock-free floor last of them. */
+enum call { CALL_SYSFS, CALL_STATS, CALL_POLL, CALL_FLOOR, CALL_REINIT, NR_CALLS };
 
 static const char *const call_names[NR_CALLS] = {
-	"sysfs_head", "get_stats", "poll", "reinit",
+	"sysfs_head", "get_stats", "poll", "sysfs_ring_size", "reinit",
 };
 
 struct samples {
@@ -49,17 +63,9 @@ struct samples {
 };
 
 static struct samples samples[NR_CALLS];
-static char sysfs_head[256];
+static char sysfs_head[256], sysfs_ring_size[256];
 static int dev_fd = -1;
 static volatile int stop_threads;
-
-static uint64_t now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 static void keep(enum call c, uint64_t us)
 {
@@ -67,17 +73,11 @@ static void keep(enum call c, uint64_t us)
 		samples[c].us[samples[c].n++] = us;
 }
 
-static int read_sysfs(void)
+static int read_sysfs(const char *path)
 {
 	char buf[64];
-	int fd = open(sysfs_head, O_RDONLY);
-	ssize_t n;
 
-	if (fd < 0)
-		return -1;
-	n = read(fd, buf, sizeof(buf));
-	close(fd);
-	return n > 0 ? 0 : -1;
+	return read_file(path, buf, sizeof(buf)) > 0 ? 0 : -1;
 }
 
 /* One thread per call type; each keeps its own samples (one writer each). */
@@ -93,7 +93,10 @@ static void *caller(void *arg)
 
 		switch (c) {
 		case CALL_SYSFS:
-			ret = read_sysfs();
+			ret = read_sysfs(sysfs_head);
+			break;
+		case CALL_FLOOR:
+			ret = read_sysfs(sysfs_ring_size);
 			break;
 		case CALL_STATS:
 			ret = ioctl(dev_fd, HMB_TRACE_IOC_GET_STATS, &st);
@@ -109,18 +112,6 @@ static void *caller(void *arg)
 		}
 	}
 	return NULL;
-}
-
-static int write_str(const char *path, const char *text)
-{
-	int fd = open(path, O_WRONLY);
-	ssize_t n;
-
-	if (fd < 0)
-		return -1;
-	n = write(fd, text, strlen(text));
-	close(fd);
-	return n == (ssize_t)strlen(text) ? 0 : -1;
 }
 
 /* Wait (30 s at most) until the ring is FROZEN; its epoch in *epoch. */
@@ -142,13 +133,6 @@ static int wait_frozen(uint64_t *epoch)
 	return -1;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 static void usage(const char *argv0)
 {
 	fprintf(stderr, "usage: %s --ctrl nvmeN [--dev NAME] [--rounds N] [--bound-us US]\n", argv0);
@@ -167,6 +151,7 @@ int main(int argc, char **argv)
 	unsigned long rounds = 3, bound_us = 250000;
 	char path[512], why[512] = "";
 	struct hmb_trace_info info;
+	uint64_t max_us[NR_CALLS], limit_us;
 	int opt, failed = 0;
 
 	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -200,6 +185,8 @@ int main(int argc, char **argv)
 		}
 	}
 	snprintf(sysfs_head, sizeof(sysfs_head), "/sys/class/nvme-hmb-trace/%s/head", dev);
+	snprintf(sysfs_ring_size, sizeof(sysfs_ring_size), "/sys/class/nvme-hmb-trace/%s/ring_size",
+		 dev);
 	snprintf(path, sizeof(path), "/dev/%s", dev);
 	dev_fd = open(path, O_RDONLY);
 	if (dev_fd < 0 || ioctl(dev_fd, HMB_TRACE_IOC_GET_INFO, &info)) {
@@ -215,8 +202,10 @@ int main(int argc, char **argv)
 		uint64_t epoch = 0, frozen_epoch, t0;
 		int ret;
 
-		if (write_str(path, "1") || wait_frozen(&frozen_epoch)) {
-			printf("FAIL reinit_waits: round %lu: reset or FROZEN: %s\n", r, strerror(errno));
+		ret = write_file(path, "1");
+		if (ret || wait_frozen(&frozen_epoch)) {
+			printf("FAIL reinit_waits: round %lu: reset or FROZEN: %s\n", r,
+			       strerror(ret ? -ret : errno));
 			return 1;
 		}
 		stop_threads = 0;
@@ -241,7 +230,7 @@ int main(int argc, char **argv)
 	}
 	for (int c = 0; c < NR_CALLS; c++) {
 		struct samples *s = &samples[c];
-		uint64_t med, p99, max;
+		uint64_t med, p99;
 
 		if (!s->n) {
 			printf("FAIL reinit_waits: no %s call was made\n", call_names[c]);
@@ -250,17 +239,24 @@ int main(int argc, char **argv)
 		qsort(s->us, s->n, sizeof(uint64_t), cmp_u64);
 		med = s->us[s->n / 2];
 		p99 = s->us[s->n * 99 / 100];
-		max = s->us[s->n - 1];
+		max_us[c] = s->us[s->n - 1];
 		printf("waits %s count=%zu median_us=%llu p99_us=%llu max_us=%llu\n", call_names[c], s->n,
-		       (unsigned long long)med, (unsigned long long)p99, (unsigned long long)max);
-		if (max >= bound_us) {
-			failed = 1;
-			snprintf(why + strlen(why), sizeof(why) - strlen(why), " %s waited %llu us;",
-				 call_names[c], (unsigned long long)max);
-		}
+		       (unsigned long long)med, (unsigned long long)p99,
+		       (unsigned long long)max_us[c]);
+	}
+	limit_us = bound_us + max_us[CALL_FLOOR];
+	printf("info floor_us %llu limit_us %llu\n", (unsigned long long)max_us[CALL_FLOOR],
+	       (unsigned long long)limit_us);
+	for (int c = 0; c < NR_CALLS; c++) {
+		if (c == CALL_FLOOR || max_us[c] < limit_us)
+			continue;
+		failed = 1;
+		snprintf(why + strlen(why), sizeof(why) - strlen(why), " %s waited %llu us;",
+			 call_names[c], (unsigned long long)max_us[c]);
 	}
 	if (failed)
-		printf("FAIL reinit_waits:%s bound %lu us\n", why, bound_us);
+		printf("FAIL reinit_waits:%s bound %lu us + floor %llu us\n", why, bound_us,
+		       (unsigned long long)max_us[CALL_FLOOR]);
 	else
 		printf("ok reinit_waits\n");
 	close(dev_fd);

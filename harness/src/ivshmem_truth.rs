@@ -6,12 +6,14 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use hmb_firmware_model::{expected_record, Workload};
-use hmb_trace_file::{Event, Item, TraceReader, Walker};
+use hmb_trace_file::{Event, Item};
 
 pub use hmb_emu_device::ivshmem::report::Segment;
 use hmb_emu_device::ivshmem::report::Stats;
+
+use crate::truth_walk::{walk_trace, Place};
 
 /// What the check found. `passed()` is the verdict.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -99,32 +101,13 @@ pub fn live_ring(stats: &Stats) -> Option<LiveRing> {
 }
 
 pub fn check(trace: &Path, segments: &[Segment], live: Option<LiveRing>) -> Result<TruthReport> {
-    let file = std::fs::File::open(trace).with_context(|| format!("opening {}", trace.display()))?;
-    let mut reader = TraceReader::new(std::io::BufReader::with_capacity(1 << 20, file))
-        .with_context(|| format!("reading {}", trace.display()))?;
-    // The producer starts every epoch at seq 0, and the daemon runs before
-    // it: records missing at the start of the file are losses too.
-    let mut walker = Walker::from_start(reader.header());
     let mut cursors: BTreeMap<u64, EpochCursor> = BTreeMap::new();
     let mut report = TruthReport::default();
     let mut parsed: BTreeMap<String, Workload> = BTreeMap::new();
-    loop {
-        let item = match reader.next_item() {
-            Ok(Some(item)) => item,
-            Ok(None) => break,
-            Err(e) => {
-                report.truncated = Some(e.to_string());
-                break;
-            }
-        };
-        item.kind().context("decoding a marker")?;
-        let epoch = walker.epoch();
-        let expected = walker.expected().unwrap_or(0);
+    let walked = walk_trace(trace, |step| {
+        let Place { epoch, expected } = step.before;
         cursors.entry(epoch).or_default();
-        let mut events = Vec::new();
-        walker.feed(&item, &mut |ev| events.push(ev));
-        let mut duplicate = false;
-        for ev in events {
+        for ev in step.events {
             match ev {
                 Event::Lost {
                     epoch: e,
@@ -150,18 +133,20 @@ pub fn check(trace: &Path, segments: &[Segment], live: Option<LiveRing>) -> Resu
                     report.uncounted_gaps.push((e, first_seq, count));
                     cursors.entry(e).or_default().lost += count;
                 }
-                Event::SeqBackwards { .. } => duplicate = true,
-                Event::Record { epoch: e, item } if !duplicate => {
-                    check_record(e, item, segments, &mut parsed, &mut report)?;
-                }
-                Event::Record { .. } => report.duplicates += 1,
-                Event::EpochStart { .. } | Event::Frozen { .. } | Event::UnknownMarker { .. } => {}
+                Event::Record { epoch: e, item } => check_record(e, item, segments, &mut parsed, &mut report)?,
+                Event::SeqBackwards { .. }
+                | Event::EpochStart { .. }
+                | Event::Frozen { .. }
+                | Event::UnknownMarker { .. } => {}
             }
         }
-        if let Some(cursor) = cursors.get_mut(&walker.epoch()) {
-            cursor.next = walker.expected().unwrap_or(0);
+        if let Some(cursor) = cursors.get_mut(&step.after.epoch) {
+            cursor.next = step.after.expected;
         }
-    }
+        Ok(())
+    })?;
+    report.duplicates = walked.duplicates;
+    report.truncated = walked.truncated;
     for seg in segments {
         cursors.entry(seg.epoch).or_default();
     }

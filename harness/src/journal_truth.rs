@@ -11,8 +11,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use hmb_trace_file::{Event, TraceReader, Walker};
+use hmb_trace_file::Event;
 use zerocopy::IntoBytes;
+
+use crate::truth_walk::walk_trace;
 
 pub use hmb_nvme_trace::{Journal, JournalEntry};
 
@@ -82,9 +84,6 @@ impl JournalReport {
 }
 
 pub fn check(trace: &Path, journal: &Journal) -> Result<JournalReport> {
-    let file = std::fs::File::open(trace).with_context(|| format!("opening {}", trace.display()))?;
-    let mut reader =
-        TraceReader::new(std::io::BufReader::new(file)).with_context(|| format!("reading {}", trace.display()))?;
     let mut want: BTreeMap<(u64, u64), &JournalEntry> = BTreeMap::new();
     let mut report = JournalReport {
         epochs: journal.epochs.clone(),
@@ -98,23 +97,8 @@ pub fn check(trace: &Path, journal: &Journal) -> Result<JournalReport> {
             report.journal_dropped += 1;
         }
     }
-    // Every epoch starts at seq 0 and the daemon runs from the ring's
-    // start: records missing at the start of the file are losses too.
-    let mut walker = Walker::from_start(reader.header());
-    loop {
-        let item = match reader.next_item() {
-            Ok(Some(item)) => item,
-            Ok(None) => break,
-            Err(e) => {
-                report.truncated = Some(e.to_string());
-                break;
-            }
-        };
-        item.kind().context("decoding a marker")?;
-        let mut duplicate = false;
-        let mut events = Vec::new();
-        walker.feed(&item, &mut |ev| events.push(ev));
-        for ev in events {
+    let walked = walk_trace(trace, |step| {
+        for ev in step.events {
             match ev {
                 Event::Lost { count, .. } => report.lost_counted += count,
                 Event::Gap {
@@ -123,8 +107,6 @@ pub fn check(trace: &Path, journal: &Journal) -> Result<JournalReport> {
                     count,
                     ..
                 } => report.uncounted_gaps.push((epoch, first_seq, count)),
-                Event::SeqBackwards { .. } => duplicate = true,
-                Event::Record { .. } if duplicate => report.duplicates += 1,
                 Event::Record { epoch, item } => match want.remove(&(epoch, item.seq())) {
                     None => report.unknown.push(format!(
                         "record epoch {epoch} seq {} at offset {} was never produced",
@@ -153,10 +135,16 @@ pub fn check(trace: &Path, journal: &Journal) -> Result<JournalReport> {
                         }
                     }
                 },
-                Event::EpochStart { .. } | Event::Frozen { .. } | Event::UnknownMarker { .. } => {}
+                Event::SeqBackwards { .. }
+                | Event::EpochStart { .. }
+                | Event::Frozen { .. }
+                | Event::UnknownMarker { .. } => {}
             }
         }
-    }
+        Ok(())
+    })?;
+    report.duplicates = walked.duplicates;
+    report.truncated = walked.truncated;
     report.missing = want.into_keys().collect();
     Ok(report)
 }

@@ -53,5 +53,6 @@ pub mod qemu;
 pub mod soak_ivshmem;
 pub mod soak_nvme;
 pub mod traced_telemetry;
+mod truth_walk;
 
 pub use host::{cache_dir, target_dir, workspace_root};

@@ -143,28 +143,6 @@ static int read_sysfs_u64(const char *attr, uint64_t *val)
 	return 0;
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int write_file(const char *path, const char *text)
-{
-	int fd = open(path, O_WRONLY);
-	ssize_t n;
-
-	if (fd < 0)
-		return -errno;
-	n = write(fd, text, strlen(text));
-	close(fd);
-	if (n < 0)
-		return -errno;
-	return 0;
-}
-
 /* Ring header fields the producer writes, read as the consumer must. */
 static uint64_t ld_acq64(const volatile void *p)
 {
@@ -725,13 +703,13 @@ static void check_poll_wakes(int fd, const uint8_t *map, const struct opts *o)
 		}
 		if (ld_acq64(&h->head) != head)
 			continue;
-		t0 = now_ms();
+		t0 = now_us() / 1000;	/* ms */
 		ret = poll(&pfd, 1, o->wait_s * 1000);
 		/* poll() rescans once at its timeout: a late POLLIN is no wake-up. */
 		if (ret != 1 || !(pfd.revents & POLLIN) ||
-		    now_ms() - t0 >= (uint64_t)o->wait_s * 1000) {
+		    now_us() / 1000 - t0 >= (uint64_t)o->wait_s * 1000) {
 			fail("poll_wakes", "poll returned %d revents %#x after %llu ms", ret,
-			     pfd.revents, (unsigned long long)(now_ms() - t0));
+			     pfd.revents, (unsigned long long)(now_us() / 1000 - t0));
 			return;
 		}
 		if (ld_acq64(&h->head) <= head) {
@@ -740,7 +718,7 @@ static void check_poll_wakes(int fd, const uint8_t *map, const struct opts *o)
 			return;
 		}
 		printf("info poll blocked %llu ms until the device produced\n",
-		       (unsigned long long)(now_ms() - t0));
+		       (unsigned long long)(now_us() / 1000 - t0));
 		ok("poll_wakes");
 		break;
 	}
@@ -947,20 +925,6 @@ static int pci_address(char *buf, size_t len)
 	return 0;
 }
 
-static int read_whole(const char *path, char *buf, size_t len)
-{
-	ssize_t n, got = 0;
-	int fd = open(path, O_RDONLY);
-
-	if (fd < 0)
-		return -errno;
-	while ((size_t)got < len - 1 && (n = read(fd, buf + got, len - 1 - got)) > 0)
-		got += n;
-	close(fd);
-	buf[got] = 0;
-	return 0;
-}
-
 /* The interrupt is named after the device, so two controllers differ. */
 static void check_irq_name(const struct opts *o)
 {
@@ -971,7 +935,7 @@ static void check_irq_name(const struct opts *o)
 		skip("irq_name_per_device", "no device interrupts expected");
 		return;
 	}
-	if (pci_address(addr, sizeof(addr)) || read_whole("/proc/interrupts", text, sizeof(text))) {
+	if (pci_address(addr, sizeof(addr)) || read_file("/proc/interrupts", text, sizeof(text)) < 0) {
 		fail("irq_name_per_device", "no PCI address or /proc/interrupts");
 		return;
 	}
@@ -993,7 +957,7 @@ static void check_debugfs(const struct hmb_trace_info *info)
 		return;
 	}
 	snprintf(path, sizeof(path), "/sys/kernel/debug/nvme-hmb-trace/%s/state", addr);
-	if (read_whole(path, text, sizeof(text))) {
+	if (read_file(path, text, sizeof(text)) < 0) {
 		fail("debugfs_state", "%s: %s", path, strerror(errno));
 		return;
 	}
@@ -1023,7 +987,7 @@ static void check_trace(int enabled, const struct opts *o)
 		fail("tracepoints", "events/nvme_hmb_trace/enable: %s", strerror(-enabled));
 		return;
 	}
-	if (read_whole(TRACEFS "/trace", text, sizeof(text))) {
+	if (read_file(TRACEFS "/trace", text, sizeof(text)) < 0) {
 		fail("tracepoints", "reading %s/trace: %s", TRACEFS, strerror(errno));
 		return;
 	}
@@ -1361,14 +1325,6 @@ static int run_chunks(const struct opts *o)
 	if (fd2 >= 0)
 		close(fd2);
 	return 0;
-}
-
-static uint64_t now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 struct reader {

@@ -31,21 +31,6 @@
 
 #include "hmbtrace-test.h"
 
-static uint64_t mono_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 struct reader {
 	int bfd;
 	void *buf;
@@ -61,7 +46,7 @@ static void *read_one(void *arg)
 
 	usleep(2000);
 	r->ok = pread(r->bfd, r->buf, 4096, r->off) == 4096;
-	r->done_us = mono_us();
+	r->done_us = now_us();
 	return NULL;
 }
 
@@ -115,7 +100,7 @@ int hmbtrace_wake_latency(const char *node, const char *block, int rounds)
 			return 1;
 		}
 		ready = poll(&pfd, 1, 5000);
-		t0 = mono_us();
+		t0 = now_us();
 		pthread_join(thread, NULL);
 		if (!r.ok) {
 			fail("wake_latency", "pread %s failed", block);

@@ -22,23 +22,9 @@ pub fn encode_preamble(header_len: u64) -> [u8; PREAMBLE_SIZE] {
 /// Write a complete file. `header.payload.byte_length`, `checksum_fnv64`
 /// and `format_minor` are set from the payload and this crate's version;
 /// the encoding is the caller's. Returns the header as written.
-pub fn write_pccx<W: Write>(mut w: W, header: &PccxHeader, payload: &[u8]) -> Result<PccxHeader, PccxError> {
-    let mut header = header.clone();
-    header.format_minor = MINOR_VERSION;
-    header.payload.byte_length = payload.len() as u64;
-    header.payload.checksum_fnv64 = Some(fnv1a_64(payload));
-    if !header.arch.peak_tops.is_finite() {
-        return Err(PccxError::Write(format!(
-            "peak_tops {} is not a finite number",
-            header.arch.peak_tops
-        )));
-    }
-    let json = serde_json::to_vec(&header).map_err(|e| PccxError::Write(e.to_string()))?;
-    w.write_all(&encode_preamble(json.len() as u64))?;
-    w.write_all(&json)?;
-    w.write_all(payload)?;
-    w.flush()?;
-    Ok(header)
+pub fn write_pccx<W: Write>(w: W, header: &PccxHeader, payload: &[u8]) -> Result<PccxHeader, PccxError> {
+    // The in-memory payload is a source that yields exactly its bytes.
+    write_pccx_streamed(w, header, payload.len() as u64, fnv1a_64(payload), payload)
 }
 
 /// Write a file whose payload is streamed from `payload` (e.g. a spill

@@ -9,6 +9,12 @@
 //! program conformance/guest/hmbtrace-reinit-waits.c, built static here and
 //! handed over through the share: each of its rounds resets the controller
 //! (the driver marks the ring FROZEN at the MR=1 re-enable) and REINITs it.
+//!
+//! The bound is over a noise floor the program measures beside the calls:
+//! the same sysfs read of an attribute whose show() takes no lock
+//! (`ring_size`). Under TCG on a loaded host a vCPU thread can be off the
+//! host CPU for a quarter of a second inside any call; a reader waiting
+//! behind a long REINIT hold waits where the floor's thread does not.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -25,10 +31,15 @@ use crate::outcome::kernel_log;
 /// Ring of the scenario in the test command, MiB. `HMB_TRACE_NVME_BIG_RING_MIB`
 /// overrides it (a power of two, at most 1024: HMB_RING_MAX_SIZE).
 pub const RING_MIB: u64 = 1024;
-/// The longest any call may take (the ivshmem `big_ring` bound,
-/// kmod/tests/hmbtrace-test.c REINIT_MAX_HOLD_US).
-/// `HMB_TRACE_NVME_REINIT_BOUND_US` overrides it (to see the check fail).
+/// How much longer than the noise floor any call may take (the ivshmem
+/// `big_ring` bound, kmod/tests/hmbtrace-test.c REINIT_MAX_HOLD_US).
+/// `HMB_TRACE_NVME_REINIT_BOUND_US` overrides it.
 pub const BOUND_US: u64 = 250_000;
+/// The noisiest floor a run may have and still be judged: a guest off the
+/// host CPU for a second is too loaded to tell a hold from noise, and the
+/// limit stays far below the seconds a REINIT that zeroed the ring under
+/// the lock would take (docs/kmod.md).
+pub const FLOOR_MAX_US: u64 = 1_000_000;
 /// Freeze-and-REINIT rounds.
 const ROUNDS: u32 = 3;
 /// HMB the controller prefers beyond the ring: the cache keeps 8 MiB
@@ -40,7 +51,9 @@ const MAX_DESCRIPTORS: u16 = 512;
 const PROGRAM: &str = "hmbtrace-reinit-waits";
 const OUTPUT: &str = "reinit-waits.txt";
 /// The call types the program times, in its output order.
-const CALLS: [&str; 4] = ["sysfs_head", "get_stats", "poll", "reinit"];
+const CALLS: [&str; 5] = ["sysfs_head", "get_stats", "poll", FLOOR, "reinit"];
+/// The lock-free call whose longest wait is the noise floor.
+const FLOOR: &str = "sysfs_ring_size";
 
 /// The ring size of this run, in MiB.
 pub fn ring_mib() -> Result<u64> {
@@ -119,11 +132,23 @@ pub fn parse_waits(text: &str) -> (Vec<Waits>, bool) {
     (waits, text.lines().any(|l| l == "ok reinit_waits"))
 }
 
+/// The noise floor of a run: the longest wait of the lock-free call.
+pub fn floor_us(waits: &[Waits]) -> Option<u64> {
+    waits.iter().find(|w| w.call == FLOOR).map(|w| w.max_us)
+}
+
 /// Every call type timed, each at least once per round (REINIT exactly
-/// once), and none waited `bound_us` or longer.
+/// once), and none of those that take the device lock (nor REINIT) waited
+/// `bound_us` plus the noise floor or longer.
 pub fn check_waits(waits: &[Waits], program_ok: bool, bound_us: u64) -> Result<()> {
     let names: Vec<&str> = waits.iter().map(|w| w.call.as_str()).collect();
     ensure!(names == CALLS, "the program timed {names:?}, want {CALLS:?}");
+    let floor = floor_us(waits).context("no noise floor")?;
+    ensure!(
+        floor < FLOOR_MAX_US,
+        "the lock-free {FLOOR} read waited {floor} us: the guest was too long off the host CPU to tell a lock hold from noise (at most {FLOOR_MAX_US} us)"
+    );
+    let limit = bound_us.saturating_add(floor);
     for w in waits {
         let least = if w.call == "reinit" { ROUNDS } else { ROUNDS * 2 };
         ensure!(
@@ -133,8 +158,8 @@ pub fn check_waits(waits: &[Waits], program_ok: bool, bound_us: u64) -> Result<(
             w.count
         );
         ensure!(
-            w.max_us < bound_us,
-            "{} waited {} us (median {} us), the bound is {bound_us} us",
+            w.call == FLOOR || w.max_us < limit,
+            "{} waited {} us (median {} us), the bound is {bound_us} us over the noise floor of {floor} us",
             w.call,
             w.max_us,
             w.median_us
@@ -205,7 +230,7 @@ pub fn run(env: &Env) -> Result<Value> {
         "guest_rc": rc,
         "ring_adopted_at_full_size": true,
         "calls_timed": CALLS,
-        "every_call_under_bound_us": bound,
+        "every_call_under_floor_plus_us": bound,
         "kernel_log": kernel_log(&s.run_dir, Device::Nvme, &[]),
     }))
 }
@@ -216,13 +241,17 @@ fn report(run_dir: &Path, mib: u64, bound: u64, waits: &[Waits], seconds: f64) -
         .iter()
         .map(|w| json!({"call": w.call, "count": w.count, "median_us": w.median_us, "p99_us": w.p99_us, "max_us": w.max_us}))
         .collect();
-    let figures =
-        json!({"ring_mib": mib, "rounds": ROUNDS, "bound_us": bound, "waits": per_call, "scenario_seconds": seconds});
+    let floor = floor_us(waits);
+    let figures = json!({"ring_mib": mib, "rounds": ROUNDS, "bound_us": bound, "floor_us": floor,
+        "waits": per_call, "scenario_seconds": seconds});
     std::fs::write(
         run_dir.join("reinit-waits.json"),
         serde_json::to_string_pretty(&figures)?,
     )?;
-    eprintln!("nvme_big_ring: {mib} MiB ring, {ROUNDS} rounds, {seconds:.1} s:");
+    eprintln!(
+        "nvme_big_ring: {mib} MiB ring, {ROUNDS} rounds, {seconds:.1} s, bound {bound} us over a floor of {} us:",
+        floor.map_or("?".into(), |f| f.to_string())
+    );
     for w in waits {
         eprintln!(
             "  {:<10} {:>7} calls, median {:>6} us, p99 {:>6} us, max {:>6} us",
@@ -240,34 +269,81 @@ mod tests {
         waits sysfs_head count=900 median_us=40 p99_us=300 max_us=900\n\
         waits get_stats count=2000 median_us=10 p99_us=90 max_us=700\n\
         waits poll count=2500 median_us=5 p99_us=50 max_us=600\n\
+        waits sysfs_ring_size count=950 median_us=35 p99_us=280 max_us=800\n\
         waits reinit count=3 median_us=80 p99_us=120 max_us=120\n\
+        info floor_us 800 limit_us 250800\n\
         ok reinit_waits\n";
 
+    fn checked(text: &str, bound_us: u64) -> Result<()> {
+        let (waits, ok) = parse_waits(text);
+        check_waits(&waits, ok, bound_us)
+    }
+
     #[test]
-    fn the_waits_are_read_and_checked_against_the_bound() {
+    fn the_waits_are_read_and_checked_against_the_bound_over_the_floor() {
         let (waits, ok) = parse_waits(GOOD);
         assert!(ok);
-        assert_eq!(waits.len(), 4);
+        assert_eq!(waits.len(), 5);
         assert_eq!((waits[1].call.as_str(), waits[1].max_us), ("get_stats", 700));
-        check_waits(&waits, ok, BOUND_US).unwrap();
-        // A call at the bound fails, and so does a bound the calls exceed.
-        let e = check_waits(&waits, ok, 900).unwrap_err().to_string();
+        assert_eq!(floor_us(&waits), Some(800));
+        checked(GOOD, BOUND_US).unwrap();
+        // The limit is the bound plus the floor: at it, a call fails.
+        let e = checked(GOOD, 100).unwrap_err().to_string();
         assert!(e.contains("sysfs_head waited 900 us"), "{e}");
+        checked(GOOD, 101).unwrap();
         let slow = GOOD.replace("max_us=700", "max_us=400000");
-        let (w, ok) = parse_waits(&slow);
-        assert!(check_waits(&w, ok, BOUND_US)
-            .unwrap_err()
-            .to_string()
-            .contains("get_stats"));
-        // A missing call type, too few calls, or no "ok" fails.
-        let (w, ok) = parse_waits(&GOOD.replace("waits poll", "x"));
-        assert!(check_waits(&w, ok, BOUND_US).is_err());
-        let (w, ok) = parse_waits(&GOOD.replace("reinit count=3", "reinit count=1"));
-        assert!(check_waits(&w, ok, BOUND_US)
-            .unwrap_err()
-            .to_string()
-            .contains("only 1"));
+        assert!(checked(&slow, BOUND_US).unwrap_err().to_string().contains("get_stats"));
+        // A run too noisy to judge fails, whatever the other calls waited.
+        let e = checked(&GOOD.replace("max_us=800", "max_us=1000000"), BOUND_US).unwrap_err();
+        assert!(e.to_string().contains("too long off the host CPU"), "{e}");
+        // A missing call type (the floor's too), too few calls, or no "ok" fails.
+        assert!(checked(&GOOD.replace("waits poll", "x"), BOUND_US).is_err());
+        assert!(checked(&GOOD.replace("waits sysfs_ring_size", "x"), BOUND_US).is_err());
+        let e = checked(&GOOD.replace("reinit count=3", "reinit count=1"), BOUND_US).unwrap_err();
+        assert!(e.to_string().contains("only 1"), "{e}");
         let (w, _) = parse_waits(GOOD);
         assert!(check_waits(&w, false, BOUND_US).is_err());
+    }
+
+    /// The run that failed the old fixed bound (load 6, 6.1): a sysfs read
+    /// waited 274.8 ms while each REINIT held the lock 5.2 ms at most; the
+    /// lock-free read beside it was off the host CPU as long.
+    #[test]
+    fn a_descheduled_vcpu_is_not_a_lock_hold() {
+        let noisy = GOOD
+            .replace("max_us=900", "max_us=274800")
+            .replace(
+                "reinit count=3 median_us=80 p99_us=120 max_us=120",
+                "reinit count=3 median_us=90 p99_us=5200 max_us=5200",
+            )
+            .replace("max_us=800", "max_us=190000");
+        checked(&noisy, BOUND_US).unwrap();
+    }
+
+    /// A REINIT that holds the device lock past the bound fails however noisy
+    /// the run: the readers wait behind it, the floor's thread does not.
+    #[test]
+    fn a_long_reinit_hold_fails_over_the_floor() {
+        let held = GOOD
+            .replace("max_us=900", "max_us=460000")
+            .replace("max_us=700", "max_us=455000")
+            .replace("max_us=600", "max_us=452000")
+            .replace(
+                "reinit count=3 median_us=80 p99_us=120 max_us=120",
+                "reinit count=3 median_us=450000 p99_us=470000 max_us=470000",
+            )
+            .replace("max_us=800", "max_us=190000");
+        let e = checked(&held, BOUND_US).unwrap_err().to_string();
+        assert!(e.contains("sysfs_head waited 460000 us"), "{e}");
+        assert!(e.contains("floor of 190000 us"), "{e}");
+        // The REINIT alone (readers that happened not to call during it) fails too.
+        let only_reinit = GOOD.replace(
+            "reinit count=3 median_us=80 p99_us=120 max_us=120",
+            "reinit count=3 median_us=300000 p99_us=300000 max_us=300000",
+        );
+        assert!(checked(&only_reinit, BOUND_US)
+            .unwrap_err()
+            .to_string()
+            .contains("reinit waited"));
     }
 }

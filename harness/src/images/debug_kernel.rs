@@ -208,43 +208,8 @@ fn unpacked_source(
             std::fs::remove_file(stale)?;
         }
     }
-    let debs = dir.join("debs");
-    let staging = dir.join("unpack.tmp");
-    for d in [&debs, &staging, &tree] {
-        if d.exists() {
-            std::fs::remove_dir_all(d)?;
-        }
-    }
-    println!("    apt-get download ({}): {package}={version}", env.describe());
-    env.download(sh, &[(package.to_string(), version.to_string())], &debs)
-        .with_context(|| {
-            format!(
-                "{package}={version} (kernel {}'s source) cannot be downloaded",
-                spec.name
-            )
-        })?;
-    let deb = std::fs::read_dir(&debs)?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "deb"))
-        .with_context(|| format!("apt-get download left no .deb in {}", debs.display()))?;
-    std::fs::create_dir_all(&staging)?;
-    let inner = format!("./usr/src/{package}.tar.xz");
-    cmd!(sh, "timeout --foreground 300 sh -c 'dpkg-deb --fsys-tarfile \"$0\" | tar -x -C \"$1\" \"$2\"' {deb} {staging} {inner}")
-        .quiet()
-        .run()
-        .with_context(|| format!("no {inner} in {}", deb.display()))?;
-    let tarball = staging.join(&inner);
-    cmd!(
-        sh,
-        "timeout --foreground 1200 nice -n 10 tar -xJf {tarball} -C {staging}"
-    )
-    .quiet()
-    .run()
-    .context("unpacking the kernel source")?;
-    std::fs::rename(staging.join(package), &tree)?;
-    std::fs::remove_dir_all(&staging)?;
-    std::fs::remove_dir_all(&debs)?;
+    linux_source::download_and_unpack(sh, env, package, version, dir, &tree, None)
+        .with_context(|| format!("kernel {}'s source", spec.name))?;
     std::fs::write(&marker, want)?;
     Ok(tree)
 }

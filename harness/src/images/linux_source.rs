@@ -94,28 +94,14 @@ pub(crate) fn fetch(
     let downloaded = !(stamp.is_fresh() && root.join("drivers/nvme/host/pci.c").is_file());
     if downloaded {
         stamp.invalidate()?;
-        let debs = dir.join("debs");
-        for d in [&debs, &root] {
-            if d.exists() {
-                std::fs::remove_dir_all(d)?;
-            }
-        }
         let candidate = env.candidate(sh, spec.apt_target_release(), &package)?;
         if candidate != version {
             println!(
                 "    note: apt's candidate for {package} is {candidate}; downloading {version}, the guest kernel's"
             );
         }
-        println!("    apt-get download ({}): {package}={version}", env.describe());
-        env.download(sh, &[(package.clone(), version.clone())], &debs)
-            .with_context(|| format!("{package}={version} (the guest kernel's version) cannot be downloaded"))?;
-        let deb = std::fs::read_dir(&debs)?
-            .filter_map(|e| e.ok())
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|e| e == "deb"))
-            .with_context(|| format!("apt-get download left no .deb in {}", debs.display()))?;
-        unpack(sh, &deb, &package, &dir, &root)?;
-        std::fs::remove_dir_all(&debs)?;
+        download_and_unpack(sh, env, &package, &version, &dir, &root, Some(MEMBERS))
+            .with_context(|| format!("kernel {}'s source (the guest kernel's version)", spec.name))?;
         stamp.record()?;
     }
     Ok(SourceTree {
@@ -126,12 +112,36 @@ pub(crate) fn fetch(
     })
 }
 
-/// `dpkg-deb --fsys-tarfile` -> the inner `linux-source-X.Y.tar.xz` -> the members.
-fn unpack(sh: &Shell, deb: &Path, package: &str, dir: &Path, root: &Path) -> Result<()> {
+/// `apt-get download` of `package=version` (a `linux-source-X.Y`) into
+/// `dir/debs`, then its inner `usr/src/<package>.tar.xz` unpacked to `root`:
+/// only `members` (paths below the tarball's top directory), or the whole
+/// tree. Whatever `root` held goes first; the staging folder
+/// `dir/unpack.tmp` and the .deb go after. Shared by this subset and the
+/// debug kernel's whole tree (images::debug_kernel).
+pub(crate) fn download_and_unpack(
+    sh: &Shell,
+    env: &AptEnv,
+    package: &str,
+    version: &str,
+    dir: &Path,
+    root: &Path,
+    members: Option<&[&str]>,
+) -> Result<()> {
+    let debs = dir.join("debs");
     let staging = dir.join("unpack.tmp");
-    if staging.exists() {
-        std::fs::remove_dir_all(&staging)?;
+    for d in [&debs, &staging, root] {
+        if d.exists() {
+            std::fs::remove_dir_all(d)?;
+        }
     }
+    println!("    apt-get download ({}): {package}={version}", env.describe());
+    env.download(sh, &[(package.to_string(), version.to_string())], &debs)
+        .with_context(|| format!("{package}={version} cannot be downloaded"))?;
+    let deb = std::fs::read_dir(&debs)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "deb"))
+        .with_context(|| format!("apt-get download left no .deb in {}", debs.display()))?;
     std::fs::create_dir_all(&staging)?;
     let inner = format!("./usr/src/{package}.tar.xz");
     cmd!(sh, "timeout --foreground 300 sh -c 'dpkg-deb --fsys-tarfile \"$0\" | tar -x -C \"$1\" \"$2\"' {deb} {staging} {inner}")
@@ -139,16 +149,22 @@ fn unpack(sh: &Shell, deb: &Path, package: &str, dir: &Path, root: &Path) -> Res
         .run()
         .with_context(|| format!("no {inner} in {}", deb.display()))?;
     let tarball = staging.join(&inner);
-    let members: Vec<String> = MEMBERS.iter().map(|m| format!("{package}/{m}")).collect();
+    // xz is read whole either way: a subset costs the same decompression.
+    let members: Vec<String> = members
+        .unwrap_or_default()
+        .iter()
+        .map(|m| format!("{package}/{m}"))
+        .collect();
     cmd!(
         sh,
-        "timeout --foreground 600 tar -xJf {tarball} -C {staging} {members...}"
+        "timeout --foreground 1200 nice -n 10 tar -xJf {tarball} -C {staging} {members...}"
     )
     .quiet()
     .run()
-    .context("unpacking the source subset")?;
+    .with_context(|| format!("unpacking {}", tarball.display()))?;
     std::fs::rename(staging.join(package), root)?;
     std::fs::remove_dir_all(&staging)?;
+    std::fs::remove_dir_all(&debs)?;
     Ok(())
 }
 
