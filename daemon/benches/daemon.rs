@@ -71,14 +71,15 @@ struct Opts {
 /// baseline (the source stays in the writer's L2), ring-sized for the
 /// figure printed beside it (the source comes from L3, as the ring's bytes
 /// do when the daemon copies them). Returns (wall seconds, CPU seconds of
-/// this process meanwhile, its page faults meanwhile).
-fn write_limit(dir: &Path, total: u64, src_len: usize) -> (f64, f64, Faults) {
+/// this process meanwhile, its page faults and the machine's reclaim
+/// meanwhile).
+fn write_limit(dir: &Path, total: u64, src_len: usize) -> (f64, f64, Faults, Reclaim) {
     let path = dir.join("hmb-bench-write.bin");
     let _ = std::fs::remove_file(&path);
     let mut f = File::create(&path).unwrap();
     let src_len = src_len.max(1 << 20);
     let buf = vec![1u8; src_len];
-    let faults0 = Faults::of("self");
+    let (faults0, reclaim0) = (Faults::of("self"), Reclaim::now());
     let (start, cpu0) = (Instant::now(), cpu_secs("self"));
     let mut done = 0u64;
     while done < total {
@@ -89,10 +90,10 @@ fn write_limit(dir: &Path, total: u64, src_len: usize) -> (f64, f64, Faults) {
     }
     let t = start.elapsed().as_secs_f64();
     let cpu = cpu_secs("self") - cpu0;
-    let faults = Faults::of("self").since(faults0);
+    let (faults, reclaim) = (Faults::of("self").since(faults0), Reclaim::now().since(reclaim0));
     drop(f);
     let _ = std::fs::remove_file(&path);
-    (t, cpu, faults)
+    (t, cpu, faults, reclaim)
 }
 
 /// Page faults of a process so far, from /proc/PID/stat.
@@ -119,6 +120,39 @@ impl Faults {
         Self {
             minor: self.minor.saturating_sub(before.minor),
             major: self.major.saturating_sub(before.major),
+        }
+    }
+}
+
+/// Pages the kernel reclaimed so far (all processes), by kswapd and by
+/// allocating tasks themselves, from /proc/vmstat: whether a side's file
+/// got its pages by evicting page cache while it ran.
+#[derive(Clone, Copy, Default, Debug)]
+struct Reclaim {
+    kswapd: u64,
+    direct: u64,
+}
+
+impl Reclaim {
+    fn now() -> Self {
+        let vmstat = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
+        let field = |name: &str| {
+            vmstat
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        Self {
+            kswapd: field("pgsteal_kswapd"),
+            direct: field("pgsteal_direct"),
+        }
+    }
+
+    fn since(self, before: Self) -> Self {
+        Self {
+            kswapd: self.kswapd.saturating_sub(before.kswapd),
+            direct: self.direct.saturating_sub(before.direct),
         }
     }
 }
@@ -199,6 +233,7 @@ struct DaemonRun {
     cores_producer: f64,
     cores_daemon: f64,
     daemon_faults: Faults,
+    reclaim: Reclaim,
 }
 
 fn through_daemon(opts: &Opts, payload: usize, records: u64) -> DaemonRun {
@@ -239,6 +274,7 @@ fn through_daemon(opts: &Opts, payload: usize, records: u64) -> DaemonRun {
     let (cpu_p0, cpu_d0) = (cpu_secs("self"), cpu_secs(&daemon_pid));
     let (sw_p0, sw_d0) = (ctx_switches("self"), ctx_switches(&daemon_pid));
     let faults0 = Faults::of(&daemon_pid);
+    let reclaim0 = Reclaim::now();
     let start = Instant::now();
     for i in 0..records {
         backoff::spin_then_yield(|| p.fits(payload));
@@ -251,6 +287,7 @@ fn through_daemon(opts: &Opts, payload: usize, records: u64) -> DaemonRun {
     let t = start.elapsed().as_secs_f64();
     let (cpu_p, cpu_d) = ((cpu_secs("self") - cpu_p0) / t, (cpu_secs(&daemon_pid) - cpu_d0) / t);
     let daemon_faults = Faults::of(&daemon_pid).since(faults0);
+    let reclaim = Reclaim::now().since(reclaim0);
     let (sw_p, sw_d) = (ctx_switches("self"), ctx_switches(&daemon_pid));
     eprintln!(
         "switches during the run: producer {} voluntary {} involuntary, daemon {} voluntary {} involuntary{}",
@@ -296,6 +333,7 @@ fn through_daemon(opts: &Opts, payload: usize, records: u64) -> DaemonRun {
         cores_producer: cpu_p,
         cores_daemon: cpu_d,
         daemon_faults,
+        reclaim,
     }
 }
 
@@ -390,11 +428,11 @@ fn main() {
         if opts.recycle {
             recycle(&opts.dir, total);
         }
-        let (t_write, cpu_write, write_faults) = write_limit(&opts.dir, total, 1 << 20);
+        let (t_write, cpu_write, write_faults, write_reclaim) = write_limit(&opts.dir, total, 1 << 20);
         if opts.recycle {
             recycle(&opts.dir, total);
         }
-        let (t_write_ring, _, _) = write_limit(&opts.dir, total, RING as usize);
+        let (t_write_ring, _, _, _) = write_limit(&opts.dir, total, RING as usize);
         let cpu_daemon = (cores_d * t_daemon).max(1e-6);
         println!(
             "{:>7} | {:>10.2} {:>7.2} | {:>7.2} {:>4.0}% | {:>5.2} {:>5.2}",
@@ -414,8 +452,16 @@ fn main() {
             100.0 * t_write_ring / t_daemon
         );
         println!(
-            "{:>7} | page faults: daemon {} minor {} major, write(2) loop {} minor {} major",
-            "", run.daemon_faults.minor, run.daemon_faults.major, write_faults.minor, write_faults.major
+            "{:>7} | page faults: daemon {} minor {} major, write(2) loop {} minor {} major; pages reclaimed meanwhile (kswapd + direct): daemon's run {} + {}, write(2)'s {} + {}",
+            "",
+            run.daemon_faults.minor,
+            run.daemon_faults.major,
+            write_faults.minor,
+            write_faults.major,
+            run.reclaim.kswapd,
+            run.reclaim.direct,
+            write_reclaim.kswapd,
+            write_reclaim.direct
         );
         bench_line(
             &format!("daemon_{payload}"),
