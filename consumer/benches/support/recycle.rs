@@ -32,13 +32,13 @@ pub fn recycle(dir: &Path, total: u64) {
     settle();
 }
 
-/// Waits (at most 3 s) until kswapd's reclaim count has stood still for
+/// Waits (at most 1 s) until kswapd's reclaim count has stood still for
 /// 100 ms.
 fn settle() {
     let start = Instant::now();
     let mut last = kswapd_reclaimed();
     let mut still = 0;
-    while still < 2 && start.elapsed() < Duration::from_secs(3) {
+    while still < 2 && start.elapsed() < Duration::from_secs(1) {
         std::thread::sleep(Duration::from_millis(50));
         let now = kswapd_reclaimed();
         still = if now == last { still + 1 } else { 0 };
