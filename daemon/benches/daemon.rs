@@ -66,6 +66,67 @@ struct Opts {
     recycle: bool,
 }
 
+/// `write(2)` of bytes another core wrote a moment ago: a writer thread
+/// fills a ring-sized buffer `slot` bytes at a time (one copy each, as the
+/// producer copies a record), publishing its position once per 256 KiB;
+/// this thread `write(2)`s each published 256 KiB into a fresh file in
+/// `dir`, as the daemon `writev`s a batch. The daemon's file work and
+/// hand-over between the cores without its protocol (headers, the walk,
+/// the tail). Not a `BENCH` baseline: printed beside, to say how much of
+/// the gap to the one-thread `write(2)` loop is the second core's bytes.
+/// Returns wall seconds.
+fn two_core_write(dir: &Path, total: u64, slot: usize) -> f64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const STEP: u64 = 256 << 10;
+    #[repr(align(128))]
+    struct Pos(AtomicU64);
+    let path = dir.join("hmb-bench-write.bin");
+    let _ = std::fs::remove_file(&path);
+    let mut f = File::create(&path).unwrap();
+    let buf = MmapOptions::new().len(RING as usize).populate().map_anon().unwrap();
+    let base = buf.as_ptr() as usize;
+    let (written, read) = (Arc::new(Pos(AtomicU64::new(0))), Arc::new(Pos(AtomicU64::new(0))));
+    let (written_w, read_w) = (written.clone(), read.clone());
+    let slot = slot.clamp(1, STEP as usize);
+    let start = Instant::now();
+    let writer = std::thread::spawn(move || {
+        let body = vec![0x5Au8; slot];
+        let mut at = 0u64;
+        while at < total {
+            backoff::spin_then_yield(|| at + STEP - read_w.0.load(Ordering::Acquire) <= RING);
+            let end = (at + STEP).min(total);
+            let mut pos = at;
+            while pos < end {
+                let n = ((end - pos) as usize).min(slot);
+                // SAFETY: [pos % RING, +n) is inside the buffer (STEP divides
+                // the ring) and is not read until `written` says so.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(body.as_ptr(), (base + (pos % RING) as usize) as *mut u8, n);
+                }
+                pos += n as u64;
+            }
+            at = end;
+            written_w.0.store(at, Ordering::Release);
+        }
+    });
+    let mut at = 0u64;
+    while at < total {
+        let end = (at + STEP).min(total);
+        backoff::spin_then_yield(|| written.0.load(Ordering::Acquire) >= end);
+        // SAFETY: published by the writer above, inside the buffer.
+        let src =
+            unsafe { std::slice::from_raw_parts((base + (at % RING) as usize) as *const u8, (end - at) as usize) };
+        f.write_all(src).unwrap();
+        at = end;
+        read.0.store(at, Ordering::Release);
+    }
+    writer.join().unwrap();
+    let t = start.elapsed().as_secs_f64();
+    drop(f);
+    let _ = std::fs::remove_file(&path);
+    t
+}
+
 /// 1 MiB `write(2)` calls of `total` bytes into a fresh file, taken in
 /// turn from a source buffer of `src_len` bytes: 1 MiB for the `BENCH`
 /// baseline (the source stays in the writer's L2), ring-sized for the
@@ -433,6 +494,10 @@ fn main() {
             recycle(&opts.dir, total);
         }
         let (t_write_ring, _, _, _) = write_limit(&opts.dir, total, RING as usize);
+        if opts.recycle {
+            recycle(&opts.dir, total);
+        }
+        let t_two_core = two_core_write(&opts.dir, total, size as usize);
         let cpu_daemon = (cores_d * t_daemon).max(1e-6);
         println!(
             "{:>7} | {:>10.2} {:>7.2} | {:>7.2} {:>4.0}% | {:>5.2} {:>5.2}",
@@ -445,11 +510,13 @@ fn main() {
             cores_d
         );
         println!(
-            "{:>7} | beside (not a target): write(2) from a {} MiB source {:.2} GB/s (daemon {:.0}% of it)",
+            "{:>7} | beside (not targets): write(2) from a {} MiB source {:.2} GB/s (daemon {:.0}% of it); two-core write(2) of bytes the other core wrote {:.2} GB/s (daemon {:.0}% of it)",
             "",
             RING >> 20,
             total as f64 / t_write_ring / 1e9,
-            100.0 * t_write_ring / t_daemon
+            100.0 * t_write_ring / t_daemon,
+            total as f64 / t_two_core / 1e9,
+            100.0 * t_two_core / t_daemon
         );
         println!(
             "{:>7} | page faults: daemon {} minor {} major, write(2) loop {} minor {} major; pages reclaimed meanwhile (kswapd + direct): daemon's run {} + {}, write(2)'s {} + {}",
