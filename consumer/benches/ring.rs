@@ -16,7 +16,9 @@
 //!   bytes;
 //! * with the file: the same, but the consumer `writev`s each batch into a
 //!   fresh file on a tmpfs, next to plain 1 MiB `write(2)` calls of the same
-//!   bytes into a fresh file on the same file system.
+//!   bytes into a fresh file on the same file system; each side starts right
+//!   after a scratch file of its size was written there and removed
+//!   (`support/recycle.rs`), so both take their pages from the same place.
 //!
 //! The consumer waits until `min-batch` bytes are published (the daemon
 //! waits for the device's watermark interrupt the same way), so a fast
@@ -33,6 +35,11 @@ use hmb_firmware_model::{module_sim, Producer, SharedRing};
 use hmb_trace_abi::{align_record, HMB_RING_HDR_SIZE};
 use hmb_trace_consumer::{AtomicTailPublisher, Consumer, ConsumerConfig, RingView, Step};
 use memmap2::MmapOptions;
+
+#[path = "support/backoff.rs"]
+mod backoff;
+#[path = "support/recycle.rs"]
+mod recycle;
 
 struct Args {
     bytes: u64,
@@ -139,15 +146,7 @@ fn run_ring(a: &Args, payload: usize, records: u64, mut sink: impl FnMut(&[IoSli
             // consumer may need this core.
             if !p.fits(payload) {
                 work += thread_cpu() - t0;
-                let mut spins = 0u32;
-                while !p.fits(payload) {
-                    spins += 1;
-                    if spins < 64 {
-                        std::hint::spin_loop();
-                    } else {
-                        std::thread::yield_now();
-                    }
-                }
+                backoff::spin_then_yield(|| p.fits(payload));
                 t0 = thread_cpu();
             }
             p.produce(0x0F01, 0, i, &body);
@@ -432,6 +431,8 @@ fn main() {
         let (t_memcpy, cpu_memcpy) = memcpy_limit(a.ring, total);
         let (t_two, cpu_two) = two_core_limit(a.ring, total, size as usize);
 
+        // The file case and its baseline start alike (support/recycle.rs).
+        recycle::recycle(&a.dir, total);
         let path = a.dir.join("hmb-bench-ring.bin");
         let _ = std::fs::remove_file(&path);
         let out = File::create(&path).unwrap();
@@ -441,7 +442,9 @@ fn main() {
         assert_eq!(out.metadata().unwrap().len(), total, "file holds every record byte");
         drop(out);
         let _ = std::fs::remove_file(&path);
+        recycle::recycle(&a.dir, total);
         let (t_write, cpu_write) = write_limit(&a.dir, total, 1 << 20);
+        recycle::recycle(&a.dir, total);
         let (t_write_ring, cpu_write_ring) = write_limit(&a.dir, total, a.ring as usize);
 
         let gb = |t: f64| total as f64 / t / 1e9;

@@ -1,7 +1,18 @@
 //! Throughput of the real daemon binary: firmware model (this process) ->
-//! 16 MiB ring in /dev/shm -> hmb-trace-daemon -> trace.bin on the same
-//! tmpfs, next to plain 1 MiB write(2) calls of the same bytes to a fresh
-//! file on that file system, measured in the same run.
+//! 16 MiB ring -> hmb-trace-daemon -> trace.bin in `--dir` (/dev/shm, a
+//! tmpfs), next to plain 1 MiB write(2) calls of the same bytes to a fresh
+//! file in the same directory, measured in the same run.
+//!
+//! The ring is a memfd (`--ring memfd`, the default): shared memory that
+//! is no file in any directory, like the device's HMB mapping; the daemon
+//! opens it as `/proc/<this pid>/fd/<n>`. `--ring shm` puts it in `--dir`
+//! as a named file instead (the bench before 6 December 2026).
+//!
+//! Both sides do the same file work: each writes a fresh file of the same
+//! size in the same directory, and each starts right after a scratch file
+//! of that size was written there and removed, so both take their pages
+//! from the same place (the one that runs second would otherwise get the
+//! pages the first one just freed). `--no-recycle` leaves that out.
 //!
 //! Also the firmware's cost per traced event: the model's `Producer`
 //! alone on one thread (64 B payloads), in ns per record, beside the BPF
@@ -10,13 +21,14 @@
 //! Every figure is also printed as one `BENCH {json}` line for
 //! `cargo xtask bench`.
 //!
-//! `cargo bench -p hmb-trace-daemon --bench daemon [-- --gib N --dir /dev/shm]`
+//! `cargo bench -p hmb-trace-daemon --bench daemon [-- --gib N --dir /dev/shm --ring memfd|shm --no-recycle]`
 //!
 //! For the spread study (docs/performance.md, "The daemon's spread"):
 //! `HMB_BENCH_CPUS=P,D` pins the producer (this process) to CPU P and the
 //! daemon to CPU D (`taskset`); each case also prints the context
 //! switches the producer and the daemon went through (voluntary: waited
-//! for the other side; involuntary: preempted by something else).
+//! for the other side; involuntary: preempted by something else) and the
+//! page faults each side took (the daemon's, the `write(2)` loop's).
 
 use std::fs::File;
 use std::io::Write;
@@ -29,20 +41,106 @@ use hmb_firmware_model::{module_sim, Producer, SharedRing};
 use hmb_trace_abi::{align_record, offsets, HMB_RING_HDR_SIZE};
 use memmap2::MmapOptions;
 
+#[path = "../../consumer/benches/support/backoff.rs"]
+mod backoff;
+#[path = "../../consumer/benches/support/recycle.rs"]
+mod recycle;
+use recycle::recycle;
+
 const RING: u64 = 16 << 20;
+
+/// Where the ring lives.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum RingKind {
+    /// A memfd: shared memory in no directory, as the device's mapping is.
+    Memfd,
+    /// A named file in `--dir` (a tmpfs: /dev/shm).
+    Shm,
+}
+
+/// The run's options.
+struct Opts {
+    dir: PathBuf,
+    ring: RingKind,
+    /// Write and remove a scratch file of a side's size before each side.
+    recycle: bool,
+}
+
+/// `write(2)` of bytes another core wrote a moment ago: a writer thread
+/// fills a ring-sized buffer `slot` bytes at a time (one copy each, as the
+/// producer copies a record), publishing its position once per 256 KiB;
+/// this thread `write(2)`s each published 256 KiB into a fresh file in
+/// `dir`, as the daemon `writev`s a batch. The daemon's file work and
+/// hand-over between the cores without its protocol (headers, the walk,
+/// the tail). Not a `BENCH` baseline: printed beside, to say how much of
+/// the gap to the one-thread `write(2)` loop is the second core's bytes.
+/// Returns wall seconds.
+fn two_core_write(dir: &Path, total: u64, slot: usize) -> f64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const STEP: u64 = 256 << 10;
+    #[repr(align(128))]
+    struct Pos(AtomicU64);
+    let path = dir.join("hmb-bench-write.bin");
+    let _ = std::fs::remove_file(&path);
+    let mut f = File::create(&path).unwrap();
+    let buf = MmapOptions::new().len(RING as usize).populate().map_anon().unwrap();
+    let base = buf.as_ptr() as usize;
+    let (written, read) = (Arc::new(Pos(AtomicU64::new(0))), Arc::new(Pos(AtomicU64::new(0))));
+    let (written_w, read_w) = (written.clone(), read.clone());
+    let slot = slot.clamp(1, STEP as usize);
+    let start = Instant::now();
+    let writer = std::thread::spawn(move || {
+        let body = vec![0x5Au8; slot];
+        let mut at = 0u64;
+        while at < total {
+            backoff::spin_then_yield(|| at + STEP - read_w.0.load(Ordering::Acquire) <= RING);
+            let end = (at + STEP).min(total);
+            let mut pos = at;
+            while pos < end {
+                let n = ((end - pos) as usize).min(slot);
+                // SAFETY: [pos % RING, +n) is inside the buffer (STEP divides
+                // the ring) and is not read until `written` says so.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(body.as_ptr(), (base + (pos % RING) as usize) as *mut u8, n);
+                }
+                pos += n as u64;
+            }
+            at = end;
+            written_w.0.store(at, Ordering::Release);
+        }
+    });
+    let mut at = 0u64;
+    while at < total {
+        let end = (at + STEP).min(total);
+        backoff::spin_then_yield(|| written.0.load(Ordering::Acquire) >= end);
+        // SAFETY: published by the writer above, inside the buffer.
+        let src =
+            unsafe { std::slice::from_raw_parts((base + (at % RING) as usize) as *const u8, (end - at) as usize) };
+        f.write_all(src).unwrap();
+        at = end;
+        read.0.store(at, Ordering::Release);
+    }
+    writer.join().unwrap();
+    let t = start.elapsed().as_secs_f64();
+    drop(f);
+    let _ = std::fs::remove_file(&path);
+    t
+}
 
 /// 1 MiB `write(2)` calls of `total` bytes into a fresh file, taken in
 /// turn from a source buffer of `src_len` bytes: 1 MiB for the `BENCH`
 /// baseline (the source stays in the writer's L2), ring-sized for the
 /// figure printed beside it (the source comes from L3, as the ring's bytes
 /// do when the daemon copies them). Returns (wall seconds, CPU seconds of
-/// this process meanwhile).
-fn write_limit(dir: &Path, total: u64, src_len: usize) -> (f64, f64) {
+/// this process meanwhile, its page faults and the machine's reclaim
+/// meanwhile).
+fn write_limit(dir: &Path, total: u64, src_len: usize) -> (f64, f64, Faults, Reclaim) {
     let path = dir.join("hmb-bench-write.bin");
     let _ = std::fs::remove_file(&path);
     let mut f = File::create(&path).unwrap();
     let src_len = src_len.max(1 << 20);
     let buf = vec![1u8; src_len];
+    let (faults0, reclaim0) = (Faults::of("self"), Reclaim::now());
     let (start, cpu0) = (Instant::now(), cpu_secs("self"));
     let mut done = 0u64;
     while done < total {
@@ -53,9 +151,71 @@ fn write_limit(dir: &Path, total: u64, src_len: usize) -> (f64, f64) {
     }
     let t = start.elapsed().as_secs_f64();
     let cpu = cpu_secs("self") - cpu0;
+    let (faults, reclaim) = (Faults::of("self").since(faults0), Reclaim::now().since(reclaim0));
     drop(f);
     let _ = std::fs::remove_file(&path);
-    (t, cpu)
+    (t, cpu, faults, reclaim)
+}
+
+/// Page faults of a process so far, from /proc/PID/stat.
+#[derive(Clone, Copy, Default, Debug)]
+struct Faults {
+    minor: u64,
+    major: u64,
+}
+
+impl Faults {
+    fn of(pid: &str) -> Self {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let after_comm = stat.rsplit(')').next().unwrap_or("");
+        let fields: Vec<&str> = after_comm.split_whitespace().collect();
+        // Fields 10 and 12 of the line; index from state (field 3).
+        let n = |i: usize| fields.get(i).and_then(|v| v.parse().ok()).unwrap_or(0);
+        Self {
+            minor: n(7),
+            major: n(9),
+        }
+    }
+
+    fn since(self, before: Self) -> Self {
+        Self {
+            minor: self.minor.saturating_sub(before.minor),
+            major: self.major.saturating_sub(before.major),
+        }
+    }
+}
+
+/// Pages the kernel reclaimed so far (all processes), by kswapd and by
+/// allocating tasks themselves, from /proc/vmstat: whether a side's file
+/// got its pages by evicting page cache while it ran.
+#[derive(Clone, Copy, Default, Debug)]
+struct Reclaim {
+    kswapd: u64,
+    direct: u64,
+}
+
+impl Reclaim {
+    fn now() -> Self {
+        let vmstat = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
+        let field = |name: &str| {
+            vmstat
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        Self {
+            kswapd: field("pgsteal_kswapd"),
+            direct: field("pgsteal_direct"),
+        }
+    }
+
+    fn since(self, before: Self) -> Self {
+        Self {
+            kswapd: self.kswapd.saturating_sub(before.kswapd),
+            direct: self.direct.saturating_sub(before.direct),
+        }
+    }
 }
 
 /// CPU seconds (user + system) of a process, from /proc/PID/stat.
@@ -99,18 +259,48 @@ fn pin(pid: u32, cpu: u32) {
     assert!(ok, "taskset -pc {cpu} {pid} failed");
 }
 
-/// Returns (seconds, CPU cores the producer got, CPU cores the daemon got).
-fn through_daemon(dir: &Path, payload: usize, records: u64) -> (f64, f64, f64) {
-    let ring_path = dir.join("hmb-bench-ring");
-    let out = dir.join("hmb-bench-trace.bin");
+/// The ring's file and the path the daemon opens it by.
+fn ring_file(opts: &Opts) -> (File, PathBuf) {
+    match opts.ring {
+        RingKind::Memfd => {
+            let fd = nix::sys::memfd::memfd_create(c"hmb-bench-ring", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC)
+                .unwrap();
+            let file = File::from(fd);
+            let path = PathBuf::from(format!(
+                "/proc/{}/fd/{}",
+                std::process::id(),
+                std::os::fd::AsRawFd::as_raw_fd(&file)
+            ));
+            (file, path)
+        }
+        RingKind::Shm => {
+            let path = opts.dir.join("hmb-bench-ring");
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .read(true)
+                .write(true)
+                .truncate(true)
+                .open(&path)
+                .unwrap();
+            (file, path)
+        }
+    }
+}
+
+/// What one run through the daemon measured.
+struct DaemonRun {
+    secs: f64,
+    /// CPU cores the producer and the daemon got (CPU time / wall time).
+    cores_producer: f64,
+    cores_daemon: f64,
+    daemon_faults: Faults,
+    reclaim: Reclaim,
+}
+
+fn through_daemon(opts: &Opts, payload: usize, records: u64) -> DaemonRun {
+    let out = opts.dir.join("hmb-bench-trace.bin");
     let _ = std::fs::remove_file(&out);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .read(true)
-        .write(true)
-        .truncate(true)
-        .open(&ring_path)
-        .unwrap();
+    let (file, ring_path) = ring_file(opts);
     file.set_len(HMB_RING_HDR_SIZE as u64 + RING).unwrap();
     let map = Arc::new(MmapOptions::new().populate().map_raw(&file).unwrap());
     let ring = SharedRing::from_mmap(map).unwrap();
@@ -144,19 +334,11 @@ fn through_daemon(dir: &Path, payload: usize, records: u64) -> (f64, f64, f64) {
     let daemon_pid = daemon.id().to_string();
     let (cpu_p0, cpu_d0) = (cpu_secs("self"), cpu_secs(&daemon_pid));
     let (sw_p0, sw_d0) = (ctx_switches("self"), ctx_switches(&daemon_pid));
+    let faults0 = Faults::of(&daemon_pid);
+    let reclaim0 = Reclaim::now();
     let start = Instant::now();
     for i in 0..records {
-        // Spin briefly, then give the CPU away: on a shared machine the
-        // consumer may need this core.
-        let mut spins = 0u32;
-        while !p.fits(payload) {
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
+        backoff::spin_then_yield(|| p.fits(payload));
         p.produce(0x0F01, 0, i, &body);
     }
     let tail = ring.atomic_u64(offsets::TAIL);
@@ -165,6 +347,8 @@ fn through_daemon(dir: &Path, payload: usize, records: u64) -> (f64, f64, f64) {
     }
     let t = start.elapsed().as_secs_f64();
     let (cpu_p, cpu_d) = ((cpu_secs("self") - cpu_p0) / t, (cpu_secs(&daemon_pid) - cpu_d0) / t);
+    let daemon_faults = Faults::of(&daemon_pid).since(faults0);
+    let reclaim = Reclaim::now().since(reclaim0);
     let (sw_p, sw_d) = (ctx_switches("self"), ctx_switches(&daemon_pid));
     eprintln!(
         "switches during the run: producer {} voluntary {} involuntary, daemon {} voluntary {} involuntary{}",
@@ -202,8 +386,16 @@ fn through_daemon(dir: &Path, payload: usize, records: u64) -> (f64, f64, f64) {
         "trace.bin holds every record"
     );
     let _ = std::fs::remove_file(&out);
-    let _ = std::fs::remove_file(&ring_path);
-    (t, cpu_p, cpu_d)
+    if opts.ring == RingKind::Shm {
+        let _ = std::fs::remove_file(&ring_path);
+    }
+    DaemonRun {
+        secs: t,
+        cores_producer: cpu_p,
+        cores_daemon: cpu_d,
+        daemon_faults,
+        reclaim,
+    }
 }
 
 /// One figure for `cargo xtask bench` (which parses these lines); `cpu`:
@@ -253,19 +445,32 @@ fn producer_ns(records: u64) -> f64 {
 
 fn main() {
     let mut gib = 1.0f64;
-    let mut dir = PathBuf::from("/dev/shm");
+    let mut opts = Opts {
+        dir: PathBuf::from("/dev/shm"),
+        ring: RingKind::Memfd,
+        recycle: true,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
             "--gib" => gib = it.next().and_then(|v| v.parse().ok()).unwrap_or(1.0),
-            "--dir" => dir = PathBuf::from(it.next().unwrap_or_default()),
+            "--dir" => opts.dir = PathBuf::from(it.next().unwrap_or_default()),
+            "--ring" => {
+                opts.ring = match it.next().as_deref() {
+                    Some("shm") => RingKind::Shm,
+                    _ => RingKind::Memfd,
+                }
+            }
+            "--no-recycle" => opts.recycle = false,
             _ => {}
         }
     }
     println!(
-        "daemon binary, ring {} MiB, {gib} GiB per case, file system: {}",
+        "daemon binary, ring {} MiB ({:?}), {gib} GiB per case, file system: {}, scratch file before each side: {}",
         RING >> 20,
-        dir.display()
+        opts.ring,
+        opts.dir.display(),
+        if opts.recycle { "yes" } else { "no" }
     );
     println!("(cores: CPU time / wall time the producer and the daemon got)");
     println!(
@@ -276,9 +481,23 @@ fn main() {
         let size = align_record(payload as u32) as u64;
         let records = ((gib * (1u64 << 30) as f64) as u64 / size).max(1);
         let total = records * size;
-        let (t_daemon, cores_p, cores_d) = through_daemon(&dir, payload, records);
-        let (t_write, cpu_write) = write_limit(&dir, total, 1 << 20);
-        let (t_write_ring, _) = write_limit(&dir, total, RING as usize);
+        if opts.recycle {
+            recycle(&opts.dir, total);
+        }
+        let run = through_daemon(&opts, payload, records);
+        let (t_daemon, cores_p, cores_d) = (run.secs, run.cores_producer, run.cores_daemon);
+        if opts.recycle {
+            recycle(&opts.dir, total);
+        }
+        let (t_write, cpu_write, write_faults, write_reclaim) = write_limit(&opts.dir, total, 1 << 20);
+        if opts.recycle {
+            recycle(&opts.dir, total);
+        }
+        let (t_write_ring, _, _, _) = write_limit(&opts.dir, total, RING as usize);
+        if opts.recycle {
+            recycle(&opts.dir, total);
+        }
+        let t_two_core = two_core_write(&opts.dir, total, size as usize);
         let cpu_daemon = (cores_d * t_daemon).max(1e-6);
         println!(
             "{:>7} | {:>10.2} {:>7.2} | {:>7.2} {:>4.0}% | {:>5.2} {:>5.2}",
@@ -291,11 +510,25 @@ fn main() {
             cores_d
         );
         println!(
-            "{:>7} | beside (not a target): write(2) from a {} MiB source {:.2} GB/s (daemon {:.0}% of it)",
+            "{:>7} | beside (not targets): write(2) from a {} MiB source {:.2} GB/s (daemon {:.0}% of it); two-core write(2) of bytes the other core wrote {:.2} GB/s (daemon {:.0}% of it)",
             "",
             RING >> 20,
             total as f64 / t_write_ring / 1e9,
-            100.0 * t_write_ring / t_daemon
+            100.0 * t_write_ring / t_daemon,
+            total as f64 / t_two_core / 1e9,
+            100.0 * t_two_core / t_daemon
+        );
+        println!(
+            "{:>7} | page faults: daemon {} minor {} major, write(2) loop {} minor {} major; pages reclaimed meanwhile (kswapd + direct): daemon's run {} + {}, write(2)'s {} + {}",
+            "",
+            run.daemon_faults.minor,
+            run.daemon_faults.major,
+            write_faults.minor,
+            write_faults.major,
+            run.reclaim.kswapd,
+            run.reclaim.direct,
+            write_reclaim.kswapd,
+            write_reclaim.direct
         );
         bench_line(
             &format!("daemon_{payload}"),

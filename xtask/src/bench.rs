@@ -79,7 +79,7 @@ const FIGURES: &[(&str, Target, &str)] = &[
     (
         "daemon_64",
         Target::Ratio(0.90),
-        "hmb-trace-daemon draining a 16 MiB ring file in /dev/shm (firmware model producing 64 B payloads in the bench process) into trace.bin on the same tmpfs, GB/s; baseline: 1 MiB write(2) calls of the same byte count to the same file system",
+        "hmb-trace-daemon draining a 16 MiB memfd ring (firmware model producing 64 B payloads in the bench process) into trace.bin in /dev/shm, GB/s; baseline: 1 MiB write(2) calls of the same byte count to a fresh file in the same directory; each side starts right after a scratch file of its size was written there and removed",
     ),
     (
         "daemon_4064",
