@@ -70,7 +70,7 @@ impl PairTable {
             .wrapping_mul(1031)
             .wrapping_add((key >> 16) & 0xffff)
             .wrapping_add(((key >> 32) & 0xffff).wrapping_mul(0x9e37))
-            .wrapping_add((key >> 48).wrapping_mul(0x7f4b_1));
+            .wrapping_add((key >> 48).wrapping_mul(0x0007_f4b1));
         near as usize & self.mask
     }
 
