@@ -26,6 +26,7 @@
 //! rule.
 
 mod hist;
+mod pairs;
 mod plan;
 #[cfg(test)]
 pub(crate) mod reference;
@@ -40,6 +41,7 @@ use serde::Serialize;
 use crate::catalog::{Catalog, MAX_PAIR_KEY};
 use crate::walk::{Event, Walker};
 use hist::Counts;
+use pairs::PairTable;
 use plan::{Action, KeyAt, Plans};
 
 /// Largest latency tracked (ns); above it values are clamped (≈ 18 min).
@@ -161,7 +163,7 @@ type Open = (u64, u32, u16);
 /// keys fit in one (`KeyAt::narrow`), else every key field.
 #[derive(Default)]
 struct OpenPairs {
-    narrow: FxHashMap<u64, Open>,
+    narrow: PairTable,
     wide: FxHashMap<[u64; MAX_PAIR_KEY], Open>,
 }
 
@@ -545,17 +547,15 @@ impl<'c> Latency<'c> {
             action: action as u16,
             kind,
         };
-        match self.open[pair as usize].narrow.entry(k) {
-            std::collections::hash_map::Entry::Occupied(mut e) => {
-                let was = e.insert(v);
+        match self.open[pair as usize].narrow.insert(k, v) {
+            Some(was) => {
                 if was.2 == CLOSED {
                     self.open_count += 1;
                     log.closed -= 1;
                     log.ops.push(op(OpKind::Up));
                 }
             }
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(v);
+            None => {
                 self.open_count += 1;
                 if log.first_epoch {
                     log.ops.push(op(OpKind::FirstBegin));
@@ -578,14 +578,14 @@ impl<'c> Latency<'c> {
         };
         let ts = item.timestamp_ns();
         let map = &mut self.open[pair as usize].narrow;
-        let touch = match map.get_mut(&k) {
-            Some(v) if v.2 != CLOSED => {
-                let (begin, source, begin_action) = *v;
+        let touch = match map.get_mut(k) {
+            Some((&mut begin, &mut source, action_of)) if *action_of != CLOSED => {
+                let begin_action = *action_of;
                 if log.first_epoch {
-                    v.2 = CLOSED;
+                    *action_of = CLOSED;
                     log.closed += 1;
                 } else {
-                    map.remove(&k);
+                    map.remove(k);
                 }
                 self.open_count -= 1;
                 log.ops.push(PairOp {
@@ -638,7 +638,7 @@ impl<'c> Latency<'c> {
     fn end(&mut self, action: usize, opcode: u16, pair: u16, k: PairKey, ts: u64) {
         let open = &mut self.open[pair as usize];
         let found = match k {
-            PairKey::Word(w) => open.narrow.remove(&w),
+            PairKey::Word(w) => open.narrow.remove(w),
             PairKey::Wide(k) => open.wide.remove(&k),
         };
         if let Some((begin, source, begin_action)) = found {
@@ -684,7 +684,7 @@ impl<'c> Latency<'c> {
                 OpKind::Down => self.depth_change(ai, op.source, op.ts, false),
                 OpKind::FirstBegin => {
                     let (k, pair) = (firsts.next().unwrap_or_default(), self.pair_of(ai));
-                    if self.open[pair].narrow.remove(&k).is_some() {
+                    if self.open[pair].narrow.remove(k).is_some() {
                         // Replaced: one walk changes no depth; the part
                         // counts the pair as its own.
                         self.open_count -= 1;
@@ -694,7 +694,7 @@ impl<'c> Latency<'c> {
                 }
                 OpKind::FirstEnd => {
                     let (k, pair) = (firsts.next().unwrap_or_default(), self.pair_of(ai));
-                    if let Some((begin, source, begin_action)) = self.open[pair].narrow.remove(&k) {
+                    if let Some((begin, source, begin_action)) = self.open[pair].narrow.remove(k) {
                         self.open_count -= 1;
                         let opcode = self.plans.action(ai).0;
                         self.both(ai, opcode, Measure::Paired, source, op.ts.saturating_sub(begin));
@@ -705,7 +705,7 @@ impl<'c> Latency<'c> {
         }
         if let Some(from) = log.full_at {
             for (mine, theirs) in self.open.iter_mut().zip(&later.open) {
-                for (&k, &v) in theirs.narrow.iter().filter(|(_, v)| v.2 != CLOSED) {
+                for (k, v) in theirs.narrow.iter().filter(|(_, v)| v.2 != CLOSED) {
                     mine.narrow.insert(k, v);
                     self.open_count += 1;
                 }
