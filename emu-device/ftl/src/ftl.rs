@@ -406,7 +406,6 @@ impl Ftl {
         // A whole page is staged straight from the host's memory (not copied); a partial
         // one is merged with its current copy in `page` first.
         let mut slices = std::mem::take(&mut self.page_slices);
-        slices.clear();
         let content = match data {
             Some((source, at)) if n == page.len() => {
                 source.slices(at, n, &mut slices);
@@ -429,6 +428,8 @@ impl Ftl {
         };
         self.stats.host_pages_written += 1;
         let programmed = self.program_as(|seq| Oob::Data { lpn, seq }, content, Purpose::Host, true, t, ev);
+        // Kept allocated, emptied: the staged run holds its own copy of the slices.
+        slices.clear();
         self.page_slices = slices;
         let (ppn, t) = programmed?;
         let old = entry.old;
