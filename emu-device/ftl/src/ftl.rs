@@ -10,8 +10,9 @@ use crate::map_cache::{MapCache, VecSlots};
 use crate::medium::Medium;
 use crate::oob::Oob;
 use crate::read_target::{BufferTarget, ReadTarget};
-use crate::staged::StagedMedium;
+use crate::staged::{PageData, StagedMedium};
 use crate::timing::DieClock;
+use crate::write_source::{BufferSource, HostSlice, WriteSource};
 use crate::{FtlConfig, FtlError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,6 +105,8 @@ pub struct Ftl {
     /// Host pages' programs staged per run (always, but for the test that compares the
     /// medium with and without).
     pub(crate) stage_host_pages: bool,
+    /// The memory holding one whole host page (`rewrite_page`; kept allocated).
+    page_slices: Vec<HostSlice>,
 }
 
 impl Ftl {
@@ -156,6 +159,7 @@ impl Ftl {
             op_checked: None,
             in_host_op: false,
             stage_host_pages: true,
+            page_slices: Vec::new(),
             medium: StagedMedium::new(medium),
             cfg: cfg.clone(),
             geo,
@@ -296,17 +300,36 @@ impl Ftl {
     /// Write `data` at `off`: each touched page goes to a new place on the log (a partial
     /// page is merged with its old content first).
     pub fn write(&mut self, off: u64, data: &[u8], now: u64, ev: &mut Vec<FtlEvent>) -> Result<u64, FtlError> {
-        self.host_op(|ftl| ftl.write_op(off, data, now, ev))
+        self.write_from(off, &BufferSource(data), now, ev)
     }
 
-    fn write_op(&mut self, off: u64, data: &[u8], now: u64, ev: &mut Vec<FtlEvent>) -> Result<u64, FtlError> {
-        self.check_range(off, data.len() as u64)?;
+    /// [`Ftl::write`] of `source`'s bytes (the NVMe controller's: the command's guest
+    /// pages, written to the medium straight from there: write_source.rs). The same NAND
+    /// operations, events, counters, modelled time and medium bytes.
+    pub fn write_from(
+        &mut self,
+        off: u64,
+        source: &dyn WriteSource,
+        now: u64,
+        ev: &mut Vec<FtlEvent>,
+    ) -> Result<u64, FtlError> {
+        self.host_op(|ftl| ftl.write_op(off, source, now, ev))
+    }
+
+    fn write_op(
+        &mut self,
+        off: u64,
+        source: &dyn WriteSource,
+        now: u64,
+        ev: &mut Vec<FtlEvent>,
+    ) -> Result<u64, FtlError> {
+        self.check_range(off, source.len() as u64)?;
         let pb = self.geo.page_bytes;
         let mut page = vec![0u8; pb as usize];
         let mut end = now;
         let mut pages = || {
-            for PageSpan { index, in_page, at, n } in page_spans(pb, off, data.len()) {
-                let t = self.rewrite_page(index as u32, in_page, Some(&data[at..at + n]), n, &mut page, now, ev)?;
+            for PageSpan { index, in_page, at, n } in page_spans(pb, off, source.len()) {
+                let t = self.rewrite_page(index as u32, in_page, Some((source, at)), n, &mut page, now, ev)?;
                 end = end.max(t);
             }
             Ok::<_, FtlError>(())
@@ -364,14 +387,14 @@ impl Ftl {
         Ok(end)
     }
 
-    /// Program logical page `lpn` anew: bytes [in_page, in_page+n) from `data` (zeroes
-    /// when None), the rest from its current copy.
+    /// Program logical page `lpn` anew: bytes [in_page, in_page+n) from `data` (the
+    /// source's from its position; zeroes when None), the rest from its current copy.
     #[allow(clippy::too_many_arguments)]
     fn rewrite_page(
         &mut self,
         lpn: u32,
         in_page: usize,
-        data: Option<&[u8]>,
+        data: Option<(&dyn WriteSource, usize)>,
         n: usize,
         page: &mut [u8],
         now: u64,
@@ -380,10 +403,14 @@ impl Ftl {
         self.collect_garbage(now, ev)?;
         let entry = self.map_prepare(lpn, now, ev)?;
         let mut t = entry.ready;
-        // A whole page is staged straight from the host's data; a partial one is merged
-        // with its current copy in `page` first.
+        // A whole page is staged straight from the host's memory (not copied); a partial
+        // one is merged with its current copy in `page` first.
+        let mut slices = std::mem::take(&mut self.page_slices);
         let content = match data {
-            Some(d) if n == page.len() => d,
+            Some((source, at)) if n == page.len() => {
+                source.slices(at, n, &mut slices);
+                PageData::Host(&slices)
+            }
             _ => {
                 if n < page.len() {
                     if entry.old == NO_PPN {
@@ -393,14 +420,18 @@ impl Ftl {
                     }
                 }
                 match data {
-                    Some(d) => page[in_page..in_page + n].copy_from_slice(d),
+                    Some((source, at)) => source.copy_to(at, &mut page[in_page..in_page + n]),
                     None => page[in_page..in_page + n].fill(0),
                 }
-                &*page
+                PageData::Bytes(page)
             }
         };
         self.stats.host_pages_written += 1;
-        let (ppn, t) = self.program_as(|seq| Oob::Data { lpn, seq }, content, Purpose::Host, true, t, ev)?;
+        let programmed = self.program_as(|seq| Oob::Data { lpn, seq }, content, Purpose::Host, true, t, ev);
+        // Kept allocated, emptied: the staged run holds its own copy of the slices.
+        slices.clear();
+        self.page_slices = slices;
+        let (ppn, t) = programmed?;
         let old = entry.old;
         self.map_commit(entry, ppn)?;
         if old != NO_PPN {
@@ -488,7 +519,7 @@ impl Ftl {
         now: u64,
         ev: &mut Vec<FtlEvent>,
     ) -> Result<(u32, u64), FtlError> {
-        self.program_as(oob, data, purpose, false, now, ev)
+        self.program_as(oob, PageData::Bytes(data), purpose, false, now, ev)
     }
 
     /// `program`, the medium writes staged with the run of consecutive pages before
@@ -497,7 +528,7 @@ impl Ftl {
     fn program_as(
         &mut self,
         oob: impl FnOnce(u64) -> Oob,
-        data: &[u8],
+        data: PageData<'_>,
         purpose: Purpose,
         staged: bool,
         now: u64,
@@ -510,7 +541,7 @@ impl Ftl {
             self.medium
                 .stage_program(self.geo.data_at(ppn), data, self.geo.oob_at(ppn), &record)?;
         } else {
-            self.medium.write_at(self.geo.data_at(ppn), data)?;
+            self.medium.write_page_at(self.geo.data_at(ppn), data)?;
             self.medium.write_at(self.geo.oob_at(ppn), &record)?;
         }
         self.set_valid(ppn);

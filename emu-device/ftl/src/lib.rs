@@ -25,6 +25,7 @@ mod recovery;
 mod slots;
 mod staged;
 mod timing;
+mod write_source;
 
 pub use config::FtlConfig;
 pub use error::FtlError;
@@ -35,3 +36,4 @@ pub use map_cache::{page_checksum, SlotStore, VecSlots};
 pub use medium::{FileMedium, Medium, MemMedium, OverlayMedium};
 pub use read_target::{BufferTarget, ReadTarget};
 pub use slots::CacheSnapshot;
+pub use write_source::{BufferSource, HostSlice, WriteSource};

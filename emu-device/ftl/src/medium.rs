@@ -2,7 +2,10 @@
 
 use std::fs::File;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
+
+use crate::write_source::HostSlice;
 
 pub trait Medium: Send {
     fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()>;
@@ -16,6 +19,20 @@ pub trait Medium: Send {
     /// through a buffer of the FTL's.
     fn file_region(&self) -> Option<(&File, u64)> {
         None
+    }
+
+    /// Write `slices` one after another from `off` (a staged run of a host write's pages,
+    /// staged as the memory that holds them: write_source.rs). A file writes them with
+    /// `pwritev`, straight from that memory; this default copies them into one buffer
+    /// and writes it with one `write_at`.
+    fn write_slices_at(&mut self, off: u64, slices: &[HostSlice]) -> io::Result<()> {
+        let mut buf = vec![0u8; slices.iter().map(HostSlice::len).sum()];
+        let mut at = 0;
+        for s in slices {
+            s.copy_to(&mut buf[at..at + s.len()]);
+            at += s.len();
+        }
+        self.write_at(off, &buf)
     }
 
     /// Zeroes over [off, off+len), skipping what already reads as zero so that a sparse
@@ -66,6 +83,15 @@ impl Medium for MemMedium {
         self.0[r].copy_from_slice(buf);
         Ok(())
     }
+    fn write_slices_at(&mut self, off: u64, slices: &[HostSlice]) -> io::Result<()> {
+        let r = self.range(off, slices.iter().map(HostSlice::len).sum())?;
+        let mut at = r.start;
+        for s in slices {
+            s.copy_to(&mut self.0[at..at + s.len()]);
+            at += s.len();
+        }
+        Ok(())
+    }
     fn sync(&mut self) -> io::Result<()> {
         Ok(())
     }
@@ -97,6 +123,56 @@ impl Medium for FileMedium {
     fn file_region(&self) -> Option<(&File, u64)> {
         Some((&self.file, self.base))
     }
+    fn write_slices_at(&mut self, off: u64, slices: &[HostSlice]) -> io::Result<()> {
+        pwritev_all(&self.file, self.base + off, slices)
+    }
+}
+
+/// At most this many iovecs per `pwritev` (Linux's IOV_MAX).
+const IOV_MAX: usize = 1024;
+
+/// All of `slices` into `file` from `pos`: `pwritev`s, more only if the kernel writes less.
+fn pwritev_all(file: &File, pos: u64, slices: &[HostSlice]) -> io::Result<()> {
+    let mut iov: Vec<libc::iovec> = slices
+        .iter()
+        .filter(|s| !s.is_empty())
+        .map(|s| libc::iovec {
+            iov_base: s.as_ptr().cast_mut().cast(),
+            iov_len: s.len(),
+        })
+        .collect();
+    let (mut first, mut done) = (0usize, 0u64);
+    while first < iov.len() {
+        let count = (iov.len() - first).min(IOV_MAX) as libc::c_int;
+        let offset = libc::off_t::try_from(pos + done).map_err(io::Error::other)?;
+        // SAFETY: every iovec is a HostSlice, readable while the FTL operation that staged
+        // it runs (`HostSlice::new`), which is past this call; the kernel only reads them.
+        let put = unsafe { libc::pwritev(file.as_raw_fd(), iov[first..].as_ptr(), count, offset) };
+        if put < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if put == 0 {
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "pwritev wrote nothing"));
+        }
+        let mut put = put as usize;
+        done += put as u64;
+        // Past what was written: whole iovecs, then part of one.
+        while first < iov.len() && put >= iov[first].iov_len {
+            put -= iov[first].iov_len;
+            first += 1;
+        }
+        if put > 0 {
+            let v = &mut iov[first];
+            // SAFETY: `put` < this iovec's length, so the new base stays inside it.
+            v.iov_base = unsafe { v.iov_base.cast::<u8>().add(put).cast() };
+            v.iov_len -= put;
+        }
+    }
+    Ok(())
 }
 
 /// A read-only view of another medium: writes (recovery's map-page programs, the cache's
@@ -181,5 +257,32 @@ mod tests {
         let mut under = [0u8; 4];
         o.base.read_at(OVERLAY_PAGE - 2, &mut under).unwrap();
         assert_eq!(under, [7; 4], "the base is untouched");
+    }
+
+    /// Slices written to a file (`pwritev`, more iovecs than one call takes, empty ones
+    /// among them) and to memory land one after another, as one buffer's write would.
+    #[test]
+    fn slices_are_written_in_order_to_a_file_and_to_memory() {
+        use crate::write_source::{BufferSource, WriteSource};
+        let data: Vec<u8> = (0..3 * IOV_MAX + 5).map(|i| (i * 13 % 251) as u8).collect();
+        let src = BufferSource(&data);
+        let mut slices = Vec::new();
+        // One-byte slices, an empty one after each tenth.
+        for i in 0..data.len() {
+            src.slices(i, 1, &mut slices);
+            if i % 10 == 0 {
+                src.slices(i, 0, &mut slices);
+            }
+        }
+        let mut file = FileMedium::new(tempfile::tempfile().unwrap(), 100);
+        file.write_slices_at(7, &slices).unwrap();
+        let mut back = vec![0u8; data.len()];
+        file.read_at(7, &mut back).unwrap();
+        assert_eq!(back, data);
+        let mut mem = MemMedium::new(data.len() as u64 + 7).unwrap();
+        mem.write_slices_at(7, &slices).unwrap();
+        mem.read_at(7, &mut back).unwrap();
+        assert_eq!(back, data);
+        assert!(mem.write_slices_at(8, &slices).is_err(), "past the medium's end");
     }
 }

@@ -6,11 +6,13 @@
 use crate::admin::identify_nsid;
 use crate::command::{Outcome, Sqe, PAGE};
 use crate::guest_read::GuestRead;
+use crate::guest_write::GuestWrite;
 use hmb_ftl::FtlEvent;
 
 use crate::media::MediaOp;
 use crate::namespace::DataError;
 use crate::{prp, Controller, FtlTraceEvent, MediaEvent, Status};
+use vm_memory::GuestAddressSpace;
 
 pub(crate) const OPC_FLUSH: u8 = 0x00;
 pub(crate) const OPC_WRITE: u8 = 0x01;
@@ -75,12 +77,11 @@ impl Controller {
         let write = op == OPC_WRITE;
         let mut ev = self.media.take_events();
         let result = if write {
-            let mut buf = std::mem::take(&mut self.scratch);
-            buf.resize(len, 0);
-            let r = prp::gather(&self.mem, &segs, &mut buf)
-                .and_then(|()| data_status(self.ns.write(off, &buf, t0, &mut ev), "write to"));
-            self.scratch = buf;
-            r
+            // Straight from the command's guest pages (guest_write.rs); `guard` keeps
+            // them mapped until the FTL has written them.
+            let guard = self.mem.memory();
+            GuestWrite::new(&guard, &segs)
+                .and_then(|source| data_status(self.ns.write_from(off, &source, t0, &mut ev), "write to"))
         } else {
             // Straight into the command's guest pages (guest_read.rs).
             let mut target = GuestRead::new(&self.mem, &segs, &mut self.scratch);

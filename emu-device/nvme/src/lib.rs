@@ -22,6 +22,7 @@ mod error;
 #[cfg(feature = "test-util")]
 pub mod fake_host;
 mod guest_read;
+mod guest_write;
 mod hmb;
 mod io;
 mod lifecycle;

@@ -14,7 +14,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use hmb_ftl::{FileMedium, Ftl, FtlError, FtlEvent, Medium, MemMedium, OverlayMedium, ReadTarget};
+use hmb_ftl::{FileMedium, Ftl, FtlError, FtlEvent, Medium, MemMedium, OverlayMedium, ReadTarget, WriteSource};
 
 use crate::media::MediaConfig;
 use crate::{Backing, Error};
@@ -135,8 +135,15 @@ impl Namespace {
         Ok(self.ftl.read_into(off, len, target, now, ev)?)
     }
 
-    pub fn write(&mut self, off: u64, buf: &[u8], now: u64, ev: &mut Vec<FtlEvent>) -> Result<u64, DataError> {
-        Ok(self.ftl.write(off, buf, now, ev)?)
+    /// Write `source`'s bytes (a Write command's guest pages) at byte offset `off`.
+    pub fn write_from(
+        &mut self,
+        off: u64,
+        source: &dyn WriteSource,
+        now: u64,
+        ev: &mut Vec<FtlEvent>,
+    ) -> Result<u64, DataError> {
+        Ok(self.ftl.write_from(off, source, now, ev)?)
     }
 
     /// Deallocate [off, off+len) (reads back zeroes: DLFEAT 001b).
