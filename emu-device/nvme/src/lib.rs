@@ -34,6 +34,7 @@ mod prp;
 mod queue;
 mod regs;
 mod report;
+mod shadow;
 mod status;
 mod timing;
 
