@@ -567,6 +567,28 @@ pub(crate) fn check_failed(status: &Value) -> Result<()> {
     Ok(())
 }
 
+/// Over the reads (from `before` to `after`): the driver uses the shadow
+/// doorbells (Doorbell Buffer Config, OACS bit 8), so its I/O queues ring at
+/// most the SQ tail doorbell, once per command, and never the CQ head one
+/// (docs/nvme-controller.md, "Shadow doorbells"); the admin queue rings both.
+/// Without them a QD1 read costs two doorbell writes.
+pub(crate) fn check_shadow_doorbells(after: &Value, before: &Value) -> Result<()> {
+    let delta = |path: &str| -> Result<u64> { Ok(u64_at(after, path)?.saturating_sub(u64_at(before, path)?)) };
+    let io = delta("/controller/counters/io_commands")?;
+    let admin = delta("/controller/counters/admin_commands")?;
+    let rings = delta("/controller/counters/doorbell_writes")?;
+    ensure!(
+        delta("/controller/counters/shadow_doorbell_reads")? > 0,
+        "the controller read no shadow doorbell: the driver did not configure the doorbell buffers"
+    );
+    // A few CQ rings are allowed: one per CQ that filled up with work waiting.
+    ensure!(
+        io > 0 && rings <= io + 2 * admin + 16,
+        "{rings} doorbell writes for {io} I/O and {admin} admin commands: the I/O queues rang more than their SQ tails"
+    );
+    Ok(())
+}
+
 /// After the driver's recovery: running again, one fatal error counted, the
 /// same buffer back with MR=1 a third time.
 pub(crate) fn check_recovered(status: &Value, after_reset: &Value) -> Result<()> {
@@ -670,6 +692,7 @@ pub fn run(tools: &NvmeTools, cfg: &NvmeRunConfig, phases: &mut Phases) -> Resul
     let (done, ground_truth) = phases.run(reads_phase, || {
         g.wait_share_file(files::DONE, cfg.timeout)?;
         let s = snapshot(&mut g.dev, &cfg.run_dir, "stats")?;
+        check_shadow_doorbells(&s, &after_reset)?;
         // The journal while the controller still runs: power-off ends the
         // epoch and QEMU's disconnect resets the controller.
         // Stock driver: the journal of what was produced with no slice,
@@ -1218,6 +1241,20 @@ mod tests {
         assert!(check_reset(&status(true, false, 2, 1), &probed).is_err());
         // No reset reached the controller.
         assert!(check_reset(&status(true, true, 2, 0), &probed).is_err());
+    }
+
+    #[test]
+    fn the_shadow_doorbell_check_needs_one_ring_per_io_command_at_most() {
+        let at = |io: u64, admin: u64, rings: u64, reads: u64| {
+            json!({"controller": {"counters": {"io_commands": io, "admin_commands": admin,
+                "doorbell_writes": rings, "shadow_doorbell_reads": reads}}})
+        };
+        let before = at(100, 40, 300, 200);
+        check_shadow_doorbells(&at(2100, 42, 2304, 4200), &before).unwrap();
+        // Both doorbells per read: the shadows are not in use.
+        assert!(check_shadow_doorbells(&at(2100, 42, 4304, 4200), &before).is_err());
+        // No shadow read at all.
+        assert!(check_shadow_doorbells(&at(2100, 42, 2304, 200), &before).is_err());
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! QD32, 128 KiB reads through a PRP list, 512 KiB reads and writes (MDTS: what a 1 MiB
 //! fio transfer becomes) of data written sequentially, and Identify, first with the
 //! namespace in memory, then the data rows again on a sparse backing file (what
-//! `serve-nvme` uses: the medium's preads and pwrites are part of the cost). Figures are
+//! `serve-nvme` uses: the medium's preads and pwrites are part of the cost), and the 4 KiB
+//! reads once more with shadow doorbells (Doorbell Buffer Config). Figures are
 //! only meaningful on an idle machine. `HMB_NVME_BENCH_ROWS=<text>` runs only the rows
 //! whose name contains it (for `perf record` of one kind of command).
 
@@ -101,6 +102,25 @@ fn suite(label: &str, cfg: ControllerConfig, iterations: u32, all: bool) {
             &mut host,
             0,
             identify,
+        );
+        // Last (the config stays): Doorbell Buffer Config, so the host rings only what the
+        // EventIdx asks and the controller reads the shadows (shadow.rs).
+        assert!(host.config_doorbell_buffers().ok(), "Doorbell Buffer Config");
+        bench(
+            &name("4 KiB read, QD1, shadow doorbells"),
+            iterations,
+            1,
+            &mut host,
+            1,
+            read4k,
+        );
+        bench(
+            &name("4 KiB read, QD32, shadow doorbells"),
+            iterations,
+            32,
+            &mut host,
+            1,
+            read4k,
         );
     }
 }

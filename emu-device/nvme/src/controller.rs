@@ -73,6 +73,9 @@ pub struct Controller {
     pub(crate) scratch: Vec<u8>,
     /// Completions the timing model holds back (timing.rs).
     pub(crate) deferred: crate::timing::Deferred,
+    /// Doorbell Buffer Config's shadow doorbell and EventIdx buffers (shadow.rs); a
+    /// controller reset forgets them.
+    pub(crate) dbbuf: Option<crate::shadow::DoorbellBuffers>,
 }
 
 impl Controller {
@@ -138,6 +141,7 @@ impl Controller {
             error_log: Default::default(),
             scratch: Vec::new(),
             deferred: Default::default(),
+            dbbuf: None,
             cfg,
         })
     }

@@ -6,6 +6,7 @@ use crate::{dma, CompletionEvent, Controller, FetchEvent, Status};
 
 impl Controller {
     pub(crate) fn doorbell(&mut self, index: u64, value: u32) {
+        self.counters.doorbell_writes += 1;
         if !self.running() {
             self.counters.ignored_register_writes += 1;
             return;
@@ -15,17 +16,28 @@ impl Controller {
         let Some(q) = usize::try_from(qid).ok().filter(|&q| q < self.sqs.len()) else {
             return self.invalid_doorbell(0x00);
         };
+        let shadowed = self.shadow(q as u16).is_some();
         if is_cq {
             let Some(cq) = self.cqs[q].as_mut() else {
                 return self.invalid_doorbell(0x00);
             };
-            // The new head may move over posted entries only, never past the tail.
-            let posted = (cq.tail + cq.entries - cq.head) % cq.entries;
-            let moved = (value.wrapping_add(cq.entries).wrapping_sub(cq.head)) % cq.entries.max(1);
-            if value >= cq.entries || moved > posted {
-                return self.invalid_doorbell(0x01);
+            if shadowed {
+                // The written value may lag the shadow head the controller already took
+                // (the host updates the shadow without ringing): only its range counts,
+                // the head comes from the shadow (no memory access while BME = 0: the
+                // SQs waiting on this CQ read it when BME = 1).
+                if value >= cq.entries {
+                    return self.invalid_doorbell(0x01);
+                }
+                if self.bus_master {
+                    self.refresh_cq_head(q as u16);
+                }
+            } else {
+                if !cq.head_move_is_valid(value) {
+                    return self.invalid_doorbell(0x01);
+                }
+                cq.head = value;
             }
-            cq.head = value;
             // Queues stalled on a full CQ go on.
             let waiting: Vec<u16> = (0..self.sqs.len())
                 .filter(|&s| {
@@ -48,7 +60,11 @@ impl Controller {
             if value >= sq.entries {
                 return self.invalid_doorbell(0x01);
             }
-            sq.tail = value;
+            // Shadowed: a notification only; process_sq takes the tail from the shadow
+            // (never older than this value: the host writes the shadow first).
+            if !shadowed {
+                sq.tail = value;
+            }
             self.process_sq(q as u16);
         }
     }
@@ -121,16 +137,18 @@ impl Controller {
         let q = usize::from(qid);
         let mut to_raise: Option<u16> = None;
         if !self.bus_master {
-            // The tail is recorded; the work waits for BME = 1 (set_bus_master).
+            // The tail is recorded (a shadowed SQ's is in host memory); the work waits
+            // for BME = 1 (set_bus_master).
             if self
                 .sqs
                 .get(q)
-                .is_some_and(|s| s.as_ref().is_some_and(|s| !s.is_empty()))
+                .is_some_and(|s| s.as_ref().is_some_and(|s| !s.is_empty() || self.shadow(qid).is_some()))
             {
                 self.counters.bus_master_stalls += 1;
             }
             return;
         }
+        self.read_shadow_sq_tail(qid);
         loop {
             if !self.running() {
                 break;
@@ -139,14 +157,18 @@ impl Controller {
                 break;
             };
             if sq.is_empty() {
+                // Shadowed: EventIdx = tail, then one more look at the shadow tail.
+                if self.idle_sq_has_more(qid) {
+                    continue;
+                }
                 break;
             }
-            let cqid = sq.cqid;
-            match self.cqs[usize::from(cqid)].as_ref() {
-                Some(cq) if cq.has_room() => {}
-                _ => break,
+            let (cqid, addr) = (sq.cqid, sq.entry_addr());
+            // A CQ that looks full: a shadowed one's head is read from host memory.
+            let room = self.cqs[usize::from(cqid)].as_ref().is_some_and(|c| c.has_room());
+            if !room && !self.refresh_cq_head(cqid) {
+                break;
             }
-            let addr = sq.entry_addr();
             let mut raw = [0u8; 64];
             if dma::read(&self.mem, addr, &mut raw).is_err() {
                 self.fatal(format!("SQ {qid} entry at {addr:#x} is not in guest memory"));
@@ -226,7 +248,9 @@ impl Controller {
         let was = std::mem::replace(&mut self.bus_master, on);
         if on && !was {
             for q in 0..self.sqs.len() {
-                if self.sqs[q].as_ref().is_some_and(|s| !s.is_empty()) {
+                // A shadowed SQ's tail is in host memory: process_sq reads it.
+                let shadowed = self.shadow(q as u16).is_some();
+                if self.sqs[q].as_ref().is_some_and(|s| shadowed || !s.is_empty()) {
                     self.process_sq(q as u16);
                 }
             }
@@ -300,6 +324,10 @@ impl Controller {
             media_end,
         } = c;
         let sq_head = self.sqs[usize::from(sqid)].as_ref().map_or(0, |s| s.head);
+        if self.cqs[usize::from(cqid)].as_ref().is_some_and(|c| c.is_full()) {
+            // Callers check for room first; a shadowed CQ's head may be older than the host's.
+            self.refresh_cq_head(cqid);
+        }
         let Some(cq) = self.cqs[usize::from(cqid)].as_mut() else {
             return;
         };

@@ -114,6 +114,10 @@ pub struct FakeHost {
     pub admin: HostQueue,
     pub io: Vec<HostQueue>,
     next_cid: u16,
+    /// Shadow doorbell and EventIdx buffers after `config_doorbell_buffers` (I/O queues
+    /// use them as Linux's driver does); the MMIO doorbell writes this host made.
+    pub dbbuf: Option<(u64, u64)>,
+    pub mmio_doorbells: u64,
 }
 
 pub const PAGE: u64 = 4096;
@@ -144,6 +148,8 @@ impl FakeHost {
             },
             io: Vec::new(),
             next_cid: 1,
+            dbbuf: None,
+            mmio_doorbells: 0,
         }
     }
 
@@ -228,6 +234,7 @@ impl FakeHost {
         let cc = self.read32(0x14);
         self.write32(0x14, cc & !1 & !(3 << 14));
         self.io.clear();
+        self.dbbuf = None;
         self.csts()
     }
 
@@ -255,10 +262,40 @@ impl FakeHost {
         cid
     }
 
-    /// Ring queue `qid`'s SQ tail doorbell.
+    /// Ring queue `qid`'s SQ tail doorbell (shadowed: only when the EventIdx asks).
     pub fn ring(&mut self, qid: u16) {
         let tail = self.queue(qid).sq_tail;
-        self.write32(0x1000 + 8 * u64::from(qid), tail);
+        if self.shadow_update_needs_mmio(qid, 0, tail) {
+            self.mmio_doorbells += 1;
+            self.write32(0x1000 + 8 * u64::from(qid), tail);
+        }
+    }
+
+    /// Doorbell Buffer Config (7Ch) with fresh zeroed buffers, as Linux's driver sends it
+    /// after creating its I/O queues; from then on `ring` and `reap` use the shadows.
+    pub fn config_doorbell_buffers(&mut self) -> Completion {
+        let (dbs, eis) = (self.alloc(PAGE), self.alloc(PAGE));
+        let c = self.admin(Command::new(0x7C).prp1(dbs).prp2(eis));
+        if c.ok() {
+            self.dbbuf = Some((dbs, eis));
+        }
+        c
+    }
+
+    /// `nvme_dbbuf_update_and_check_event`: write the shadow doorbell (`which` 0 SQ tail,
+    /// 4 CQ head), then read the EventIdx; an MMIO write is needed when the EventIdx lies
+    /// in [old, new) (16-bit arithmetic). Always for the admin queue or without buffers.
+    pub fn shadow_update_needs_mmio(&mut self, qid: u16, which: u64, value: u32) -> bool {
+        let Some((dbs, eis)) = self.dbbuf.filter(|_| qid != 0) else {
+            return true;
+        };
+        let at = 8 * u64::from(qid) + which;
+        let le = |b: Vec<u8>| u32::from_le_bytes(b.try_into().expect("4 bytes"));
+        let old = le(self.guest_read(dbs + at, 4)) as u16;
+        self.guest_write(dbs + at, &value.to_le_bytes());
+        let event_idx = le(self.guest_read(eis + at, 4)) as u16;
+        let new = value as u16;
+        new.wrapping_sub(event_idx).wrapping_sub(1) < new.wrapping_sub(old)
     }
 
     /// Take the next completion of queue `qid` if the controller posted one (phase check),
@@ -285,7 +322,10 @@ impl FakeHost {
             q.phase = !q.phase;
         }
         let head = q.cq_head;
-        self.write32(0x1000 + 8 * u64::from(qid) + 4, head);
+        if self.shadow_update_needs_mmio(qid, 4, head) {
+            self.mmio_doorbells += 1;
+            self.write32(0x1000 + 8 * u64::from(qid) + 4, head);
+        }
         Some(c)
     }
 
@@ -460,5 +500,6 @@ impl FakeHost {
     /// Forget every host queue's state (after a reset the controller has none either).
     pub fn forget_queues(&mut self) {
         self.io.clear();
+        self.dbbuf = None;
     }
 }

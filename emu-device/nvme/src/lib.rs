@@ -35,6 +35,7 @@ mod prp;
 mod queue;
 mod regs;
 mod report;
+mod shadow;
 mod status;
 mod timing;
 

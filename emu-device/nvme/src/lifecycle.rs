@@ -70,6 +70,7 @@ impl Controller {
         self.release_hmb();
         self.sqs.iter_mut().for_each(|q| *q = None);
         self.cqs.iter_mut().for_each(|q| *q = None);
+        self.dbbuf = None;
         // Outstanding AERs are aborted implicitly: their queue is gone, no CQE is posted.
         self.aers.clear();
         self.forget_queued_telemetry_notice();

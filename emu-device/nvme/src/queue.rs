@@ -69,6 +69,13 @@ impl CompQueue {
     pub fn has_room(&self) -> bool {
         (self.head + self.entries - self.tail - 1) % self.entries > self.reserved
     }
+    /// A new head (doorbell or shadow) may move over posted entries only, never past
+    /// the tail.
+    pub fn head_move_is_valid(&self, head: u32) -> bool {
+        let posted = (self.tail + self.entries - self.head) % self.entries;
+        let moved = (head.wrapping_add(self.entries).wrapping_sub(self.head)) % self.entries;
+        head < self.entries && moved <= posted
+    }
     pub fn slot_addr(&self) -> u64 {
         self.base + u64::from(self.tail) * CQE_BYTES
     }
@@ -95,5 +102,15 @@ mod tests {
         cq.head = 1;
         cq.advance();
         assert_eq!((cq.tail, cq.phase), (0, false));
+    }
+
+    #[test]
+    fn a_head_moves_over_posted_entries_only() {
+        let mut cq = CompQueue::new(0, 4, 0, false);
+        cq.head = 3;
+        cq.tail = 1; // entries 3 and 0 posted
+        assert!(cq.head_move_is_valid(3) && cq.head_move_is_valid(0) && cq.head_move_is_valid(1));
+        assert!(!cq.head_move_is_valid(2), "past the tail");
+        assert!(!cq.head_move_is_valid(4), "not a slot");
     }
 }

@@ -21,6 +21,13 @@ pub struct Counters {
     pub errors: u64,
     /// Doorbell writes to a queue that does not exist or with an out-of-range value.
     pub invalid_doorbells: u64,
+    /// Doorbell register writes (each one transport message), valid or not.
+    pub doorbell_writes: u64,
+    /// Shadow doorbell reads (Doorbell Buffer Config), and shadow values ignored because
+    /// they were out of range for their queue (an SQ tail >= its size, a CQ head moved
+    /// past the posted entries).
+    pub shadow_doorbell_reads: u64,
+    pub invalid_shadow_doorbells: u64,
     /// Register writes the model ignored (read-only, reserved, narrow doorbell writes).
     pub ignored_register_writes: u64,
     /// Controller resets: CC.EN 1->0 and transport resets.

@@ -18,6 +18,9 @@ pub(crate) const TEMPERATURE: u16 = 313;
 /// OAES bit 8: namespace attribute notices (the driver then configures AEN and keeps an
 /// AER outstanding; the namespace never changes, so none is ever sent).
 pub(crate) const OAES: u32 = 1 << 8;
+/// OACS bit 8: Doorbell Buffer Config (shadow doorbells, shadow.rs); no other optional
+/// admin command.
+pub(crate) const OACS: u16 = 1 << 8;
 /// ONCS: bit 0 Compare, bit 2 Dataset Management, bit 3 Write Zeroes, bit 6 Timestamp,
 /// bit 7 Verify.
 pub(crate) const ONCS: u16 = 1 | 1 << 2 | 1 << 3 | 1 << 6 | 1 << 7;
@@ -127,6 +130,7 @@ impl Controller {
             .u32(80, crate::regs::VERSION)
             .u32(92, OAES)
             .u8(111, 1) // CNTRLTYPE: I/O controller
+            .u16(256, OACS)
             .u8(258, 3) // ACL: 4 concurrent Abort commands
             .u8(259, (AER_LIMIT - 1) as u8)
             .u8(260, 1 << 1 | 1) // FRMW: one slot, read-only

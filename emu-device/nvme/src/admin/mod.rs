@@ -1,6 +1,7 @@
 //! Admin command set (NVMe 1.4 section 5). Unknown or unsupported opcodes: Invalid Opcode
 //! with DNR. docs/nvme-controller.md lists every command and its statuses.
 
+mod doorbell_buffer;
 mod error_log;
 mod features;
 mod identify;
@@ -35,6 +36,7 @@ pub(crate) const OPC_ABORT: u8 = 0x08;
 pub(crate) const OPC_SET_FEATURES: u8 = 0x09;
 pub(crate) const OPC_GET_FEATURES: u8 = 0x0A;
 pub(crate) const OPC_ASYNC_EVENT: u8 = 0x0C;
+pub(crate) const OPC_DOORBELL_BUFFER_CONFIG: u8 = 0x7C;
 
 /// Concurrent AERs allowed: Identify AERL + 1.
 pub(crate) const AER_LIMIT: usize = 4;
@@ -91,6 +93,7 @@ impl Controller {
                 | OPC_SET_FEATURES
                 | OPC_GET_FEATURES
                 | OPC_ASYNC_EVENT
+                | OPC_DOORBELL_BUFFER_CONFIG
         ) {
             return Outcome::status(Status::INVALID_OPCODE);
         }
@@ -109,6 +112,7 @@ impl Controller {
             OPC_SET_FEATURES => self.set_features(sqe),
             OPC_GET_FEATURES => self.get_features(sqe),
             OPC_ASYNC_EVENT => self.async_event_request(sqe),
+            OPC_DOORBELL_BUFFER_CONFIG => self.doorbell_buffer_config(sqe),
             _ => Outcome::status(Status::INVALID_OPCODE),
         }
     }

@@ -47,6 +47,7 @@ impl Controller {
             return Outcome::status(Status::INVALID_INTERRUPT_VECTOR);
         }
         self.cqs[usize::from(qid)] = Some(CompQueue::new(sqe.prp1(), entries, iv, ien));
+        self.init_shadow_cq(qid);
         Outcome::status(Status::SUCCESS)
     }
 
@@ -66,6 +67,7 @@ impl Controller {
             Err(s) => return Outcome::status(s),
         };
         self.sqs[usize::from(qid)] = Some(SubQueue::new(sqe.prp1(), entries, cqid));
+        self.init_shadow_sq(qid);
         Outcome::status(Status::SUCCESS)
     }
 
