@@ -25,6 +25,7 @@ mod recovery;
 mod slots;
 mod staged;
 mod timing;
+mod vectored;
 mod write_source;
 
 pub use config::FtlConfig;
@@ -36,4 +37,5 @@ pub use map_cache::{page_checksum, SlotStore, VecSlots};
 pub use medium::{FileMedium, Medium, MemMedium, OverlayMedium};
 pub use read_target::{BufferTarget, ReadTarget};
 pub use slots::CacheSnapshot;
+pub use vectored::transfer_all;
 pub use write_source::{BufferSource, HostSlice, WriteSource};

@@ -128,9 +128,6 @@ impl Medium for FileMedium {
     }
 }
 
-/// At most this many iovecs per `pwritev` (Linux's IOV_MAX).
-const IOV_MAX: usize = 1024;
-
 /// All of `slices` into `file` from `pos`: `pwritev`s, more only if the kernel writes less.
 fn pwritev_all(file: &File, pos: u64, slices: &[HostSlice]) -> io::Result<()> {
     let mut iov: Vec<libc::iovec> = slices
@@ -141,38 +138,14 @@ fn pwritev_all(file: &File, pos: u64, slices: &[HostSlice]) -> io::Result<()> {
             iov_len: s.len(),
         })
         .collect();
-    let (mut first, mut done) = (0usize, 0u64);
-    while first < iov.len() {
-        let count = (iov.len() - first).min(IOV_MAX) as libc::c_int;
-        let offset = libc::off_t::try_from(pos + done).map_err(io::Error::other)?;
+    crate::vectored::transfer_all(
+        &mut iov,
+        pos,
         // SAFETY: every iovec is a HostSlice, readable while the FTL operation that staged
         // it runs (`HostSlice::new`), which is past this call; the kernel only reads them.
-        let put = unsafe { libc::pwritev(file.as_raw_fd(), iov[first..].as_ptr(), count, offset) };
-        if put < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if put == 0 {
-            return Err(io::Error::new(io::ErrorKind::WriteZero, "pwritev wrote nothing"));
-        }
-        let mut put = put as usize;
-        done += put as u64;
-        // Past what was written: whole iovecs, then part of one.
-        while first < iov.len() && put >= iov[first].iov_len {
-            put -= iov[first].iov_len;
-            first += 1;
-        }
-        if put > 0 {
-            let v = &mut iov[first];
-            // SAFETY: `put` < this iovec's length, so the new base stays inside it.
-            v.iov_base = unsafe { v.iov_base.cast::<u8>().add(put).cast() };
-            v.iov_len -= put;
-        }
-    }
-    Ok(())
+        |iov, count, offset| unsafe { libc::pwritev(file.as_raw_fd(), iov, count, offset) },
+        || io::Error::new(io::ErrorKind::WriteZero, "pwritev wrote nothing"),
+    )
 }
 
 /// A read-only view of another medium: writes (recovery's map-page programs, the cache's
@@ -264,7 +237,7 @@ mod tests {
     #[test]
     fn slices_are_written_in_order_to_a_file_and_to_memory() {
         use crate::write_source::{BufferSource, WriteSource};
-        let data: Vec<u8> = (0..3 * IOV_MAX + 5).map(|i| (i * 13 % 251) as u8).collect();
+        let data: Vec<u8> = (0..3 * 1024 + 5).map(|i| (i * 13 % 251) as u8).collect();
         let src = BufferSource(&data);
         let mut slices = Vec::new();
         // One-byte slices, an empty one after each tenth.

@@ -94,42 +94,16 @@ impl<'a> GuestRead<'a> {
                 iov_len: p.len(),
             })
             .collect();
-        let (mut first, mut done) = (0usize, 0usize);
-        while first < iov.len() {
-            let count = (iov.len() - first).min(1024) as libc::c_int;
-            let offset = libc::off_t::try_from(pos + done as u64).map_err(io::Error::other)?;
+        hmb_ftl::transfer_all(
+            &mut iov,
+            pos,
             // SAFETY: every iovec is a guest memory range vm-memory handed out as a
             // VolatileSlice, valid for writes of its length while `ptrs`' guards (and
             // `guard`, which keeps the mappings) live, which is past this call; the kernel
             // writes into them and no Rust reference to them exists.
-            let got = unsafe { libc::preadv(file.as_raw_fd(), iov[first..].as_ptr(), count, offset) };
-            if got < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if got == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "backing file ends inside a read",
-                ));
-            }
-            let mut got = got as usize;
-            done += got;
-            // Past what was read: whole iovecs, then part of one.
-            while first < iov.len() && got >= iov[first].iov_len {
-                got -= iov[first].iov_len;
-                first += 1;
-            }
-            if got > 0 {
-                let v = &mut iov[first];
-                // SAFETY: `got` < this iovec's length, so the new base stays inside it.
-                v.iov_base = unsafe { v.iov_base.cast::<u8>().add(got).cast() };
-                v.iov_len -= got;
-            }
-        }
+            |iov, count, offset| unsafe { libc::preadv(file.as_raw_fd(), iov, count, offset) },
+            || io::Error::new(io::ErrorKind::UnexpectedEof, "backing file ends inside a read"),
+        )?;
         Ok(true)
     }
 }
