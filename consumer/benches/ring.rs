@@ -40,6 +40,8 @@ use memmap2::MmapOptions;
 mod backoff;
 #[path = "support/recycle.rs"]
 mod recycle;
+#[path = "support/two_core.rs"]
+mod two_core;
 
 struct Args {
     bytes: u64,
@@ -300,58 +302,16 @@ fn memcpy_limit(ring: u64, total: u64) -> (f64, f64) {
 /// to one-thread memcpy is the two cores' hand-over.
 /// Returns (wall seconds, CPU seconds the copying side spent copying).
 fn two_core_limit(ring: u64, total: u64, slot: usize) -> (f64, f64) {
-    const STEP: u64 = 256 << 10;
-    #[repr(align(128))]
-    struct Pos(AtomicU64);
-    let buf = MmapOptions::new().len(ring as usize).populate().map_anon().unwrap();
-    let base = buf.as_ptr() as usize;
-    let (written, read) = (Arc::new(Pos(AtomicU64::new(0))), Arc::new(Pos(AtomicU64::new(0))));
-    let (written_w, read_w) = (written.clone(), read.clone());
-    let slot = slot.clamp(1, STEP as usize);
+    let mut dst = vec![0u8; 256 << 10];
+    let mut work = 0.0;
     let start = Instant::now();
-    let writer = std::thread::spawn(move || {
-        let body = vec![0x5Au8; slot];
-        let mut at = 0u64;
-        while at < total {
-            while at + STEP - read_w.0.load(Ordering::Acquire) > ring {
-                std::thread::yield_now();
-            }
-            let end = (at + STEP).min(total);
-            let mut pos = at;
-            while pos < end {
-                let n = ((end - pos) as usize).min(slot);
-                // SAFETY: [pos % ring, +n) is inside the buffer (STEP divides
-                // the ring) and is not read until `written` says so.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(body.as_ptr(), (base + (pos % ring) as usize) as *mut u8, n);
-                }
-                pos += n as u64;
-            }
-            at = end;
-            written_w.0.store(at, Ordering::Release);
-        }
-    });
-    let mut dst = vec![0u8; STEP as usize];
-    let (mut at, mut work) = (0u64, 0.0);
-    while at < total {
-        let end = (at + STEP).min(total);
-        while written.0.load(Ordering::Acquire) < end {
-            std::thread::yield_now();
-        }
-        let n = (end - at) as usize;
+    two_core::hand_over(ring, total, slot, |piece| {
         let t0 = thread_cpu();
-        // SAFETY: published by the writer above, inside the buffer.
-        let src = unsafe { std::slice::from_raw_parts((base + (at % ring) as usize) as *const u8, n) };
-        dst[..n].copy_from_slice(src);
+        dst[..piece.len()].copy_from_slice(piece);
         std::hint::black_box(&dst);
-        at = end;
-        read.0.store(at, Ordering::Release);
         work += thread_cpu() - t0;
-    }
-    writer.join().unwrap();
-    let t = start.elapsed().as_secs_f64();
-    drop(buf);
-    (t, work)
+    });
+    (start.elapsed().as_secs_f64(), work)
 }
 
 /// 1 MiB `write(2)` calls of `total` bytes into a fresh file, taken in

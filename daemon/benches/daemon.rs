@@ -45,6 +45,8 @@ use memmap2::MmapOptions;
 mod backoff;
 #[path = "../../consumer/benches/support/recycle.rs"]
 mod recycle;
+#[path = "../../consumer/benches/support/two_core.rs"]
+mod two_core;
 use recycle::recycle;
 
 const RING: u64 = 16 << 20;
@@ -76,51 +78,11 @@ struct Opts {
 /// the gap to the one-thread `write(2)` loop is the second core's bytes.
 /// Returns wall seconds.
 fn two_core_write(dir: &Path, total: u64, slot: usize) -> f64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    const STEP: u64 = 256 << 10;
-    #[repr(align(128))]
-    struct Pos(AtomicU64);
     let path = dir.join("hmb-bench-write.bin");
     let _ = std::fs::remove_file(&path);
     let mut f = File::create(&path).unwrap();
-    let buf = MmapOptions::new().len(RING as usize).populate().map_anon().unwrap();
-    let base = buf.as_ptr() as usize;
-    let (written, read) = (Arc::new(Pos(AtomicU64::new(0))), Arc::new(Pos(AtomicU64::new(0))));
-    let (written_w, read_w) = (written.clone(), read.clone());
-    let slot = slot.clamp(1, STEP as usize);
     let start = Instant::now();
-    let writer = std::thread::spawn(move || {
-        let body = vec![0x5Au8; slot];
-        let mut at = 0u64;
-        while at < total {
-            backoff::spin_then_yield(|| at + STEP - read_w.0.load(Ordering::Acquire) <= RING);
-            let end = (at + STEP).min(total);
-            let mut pos = at;
-            while pos < end {
-                let n = ((end - pos) as usize).min(slot);
-                // SAFETY: [pos % RING, +n) is inside the buffer (STEP divides
-                // the ring) and is not read until `written` says so.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(body.as_ptr(), (base + (pos % RING) as usize) as *mut u8, n);
-                }
-                pos += n as u64;
-            }
-            at = end;
-            written_w.0.store(at, Ordering::Release);
-        }
-    });
-    let mut at = 0u64;
-    while at < total {
-        let end = (at + STEP).min(total);
-        backoff::spin_then_yield(|| written.0.load(Ordering::Acquire) >= end);
-        // SAFETY: published by the writer above, inside the buffer.
-        let src =
-            unsafe { std::slice::from_raw_parts((base + (at % RING) as usize) as *const u8, (end - at) as usize) };
-        f.write_all(src).unwrap();
-        at = end;
-        read.0.store(at, Ordering::Release);
-    }
-    writer.join().unwrap();
+    two_core::hand_over(RING, total, slot, |piece| f.write_all(piece).unwrap());
     let t = start.elapsed().as_secs_f64();
     drop(f);
     let _ = std::fs::remove_file(&path);
