@@ -22,6 +22,17 @@ load_module() {
     done
 }
 
+# module_events_on: the module's tracepoints on, then HMBT-EVENTS-ON; the
+# host starts the device only after that line. Turning a tracepoint on
+# patches its static key; a 7.x guest under TCG oopsed (int3 with no patch
+# pending) when another CPU ran the site in the interrupt handler meanwhile.
+module_events_on() {
+    mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+    echo 1 > /sys/kernel/tracing/events/nvme_hmb_trace/enable ||
+        fail "cannot turn the module's tracepoints on"
+    echo "HMBT-EVENTS-ON"
+}
+
 # load_on_demand_modules: the image's modules not loaded at boot
 # (images/guest/modules-on-demand), dependencies first.
 load_on_demand_modules() {

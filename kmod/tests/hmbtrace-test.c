@@ -969,13 +969,29 @@ static void check_debugfs(const struct hmb_trace_info *info)
 
 #define TRACEFS "/sys/kernel/tracing"
 
-/* Turn the module's tracepoints on (tracefs mounted if need be). */
+#define TRACE_ENABLE TRACEFS "/events/nvme_hmb_trace/enable"
+
+/* Whether trace_enable() turned the tracepoints on (and so turns them off). */
+static int trace_enabled_here;
+
+/*
+ * Turn the module's tracepoints on (tracefs mounted if need be), unless
+ * they already are. Turning them on patches each tracepoint's static key;
+ * a harness that runs this program with the device producing turns them on
+ * before the device starts (harness/guest-scripts/ivshmem-prelude.sh,
+ * module_events_on), so no patching races the interrupt handler.
+ */
 static int trace_enable(void)
 {
+	char state[8] = "";
+
 	mkdir(TRACEFS, 0700);
 	mount("tracefs", TRACEFS, "tracefs", 0, NULL);	/* EBUSY if already */
 	write_file(TRACEFS "/trace", "");
-	return write_file(TRACEFS "/events/nvme_hmb_trace/enable", "1");
+	if (read_file(TRACE_ENABLE, state, sizeof(state)) > 0 && state[0] == '1')
+		return 0;
+	trace_enabled_here = 1;
+	return write_file(TRACE_ENABLE, "1");
 }
 
 static void check_trace(int enabled, const struct opts *o)
@@ -984,14 +1000,15 @@ static void check_trace(int enabled, const struct opts *o)
 	int irq_ok, pub_ok, reinit_ok;
 
 	if (enabled) {
-		fail("tracepoints", "events/nvme_hmb_trace/enable: %s", strerror(-enabled));
+		fail("tracepoints", "%s: %s", TRACE_ENABLE, strerror(-enabled));
 		return;
 	}
 	if (read_file(TRACEFS "/trace", text, sizeof(text)) < 0) {
 		fail("tracepoints", "reading %s/trace: %s", TRACEFS, strerror(errno));
 		return;
 	}
-	write_file(TRACEFS "/events/nvme_hmb_trace/enable", "0");
+	if (trace_enabled_here)
+		write_file(TRACE_ENABLE, "0");
 	irq_ok = !o->irq || strstr(text, "hmb_trace_irq:");
 	pub_ok = strstr(text, "hmb_trace_publish_tail:") != NULL;
 	reinit_ok = !o->freeze || strstr(text, "hmb_trace_reinit:");

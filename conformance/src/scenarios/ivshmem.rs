@@ -258,6 +258,17 @@ fn serve_test_program(s: &mut Session, timeout: Duration) -> Result<()> {
     }
 }
 
+/// Starts the device's workload once the guest has turned the module's
+/// tracepoints on (`module_events_on` in the guest prelude): the test
+/// program finds them on and leaves its static keys alone while the device
+/// interrupts.
+fn start_after_module_events(s: &mut Session, workload: &str, seed: u64, rate: u64) -> Result<()> {
+    s.vm.wait_for("the module's tracepoints on", Duration::from_secs(120), |l| {
+        l.contains("HMBT-EVENTS-ON")
+    })?;
+    s.dev.start_workload(workload, seed, rate)
+}
+
 /// The test program's check lines (`ok NAME`, `FAIL NAME`, `skip NAME`),
 /// sorted, and its exit code from the `HMBT-TEST rc=` line.
 fn test_program_result(console: &str) -> (Vec<String>, String) {
@@ -289,6 +300,7 @@ fn test_program_result(console: &str) -> (Vec<String>, String) {
 fn access_rules(env: &Env) -> Result<Value> {
     let body = format!(
         "load_module ring_size={RING}\n\
+         module_events_on\n\
          echo 'nobody:x:65534:65534:nobody:/:/bin/sh' >> /etc/passwd\n\
          echo 'tracer:x:1000:0:tracer:/:/bin/sh' >> /etc/passwd\n\
          echo \"outsider: $(su -s /bin/sh nobody -c 'exec 3</dev/nvme-hmb-trace0 && echo opened' 2>&1)\"\n\
@@ -298,7 +310,7 @@ fn access_rules(env: &Env) -> Result<Value> {
          collect\nexit 0\n"
     );
     let mut s = env.start("access_rules", RING, &body)?;
-    s.dev.start_workload("ssd", 11, 2000)?;
+    start_after_module_events(&mut s, "ssd", 11, 2000)?;
     serve_test_program(&mut s, Duration::from_secs(180))?;
     let rc = s.finish(FINISH)?;
     let console = std::fs::read_to_string(s.run_dir.join("console.log"))?;
@@ -449,6 +461,7 @@ fn last_generation_acknowledged(emu_log: &str) -> bool {
 fn no_msix(env: &Env) -> Result<Value> {
     let body = format!(
         "load_module ring_size={RING}\n\
+         module_events_on\n\
          echo \"HMBT-FALLBACK $(dmesg | grep -c 'no MSI-X vector')\"\n\
          /bin/hmbtrace-test --freeze --hostile --remove unbind\n\
          echo \"HMBT-TEST rc=$?\"\n\
@@ -459,7 +472,7 @@ fn no_msix(env: &Env) -> Result<Value> {
         cmdline: vec!["pci=nomsi".into()],
     };
     let mut s = env.start_with("no_msix", RING, &body, extra)?;
-    s.dev.start_workload("ssd", 37, 2000)?;
+    start_after_module_events(&mut s, "ssd", 37, 2000)?;
     serve_test_program(&mut s, Duration::from_secs(180))?;
     let rc = s.finish(FINISH)?;
     let console = std::fs::read_to_string(s.run_dir.join("console.log"))?;
