@@ -88,7 +88,7 @@ fn run(args: Conformance, sh: &Shell) -> Result<()> {
             bail!("scenario {name} applies to none of the selected devices; see `cargo xtask conformance --help`");
         }
     }
-    ensure_nextest(sh)?;
+    crate::cargo_tool::ensure_nextest(sh)?;
     let out_dir = target_dir().join("hmb-trace/conformance");
     std::fs::create_dir_all(&out_dir)?;
     let mut table: Vec<Column> = Vec::new();
@@ -169,24 +169,6 @@ fn run(args: Conformance, sh: &Shell) -> Result<()> {
             out_dir.display()
         );
     }
-    Ok(())
-}
-
-/// cargo-nextest runs each scenario in its own process and writes JUnit.
-fn ensure_nextest(sh: &Shell) -> Result<()> {
-    if cmd!(sh, "cargo nextest --version")
-        .quiet()
-        .ignore_stdout()
-        .ignore_stderr()
-        .run()
-        .is_ok()
-    {
-        return Ok(());
-    }
-    println!("installing cargo-nextest (crates.io): runs the conformance scenarios one process each, with JUnit");
-    cmd!(sh, "cargo install --locked cargo-nextest")
-        .run()
-        .context("installing cargo-nextest")?;
     Ok(())
 }
 

@@ -69,7 +69,7 @@ impl Fuzz {
 fn run(args: Fuzz, sh: &Shell) -> Result<()> {
     let root = hmb_harness::workspace_root();
     sh.change_dir(&root);
-    ensure_nightly(sh)?;
+    crate::cargo_tool::ensure_nightly(sh)?;
     let target_dir = root.join("target/fuzz");
     println!("building the fuzz targets (nightly, sancov + AddressSanitizer)");
     let _flags = sh.push_env("RUSTFLAGS", RUSTFLAGS);
@@ -87,23 +87,6 @@ fn run(args: Fuzz, sh: &Shell) -> Result<()> {
         done.push(run_target(sh, &root, &bin_dir, &target_dir, name, seeds, &args)?);
     }
     print_table(&done);
-    Ok(())
-}
-
-pub(crate) fn ensure_nightly(sh: &Shell) -> Result<()> {
-    if cmd!(sh, "cargo +nightly --version")
-        .quiet()
-        .ignore_stdout()
-        .ignore_stderr()
-        .run()
-        .is_ok()
-    {
-        return Ok(());
-    }
-    println!("installing the nightly toolchain (rustup, minimal profile): libFuzzer and sanitizers need it");
-    cmd!(sh, "rustup toolchain install nightly --profile minimal")
-        .run()
-        .context("no nightly toolchain and rustup could not install one")?;
     Ok(())
 }
 

@@ -4,6 +4,7 @@
 
 mod bench;
 mod boot;
+mod cargo_tool;
 mod conformance;
 mod debug_kernel;
 mod deps;

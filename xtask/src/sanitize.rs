@@ -51,7 +51,7 @@ impl Sanitize {
     pub fn run(self, sh: &Shell) -> Result<()> {
         let root = hmb_harness::workspace_root();
         sh.change_dir(&root);
-        crate::fuzz::ensure_nightly(sh)?;
+        crate::cargo_tool::ensure_nightly(sh)?;
         // Its own target directory: sanitizer flags rebuild every crate.
         let target_dir = hmb_harness::target_dir().join("asan");
         // `--target` keeps RUSTFLAGS away from build scripts and proc
