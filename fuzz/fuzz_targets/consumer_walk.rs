@@ -60,8 +60,7 @@ fuzz_target!(|input: &[u8]| {
             }
         }
         // The producer's next move: one header field, from the input.
-        let Some((&[which, a, b, c, d, e, f, g, h], rest)) = producer.split_first_chunk::<9>().map(|(x, r)| (x, r))
-        else {
+        let Some((&[which, a, b, c, d, e, f, g, h], rest)) = producer.split_first_chunk::<9>() else {
             return;
         };
         producer = rest;

@@ -10,6 +10,10 @@ use hmb_nvme::fake_host::{Command, FakeHost, PAGE};
 use hmb_nvme::ControllerConfig;
 use libfuzzer_sys::fuzz_target;
 
+#[path = "shared/input.rs"]
+mod input;
+use input::Input;
+
 /// Guest RAM of the fake host: small, so hostile addresses often hit it,
 /// and cheap: it is a fresh mapping per input whose touched pages each cost
 /// a page fault (4 MiB here, with the 1 MiB namespace below, held the
@@ -19,27 +23,11 @@ const MEM: u64 = 1 << 20;
 /// this many bytes per input (the rest of MEM is the hostile playground).
 const ALLOC_BUDGET: u64 = 256 << 10;
 
-struct Input<'a>(&'a [u8]);
-
 impl Input<'_> {
-    fn bytes<const N: usize>(&mut self) -> Option<[u8; N]> {
-        let (head, rest) = self.0.split_first_chunk::<N>()?;
-        self.0 = rest;
-        Some(*head)
-    }
-    fn u8(&mut self) -> Option<u8> {
-        self.bytes::<1>().map(|b| b[0])
-    }
-    fn u32(&mut self) -> Option<u32> {
-        self.bytes().map(u32::from_le_bytes)
-    }
-    fn u64(&mut self) -> Option<u64> {
-        self.bytes().map(u64::from_le_bytes)
-    }
     /// An address: half the time inside guest RAM (page-biased), else any.
     fn addr(&mut self) -> Option<u64> {
         let a = self.u64()?;
-        Some(if a & 1 == 0 { (a >> 1) % MEM & !(a & 0x8) } else { a })
+        Some(if a & 1 == 0 { ((a >> 1) % MEM) & !(a & 0x8) } else { a })
     }
 }
 
@@ -171,7 +159,7 @@ fuzz_target!(|data: &[u8]| {
                         return Some(());
                     }
                     let n = usize::from(input.u8()? % 20);
-                    let list = input.u64()? % (MEM - 16 * 20) & !0xf;
+                    let list = (input.u64()? % (MEM - 16 * 20)) & !0xf;
                     for i in 0..n {
                         let mut d = [0u8; 16];
                         d[..8].copy_from_slice(&(input.addr()? & !(PAGE - 1)).to_le_bytes());

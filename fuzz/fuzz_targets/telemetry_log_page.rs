@@ -15,32 +15,14 @@ use hmb_nvme::ControllerConfig;
 use hmb_nvme_trace::{NvmeTrace, Personality};
 use libfuzzer_sys::fuzz_target;
 
+#[path = "shared/input.rs"]
+mod input;
+use input::Input;
+
 const MEM: u64 = 1 << 20;
 /// Two pages: reads of up to 8 KiB go to PRP1 and PRP2 without a list.
 const BUF: u64 = 2 * PAGE;
 const ALLOC_BUDGET: u64 = 256 << 10;
-
-struct Input<'a>(&'a [u8]);
-
-impl Input<'_> {
-    fn bytes<const N: usize>(&mut self) -> Option<[u8; N]> {
-        let (head, rest) = self.0.split_first_chunk::<N>()?;
-        self.0 = rest;
-        Some(*head)
-    }
-    fn u8(&mut self) -> Option<u8> {
-        self.bytes::<1>().map(|b| b[0])
-    }
-    fn u16(&mut self) -> Option<u16> {
-        self.bytes().map(u16::from_le_bytes)
-    }
-    fn u32(&mut self) -> Option<u32> {
-        self.bytes().map(u32::from_le_bytes)
-    }
-    fn u64(&mut self) -> Option<u64> {
-        self.bytes().map(u64::from_le_bytes)
-    }
-}
 
 fn config() -> ControllerConfig {
     ControllerConfig {

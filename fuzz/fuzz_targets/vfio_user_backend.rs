@@ -16,37 +16,21 @@ use hmb_emu_device::vfio_user::nvme::traced_controller;
 use hmb_emu_device::vfio_user::Backend;
 use hmb_nvme::{Backing, Controller, ControllerConfig};
 use libfuzzer_sys::fuzz_target;
+
+#[path = "shared/input.rs"]
+mod input;
+use input::Input;
 use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
 
 /// Guest RAM behind the mappings: small, so every input gets a fresh one.
 const RAM: u64 = 256 << 10;
 
-struct Input<'a>(&'a [u8]);
-
 impl Input<'_> {
-    fn u8(&mut self) -> Option<u8> {
-        let (&b, rest) = self.0.split_first()?;
-        self.0 = rest;
-        Some(b)
-    }
-    fn u64(&mut self) -> Option<u64> {
-        let mut v = [0u8; 8];
-        for b in &mut v {
-            *b = self.u8()?;
-        }
-        Some(u64::from_le_bytes(v))
-    }
     /// Mostly small values (offsets into BARs, pages of RAM), sometimes
     /// any 64-bit value.
     fn offset(&mut self, small: u64) -> Option<u64> {
         let v = self.u64()?;
         Some(if v & 1 == 0 { (v >> 1) % small } else { v })
-    }
-    fn bytes(&mut self, max: usize) -> Option<&[u8]> {
-        let n = (self.u8()? as usize % (max + 1)).min(self.0.len());
-        let (b, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(b)
     }
 }
 
@@ -85,7 +69,7 @@ fn run(mut input: Input<'_>) -> Option<()> {
             2 | 3 => {
                 let region = u32::from(input.u8()? % 10);
                 let offset = input.offset(0x4000)?;
-                let data = input.bytes(64)?.to_vec();
+                let data = input.sized(64)?.to_vec();
                 backend
                     .region_write(region, offset, &data)
                     .expect("writes are answered");

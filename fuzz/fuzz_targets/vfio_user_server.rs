@@ -39,6 +39,10 @@ use hmb_emu_device::vfio_user::nvme::traced_controller;
 use hmb_emu_device::vfio_user::Backend;
 use hmb_nvme::{Backing, Controller, ControllerConfig};
 use libfuzzer_sys::fuzz_target;
+
+#[path = "shared/input.rs"]
+mod input;
+use input::Input;
 use vfio_user::{DmaMapFlags, DmaUnmapFlags, Server, ServerBackend};
 use vmm_sys_util::sock_ctrl_msg::ScmSocket;
 
@@ -68,21 +72,6 @@ fn body_size(command: u16) -> usize {
         8 => 20,      // SET_IRQS
         9 | 10 => 16, // REGION_READ / REGION_WRITE (then count bytes for a write)
         _ => 0,
-    }
-}
-
-struct Input<'a>(&'a [u8]);
-
-impl Input<'_> {
-    fn u8(&mut self) -> Option<u8> {
-        let (&b, rest) = self.0.split_first()?;
-        self.0 = rest;
-        Some(b)
-    }
-    fn take(&mut self, n: usize) -> &[u8] {
-        let (b, rest) = self.0.split_at(n.min(self.0.len()));
-        self.0 = rest;
-        b
     }
 }
 
