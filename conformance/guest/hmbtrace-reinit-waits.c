@@ -48,7 +48,7 @@
 /* now_us(), cmp_u64(), read_file(), write_file(): static inline, no other file. */
 #include "../../kmod/tests/hmbtrace-test.h"
 
-#define MAX_SAMPLES (1u << 20)
+#define MAX_SAMPLES (1024u * 1024u)
 
 /* The threaded calls first (up to CALL_REINIT), the lock-free floor last of them. */
 enum call { CALL_SYSFS, CALL_STATS, CALL_POLL, CALL_FLOOR, CALL_REINIT, NR_CALLS };
