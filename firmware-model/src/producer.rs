@@ -17,6 +17,31 @@ use zerocopy::IntoBytes;
 use crate::error::ModelError;
 use crate::shm::SharedRing;
 
+/// Records at least this large get [`Producer::prefetch_ahead`]; smaller
+/// ones share pages, which the hardware prefetchers follow.
+const PREFETCH_MIN_SIZE: u64 = 1024;
+/// How many records ahead the hint goes: one ahead left the first lines of
+/// the next page still in flight when the copy reached them (two-thread
+/// copy model, CPU ns per KiB of the writer: 72 one ahead, 63 two ahead,
+/// 104 without; docs/performance.md, "Eighth pass").
+const PREFETCH_AHEAD: u64 = 2;
+
+/// A cache hint (read, into all levels) for the line at `p`. A read hint
+/// rather than PREFETCHW: on this machine the write hint was no faster
+/// (docs/performance.md, "Eighth pass"), and the read hint is part of the
+/// x86-64 baseline.
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch only hints the cache: it never faults, reads
+    // nothing into the program and writes nothing.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 pub struct Producer {
     ring: SharedRing,
     ring_size: u64,
@@ -179,6 +204,7 @@ impl Producer {
             reserved: 0.into(),
         };
         let off = (cursor & self.mask) as usize;
+        self.prefetch_ahead(cursor, size as u64);
         self.write_bytes(off, rec.as_bytes());
         self.write_bytes(off + HMB_RECORD_HDR_SIZE as usize, payload);
         let pad_len = size as usize - HMB_RECORD_HDR_SIZE as usize - payload.len();
@@ -211,6 +237,39 @@ impl Producer {
             self.ring
                 .atomic_u32(offsets::FLAGS)
                 .fetch_or(HMB_RING_FLAG_OVERFLOWED, Release);
+        }
+    }
+
+    /// For large records, a cache hint for the lines of the record two
+    /// ahead of the one at `cursor`, assuming the same size (a wrong guess
+    /// costs a few useless hints, nothing else), and only where that space
+    /// is already free by the cached tail, so no line the consumer has still
+    /// to read is pulled away from it.
+    ///
+    /// Why: a record of 1 KiB or more starts a new page every record or
+    /// four, and the hardware prefetchers stop at page boundaries, so each
+    /// record's first stores waited for their lines to come from L3, the
+    /// ring being far larger than the L2. The ring bench at 4064 B (two
+    /// threads, 16 MiB ring) had the producer at 1.2-2.4 times one-thread
+    /// memcpy's CPU per KiB, the slower side of the pipeline; with the hint
+    /// it costs about what memcpy does (docs/performance.md, "Eighth pass").
+    #[inline]
+    fn prefetch_ahead(&self, cursor: u64, size: u64) {
+        if size < PREFETCH_MIN_SIZE {
+            return;
+        }
+        // Wrapping: only an address hint is derived from these.
+        let start = cursor.wrapping_add(PREFETCH_AHEAD * size);
+        if start.wrapping_add(size).wrapping_sub(self.tail_cache) > self.ring_size {
+            return;
+        }
+        let mut line = 0;
+        while line < size {
+            let off = (start.wrapping_add(line) & self.mask) as usize;
+            // SAFETY: `off` < ring_size, inside the data area (checked at
+            // attach); only the address is formed, nothing is read or written.
+            prefetch(unsafe { self.ring.data_ptr(off) });
+            line += CACHE_LINE as u64;
         }
     }
 
