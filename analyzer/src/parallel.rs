@@ -82,8 +82,6 @@ pub fn hop(bytes: &[u8], header: &FileHeader, target: u64) -> Option<Boundary> {
 /// it: nothing for `info` and `gaps`, the latencies for `stats`.
 pub trait Rider: Send {
     fn add(&mut self, ev: &Event<'_, '_>);
-    /// The walk of a part ended (or paused): finish what `add` put off.
-    fn settle(&mut self);
     /// Append the later part (`bytes` is the whole file, `header` its
     /// header, `later_end` where the later part's walk ended): the result
     /// is what one walk over both parts gives.
@@ -93,17 +91,13 @@ pub trait Rider: Send {
 impl Rider for () {
     #[inline(always)]
     fn add(&mut self, _: &Event<'_, '_>) {}
-    fn settle(&mut self) {}
     fn merge(&mut self, _: Self, _: &[u8], _: &FileHeader, _: u64) {}
 }
 
 impl Rider for Latency<'_> {
     #[inline(always)]
     fn add(&mut self, ev: &Event<'_, '_>) {
-        Latency::add_queued(self, ev)
-    }
-    fn settle(&mut self) {
-        Latency::settle_queued(self)
+        Latency::add(self, ev)
     }
     fn merge(&mut self, later: Self, bytes: &[u8], header: &FileHeader, later_end: u64) {
         Latency::merge(self, later, bytes, header, later_end)
@@ -121,15 +115,13 @@ fn account<R: Rider>(
     stop: u64,
     progress: &Progress,
 ) -> WalkEnd {
-    let end = walk_bytes(bytes, start, stop, progress, |item| {
+    walk_bytes(bytes, start, stop, progress, |item| {
         walker.feed(item, &mut |ev| {
             stats.add(&ev);
             rider.add(&ev);
         });
         ControlFlow::Continue(())
-    });
-    rider.settle();
-    end
+    })
 }
 
 /// The accounting of a whole mapped file in one walk on this thread;
@@ -648,28 +640,7 @@ mod tests {
             .map(|i| nand(if i % 2 == 0 { i } else { 70_000 + i }))
             .collect();
         let depth: Vec<In> = (0..600u32).map(|i| rec(1, i % 300)).collect();
-        // The series cap reached while begin and end records wait to be
-        // matched (`Latency::add_queued`): fetches, completions and NAND
-        // reads of 1 500 sources, so field and paired series arrive
-        // interleaved and which ones pass the cap depends on their order.
-        let op = |opcode, len, source| In::Rec {
-            dseq: 1,
-            dts: 100,
-            opcode,
-            source,
-            len,
-        };
-        let queued: Vec<In> = (0..1500u32)
-            .flat_map(|i| {
-                [
-                    op(0x0101, 24, i),
-                    op(0x0301, 16, i),
-                    op(0x0102, 16, i),
-                    op(0x0102, 16, i / 2),
-                ]
-            })
-            .collect();
-        for items in [many_gaps, backwards, cores, series, depth, queued] {
+        for items in [many_gaps, backwards, cores, series, depth] {
             let (bytes, starts) = file(&items, false, 0);
             let want = sequential(&bytes);
             for k in 1..8 {

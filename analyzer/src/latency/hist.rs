@@ -33,12 +33,6 @@ const fn index_of(v: u64) -> usize {
     ((bucket as usize + 1) << HALF_MAGNITUDE) + sub - (1 << HALF_MAGNITUDE)
 }
 
-/// The bucket of `v` (1..=MAX_NS), for `record_at`.
-#[inline(always)]
-pub(crate) const fn index(v: u64) -> usize {
-    index_of(v)
-}
-
 /// The lowest value of bucket `i` (`Histogram::value_for`).
 fn value_of(i: usize) -> u64 {
     let half = 1usize << HALF_MAGNITUDE;
@@ -76,29 +70,7 @@ impl Counts {
     #[inline(always)]
     pub(crate) fn record(&mut self, v: u64) {
         debug_assert!((1..=MAX_NS).contains(&v));
-        self.record_at(index_of(v));
-    }
-
-    /// Ask for bucket `i`'s cache line ahead of `record_at(i)`: the
-    /// buckets a series' values land on are spread over its 17 KB, and the
-    /// ~100 series of a trace over more than the L1 holds.
-    #[inline(always)]
-    pub(crate) fn prefetch(&self, i: usize) {
-        if let Some(c) = self.counts.get(i) {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: a prefetch is a hint; it reads nothing and cannot
-            // fault, and the address is an element of `counts`.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((c as *const u32).cast());
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            let _ = c;
-        }
-    }
-
-    /// Count one value of bucket `i` (`index`).
-    #[inline(always)]
-    pub(crate) fn record_at(&mut self, i: usize) {
+        let i = index_of(v);
         let Some(c) = self.counts.get_mut(i) else {
             return;
         };

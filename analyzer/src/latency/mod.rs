@@ -63,13 +63,6 @@ const MAX_LOGGED_OPS: usize = (64 << 20) / std::mem::size_of::<PairOp>();
 /// started in (open pairs and keys it has seen closed): as for a full log.
 const MAX_TOUCHED: usize = 2 * MAX_OPEN;
 const NO_SERIES: u32 = u32::MAX;
-/// Count increments in flight (`Latency::add_to`): a value's bucket is
-/// prefetched when the value arrives and counted this many values later.
-const IN_FLIGHT: usize = 16;
-/// Begin and end records of one-word keys waiting in `Latency::queued`
-/// (`add_queued`): their table slot is prefetched when they arrive and
-/// they are matched, in file order, this many pair records later.
-const QUEUED: usize = 8;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -217,33 +210,6 @@ pub struct Latency<'c> {
     bin_cache: (u64, u64, usize),
     /// A later part (`new_part`): pairs are logged, not matched.
     part: Option<PartLog>,
-    /// The last `IN_FLIGHT` values' (series, bucket), not yet counted:
-    /// entry `n % IN_FLIGHT` is the n-th value. The count of a bucket is
-    /// a sum, so counting it some values later changes nothing; whatever
-    /// reads the counts settles these first (`settle`) or adds them
-    /// (`counts_of`).
-    in_flight: [(u32, u32); IN_FLIGHT],
-    /// Values sent through `in_flight` since it was last settled.
-    sent: usize,
-    /// Begin/end records not matched yet (`add_queued`), oldest first at
-    /// `queued_at`; `queued_len` of them.
-    queued: [PairRecord; QUEUED],
-    queued_at: usize,
-    queued_len: usize,
-}
-
-/// A begin or end record whose matching `add_queued` put off: what
-/// `pair_op` needs of it.
-#[derive(Clone, Copy, Default)]
-struct PairRecord {
-    key: u64,
-    ts: u64,
-    offset: u64,
-    source: u32,
-    action: u16,
-    opcode: u16,
-    pair: u16,
-    end: bool,
 }
 
 struct PartLog {
@@ -294,11 +260,6 @@ impl<'c> Latency<'c> {
             bin_ns: FIRST_BIN_NS,
             bin_cache: (1, 0, 0),
             part: None,
-            in_flight: [(0, 0); IN_FLIGHT],
-            sent: 0,
-            queued: [PairRecord::default(); QUEUED],
-            queued_at: 0,
-            queued_len: 0,
         }
     }
 
@@ -343,42 +304,11 @@ impl<'c> Latency<'c> {
         i
     }
 
-    /// A value of series `i`: its maximum now, its count `IN_FLIGHT`
-    /// values later, its bucket's line asked for now (the increment was
-    /// the line of `stats` that waited longest: a random bucket of one of
-    /// ~100 series, beyond the L1).
     #[inline(always)]
     fn add_to(&mut self, i: u32, v: u64) {
         let s = &mut self.series[i as usize];
+        s.counts.record(v);
         s.max = s.max.max(v);
-        let bucket = hist::index(v);
-        s.counts.prefetch(bucket);
-        let slot = self.sent % IN_FLIGHT;
-        if self.sent >= IN_FLIGHT {
-            let (j, b) = self.in_flight[slot];
-            self.series[j as usize].counts.record_at(b as usize);
-        }
-        self.in_flight[slot] = (i, bucket as u32);
-        self.sent += 1;
-    }
-
-    /// Count every value still in flight.
-    fn settle(&mut self) {
-        for &(j, b) in &self.in_flight[..self.sent.min(IN_FLIGHT)] {
-            self.series[j as usize].counts.record_at(b as usize);
-        }
-        self.sent = 0;
-    }
-
-    /// The counts of series `i` with its values still in flight.
-    fn counts_of(&self, i: usize) -> Counts {
-        let mut c = self.series[i].counts.clone();
-        for &(j, b) in &self.in_flight[..self.sent.min(IN_FLIGHT)] {
-            if j as usize == i {
-                c.record_at(b as usize);
-            }
-        }
-        c
     }
 
     /// A value for the overall and the per-source series of (action, m):
@@ -520,65 +450,28 @@ impl<'c> Latency<'c> {
     }
 
     pub fn add(&mut self, ev: &Event<'_, '_>) {
-        self.add_event::<false>(ev)
-    }
-
-    /// `add`, with the matching of begin and end records of one-word keys
-    /// put off by `QUEUED` such records (their table slot prefetched now):
-    /// the same matches in the same order, so the same result once
-    /// `settle_queued` has matched the rest. The split walk's (`parallel.rs`).
-    #[inline(always)]
-    pub(crate) fn add_queued(&mut self, ev: &Event<'_, '_>) {
-        self.add_event::<true>(ev)
-    }
-
-    /// Match every record `add_queued` put off. Everything that reads or
-    /// changes the pairs, depths or series otherwise comes after it.
-    pub(crate) fn settle_queued(&mut self) {
-        while self.queued_len > 0 {
-            self.pop_queued();
-        }
-    }
-
-    #[inline(always)]
-    fn pop_queued(&mut self) {
-        let r = self.queued[self.queued_at];
-        self.queued_at = (self.queued_at + 1) % QUEUED;
-        self.queued_len -= 1;
-        self.pair_op(r);
-    }
-
-    #[inline(always)]
-    fn add_event<const QUEUE: bool>(&mut self, ev: &Event<'_, '_>) {
         match *ev {
-            Event::Record { item, .. } => self.add_record::<QUEUE>(item),
-            Event::EpochStart { offset, .. } => {
-                self.settle_queued();
-                self.epoch_event(offset)
-            }
+            Event::Record { item, .. } => self.add_record(item),
+            Event::EpochStart { offset, .. } => match &mut self.part {
+                Some(log) => {
+                    if log.full_at.is_none() && log_full(log, offset) {
+                        return;
+                    }
+                    if log.full_at.is_none() {
+                        log.ops.push(PairOp {
+                            ts: 0,
+                            source: 0,
+                            action: 0,
+                            kind: OpKind::Epoch,
+                        });
+                        log.first_epoch = false;
+                        log.closed = 0;
+                        self.clear_open();
+                    }
+                }
+                None => self.epoch_start(),
+            },
             _ => {}
-        }
-    }
-
-    fn epoch_event(&mut self, offset: u64) {
-        match &mut self.part {
-            Some(log) => {
-                if log.full_at.is_none() && log_full(log, offset) {
-                    return;
-                }
-                if log.full_at.is_none() {
-                    log.ops.push(PairOp {
-                        ts: 0,
-                        source: 0,
-                        action: 0,
-                        kind: OpKind::Epoch,
-                    });
-                    log.first_epoch = false;
-                    log.closed = 0;
-                    self.clear_open();
-                }
-            }
-            None => self.epoch_start(),
         }
     }
 
@@ -597,7 +490,7 @@ impl<'c> Latency<'c> {
     }
 
     #[inline]
-    fn add_record<const QUEUE: bool>(&mut self, item: &Item<'_>) {
+    fn add_record(&mut self, item: &Item<'_>) {
         let Some((ai, opcode, &action)) = self.plans.get(item.opcode()) else {
             return;
         };
@@ -608,47 +501,23 @@ impl<'c> Latency<'c> {
                     self.both(ai, opcode, Measure::Field, item.source(), v);
                 }
             }
-            Action::Begin { pair, key } | Action::End { pair, key, .. } if QUEUE && key.narrow => {
-                let end = if let Action::End { duration, .. } = action {
-                    if let Some(v) = duration.and_then(|f| f.read(p)) {
-                        self.both(ai, opcode, Measure::Field, item.source(), v);
-                    }
-                    true
-                } else {
-                    false
-                };
-                if let Some(k) = key.read_word(p) {
-                    self.queue(PairRecord {
-                        key: k,
-                        ts: item.timestamp_ns(),
-                        offset: item.offset,
-                        source: item.source(),
-                        action: ai as u16,
-                        opcode,
-                        pair,
-                        end,
-                    });
-                }
-            }
             Action::Begin { pair, key } => {
-                self.settle_queued();
                 if self.part.is_some() {
                     // Only when every key is narrow (`new_part`).
                     if let Some(k) = key.read_word(p) {
-                        self.part_begin(ai, pair, k, item.timestamp_ns(), item.source(), item.offset);
+                        self.part_begin(ai, pair, k, item);
                     }
                 } else if let Some(k) = PairKey::read(&key, p) {
                     self.begin(ai, pair, k, item.timestamp_ns(), item.source());
                 }
             }
             Action::End { pair, key, duration } => {
-                self.settle_queued();
                 if let Some(v) = duration.and_then(|f| f.read(p)) {
                     self.both(ai, opcode, Measure::Field, item.source(), v);
                 }
                 if self.part.is_some() {
                     if let Some(k) = key.read_word(p) {
-                        self.part_end(ai, opcode, pair, k, item.timestamp_ns(), item.offset);
+                        self.part_end(ai, opcode, pair, k, item);
                     }
                 } else if let Some(k) = PairKey::read(&key, p) {
                     self.end(ai, opcode, pair, k, item.timestamp_ns());
@@ -657,45 +526,12 @@ impl<'c> Latency<'c> {
         }
     }
 
-    /// Put off `r`'s matching (`add_queued`); match the oldest put off
-    /// when `QUEUED` are waiting.
-    #[inline(always)]
-    fn queue(&mut self, r: PairRecord) {
-        // Only the series cap makes the order of values matter (which
-        // sources get a series); near it, nothing waits, so a value that
-        // is dropped is dropped in file order (at most two series per
-        // record: overall and source).
-        if self.series.len() + 2 * (QUEUED + 2) >= MAX_SERIES {
-            self.settle_queued();
-            self.pair_op(r);
-            return;
-        }
-        if self.queued_len == QUEUED {
-            self.pop_queued();
-        }
-        self.open[r.pair as usize].narrow.prefetch(r.key);
-        self.queued[(self.queued_at + self.queued_len) % QUEUED] = r;
-        self.queued_len += 1;
-    }
-
-    /// What `add_record` does for the begin or end `r` (one-word key).
-    #[inline(always)]
-    fn pair_op(&mut self, r: PairRecord) {
-        let ai = r.action as usize;
-        match (self.part.is_some(), r.end) {
-            (true, false) => self.part_begin(ai, r.pair, r.key, r.ts, r.source, r.offset),
-            (true, true) => self.part_end(ai, r.opcode, r.pair, r.key, r.ts, r.offset),
-            (false, false) => self.begin(ai, r.pair, PairKey::Word(r.key), r.ts, r.source),
-            (false, true) => self.end(ai, r.opcode, r.pair, PairKey::Word(r.key), r.ts),
-        }
-    }
-
     /// A later part's begin: matched on its own pairs as one walk would
     /// once the key has been touched in the part; the first touch is left
     /// to the merge (it may replace a pair open at the cut).
     #[inline]
-    fn part_begin(&mut self, action: usize, pair: u16, k: u64, ts: u64, source: u32, offset: u64) {
-        let Some(log) = matching_log(&mut self.part, self.open_count, offset) else {
+    fn part_begin(&mut self, action: usize, pair: u16, k: u64, item: &Item<'_>) {
+        let Some(log) = matching_log(&mut self.part, self.open_count, item.offset) else {
             return;
         };
         // One walk's limit, checked as `begin` checks it (the merge makes
@@ -703,6 +539,7 @@ impl<'c> Latency<'c> {
         if self.open_count >= MAX_OPEN {
             return;
         }
+        let (ts, source) = (item.timestamp_ns(), item.source());
         let v = (ts, source, action as u16);
         let op = |kind| PairOp {
             ts,
@@ -735,10 +572,11 @@ impl<'c> Latency<'c> {
 
     /// A later part's end: as `part_begin`.
     #[inline]
-    fn part_end(&mut self, action: usize, opcode: u16, pair: u16, k: u64, ts: u64, offset: u64) {
-        let Some(log) = matching_log(&mut self.part, self.open_count, offset) else {
+    fn part_end(&mut self, action: usize, opcode: u16, pair: u16, k: u64, item: &Item<'_>) {
+        let Some(log) = matching_log(&mut self.part, self.open_count, item.offset) else {
             return;
         };
+        let ts = item.timestamp_ns();
         let map = &mut self.open[pair as usize].narrow;
         let touch = match map.get_mut(k) {
             Some((&mut begin, &mut source, action_of)) if *action_of != CLOSED => {
@@ -833,10 +671,6 @@ impl<'c> Latency<'c> {
         let Some(log) = later.part.take() else {
             return;
         };
-        self.settle_queued();
-        later.settle_queued();
-        self.settle();
-        later.settle();
         if self.open_count + log.peak_open >= MAX_OPEN {
             *self = Self::one_walk(self.catalog, bytes, header);
             return;
@@ -968,14 +802,14 @@ impl<'c> Latency<'c> {
 
     /// The histogram of series `s`: for an overall series its own counts
     /// and those of every source series of its (opcode, measure).
-    fn hdr(&self, i: usize) -> hdrhistogram::Histogram<u64> {
-        let s = &self.series[i];
-        let mut all = self.counts_of(i);
-        if s.key.2.is_none() {
-            for (j, t) in self.series.iter().enumerate() {
-                if (t.key.0, t.key.1) == (s.key.0, s.key.1) && t.key.2.is_some() {
-                    all.add(&self.counts_of(j));
-                }
+    fn hdr(&self, s: &Series) -> hdrhistogram::Histogram<u64> {
+        if s.key.2.is_some() {
+            return s.counts.to_hdr();
+        }
+        let mut all = s.counts.clone();
+        for t in &self.series {
+            if (t.key.0, t.key.1) == (s.key.0, s.key.1) && t.key.2.is_some() {
+                all.add(&t.counts);
             }
         }
         all.to_hdr()
@@ -983,11 +817,11 @@ impl<'c> Latency<'c> {
 
     /// Rows sorted by opcode, measure, then overall before per source.
     pub fn percentiles(&self) -> Vec<Percentiles> {
-        let mut rows: Vec<(usize, &Series)> = self.series.iter().enumerate().collect();
-        rows.sort_by_key(|(_, s)| (s.key.0, s.key.1, s.key.2.map_or(0, |x| x as u64 + 1)));
+        let mut rows: Vec<&Series> = self.series.iter().collect();
+        rows.sort_by_key(|s| (s.key.0, s.key.1, s.key.2.map_or(0, |x| x as u64 + 1)));
         rows.into_iter()
-            .map(|(i, s)| {
-                let (k, h) = (s.key, &self.hdr(i));
+            .map(|s| {
+                let (k, h) = (s.key, &self.hdr(s));
                 Percentiles {
                     opcode: k.0,
                     name: self.catalog.name(k.0),
@@ -1026,7 +860,7 @@ impl<'c> Latency<'c> {
         let Some(&i) = self.index.get(&(opcode, m, None)) else {
             return Vec::new();
         };
-        self.hdr(i as usize)
+        self.hdr(&self.series[i as usize])
             .iter_log(1, 2.0)
             .map(|v| (v.value_iterated_to(), v.count_since_last_iteration()))
             .collect()

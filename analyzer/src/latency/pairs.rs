@@ -124,22 +124,6 @@ impl PairTable {
         None
     }
 
-    /// Ask for `key`'s home slot ahead of an `insert`, `get_mut` or
-    /// `remove` of it: command ids come in any order, so a key's slot is
-    /// seldom in the L1.
-    #[inline(always)]
-    pub(super) fn prefetch(&self, key: u64) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch is a hint; it reads nothing and cannot fault,
-        // and the address is an element of `slots`.
-        unsafe {
-            let s: *const Slot = &self.slots[self.home(key)];
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(s.cast());
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = key;
-    }
-
     /// The value under `key`, to change in place.
     #[inline]
     pub(super) fn get_mut(&mut self, key: u64) -> Option<(&mut u64, &mut u32, &mut u16)> {
