@@ -1,7 +1,12 @@
 //! One `preadv`/`pwritev` loop for the controller's data paths (a Write's guest pages
 //! into the backing: medium.rs; a Read's backing into guest pages: the nvme crate's
 //! guest_read.rs): at most IOV_MAX iovecs per call, EINTR retried, a short transfer
-//! continued from where it stopped, nothing transferred an error.
+//! continued from where it stopped, nothing transferred an error. A large transfer
+//! ([`transfer_split`]) is cut in two at a page boundary and its halves run at once, one on
+//! a helper thread (beside.rs): the kernel's copy between the page cache and guest memory
+//! is most of a 512 KiB command's time, and QEMU's nvme does a 1 MiB transfer's two
+//! commands on two workers at once (docs/performance.md, "Eighth pass: large transfers on
+//! two workers").
 
 use std::io;
 
@@ -52,6 +57,76 @@ pub fn transfer_all(
         }
     }
     Ok(())
+}
+
+/// Transfers of at least this many bytes are split: a 512 KiB command (MDTS; a 1 MiB fio
+/// transfer is two) is, a 128 KiB one is not (its copy is short beside a wake-up, and at
+/// QD16 the guest's vCPUs want the other core).
+pub const SPLIT_MIN: usize = 256 << 10;
+
+/// Where a split may fall: a multiple of this many bytes into the transfer.
+const SPLIT_ALIGN: usize = 4096;
+
+/// [`transfer_all`] of `iov` at `pos`, the two halves of a transfer of [`SPLIT_MIN`] bytes
+/// or more at once: bytes [0, h) here, [h, total) on the helper thread, h half the total
+/// rounded down to a page. Both halves always run to their end; the result is an error if
+/// either failed (this half's first). What the caller sees is what one `transfer_all`
+/// would give it: every byte moved, or an error with the transfer's bytes indeterminate.
+pub fn transfer_split<C, N>(iov: &mut [libc::iovec], pos: u64, call: C, nothing: N) -> io::Result<()>
+where
+    C: Fn(*const libc::iovec, libc::c_int, libc::off_t) -> isize + Sync,
+    N: Fn() -> io::Error + Sync,
+{
+    let total: usize = iov.iter().map(|v| v.iov_len).sum();
+    if total < SPLIT_MIN {
+        return transfer_all(iov, pos, &call, &nothing);
+    }
+    let half = total / 2 / SPLIT_ALIGN * SPLIT_ALIGN;
+    let (first, second) = split_at(iov, half);
+    let mut second = HelperIovecs(second);
+    let mut second_result = None;
+    let mut side = || second_result = Some(transfer_all(second.get(), pos + half as u64, &call, &nothing));
+    let first_result = crate::beside::run_beside(&mut side, || transfer_all(first, pos, &call, &nothing));
+    first_result?;
+    second_result.unwrap_or_else(|| Err(io::Error::other("the transfer's second half did not finish")))
+}
+
+/// The second half's iovecs, handed to the helper thread.
+struct HelperIovecs(Vec<libc::iovec>);
+
+// SAFETY: the iovecs are address ranges the caller of `transfer_split` promised to `call`
+// for the whole call, which outlasts the helper's use of them (`run_beside`); the two
+// halves are disjoint.
+unsafe impl Send for HelperIovecs {}
+
+impl HelperIovecs {
+    /// A method, so that the closure captures the whole `Send` wrapper, not its field.
+    fn get(&mut self) -> &mut [libc::iovec] {
+        &mut self.0
+    }
+}
+
+/// `iov` cut at byte `at`: the iovecs before it (in place, the one `at` falls in
+/// shortened) and those after it (a copy, starting with the cut one's tail).
+fn split_at(iov: &mut [libc::iovec], at: usize) -> (&mut [libc::iovec], Vec<libc::iovec>) {
+    let mut before = 0;
+    for k in 0..iov.len() {
+        let len = iov[k].iov_len;
+        if before + len > at {
+            let head = at - before;
+            let mut tail = Vec::with_capacity(iov.len() - k);
+            tail.push(libc::iovec {
+                // SAFETY: head < this iovec's length, so the base stays inside it.
+                iov_base: unsafe { iov[k].iov_base.cast::<u8>().add(head).cast() },
+                iov_len: len - head,
+            });
+            tail.extend_from_slice(&iov[k + 1..]);
+            iov[k].iov_len = head;
+            return (&mut iov[..=k], tail);
+        }
+        before += len;
+    }
+    (iov, Vec::new())
 }
 
 #[cfg(test)]
@@ -126,5 +201,181 @@ mod tests {
         )
         .expect_err("nothing moved");
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    /// A "kernel" over `src` for `transfer_split`: moves at most `max` bytes per call from
+    /// `src` at the offset it is given (`src` indexed by file offset), records which
+    /// threads called it and at which offsets, and fails (EIO, set on the calling thread
+    /// as a kernel would) any call starting inside `fail`.
+    struct Kernel<'a> {
+        src: &'a [u8],
+        max: usize,
+        fail: std::ops::Range<u64>,
+        calls: std::sync::Mutex<Vec<(std::thread::ThreadId, u64)>>,
+    }
+
+    impl Kernel<'_> {
+        fn call(&self, iov: *const libc::iovec, count: libc::c_int, offset: libc::off_t) -> isize {
+            assert!(count as usize <= IOV_MAX);
+            self.calls
+                .lock()
+                .unwrap()
+                .push((std::thread::current().id(), offset as u64));
+            if self.fail.contains(&(offset as u64)) {
+                // SAFETY: this thread's errno.
+                unsafe { *libc::__errno_location() = libc::EIO };
+                return -1;
+            }
+            let (mut off, mut left, mut moved) = (offset as usize, self.max, 0);
+            for i in 0..count as usize {
+                // SAFETY: `iov` points at `count` iovecs of the caller's.
+                let v = unsafe { &*iov.add(i) };
+                let n = v.iov_len.min(left).min(self.src.len().saturating_sub(off));
+                // SAFETY: each iovec is a live range of the test's destination.
+                unsafe { std::ptr::copy_nonoverlapping(self.src[off..].as_ptr(), v.iov_base.cast::<u8>(), n) };
+                off += n;
+                left -= n;
+                moved += n;
+                if left == 0 || n < v.iov_len {
+                    break;
+                }
+            }
+            moved as isize
+        }
+    }
+
+    /// `dst` as iovecs of the given lengths in turn (0 for an empty one).
+    fn iovecs(dst: &mut [u8], lens: impl Iterator<Item = usize>) -> Vec<libc::iovec> {
+        let mut iov = Vec::new();
+        let mut at = 0;
+        for len in lens {
+            let len = len.min(dst.len() - at);
+            iov.push(libc::iovec {
+                iov_base: dst[at..].as_mut_ptr().cast(),
+                iov_len: len,
+            });
+            at += len;
+            if at == dst.len() {
+                break;
+            }
+        }
+        assert_eq!(at, dst.len());
+        iov
+    }
+
+    fn split(
+        src: &[u8],
+        dst: &mut [u8],
+        lens: impl Iterator<Item = usize>,
+        max: usize,
+        fail: std::ops::Range<u64>,
+    ) -> (io::Result<()>, Vec<(std::thread::ThreadId, u64)>) {
+        let mut iov = iovecs(dst, lens);
+        let k = Kernel {
+            src,
+            max,
+            fail,
+            calls: Default::default(),
+        };
+        let r = transfer_split(
+            &mut iov,
+            5,
+            |iov, count, offset| k.call(iov, count, offset),
+            || io::Error::new(io::ErrorKind::UnexpectedEof, "ends"),
+        );
+        (r, k.calls.into_inner().unwrap())
+    }
+
+    fn pattern(n: usize) -> Vec<u8> {
+        (0..n as u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect()
+    }
+
+    /// Odd sizes: a transfer that is no whole number of pages, over iovecs of odd lengths
+    /// (empty ones among them), the cut inside an iovec, short transfers in both halves:
+    /// every byte arrives once, the helper's half starts at a page boundary of the
+    /// transfer and runs on another thread.
+    #[test]
+    fn a_large_transfer_is_cut_at_a_page_and_both_halves_arrive() {
+        for (total, lens, max) in [
+            (
+                SPLIT_MIN + 4096 * 3 + 123,
+                [4095usize, 0, 3, 70001].as_slice(),
+                9000usize,
+            ),
+            (SPLIT_MIN, &[4096], 1 << 20),
+            (512 << 10, &[512 << 10], 1 << 20),
+            (SPLIT_MIN * 3 + 1, &[1, 0, 8191], 4097),
+        ] {
+            let src = pattern(total + 5);
+            let mut dst = vec![0u8; total];
+            let (r, calls) = split(&src, &mut dst, lens.iter().copied().cycle(), max, 0..0);
+            r.expect("transfer");
+            assert!(dst == src[5..], "total {total}: every byte once, in order");
+            let half = total / 2 / SPLIT_ALIGN * SPLIT_ALIGN;
+            let me = std::thread::current().id();
+            let theirs: Vec<u64> = calls.iter().filter(|c| c.0 != me).map(|c| c.1).collect();
+            assert_eq!(theirs.first(), Some(&(5 + half as u64)), "the helper starts at the cut");
+            assert!(theirs.iter().all(|&o| o >= 5 + half as u64));
+            assert!(calls.iter().filter(|c| c.0 == me).all(|c| c.1 < 5 + half as u64));
+        }
+    }
+
+    /// More iovecs than IOV_MAX on each side of the cut: every call takes at most
+    /// IOV_MAX, and everything arrives.
+    #[test]
+    fn more_iovecs_than_iov_max_on_both_halves() {
+        let total = SPLIT_MIN + 1000;
+        let src = pattern(total + 5);
+        let mut dst = vec![0u8; total];
+        // 37-byte iovecs: about 7100, more than 3 * IOV_MAX on each side.
+        let (r, calls) = split(&src, &mut dst, std::iter::repeat(37), usize::MAX, 0..0);
+        r.expect("transfer");
+        assert!(dst == src[5..]);
+        let me = std::thread::current().id();
+        assert!(calls.iter().filter(|c| c.0 == me).count() >= 3);
+        assert!(calls.iter().filter(|c| c.0 != me).count() >= 3);
+    }
+
+    /// A failure in either half (an error, or a call that moves nothing) is the
+    /// transfer's error, after both halves ran.
+    #[test]
+    fn an_error_in_either_half_is_the_transfers() {
+        let total = 512 << 10;
+        let src = pattern(total + 5);
+        // The first call of each half, and a later call of the first half.
+        for fail in [5..6u64, 5 + (total as u64) / 2..u64::MAX, 5 + 65536..5 + 65537] {
+            let mut dst = vec![0u8; total];
+            let (r, calls) = split(&src, &mut dst, std::iter::repeat(4096), 64 << 10, fail.clone());
+            assert_eq!(
+                r.expect_err("failed").raw_os_error(),
+                Some(libc::EIO),
+                "fail at {fail:?}"
+            );
+            let me = std::thread::current().id();
+            assert!(
+                calls.iter().any(|c| c.0 == me) && calls.iter().any(|c| c.0 != me),
+                "both halves ran"
+            );
+        }
+        // The file ends inside the second half: its call moves nothing.
+        let mut dst = vec![0u8; total];
+        let (r, _) = split(&src[..total - 100], &mut dst, std::iter::repeat(4096), 1 << 20, 0..0);
+        assert_eq!(r.expect_err("ends").kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    /// Below SPLIT_MIN the transfer stays on the calling thread, short transfers and all.
+    #[test]
+    fn a_short_transfer_is_not_split() {
+        let total = SPLIT_MIN - 1;
+        let src = pattern(total + 5);
+        let mut dst = vec![0u8; total];
+        let (r, calls) = split(&src, &mut dst, [100usize, 0, 4096].into_iter().cycle(), 5000, 0..0);
+        r.expect("transfer");
+        assert!(dst == src[5..]);
+        let me = std::thread::current().id();
+        assert!(calls.iter().all(|c| c.0 == me));
+        assert_eq!(calls.len(), total.div_ceil(5000));
     }
 }
