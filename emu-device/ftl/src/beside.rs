@@ -6,25 +6,36 @@
 //! (nor unwind) before the helper is done with it.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc::{channel, Sender};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::thread::{self, Thread};
 
-/// The caller's wait: set by the helper when the work is done, then the caller unparked.
-struct Done {
-    flag: AtomicBool,
+/// A job's state: queued, then taken by whichever thread claims it first (the helper, or
+/// the caller once its own part is done: on a busy host the helper may not get a core in
+/// time, and then the caller does the work itself rather than wait for it), then done.
+const QUEUED: u8 = 0;
+const HELPER_HAS_IT: u8 = 1;
+const CALLER_HAS_IT: u8 = 2;
+const HELPER_DONE: u8 = 3;
+
+/// Shared by the caller and the helper (an `Arc`: the helper may look at a job the caller
+/// has already claimed and returned from).
+struct State {
+    state: AtomicU8,
     waiter: Thread,
 }
 
-/// Work for the helper: pointers into the caller's stack, valid until `done` is set.
+/// Work for the helper: a pointer into the caller's stack, dereferenced only by the
+/// thread that claims the job, and valid until `state` says done or claimed by the caller.
 struct Job {
     work: *mut (dyn FnMut() + Send + 'static),
-    done: *const Done,
+    state: Arc<State>,
 }
 
-// SAFETY: `work` is `Send` and both pointers stay valid until the helper sets `done`'s
-// flag (`run_beside` waits for it, also when unwinding); the helper touches neither after.
+// SAFETY: `work` is `Send`; the helper dereferences it only after claiming the job
+// (QUEUED -> HELPER_HAS_IT), and the caller does not return (nor unwind) before the
+// helper has set HELPER_DONE in that case.
 unsafe impl Send for Job {}
 
 /// The helper's queue; None if the thread could not be started (the work then runs on
@@ -36,14 +47,19 @@ fn helper() -> Option<&'static Sender<Job>> {
             let (tx, rx) = channel::<Job>();
             let spawned = thread::Builder::new().name("hmb-io-half".into()).spawn(move || {
                 for job in rx {
-                    // SAFETY: `Job`'s contract: both live until the flag is set. A panic
+                    if job
+                        .state
+                        .state
+                        .compare_exchange(QUEUED, HELPER_HAS_IT, Ordering::Acquire, Ordering::Acquire)
+                        .is_err()
+                    {
+                        continue; // the caller did it
+                    }
+                    // SAFETY: claimed, so `work` lives until HELPER_DONE is set. A panic
                     // stays here; the work's own result slot says it did not finish.
                     let _ = catch_unwind(AssertUnwindSafe(|| unsafe { (*job.work)() }));
-                    let done = unsafe { &*job.done };
-                    // The caller may return (and free `done`) as soon as the flag is set.
-                    let waiter = done.waiter.clone();
-                    done.flag.store(true, Ordering::Release);
-                    waiter.unpark();
+                    job.state.state.store(HELPER_DONE, Ordering::Release);
+                    job.state.waiter.unpark();
                 }
             });
             spawned.ok().map(|_| tx)
@@ -51,89 +67,171 @@ fn helper() -> Option<&'static Sender<Job>> {
         .as_ref()
 }
 
-/// Waits for the helper's flag when dropped: on return and on unwinding alike, so that the
-/// work's borrows outlive the helper's use of them.
-struct WaitFor<'a>(&'a Done);
+/// Settles the job when dropped, on return and on unwinding alike: claims it and runs
+/// the work here if the helper has not started it, else waits until the helper is done
+/// with it, so that the work's borrows outlive every use of them.
+struct Settle<'a> {
+    state: &'a State,
+    work: &'a mut (dyn FnMut() + Send),
+}
 
-impl Drop for WaitFor<'_> {
+impl Drop for Settle<'_> {
     fn drop(&mut self) {
-        while !self.0.flag.load(Ordering::Acquire) {
+        if self
+            .state
+            .state
+            .compare_exchange(QUEUED, CALLER_HAS_IT, Ordering::Acquire, Ordering::Acquire)
+            .is_ok()
+        {
+            if !thread::panicking() {
+                (self.work)();
+            }
+            return;
+        }
+        while self.state.state.load(Ordering::Acquire) != HELPER_DONE {
             thread::park();
         }
     }
 }
 
 /// Run `side` on the helper thread and `here` on this one at the same time; return
-/// `here`'s result once both are done. Without a helper, `side` runs here afterwards.
+/// `here`'s result once `side` is done too. If the helper has not started `side` by the
+/// time `here` is done (no free core), or there is no helper, `side` runs here after it.
 pub(crate) fn run_beside<R>(side: &mut (dyn FnMut() + Send), here: impl FnOnce() -> R) -> R {
     let Some(helper) = helper() else {
         let r = here();
         side();
         return r;
     };
-    let done = Done {
-        flag: AtomicBool::new(false),
+    let state = Arc::new(State {
+        state: AtomicU8::new(QUEUED),
         waiter: thread::current(),
+    });
+    // SAFETY: only the lifetime is erased; `Settle` below keeps this frame (and so what
+    // `side` borrows) alive until the job is claimed here or the helper is done with it.
+    let work: *mut (dyn FnMut() + Send + 'static) =
+        unsafe { std::mem::transmute(&mut *side as *mut (dyn FnMut() + Send)) };
+    // If the helper is gone (not expected: it never exits while its queue lives), the
+    // job stays QUEUED and `Settle` runs it here.
+    let _ = helper.send(Job {
+        work,
+        state: state.clone(),
+    });
+    let settle = Settle {
+        state: &state,
+        work: side,
     };
-    // SAFETY: only the lifetime is erased; `wait` below keeps this frame (and so what
-    // `side` borrows) alive until the helper has set the flag.
-    let work: *mut (dyn FnMut() + Send + 'static) = unsafe { std::mem::transmute(side as *mut (dyn FnMut() + Send)) };
-    let job = Job { work, done: &done };
-    if let Err(unsent) = helper.send(job) {
-        // The helper is gone (it never exits while its queue lives, so: not expected).
-        let r = here();
-        // SAFETY: never handed to the helper; `work` is `side`, still borrowed here.
-        unsafe { (*unsent.0.work)() };
-        return r;
-    }
-    let wait = WaitFor(&done);
     let r = here();
-    drop(wait);
+    drop(settle);
     r
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::time::{Duration, Instant};
 
-    /// Both parts run, on two threads, and the side's writes into the caller's stack are
-    /// visible when `run_beside` returns.
-    #[test]
-    fn the_side_runs_on_another_thread_and_is_done_on_return() {
-        for _ in 0..100 {
-            let me = thread::current().id();
-            let mut side_thread = None;
-            let mut side = || side_thread = Some(thread::current().id());
-            let here = run_beside(&mut side, || thread::current().id());
-            assert_eq!(here, me);
-            let side_thread = side_thread.expect("the side ran");
-            assert_ne!(side_thread, me, "the side ran on the helper");
+    /// `here` that waits (at most 10 s) until the side has started, so that the side is
+    /// the helper's.
+    fn wait_for(started: &AtomicBool) {
+        let t0 = Instant::now();
+        while !started.load(Ordering::SeqCst) && t0.elapsed() < Duration::from_secs(10) {
+            thread::yield_now();
         }
     }
 
-    /// A panic on the calling thread still waits for the side (which borrows the frame).
+    /// The side runs on another thread while `here` runs, and its writes into the
+    /// caller's stack are visible when `run_beside` returns.
     #[test]
-    fn a_panic_here_waits_for_the_side() {
-        let finished = AtomicBool::new(false);
-        let r = catch_unwind(AssertUnwindSafe(|| {
+    fn the_side_runs_on_the_helper_and_is_done_on_return() {
+        for _ in 0..20 {
+            let me = thread::current().id();
+            let started = AtomicBool::new(false);
+            let mut side_thread = None;
             let mut side = || {
-                thread::sleep(std::time::Duration::from_millis(20));
-                finished.store(true, Ordering::SeqCst);
+                started.store(true, Ordering::SeqCst);
+                thread::sleep(Duration::from_millis(1));
+                side_thread = Some(thread::current().id());
             };
-            run_beside(&mut side, || panic!("here fails"))
-        }));
-        assert!(r.is_err());
-        assert!(finished.load(Ordering::SeqCst), "unwound only after the side was done");
+            let here = run_beside(&mut side, || {
+                wait_for(&started);
+                thread::current().id()
+            });
+            assert_eq!(here, me);
+            assert_ne!(side_thread.expect("the side ran"), me, "the side ran on the helper");
+        }
+    }
+
+    /// A helper busy with another caller's work: the side runs here, after `here`,
+    /// rather than waiting for the helper.
+    #[test]
+    fn a_busy_helper_leaves_the_side_to_the_caller() {
+        let (started, release) = (AtomicBool::new(false), AtomicBool::new(false));
+        thread::scope(|s| {
+            s.spawn(|| {
+                let mut long = || {
+                    started.store(true, Ordering::SeqCst);
+                    while !release.load(Ordering::SeqCst) {
+                        thread::yield_now();
+                    }
+                };
+                run_beside(&mut long, || wait_for(&started));
+            });
+            wait_for(&started);
+            let me = thread::current().id();
+            let mut side_thread = None;
+            let mut side = || side_thread = Some(thread::current().id());
+            run_beside(&mut side, || ());
+            release.store(true, Ordering::SeqCst);
+            assert_eq!(side_thread, Some(me), "done here while the helper was busy");
+        });
+    }
+
+    /// A panic on the calling thread: the side either never started or is done before
+    /// the panic leaves `run_beside` (it borrows the frame).
+    #[test]
+    fn a_panic_here_settles_the_side_first() {
+        for wait in [false, true] {
+            let (started, finished) = (AtomicBool::new(false), AtomicBool::new(false));
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                let mut side = || {
+                    started.store(true, Ordering::SeqCst);
+                    thread::sleep(Duration::from_millis(20));
+                    finished.store(true, Ordering::SeqCst);
+                };
+                run_beside(&mut side, || {
+                    if wait {
+                        wait_for(&started);
+                    }
+                    panic!("here fails")
+                })
+            }));
+            assert!(r.is_err());
+            assert_eq!(started.load(Ordering::SeqCst), finished.load(Ordering::SeqCst));
+            if wait {
+                assert!(finished.load(Ordering::SeqCst));
+            }
+        }
     }
 
     /// A panicking side leaves the helper working for the next caller.
     #[test]
     fn a_panicking_side_leaves_the_helper_alive() {
-        let mut side = || panic!("side fails");
-        run_beside(&mut side, || ());
-        let mut ran = false;
-        let mut side = || ran = true;
-        run_beside(&mut side, || ());
-        assert!(ran);
+        let started = AtomicBool::new(false);
+        let mut side = || {
+            started.store(true, Ordering::SeqCst);
+            panic!("side fails")
+        };
+        run_beside(&mut side, || wait_for(&started));
+        let started = AtomicBool::new(false);
+        let mut side_thread = None;
+        let mut side = || {
+            started.store(true, Ordering::SeqCst);
+            side_thread = Some(thread::current().id());
+        };
+        run_beside(&mut side, || wait_for(&started));
+        assert_ne!(side_thread, Some(thread::current().id()));
+        assert!(side_thread.is_some());
     }
 }

@@ -128,8 +128,11 @@ impl Medium for FileMedium {
     }
 }
 
-/// All of `slices` into `file` from `pos`: `pwritev`s, more only if the kernel writes less;
-/// a large run in two halves at once.
+/// All of `slices` into `file` from `pos`: `pwritev`s, more only if the kernel writes less.
+/// Not split in two halves at once as a large read is (`transfer_split`): a buffered write
+/// holds the file's inode lock for the whole call on ext4 (as on tmpfs and most file
+/// systems), so two `pwritev`s into one file take turns, and the second thread would only
+/// add its wake-up (docs/performance.md, "Eighth pass: large transfers on two workers").
 fn pwritev_all(file: &File, pos: u64, slices: &[HostSlice]) -> io::Result<()> {
     let mut iov: Vec<libc::iovec> = slices
         .iter()
@@ -139,14 +142,11 @@ fn pwritev_all(file: &File, pos: u64, slices: &[HostSlice]) -> io::Result<()> {
             iov_len: s.len(),
         })
         .collect();
-    // A large run's two halves at once (vectored.rs: the kernel's copy into the page
-    // cache is most of a 512 KiB write's time).
-    crate::vectored::transfer_split(
+    crate::vectored::transfer_all(
         &mut iov,
         pos,
         // SAFETY: every iovec is a HostSlice, readable while the FTL operation that staged
-        // it runs (`HostSlice::new`), which is past this call (both halves are done when
-        // it returns); the kernel only reads them.
+        // it runs (`HostSlice::new`), which is past this call; the kernel only reads them.
         |iov, count, offset| unsafe { libc::pwritev(file.as_raw_fd(), iov, count, offset) },
         || io::Error::new(io::ErrorKind::WriteZero, "pwritev wrote nothing"),
     )
@@ -261,31 +261,5 @@ mod tests {
         mem.read_at(7, &mut back).unwrap();
         assert_eq!(back, data);
         assert!(mem.write_slices_at(8, &slices).is_err(), "past the medium's end");
-    }
-
-    /// A run large enough to be written in two halves at once (vectored.rs), in slices of
-    /// odd sizes: the file holds it in order, as one write would have left it.
-    #[test]
-    fn a_large_run_lands_in_order_from_both_halves() {
-        use crate::write_source::{BufferSource, WriteSource};
-        let data: Vec<u8> = (0..crate::vectored::SPLIT_MIN * 2 + 777)
-            .map(|i| (i * 31 % 253) as u8)
-            .collect();
-        let src = BufferSource(&data);
-        let mut slices = Vec::new();
-        let mut at = 0;
-        for n in [4096usize, 1, 4095, 70000].into_iter().cycle() {
-            let n = n.min(data.len() - at);
-            src.slices(at, n, &mut slices);
-            at += n;
-            if at == data.len() {
-                break;
-            }
-        }
-        let mut file = FileMedium::new(tempfile::tempfile().unwrap(), 4096);
-        file.write_slices_at(3, &slices).unwrap();
-        let mut back = vec![0u8; data.len()];
-        file.read_at(3, &mut back).unwrap();
-        assert!(back == data);
     }
 }
