@@ -10,7 +10,6 @@
 //!
 //! Decisions and the on-NAND layout: docs/nvme-controller.md, "The FTL".
 
-mod beside;
 mod config;
 mod error;
 mod events;
@@ -38,5 +37,5 @@ pub use map_cache::{page_checksum, SlotStore, VecSlots};
 pub use medium::{FileMedium, Medium, MemMedium, OverlayMedium};
 pub use read_target::{BufferTarget, ReadTarget};
 pub use slots::CacheSnapshot;
-pub use vectored::{transfer_all, transfer_split, SPLIT_MIN};
+pub use vectored::transfer_all;
 pub use write_source::{BufferSource, HostSlice, WriteSource};

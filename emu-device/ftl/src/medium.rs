@@ -129,10 +129,6 @@ impl Medium for FileMedium {
 }
 
 /// All of `slices` into `file` from `pos`: `pwritev`s, more only if the kernel writes less.
-/// Not split in two halves at once as a large read is (`transfer_split`): a buffered write
-/// holds the file's inode lock for the whole call on ext4 (as on tmpfs and most file
-/// systems), so two `pwritev`s into one file take turns, and the second thread would only
-/// add its wake-up (docs/performance.md, "Eighth pass: large transfers on two workers").
 fn pwritev_all(file: &File, pos: u64, slices: &[HostSlice]) -> io::Result<()> {
     let mut iov: Vec<libc::iovec> = slices
         .iter()

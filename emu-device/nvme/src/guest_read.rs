@@ -76,7 +76,7 @@ impl<'a> GuestRead<'a> {
     }
 
     /// `n` bytes of `file` at `pos` into the guest pieces of [at, at + n), one `preadv`
-    /// (more only if the kernel returns less; a large run two at once, `transfer_split`). Ok(false): some piece is not guest memory
+    /// (more only if the kernel returns less). Ok(false): some piece is not guest memory
     /// (nothing read; the caller goes through the bounce buffer, which finds it).
     fn preadv(&mut self, file: &File, pos: u64, at: usize, n: usize) -> io::Result<bool> {
         let guard = self.mem.memory();
@@ -94,16 +94,13 @@ impl<'a> GuestRead<'a> {
                 iov_len: p.len(),
             })
             .collect();
-        // A large run's two halves at once, one on hmb-ftl's helper thread (the kernel's
-        // copy into guest memory is most of a 512 KiB read's time).
-        hmb_ftl::transfer_split(
+        hmb_ftl::transfer_all(
             &mut iov,
             pos,
             // SAFETY: every iovec is a guest memory range vm-memory handed out as a
             // VolatileSlice, valid for writes of its length while `ptrs`' guards (and
-            // `guard`, which keeps the mappings) live, which is past this call (both
-            // halves are done when it returns); the kernel writes into them (the halves
-            // are disjoint) and no Rust reference to them exists.
+            // `guard`, which keeps the mappings) live, which is past this call; the kernel
+            // writes into them and no Rust reference to them exists.
             |iov, count, offset| unsafe { libc::preadv(file.as_raw_fd(), iov, count, offset) },
             || io::Error::new(io::ErrorKind::UnexpectedEof, "backing file ends inside a read"),
         )?;
@@ -221,10 +218,10 @@ mod tests {
         assert_eq!(guest(&m, 0x3000, 4096), vec![0x5Au8; 4096]);
     }
 
-    /// A 512 KiB run (a command of MDTS, read in two halves at once: hmb_ftl's
-    /// `transfer_split`) over guest pages in reverse order: each page gets its bytes.
+    /// A 512 KiB run (a command of MDTS) over guest pages in reverse order: one `preadv`
+    /// straight from the file, each page gets its bytes.
     #[test]
-    fn a_large_run_in_two_halves_lands_in_transfer_order() {
+    fn a_large_run_lands_in_transfer_order() {
         let n = 512 << 10;
         let data: Vec<u8> = (0..n).map(|i| (i * 7 / 4096 + i % 13) as u8).collect();
         let pages = n / 4096;
