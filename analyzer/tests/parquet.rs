@@ -7,6 +7,8 @@
 
 #[path = "common/synth.rs"]
 mod synth;
+#[path = "common/venv.rs"]
+mod venv;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,39 +19,7 @@ use serde_json::Value;
 const PY_PACKAGES: &[&str] = &["duckdb==2.0.1"];
 
 fn venv_python() -> PathBuf {
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let dir = tmp.join("duckdb-venv");
-    let python = dir.join("bin/python");
-    let stamp = dir.join("installed.txt");
-    let want = PY_PACKAGES.join(" ");
-    std::fs::create_dir_all(tmp).unwrap();
-    let lock = std::fs::File::create(tmp.join("duckdb-venv.lock")).unwrap();
-    // SAFETY: flock on a descriptor we own; released when `lock` drops.
-    assert_eq!(
-        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) },
-        0
-    );
-    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
-        return python;
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    let mk = || Command::new("python3").args(["-m", "venv"]).arg(&dir).status();
-    if !mk().is_ok_and(|s| s.success()) {
-        // Debian splits venv/ensurepip out of python3.
-        let _ = Command::new("apt-get")
-            .args(["install", "-y", "--no-install-recommends", "python3-venv"])
-            .status();
-        let _ = std::fs::remove_dir_all(&dir);
-        assert!(mk().unwrap().success(), "python3 -m venv failed");
-    }
-    let st = Command::new(&python)
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
-        .args(PY_PACKAGES)
-        .status()
-        .unwrap();
-    assert!(st.success(), "pip install {want} failed");
-    std::fs::write(&stamp, &want).unwrap();
-    python
+    venv::venv_python("duckdb-venv", PY_PACKAGES)
 }
 
 fn analyze(dir: &Path, args: &[&str]) -> (i32, String, String) {

@@ -7,6 +7,8 @@
 
 #[path = "common/synth.rs"]
 mod synth;
+#[path = "common/venv.rs"]
+mod venv;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,39 +22,7 @@ use synth::{write_trace, Drop, EpochSpec, SynthSpec};
 const PY_PACKAGES: &[&str] = &["perfetto==0.59.1", "protobuf==7.36.2"];
 
 fn venv_python() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("perfetto-venv");
-    let python = dir.join("bin/python");
-    let stamp = dir.join("installed.txt");
-    let want = PY_PACKAGES.join(" ");
-    // One installer at a time (tests and crates may run in parallel).
-    std::fs::create_dir_all(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let lock = std::fs::File::create(Path::new(env!("CARGO_TARGET_TMPDIR")).join("perfetto-venv.lock")).unwrap();
-    // SAFETY: flock on a descriptor we own; released when `lock` drops.
-    assert_eq!(
-        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) },
-        0
-    );
-    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
-        return python;
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    let mk = || Command::new("python3").args(["-m", "venv"]).arg(&dir).status();
-    if !mk().is_ok_and(|s| s.success()) {
-        // Debian splits venv/ensurepip out of python3.
-        let _ = Command::new("apt-get")
-            .args(["install", "-y", "--no-install-recommends", "python3-venv"])
-            .status();
-        let _ = std::fs::remove_dir_all(&dir);
-        assert!(mk().unwrap().success(), "python3 -m venv failed");
-    }
-    let st = Command::new(&python)
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
-        .args(PY_PACKAGES)
-        .status()
-        .unwrap();
-    assert!(st.success(), "pip install {want} failed");
-    std::fs::write(&stamp, &want).unwrap();
-    python
+    venv::venv_python("perfetto-venv", PY_PACKAGES)
 }
 
 fn analyze(dir: &Path, args: &[&str]) -> String {
