@@ -10,7 +10,8 @@ use std::ops::ControlFlow;
 use std::path::Path;
 
 use hmb_trace_abi::{
-    align_record, hmb_record_hdr, HMB_RECORD_FLAG_MARKER, HMB_RECORD_FLAG_PAD, HMB_RECORD_MAX_PAYLOAD,
+    align_record, hmb_record_hdr, HMB_RECORD_FLAG_MARKER, HMB_RECORD_FLAG_PAD, HMB_RECORD_HDR_SIZE,
+    HMB_RECORD_MAX_PAYLOAD,
 };
 use hmb_trace_file::{
     is_telemetry_trace, parse_item, FileError, FileHeader, Item, ItemParse, MappedTrace, TelemetryLog, TraceReader,
@@ -408,10 +409,70 @@ fn record_at(bytes: &[u8], pos: usize) -> Option<Item<'_>> {
     })
 }
 
+/// A device record's header fields, read once from the mapped file
+/// (`rec_at`), and its payload: what the record loop of the accounting
+/// and the latencies hands each of them.
+#[derive(Debug, Clone, Copy)]
+pub struct Rec<'a> {
+    pub offset: u64,
+    pub opcode: u16,
+    pub source: u32,
+    pub seq: u64,
+    pub ts: u64,
+    /// Exactly the header's length.
+    pub payload: &'a [u8],
+    /// Bytes the record occupies in the file (header, payload, padding).
+    pub size: u64,
+}
+
+impl<'a> Rec<'a> {
+    /// The fields of a device record already parsed.
+    #[inline(always)]
+    pub fn of(item: &Item<'a>) -> Self {
+        Self {
+            offset: item.offset,
+            opcode: item.opcode(),
+            source: item.source(),
+            seq: item.seq(),
+            ts: item.timestamp_ns(),
+            payload: item.payload,
+            size: item.size(),
+        }
+    }
+}
+
+/// The device record at `pos` as `record_at` finds it (complete, not a
+/// marker, not PAD, length in bounds), its header's fields read straight
+/// from the bytes without copying the header; None for anything else.
+#[inline(always)]
+pub(crate) fn rec_at(bytes: &[u8], pos: usize) -> Option<Rec<'_>> {
+    let rest = bytes.get(pos..)?;
+    let h: &[u8; HMB_RECORD_HDR_SIZE as usize] = rest.get(..HMB_RECORD_HDR_SIZE as usize)?.try_into().ok()?;
+    let u16_at = |i: usize| u16::from_le_bytes([h[i], h[i + 1]]);
+    let u32_at = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+    let u64_at = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().unwrap_or_default());
+    let length = u32_at(0);
+    if u16_at(6) & (HMB_RECORD_FLAG_PAD | HMB_RECORD_FLAG_MARKER) != 0 || length > HMB_RECORD_MAX_PAYLOAD {
+        return None;
+    }
+    let size = align_record(length) as usize;
+    if rest.len() < size {
+        return None;
+    }
+    Some(Rec {
+        offset: pos as u64,
+        opcode: u16_at(4),
+        source: u32_at(24),
+        seq: u64_at(8),
+        ts: u64_at(16),
+        payload: &rest[HMB_RECORD_HDR_SIZE as usize..HMB_RECORD_HDR_SIZE as usize + length as usize],
+        size: size as u64,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hmb_trace_abi::HMB_RECORD_HDR_SIZE;
 
     /// A mapped file large enough for the pager (`walk_paged`) hands out
     /// the items one walk of the same bytes does, and a walk that stops

@@ -14,14 +14,14 @@
 //! comes into play) the calling thread walks on from the boundary itself:
 //! the result is always the sequential walk's, byte for byte.
 
-use std::ops::ControlFlow;
-
 use hmb_trace_abi::{
     align_record, HMB_RECORD_FLAG_MARKER, HMB_RECORD_FLAG_PAD, HMB_RECORD_HDR_SIZE, HMB_RECORD_MAX_PAYLOAD,
 };
 use hmb_trace_file::{parse_item, FileHeader, ItemKind, ItemParse, Marker};
 
-use crate::input::{populate, walk_bytes, WalkEnd};
+use hmb_trace_file::FileError;
+
+use crate::input::{populate, rec_at, Rec, WalkEnd};
 use crate::latency::Latency;
 use crate::progress::Progress;
 use crate::stats::Stats;
@@ -82,6 +82,9 @@ pub fn hop(bytes: &[u8], header: &FileHeader, target: u64) -> Option<Boundary> {
 /// it: nothing for `info` and `gaps`, the latencies for `stats`.
 pub trait Rider: Send {
     fn add(&mut self, ev: &Event<'_, '_>);
+    /// A device record the walker took in order: `add` of its `Record`
+    /// event, the header read once by the record loop.
+    fn add_rec(&mut self, r: &Rec<'_>);
     /// Append the later part (`bytes` is the whole file, `header` its
     /// header, `later_end` where the later part's walk ended): the result
     /// is what one walk over both parts gives.
@@ -91,6 +94,8 @@ pub trait Rider: Send {
 impl Rider for () {
     #[inline(always)]
     fn add(&mut self, _: &Event<'_, '_>) {}
+    #[inline(always)]
+    fn add_rec(&mut self, _: &Rec<'_>) {}
     fn merge(&mut self, _: Self, _: &[u8], _: &FileHeader, _: u64) {}
 }
 
@@ -99,13 +104,22 @@ impl Rider for Latency<'_> {
     fn add(&mut self, ev: &Event<'_, '_>) {
         Latency::add(self, ev)
     }
+    #[inline(always)]
+    fn add_rec(&mut self, r: &Rec<'_>) {
+        Latency::add_rec(self, r)
+    }
     fn merge(&mut self, later: Self, bytes: &[u8], header: &FileHeader, later_end: u64) {
         Latency::merge(self, later, bytes, header, later_end)
     }
 }
 
 /// Feed the items from `start` while they start below `stop` to `walker`,
-/// `stats` and `rider`.
+/// `stats` and `rider`: what `walk_bytes` with `Walker::feed`, `Stats::add`
+/// and `Rider::add` for each event does, in one loop. A device record whose
+/// seq is the expected one (`Walker::in_order`, nearly every record) has
+/// its header read once and goes to `Stats::add_rec` and `Rider::add_rec`
+/// without an `Event`; anything else (markers, gaps, seq going back,
+/// damaged items) takes the general path out of line.
 fn account<R: Rider>(
     bytes: &[u8],
     walker: &mut Walker,
@@ -115,13 +129,68 @@ fn account<R: Rider>(
     stop: u64,
     progress: &Progress,
 ) -> WalkEnd {
-    walk_bytes(bytes, start, stop, progress, |item| {
-        walker.feed(item, &mut |ev| {
-            stats.add(&ev);
-            rider.add(&ev);
-        });
-        ControlFlow::Continue(())
-    })
+    let mut end = WalkEnd {
+        offset: start,
+        items: 0,
+        error: None,
+        stopped: false,
+    };
+    let len = bytes.len();
+    let stop = (stop as usize).min(len);
+    let mut pos = (start as usize).min(len);
+    let mut since_tick = 0u32;
+    while pos < stop {
+        match rec_at(bytes, pos) {
+            Some(r) if walker.in_order(r.seq) => {
+                stats.add_rec(&r);
+                rider.add_rec(&r);
+                pos += r.size as usize;
+            }
+            _ => match general(bytes, pos, walker, stats, rider) {
+                Ok(size) => pos += size,
+                Err(e) => {
+                    end.error = Some(e);
+                    break;
+                }
+            },
+        }
+        end.items += 1;
+        end.offset = pos as u64;
+        since_tick += 1;
+        if since_tick == 65536 {
+            since_tick = 0;
+            progress.set(end.offset);
+        }
+    }
+    progress.set(end.offset);
+    end
+}
+
+/// `account`'s general path for the item at `pos`: parsed and fed as
+/// `walk_bytes` and `Walker::feed` do; its size, or the error that ends
+/// the walk there.
+#[inline(never)]
+fn general<R: Rider>(
+    bytes: &[u8],
+    pos: usize,
+    walker: &mut Walker,
+    stats: &mut Stats,
+    rider: &mut R,
+) -> Result<usize, FileError> {
+    match parse_item(&bytes[pos..], pos as u64)? {
+        ItemParse::Item(item) => {
+            walker.feed(&item, &mut |ev| {
+                stats.add(&ev);
+                rider.add(&ev);
+            });
+            Ok(item.size() as usize)
+        }
+        ItemParse::NeedMore { need } => Err(FileError::Truncated {
+            offset: pos as u64,
+            have: (bytes.len() - pos) as u64,
+            need,
+        }),
+    }
 }
 
 /// The accounting of a whole mapped file in one walk on this thread;
@@ -306,9 +375,11 @@ fn boundary_event(
 mod tests {
     use super::*;
     use crate::catalog::Catalog;
+    use crate::input::walk_bytes;
     use crate::latency::reference;
     use hmb_trace_file::{FILE_FLAG_FILTERED, MARKER_LOST};
     use proptest::prelude::*;
+    use std::ops::ControlFlow;
 
     /// One item of a generated file.
     #[derive(Debug, Clone)]

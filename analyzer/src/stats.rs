@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use hmb_trace_file::Item;
 
+use crate::input::Rec;
 use crate::walk::Event;
 
 /// Most distinct cores tracked individually; the rest are summed as "other".
@@ -95,13 +96,37 @@ pub struct Stats {
     pub seq_backwards: u64,
     pub unknown_markers: u64,
     pub warnings: Vec<String>,
-    last_ts_in_epoch: Option<u64>,
+    /// The current epoch's record fields as plain values (`Cur`): its
+    /// `EpochStats` is brought up to date by `fold` (before an epoch
+    /// starts, a merge, `finish`).
+    #[serde(skip)]
+    cur: Cur,
+    /// The first and last timestamps while walking (`first_ns` and
+    /// `last_ns` once `finish`ed); `records` > 0 says they are set.
+    #[serde(skip)]
+    lo_ns: u64,
+    #[serde(skip)]
+    hi_ns: u64,
     /// The accounting of a file's later part (`new_part`): what depends on
     /// the earlier part waits in `deferred` for `merge`.
     #[serde(skip)]
     part: bool,
     #[serde(skip)]
     deferred: Vec<Deferred>,
+}
+
+/// The current epoch's records in this accounting, as plain values: the
+/// record path updates these instead of the `Option` fields of the last
+/// `EpochStats`. `records` > 0 says the seq and ns fields are set; then
+/// `last_ns` is the last timestamp in the epoch (the inter-arrival
+/// histogram's previous one).
+#[derive(Debug, Clone, Copy, Default)]
+struct Cur {
+    records: u64,
+    first_seq: u64,
+    last_seq: u64,
+    first_ns: u64,
+    last_ns: u64,
 }
 
 /// What a later part cannot settle alone, in file order: marker epochs
@@ -146,7 +171,9 @@ impl Stats {
             seq_backwards: 0,
             unknown_markers: 0,
             warnings: Vec::new(),
-            last_ts_in_epoch: None,
+            cur: Cur::default(),
+            lo_ns: u64::MAX,
+            hi_ns: 0,
             part: false,
             deferred: Vec::new(),
         }
@@ -165,6 +192,10 @@ impl Stats {
     /// Fold the hot-path tables into the public maps. Call once after the
     /// last `add`; the walk helpers do.
     pub fn finish(&mut self) {
+        self.fold();
+        if self.records > 0 {
+            (self.first_ns, self.last_ns) = (Some(self.lo_ns), Some(self.hi_ns));
+        }
         for (op, o) in self.dense_ops.iter().enumerate() {
             if o.records > 0 {
                 self.opcodes.insert(op as u16, o.clone());
@@ -231,37 +262,67 @@ impl Stats {
 
     #[inline]
     fn add_record(&mut self, item: &Item<'_>) {
-        let ts = item.timestamp_ns();
-        let len = item.payload.len() as u64;
+        self.add_rec(&Rec::of(item));
+    }
+
+    /// A device record of the current epoch (the walker's `Record` event),
+    /// its header read once by the record loop (`parallel.rs`).
+    #[inline(always)]
+    pub(crate) fn add_rec(&mut self, r: &Rec<'_>) {
+        let ts = r.ts;
         self.records += 1;
-        self.record_bytes += item.size();
+        self.record_bytes += r.size;
         // After `finish` the dense tables are empty and the maps take over.
-        match self.dense_ops.get_mut(item.opcode() as usize) {
+        let len = r.payload.len() as u64;
+        match self.dense_ops.get_mut(r.opcode as usize) {
             Some(op) => {
                 op.records += 1;
                 op.payload_bytes += len;
             }
-            None => self.add_opcode_to_map(item.opcode(), len),
+            None => self.add_opcode_to_map(r.opcode, len),
         }
-        match self.dense_cores.get_mut(item.source() as usize) {
+        match self.dense_cores.get_mut(r.source as usize) {
             Some(n) => *n += 1,
-            None => self.add_core_to_map(item.source()),
+            None => self.add_core_to_map(r.source),
         }
-        self.first_ns = Some(self.first_ns.map_or(ts, |f| f.min(ts)));
-        self.last_ns = Some(self.last_ns.map_or(ts, |l| l.max(ts)));
-        match self.last_ts_in_epoch {
-            Some(prev) if ts >= prev => self.inter_arrival[bucket(ts - prev)] += 1,
-            Some(_) => self.ts_backwards += 1,
-            None => {}
+        self.lo_ns = self.lo_ns.min(ts);
+        self.hi_ns = self.hi_ns.max(ts);
+        let c = &mut self.cur;
+        if c.records == 0 {
+            (c.first_seq, c.first_ns) = (r.seq, ts);
+        } else if ts >= c.last_ns {
+            self.inter_arrival[bucket(ts - c.last_ns)] += 1;
+        } else {
+            self.ts_backwards += 1;
         }
-        self.last_ts_in_epoch = Some(ts);
-        let seq = item.seq();
+        c.records += 1;
+        (c.last_seq, c.last_ns) = (r.seq, ts);
+    }
+
+    /// Bring the current epoch's `EpochStats` up to date with `cur`.
+    fn fold(&mut self) {
+        let c = self.cur;
         let e = self.epoch_mut();
-        e.records += 1;
-        e.first_seq.get_or_insert(seq);
-        e.last_seq = Some(seq);
-        e.first_ns.get_or_insert(ts);
-        e.last_ns = Some(ts);
+        e.records = c.records;
+        if c.records > 0 {
+            (e.first_seq, e.last_seq) = (Some(c.first_seq), Some(c.last_seq));
+            (e.first_ns, e.last_ns) = (Some(c.first_ns), Some(c.last_ns));
+        }
+    }
+
+    /// `cur` from the current epoch's `EpochStats` (after a merge).
+    fn unfold(&mut self) {
+        let e = &self.epochs[self.epochs.len() - 1];
+        self.cur = match (e.first_seq, e.last_seq, e.first_ns, e.last_ns) {
+            (Some(first_seq), Some(last_seq), Some(first_ns), Some(last_ns)) if e.records > 0 => Cur {
+                records: e.records,
+                first_seq,
+                last_seq,
+                first_ns,
+                last_ns,
+            },
+            _ => Cur::default(),
+        };
     }
 
     #[cold]
@@ -341,8 +402,9 @@ impl Stats {
             }
             Event::EpochStart { epoch, ring_size, .. } => {
                 self.markers += 1;
+                self.fold();
                 self.epochs.push(EpochStats::new(epoch, ring_size));
-                self.last_ts_in_epoch = None;
+                self.cur = Cur::default();
             }
             Event::UnknownMarker { offset, opcode } => {
                 self.markers += 1;
@@ -396,18 +458,21 @@ impl Stats {
     /// only the whole walk sees (a gap or a seq going backwards across the
     /// boundary); `first_ts` is that record's timestamp. Check `can_merge`
     /// first.
-    pub fn merge(&mut self, boundary: Option<&Event<'_, '_>>, first_ts: u64, next: Stats) {
+    pub fn merge(&mut self, boundary: Option<&Event<'_, '_>>, first_ts: u64, mut next: Stats) {
         debug_assert!(self.can_merge(&next));
         if let Some(ev) = boundary {
             self.add(ev);
         }
         // The inter-arrival time across the boundary (the part's first
         // record is in the epoch this part ended in).
-        match self.last_ts_in_epoch {
-            Some(prev) if first_ts >= prev => self.inter_arrival[bucket(first_ts - prev)] += 1,
-            Some(_) => self.ts_backwards += 1,
-            None => {}
+        if self.cur.records > 0 {
+            match self.cur.last_ns {
+                prev if first_ts >= prev => self.inter_arrival[bucket(first_ts - prev)] += 1,
+                _ => self.ts_backwards += 1,
+            }
         }
+        self.fold();
+        next.fold();
         for d in next.deferred {
             match d {
                 Deferred::Lost { offset, epoch, count } => {
@@ -476,21 +541,15 @@ impl Stats {
             self.note_loss(loss);
         }
         self.losses_not_listed += next.losses_not_listed;
-        self.first_ns = match (self.first_ns, next.first_ns) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        self.last_ns = match (self.last_ns, next.last_ns) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
+        self.lo_ns = self.lo_ns.min(next.lo_ns);
+        self.hi_ns = self.hi_ns.max(next.hi_ns);
         for (a, b) in self.inter_arrival.iter_mut().zip(&next.inter_arrival) {
             *a += b;
         }
         self.ts_backwards += next.ts_backwards;
         self.seq_backwards += next.seq_backwards;
         self.unknown_markers += next.unknown_markers;
-        self.last_ts_in_epoch = next.last_ts_in_epoch;
+        self.unfold();
     }
 
     /// Warnings worth a line in `info`, in addition to reading errors.

@@ -39,6 +39,7 @@ use hmb_trace_file::{FileHeader, Item};
 use serde::Serialize;
 
 use crate::catalog::{Catalog, MAX_PAIR_KEY};
+use crate::input::Rec;
 use crate::walk::{Event, Walker};
 use hist::Counts;
 use pairs::PairTable;
@@ -475,7 +476,7 @@ impl<'c> Latency<'c> {
     #[inline(always)]
     pub fn add(&mut self, ev: &Event<'_, '_>) {
         match *ev {
-            Event::Record { item, .. } => self.add_record(item),
+            Event::Record { item, .. } => self.add_rec(&Rec::of(item)),
             Event::EpochStart { offset, .. } => self.epoch_event(offset),
             _ => {}
         }
@@ -519,12 +520,14 @@ impl<'c> Latency<'c> {
         self.open_count = 0;
     }
 
+    /// A device record (the walker's `Record` event), its header read once
+    /// by the record loop (`parallel.rs`).
     #[inline]
-    fn add_record(&mut self, item: &Item<'_>) {
-        let Some((ai, opcode, action)) = self.plans.get(item.opcode()) else {
+    pub(crate) fn add_rec(&mut self, r: &Rec<'_>) {
+        let Some((ai, opcode, action)) = self.plans.get(r.opcode) else {
             return;
         };
-        let p = item.payload;
+        let p = r.payload;
         // The fields are read through the plan's reference (copying the
         // action, key offsets and shifts, out of the table cost more
         // instructions than reading them), then the state is changed.
@@ -545,13 +548,13 @@ impl<'c> Latency<'c> {
             }
         };
         if let Some(v) = field {
-            self.both(ai, opcode, Measure::Field, item.source(), v);
+            self.both(ai, opcode, Measure::Field, r.source, v);
         }
         match pair {
-            Some((pair, false, PairKey::Word(k))) if part => self.part_begin(ai, pair, k, item),
-            Some((pair, true, PairKey::Word(k))) if part => self.part_end(ai, opcode, pair, k, item),
-            Some((pair, false, k)) if !part => self.begin(ai, pair, k, item.timestamp_ns(), item.source()),
-            Some((pair, true, k)) if !part => self.end(ai, opcode, pair, k, item.timestamp_ns()),
+            Some((pair, false, PairKey::Word(k))) if part => self.part_begin(ai, pair, k, r),
+            Some((pair, true, PairKey::Word(k))) if part => self.part_end(ai, opcode, pair, k, r),
+            Some((pair, false, k)) if !part => self.begin(ai, pair, k, r.ts, r.source),
+            Some((pair, true, k)) if !part => self.end(ai, opcode, pair, k, r.ts),
             _ => {}
         }
     }
@@ -560,8 +563,8 @@ impl<'c> Latency<'c> {
     /// once the key has been touched in the part; the first touch is left
     /// to the merge (it may replace a pair open at the cut).
     #[inline]
-    fn part_begin(&mut self, action: usize, pair: u16, k: u64, item: &Item<'_>) {
-        let Some(log) = matching_log(&mut self.part, self.open_count, item.offset) else {
+    fn part_begin(&mut self, action: usize, pair: u16, k: u64, r: &Rec<'_>) {
+        let Some(log) = matching_log(&mut self.part, self.open_count, r.offset) else {
             return;
         };
         // One walk's limit, checked as `begin` checks it (the merge makes
@@ -569,7 +572,7 @@ impl<'c> Latency<'c> {
         if self.open_count >= MAX_OPEN {
             return;
         }
-        let (ts, source) = (item.timestamp_ns(), item.source());
+        let (ts, source) = (r.ts, r.source);
         let v = (ts, source, action as u16);
         let op = |kind| PairOp {
             ts,
@@ -602,11 +605,11 @@ impl<'c> Latency<'c> {
 
     /// A later part's end: as `part_begin`.
     #[inline]
-    fn part_end(&mut self, action: usize, opcode: u16, pair: u16, k: u64, item: &Item<'_>) {
-        let Some(log) = matching_log(&mut self.part, self.open_count, item.offset) else {
+    fn part_end(&mut self, action: usize, opcode: u16, pair: u16, k: u64, r: &Rec<'_>) {
+        let Some(log) = matching_log(&mut self.part, self.open_count, r.offset) else {
             return;
         };
-        let ts = item.timestamp_ns();
+        let ts = r.ts;
         let map = &mut self.open[pair as usize].narrow;
         let touch = match map.get_mut(k) {
             Some((&mut begin, &mut source, action_of)) if *action_of != CLOSED => {
