@@ -251,6 +251,22 @@ impl Bench {
         // --quick reuses the dev build of `cargo test`; the real run is
         // the bench profile (release with debug info).
         let profile: &[&str] = if self.quick { &["--profile", "dev"] } else { &[] };
+        // ... and so selects the whole workspace, as `cargo test --workspace`
+        // does: with `-p` cargo unifies features over that package alone,
+        // and a dozen dependencies (zerocopy, regex, clap, serde_json) and
+        // the workspace crates above them were built a second time
+        // (docs/performance.md, "Ninth session"). Bench names are unique.
+        let pick = |package: &'static str| -> Vec<&'static str> {
+            match self.quick {
+                true => vec!["--workspace"],
+                false => vec!["-p", package],
+            }
+        };
+        let (daemon, ring, analyze) = (
+            pick("hmb-trace-daemon"),
+            pick("hmb-trace-consumer"),
+            pick("hmb-trace-analyze"),
+        );
         let (dg, rg, am) = (daemon_gib.to_string(), ring_gib.to_string(), analyzer_mb.to_string());
         let mut lines = Vec::new();
         // --nvme-only: the NVMe figures alone (the other benches take
@@ -259,17 +275,13 @@ impl Bench {
             for (what, out) in [
                 (
                     "daemon",
-                    cmd!(
-                        sh,
-                        "cargo bench {profile...} -p hmb-trace-daemon --bench daemon -- --gib {dg}"
-                    )
-                    .read(),
+                    cmd!(sh, "cargo bench {profile...} {daemon...} --bench daemon -- --gib {dg}").read(),
                 ),
                 (
                     "ring",
                     cmd!(
                         sh,
-                        "cargo bench {profile...} -p hmb-trace-consumer --bench ring -- --gib {rg} --payloads 64,4064"
+                        "cargo bench {profile...} {ring...} --bench ring -- --gib {rg} --payloads 64,4064"
                     )
                     .read(),
                 ),
@@ -277,7 +289,7 @@ impl Bench {
                     "analyzer",
                     cmd!(
                         sh,
-                        "cargo bench {profile...} -p hmb-trace-analyze --bench analyze -- --size-mb {am}"
+                        "cargo bench {profile...} {analyze...} --bench analyze -- --size-mb {am}"
                     )
                     .read(),
                 ),

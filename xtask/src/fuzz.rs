@@ -58,6 +58,11 @@ pub struct Fuzz {
     /// length: the long run of nvme_controller uses 1024 (docs/fuzzing.md).
     #[arg(long)]
     pub max_len: Option<usize>,
+    /// Targets fuzzed at the same time (default 1: a long run's exec/s is
+    /// then its own). The test command runs two, one per core: each target
+    /// still gets its whole `--time` (libFuzzer's limit is wall time).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8))]
+    pub jobs: u32,
 }
 
 impl Fuzz {
@@ -79,15 +84,54 @@ fn run(args: Fuzz, sh: &Shell) -> Result<()> {
     )
     .run()?;
     let bin_dir = target_dir.join(TRIPLE).join("release");
-    let mut done = Vec::new();
-    for (name, seeds) in TARGETS {
-        if args.target.as_deref().is_some_and(|t| t != *name) {
-            continue;
-        }
-        done.push(run_target(sh, &root, &bin_dir, &target_dir, name, seeds, &args)?);
-    }
+    let selected: Vec<&(&str, &[&str])> = TARGETS
+        .iter()
+        .filter(|(name, _)| args.target.as_deref().is_none_or(|t| t == *name))
+        .collect();
+    let done = run_all(&root, &bin_dir, &target_dir, &selected, &args)?;
     print_table(&done);
     Ok(())
+}
+
+/// Runs the targets `args.jobs` at a time (each worker with its own shell:
+/// `Shell` is not `Sync`), in TARGETS order within a worker; the stats come
+/// back in TARGETS order. Every target runs even when one fails, and the
+/// first failure in that order is the error.
+fn run_all(
+    root: &Path,
+    bin_dir: &Path,
+    target_dir: &Path,
+    selected: &[&(&str, &[&str])],
+    args: &Fuzz,
+) -> Result<Vec<Stats>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: std::sync::Mutex<Vec<Option<Result<Stats>>>> =
+        std::sync::Mutex::new(selected.iter().map(|_| None).collect());
+    let workers = (args.jobs as usize).clamp(1, selected.len().max(1));
+    let shells = (0..workers)
+        .map(|_| {
+            let sh = Shell::new()?;
+            sh.change_dir(root);
+            Ok(sh)
+        })
+        .collect::<Result<Vec<Shell>>>()?;
+    std::thread::scope(|scope| {
+        for sh in shells {
+            let (next, results) = (&next, &results);
+            scope.spawn(move || loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((name, seeds)) = selected.get(i) else { return };
+                let outcome = run_target(&sh, root, bin_dir, target_dir, name, seeds, args);
+                results.lock().expect("no worker panics holding it")[i] = Some(outcome);
+            });
+        }
+    });
+    results
+        .into_inner()
+        .expect("no worker panicked")
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("a fuzz target was not run"))))
+        .collect()
 }
 
 fn run_target(

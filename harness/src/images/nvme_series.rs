@@ -64,29 +64,11 @@ pub struct SeriesOutcome {
 /// its nvme.ko, itself in a folder keyed by its inputs): a guest run
 /// needs the series' nvme.ko, not a fresh copy of the kernel tree and a
 /// checkpatch pass in every test process (about 30 s each, serialised by the
-/// cache lock). `cargo xtask nvme-series` always runs everything.
+/// cache lock). `cargo xtask nvme-series` always runs everything, and
+/// leaves the record ([`prepare_recorded`]).
 pub(crate) fn prepare_cached(sh: &Shell, spec: &KernelSpec) -> Result<SeriesOutcome> {
     let cache = cache_dir();
-    let mut fp = Fingerprint::new();
-    fp.add_str(
-        "kernel",
-        &format!("{} {} {}", spec.name, spec.suite, spec.image_package),
-    );
-    if spec.debug {
-        fp.add_str("debug build", &super::debug_kernel::built_id(&cache, spec)?);
-    }
-    for p in series_patches(spec.debian_name())? {
-        fp.add_file("patch", &p)?;
-    }
-    fp.add_tree("kmod", &workspace_root().join("kmod"), &|name| {
-        super::kmod_build::is_build_product(name)
-    })?;
-    // Keyed by those inputs (not one file per kernel that the last run of
-    // any worktree rewrote): a worktree with another series or kmod/ finds
-    // its own record, never one that points at another series' nvme.ko.
-    let done = cache
-        .join("nvme-series")
-        .join(format!("{}-{}.done", spec.name, fp.hex()));
+    let done = done_record(&cache, spec)?;
     if let Ok(text) = std::fs::read_to_string(&done) {
         let mut lines = text.lines();
         if let (Some(source), Some(ko)) = (lines.next(), lines.next()) {
@@ -102,12 +84,50 @@ pub(crate) fn prepare_cached(sh: &Shell, spec: &KernelSpec) -> Result<SeriesOutc
             }
         }
     }
-    let outcome = prepare(sh, spec, true)?;
+    write_record(&done, prepare(sh, spec, true)?)
+}
+
+/// `prepare(.., build = true)`, always run, then recorded as
+/// [`prepare_cached`] reads it: the test command's series step did every
+/// check its guests' first `prepare_cached` then repeated (a copy of the
+/// kernel tree, the series applied, both checkpatch passes: 7-8 s per
+/// kernel; docs/performance.md, "Ninth session").
+pub fn prepare_recorded(sh: &Shell, spec: &KernelSpec) -> Result<SeriesOutcome> {
+    let done = done_record(&cache_dir(), spec)?;
+    write_record(&done, prepare(sh, spec, true)?)
+}
+
+/// The record of a passing `prepare(.., build = true)`, keyed by the
+/// series, kmod/ and the kernel line.
+fn done_record(cache: &Path, spec: &KernelSpec) -> Result<PathBuf> {
+    let mut fp = Fingerprint::new();
+    fp.add_str(
+        "kernel",
+        &format!("{} {} {}", spec.name, spec.suite, spec.image_package),
+    );
+    if spec.debug {
+        fp.add_str("debug build", &super::debug_kernel::built_id(cache, spec)?);
+    }
+    for p in series_patches(spec.debian_name())? {
+        fp.add_file("patch", &p)?;
+    }
+    fp.add_tree("kmod", &workspace_root().join("kmod"), &|name| {
+        super::kmod_build::is_build_product(name)
+    })?;
+    // Keyed by those inputs (not one file per kernel that the last run of
+    // any worktree rewrote): a worktree with another series or kmod/ finds
+    // its own record, never one that points at another series' nvme.ko.
+    Ok(cache
+        .join("nvme-series")
+        .join(format!("{}-{}.done", spec.name, fp.hex())))
+}
+
+fn write_record(done: &Path, outcome: SeriesOutcome) -> Result<SeriesOutcome> {
     let ko = outcome.nvme_ko.as_ref().context("the series built no nvme.ko")?;
     // Whole or not at all: a reader never sees half a record.
     let partial = done.with_extension(format!("partial-{}", std::process::id()));
     std::fs::write(&partial, format!("{}\n{}\n", outcome.source, ko.display()))?;
-    std::fs::rename(&partial, &done)?;
+    std::fs::rename(&partial, done)?;
     Ok(outcome)
 }
 
