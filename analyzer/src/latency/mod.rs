@@ -521,12 +521,20 @@ impl<'c> Latency<'c> {
     }
 
     /// A device record (the walker's `Record` event), its header read once
-    /// by the record loop (`parallel.rs`).
-    #[inline]
+    /// by the record loop (`parallel.rs`). The opcode's plan is looked up
+    /// here, inlined into the loop: a record whose opcode has no latency
+    /// work then costs no call.
+    #[inline(always)]
     pub(crate) fn add_rec(&mut self, r: &Rec<'_>) {
-        let Some((ai, opcode, action)) = self.plans.get(r.opcode) else {
-            return;
-        };
+        if let Some(ai) = self.plans.index(r.opcode) {
+            self.add_action(ai, r);
+        }
+    }
+
+    /// `add_rec` for an opcode with a latency action (index `ai`).
+    #[inline]
+    fn add_action(&mut self, ai: usize, r: &Rec<'_>) {
+        let (opcode, action) = self.plans.action(ai);
         let p = r.payload;
         // The fields are read through the plan's reference (copying the
         // action, key offsets and shifts, out of the table cost more

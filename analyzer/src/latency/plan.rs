@@ -207,6 +207,13 @@ impl Plans {
         Some((i as usize - 1, *op, a))
     }
 
+    /// The index of `opcode`'s action, if it has one.
+    #[inline(always)]
+    pub(crate) fn index(&self, opcode: u16) -> Option<usize> {
+        (self.by_opcode[opcode as usize] as usize).checked_sub(1)
+    }
+
+    #[inline(always)]
     pub(crate) fn action(&self, index: usize) -> (u16, &Action) {
         let (op, a) = &self.actions[index];
         (*op, a)
