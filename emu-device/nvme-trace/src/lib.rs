@@ -378,12 +378,13 @@ impl State {
         let Some(a) = self.adopted.as_mut() else {
             // No ring: the record is kept for Telemetry only. A stock host
             // never adopts, so this runs for every record of every command
-            // (hundreds per 512 KiB): once the journal is full its oldest
+            // (258 per 512 KiB write): once the journal is full its oldest
             // entry is reused in place, and the history recycles the buffer
-            // of the item it trims, so no record allocates or frees (an
-            // allocation and a free each per record cost about a third of
-            // the controller's time in a 1 MiB write; docs/nvme-controller.md,
-            // "Ninth round").
+            // of the item it trims, so a record frees nothing. Those frees,
+            // of records a million back, filled malloc's fast bins, which
+            // every larger allocation then had to consolidate: about a third
+            // of the controller's CPU in a 1 MiB write (docs/nvme-controller.md,
+            // "The trace journal's frees").
             let unadopted = &mut self.journal.unadopted;
             let mut e = if unadopted.len() == UNADOPTED_JOURNAL_MAX {
                 unadopted.pop_front().expect("full")
