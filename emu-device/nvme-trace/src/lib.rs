@@ -105,7 +105,15 @@ impl JournalEntry {
     /// The record's bytes as the producer wrote them into the ring: the
     /// header (flags 0, reserved 0) and the payload, unpadded.
     pub fn record_bytes(&self) -> Vec<u8> {
-        let mut bytes = hmb_trace_abi::hmb_record_hdr {
+        let mut bytes = Vec::new();
+        self.record_bytes_into(&mut bytes);
+        bytes
+    }
+
+    /// [`JournalEntry::record_bytes`] into `out` (cleared first), so that a
+    /// caller with a spare buffer allocates nothing.
+    fn record_bytes_into(&self, out: &mut Vec<u8>) {
+        let hdr = hmb_trace_abi::hmb_record_hdr {
             length: (self.payload.len() as u32).into(),
             opcode: self.opcode.into(),
             flags: 0.into(),
@@ -113,11 +121,11 @@ impl JournalEntry {
             timestamp_ns: self.timestamp_ns.into(),
             source: self.source.into(),
             reserved: 0.into(),
-        }
-        .as_bytes()
-        .to_vec();
-        bytes.extend_from_slice(&self.payload);
-        bytes
+        };
+        out.clear();
+        out.reserve_exact(hdr.as_bytes().len() + self.payload.len());
+        out.extend_from_slice(hdr.as_bytes());
+        out.extend_from_slice(&self.payload);
     }
 }
 
@@ -368,19 +376,41 @@ impl State {
             written,
         };
         let Some(a) = self.adopted.as_mut() else {
-            // No ring: the record is kept for Telemetry only.
-            let mut kept = None;
-            self.history.unadopted(|seq| {
-                let e = entry(telemetry::UNADOPTED_EPOCH, seq, true);
-                let bytes = e.record_bytes();
-                kept = Some(e);
-                bytes
-            });
+            // No ring: the record is kept for Telemetry only. A stock host
+            // never adopts, so this runs for every record of every command
+            // (258 per 512 KiB write): once the journal is full its oldest
+            // entry is reused in place, and the history recycles the buffer
+            // of the item it trims, so a record frees nothing. Those frees,
+            // of records a million back, filled malloc's fast bins, which
+            // every larger allocation then had to consolidate: about a third
+            // of the controller's CPU in a 1 MiB write (docs/nvme-controller.md,
+            // "The trace journal's frees").
             let unadopted = &mut self.journal.unadopted;
-            if unadopted.len() == UNADOPTED_JOURNAL_MAX {
-                unadopted.pop_front();
-            }
-            unadopted.extend(kept);
+            let mut e = if unadopted.len() == UNADOPTED_JOURNAL_MAX {
+                unadopted.pop_front().expect("full")
+            } else {
+                JournalEntry {
+                    epoch: telemetry::UNADOPTED_EPOCH,
+                    seq: 0,
+                    opcode,
+                    source,
+                    timestamp_ns,
+                    payload: Vec::with_capacity(payload.len()),
+                    written: true,
+                }
+            };
+            e.opcode = opcode;
+            e.source = source;
+            e.timestamp_ns = timestamp_ns;
+            e.written = true;
+            e.epoch = telemetry::UNADOPTED_EPOCH;
+            e.payload.clear();
+            e.payload.extend_from_slice(payload);
+            self.history.unadopted(|seq, bytes| {
+                e.seq = seq;
+                e.record_bytes_into(bytes);
+            });
+            unadopted.push_back(e);
             return;
         };
         let epoch = a.advert.generation.get();

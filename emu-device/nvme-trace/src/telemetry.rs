@@ -94,6 +94,9 @@ pub(crate) struct History {
     capacity: usize,
     /// The next seq of the current unadopted stretch (None: not in one).
     unadopted_seq: Option<u64>,
+    /// The buffer of the last record trimmed, for the next unadopted one
+    /// (a full history trims one record per record it takes).
+    spare: Vec<u8>,
 }
 
 impl History {
@@ -103,6 +106,7 @@ impl History {
             bytes: 0,
             capacity,
             unadopted_seq: None,
+            spare: Vec::new(),
         }
     }
 
@@ -127,8 +131,13 @@ impl History {
 
     fn trim(&mut self) {
         while self.bytes > self.capacity {
-            let Some((_, cost)) = self.items.pop_front() else { break };
+            let Some((item, cost)) = self.items.pop_front() else {
+                break;
+            };
             self.bytes -= cost;
+            if let Item::Record { bytes, .. } = item {
+                self.spare = bytes;
+            }
         }
     }
 
@@ -178,16 +187,20 @@ impl History {
         self.push(Item::Frozen { epoch, next_seq });
     }
 
-    /// A record produced with no slice adopted; `make` builds its bytes
-    /// from the seq it gets.
-    pub(crate) fn unadopted(&mut self, make: impl FnOnce(u64) -> Vec<u8>) {
+    /// A record produced with no slice adopted; `make` writes its bytes
+    /// for the seq it gets into the buffer it gets (a trimmed record's,
+    /// cleared, when there is one).
+    pub(crate) fn unadopted(&mut self, make: impl FnOnce(u64, &mut Vec<u8>)) {
         let seq = self.unadopted_seq.unwrap_or(0);
         self.unadopted_seq = Some(seq + 1);
+        let mut bytes = std::mem::take(&mut self.spare);
+        bytes.clear();
+        make(seq, &mut bytes);
         self.push(Item::Record {
             epoch: UNADOPTED_EPOCH,
             ring_size: u64::from(HMB_RING_MIN_SIZE),
             seq,
-            bytes: make(seq),
+            bytes,
         });
     }
 
@@ -299,6 +312,35 @@ mod tests {
     use zerocopy::IntoBytes;
 
     #[test]
+    fn a_recycled_buffer_holds_only_the_new_record() {
+        // Long and short records alternate, so a trimmed long record's buffer
+        // is reused for a short one and the other way round.
+        let capacity = MIN_HISTORY_BYTES;
+        let mut h = History::new(capacity);
+        let len = |seq: u64| if seq.is_multiple_of(2) { 200 } else { 8 };
+        let n = 3 * capacity as u64 / 100;
+        for _ in 0..n {
+            h.unadopted(|seq, b| {
+                assert!(b.is_empty(), "the buffer comes cleared");
+                b.extend_from_slice(&record(seq, len(seq)));
+            });
+        }
+        let (stream, _) = h.snapshot();
+        let records: Vec<_> = SliceReader::new(&stream)
+            .unwrap()
+            .map(Result::unwrap)
+            .filter(|i| !i.is_marker())
+            .collect();
+        assert!(records.len() > 10 && (records.len() as u64) < n, "trimmed, not emptied");
+        let first = n - records.len() as u64;
+        for (i, r) in records.iter().enumerate() {
+            let seq = first + i as u64;
+            let want = record(seq, len(seq));
+            assert_eq!((r.hdr.seq.get(), r.payload), (seq, &want[32..]), "record {seq}");
+        }
+    }
+
+    #[test]
     fn the_bound_counts_the_epoch_markers_so_the_stream_never_exceeds_it() {
         // The worst case for markers: one record per epoch, each one needing
         // an EPOCH marker (56 bytes) in front of a 40-byte record.
@@ -306,7 +348,7 @@ mod tests {
         let mut h = History::new(capacity);
         for epoch in 1..5000u64 {
             h.written(epoch, 1 << 16, 0, record(0, 8));
-            h.unadopted(|seq| record(seq, 8));
+            h.unadopted(|seq, b| b.extend_from_slice(&record(seq, 8)));
         }
         let (stream, records) = h.snapshot();
         assert!(

@@ -794,3 +794,66 @@ fn a_frozen_ring_is_captured_as_controller_initiated_telemetry() {
     let (header, _) = telemetry_log_of(&mut r.h, 0x08);
     assert_eq!((header[382], header[383]), (0, 1));
 }
+
+/// A stock host never adopts a slice: once the unadopted journal is full its
+/// oldest entry is reused for the newest (lib.rs, `produce`). Fetch and
+/// completion records (24 and 16 payload bytes) in a period of three, so an
+/// entry is reused for a record of the other length (2^20 is 1 mod 3).
+#[test]
+fn a_full_unadopted_journal_keeps_the_newest_records_exactly() {
+    let h = FakeHost::new(ControllerConfig::default(), 4 * MB);
+    let trace = NvmeTrace::new(h.mem.clone());
+    let mut o = trace.observer();
+    let n = hmb_nvme_trace::UNADOPTED_JOURNAL_MAX as u64 + 7;
+    let fetch = |i: u64| FetchEvent {
+        qid: 1,
+        cid: i as u16,
+        opcode: 2,
+        nsid: 1,
+        slba: i,
+        nlb: 1,
+        time_ns: i,
+        sqe: [i as u32; 16],
+    };
+    let complete = |i: u64| CompletionEvent {
+        qid: 1,
+        cid: i as u16,
+        opcode: 2,
+        status: 0,
+        dw0: i as u32,
+        time_ns: i,
+        latency_ns: 1,
+        media_latency_ns: 0,
+    };
+    for i in 0..n {
+        if i % 3 == 2 {
+            o.on_complete(&complete(i));
+        } else {
+            o.on_fetch(&fetch(i));
+        }
+    }
+    let j = trace.journal();
+    assert_eq!(j.unadopted.len(), hmb_nvme_trace::UNADOPTED_JOURNAL_MAX);
+    let first = n - j.unadopted.len() as u64;
+    for (k, e) in j.unadopted.iter().enumerate() {
+        let i = first + k as u64;
+        let (opcode, payload) = if i % 3 == 2 {
+            (
+                hmb_firmware_model::catalog::OP_CMD_COMPLETE,
+                hmb_nvme_trace::complete_payload(&complete(i)).to_vec(),
+            )
+        } else {
+            (
+                hmb_firmware_model::catalog::OP_CMD_FETCH,
+                hmb_nvme_trace::fetch_payload(&fetch(i)).to_vec(),
+            )
+        };
+        assert_eq!(
+            (e.epoch, e.seq, e.opcode, e.timestamp_ns),
+            (0, i, opcode, i),
+            "entry {k}"
+        );
+        assert_eq!(e.payload, payload, "entry {k}");
+        assert!(e.written);
+    }
+}
