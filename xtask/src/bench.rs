@@ -321,6 +321,9 @@ impl Bench {
             timings.uptime_at_first_io_s,
             timings.trace_bytes_per_rep
         );
+        for c in &timings.cost_counters {
+            println!("    {c}");
+        }
         Ok(figures
             .into_iter()
             .map(|f| {

@@ -20,10 +20,13 @@ use serde_json::Value;
 use xshell::Shell;
 
 use super::{boot, nvme_tools, prepare};
+
+mod cost_counters;
 use crate::guest_script::{self, Script};
 use crate::phases::Phases;
 use crate::qemu::args;
 use crate::qemu::console;
+pub use cost_counters::CostCounters;
 
 /// The fio jobs: figure name, fio arguments, and whether the figure is
 /// IOPS (else MB/s).
@@ -82,6 +85,8 @@ pub struct Timings {
     pub series_insmod_to_live_ms: f64,
     pub uptime_at_first_io_s: f64,
     pub trace_bytes_per_rep: Vec<u64>,
+    /// The cost part's counters, per job and mode (where a traced job's time goes).
+    pub cost_counters: Vec<CostCounters>,
 }
 
 /// `nvmeN: pci function` to `nvmeN: ... default/read/poll queues` in `dmesg`, the first of
@@ -99,7 +104,7 @@ fn boot_probe_ms(dmesg: &str, ctrl: &str) -> Option<f64> {
     (end >= start).then_some((end - start) * 1000.0)
 }
 
-fn timings(share: &std::path::Path) -> Result<Timings> {
+fn timings(share: &std::path::Path, cost_counters: Vec<CostCounters>) -> Result<Timings> {
     let text = std::fs::read_to_string(share.join("timing.txt")).context("the bench guest left no timing.txt")?;
     let dmesg = std::fs::read_to_string(share.join("dmesg.txt")).context("the bench guest left no dmesg.txt")?;
     let values = |key: &str| -> Vec<String> {
@@ -125,6 +130,7 @@ fn timings(share: &std::path::Path) -> Result<Timings> {
             .and_then(|v| v.parse().ok())
             .context("timing.txt: no first_io_uptime")?,
         trace_bytes_per_rep: values("trace_bytes").iter().filter_map(|v| v.parse().ok()).collect(),
+        cost_counters,
     })
 }
 
@@ -302,7 +308,14 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<
         });
     }
     figures.extend(hmb_figures(&share, opts.reps)?);
-    Ok((figures, timings(&share)?))
+    let counters = std::fs::read_to_string(share.join("cost-counters.txt"))
+        .context("the bench guest left no cost-counters.txt")?;
+    let iops_of = |job: &str, mode: &str, rep: u32| -> Result<f64> {
+        let f = share.join(format!("fio-{job}-{mode}-{rep}.json"));
+        fio_figure(&std::fs::read_to_string(&f)?, true).with_context(|| format!("{}", f.display()))
+    };
+    let cost = cost_counters::parse(&counters, iops_of).context("cost-counters.txt")?;
+    Ok((figures, timings(&share, cost)?))
 }
 
 /// The HMB rows from fio-hmb_{on,off}-REP.json: IOPS and p99 latency, medians of `reps`.
