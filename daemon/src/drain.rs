@@ -25,6 +25,9 @@ pub struct Options {
     pub poll_timeout: Duration,
     pub max_batch_bytes: u64,
     pub max_iov: usize,
+    /// After a small batch (a slow producer), let records gather this long
+    /// before looking again instead of waking for every few (0: never).
+    pub batch_wait: Duration,
     /// Test hook: widen the windows between the two halves of a batch
     /// write and between the write and the tail publish.
     pub crash_window: Option<Duration>,
@@ -60,19 +63,22 @@ pub struct DaemonStats {
     pub wakeups: u64,
     pub duplicates: u64,
     pub epochs: u64,
+    /// Sleeps of `batch_wait` after a small batch.
+    pub naps: u64,
 }
 
 impl std::fmt::Display for DaemonStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "records={} bytes={} drops={} drop_events={} batches={} wakeups={} duplicates_skipped={} epochs={}",
+            "records={} bytes={} drops={} drop_events={} batches={} wakeups={} naps={} duplicates_skipped={} epochs={}",
             self.records,
             self.bytes,
             self.lost_records,
             self.lost_events,
             self.batches,
             self.wakeups,
+            self.naps,
             self.duplicates,
             self.epochs
         )
@@ -112,10 +118,20 @@ pub fn run(dev: &mut dyn TraceDevice, opts: &Options, stats: &mut DaemonStats) -
     out.set_crash_window(opts.crash_window);
     stats.epochs = 1;
     let mut frozen_written = resume(&mut consumer, &mut out, &ring, progress)?;
+    // Batches still allowed after a stop request: enough to take what the
+    // ring held then (a nap may have left up to `batch_wait` of records),
+    // bounded so a producer that never pauses cannot keep the daemon alive.
+    let mut stopping: Option<u64> = None;
     loop {
-        if signals::stop_requested() {
+        if stopping.is_none() && signals::stop_requested() {
+            stopping = Some(consumer.ring_size() / opts.max_batch_bytes.max(1) + 2);
+        }
+        if stopping == Some(0) {
             out.commit_point()?;
             return Ok(Exit::Stopped);
+        }
+        if let Some(n) = stopping.as_mut() {
+            *n -= 1;
         }
         if signals::take_reopen() {
             log::info!("SIGHUP: reopening {}", out.path().display());
@@ -125,6 +141,7 @@ pub fn run(dev: &mut dyn TraceDevice, opts: &Options, stats: &mut DaemonStats) -
             }
         }
         let epoch = consumer.epoch();
+        let consumer_ring_size = consumer.ring_size();
         match consumer.next_batch() {
             Err(ConsumerError::EpochChanged { old, new }) if opts.follow => {
                 log::warn!("ring epoch changed from {old} to {new} without a freeze seen: following");
@@ -141,6 +158,7 @@ pub fn run(dev: &mut dyn TraceDevice, opts: &Options, stats: &mut DaemonStats) -
                     log::info!("skipped {} records already in {}", b.duplicates, out.path().display());
                 }
                 out.write_batch(lost.as_ref(), b.iov)?;
+                let small = b.bytes < small_batch_bytes(consumer_ring_size, opts.max_batch_bytes);
                 stats.records += b.records;
                 stats.bytes += b.bytes;
                 stats.duplicates += b.duplicates;
@@ -154,7 +172,12 @@ pub fn run(dev: &mut dyn TraceDevice, opts: &Options, stats: &mut DaemonStats) -
                     std::thread::sleep(window);
                 }
                 consumer.commit()?;
+                if small && stopping.is_none() && !opts.batch_wait.is_zero() && !signals::pending() {
+                    nap(opts.batch_wait);
+                    stats.naps += 1;
+                }
             }
+            Ok(Step::Empty) if stopping.is_some() => stopping = Some(0),
             Ok(Step::Empty) => {
                 let r = dev.wait(opts.poll_timeout).map_err(DaemonError::Device)?;
                 if r.gone {
@@ -183,6 +206,12 @@ pub fn run(dev: &mut dyn TraceDevice, opts: &Options, stats: &mut DaemonStats) -
                 if !opts.follow {
                     return Ok(Exit::Frozen);
                 }
+                if stopping.is_some() {
+                    // Everything up to FROZEN is in the file: stop here
+                    // rather than start the next epoch.
+                    out.commit_point()?;
+                    return Ok(Exit::Stopped);
+                }
                 let new_epoch = match dev.reinit() {
                     Ok(epoch) => epoch,
                     // ENODEV: the device went away after the freeze (removed,
@@ -200,6 +229,24 @@ pub fn run(dev: &mut dyn TraceDevice, opts: &Options, stats: &mut DaemonStats) -
             }
         }
     }
+}
+
+/// Below this a batch is small: the producer wrote less than an eighth of
+/// the ring (and less than a full batch) since the last look, so a nap of
+/// `batch_wait` leaves it ample room. At QD1 on the NVMe controller a look
+/// every poll_ms (10 ms) found ~60 records and cost the guest's daemon
+/// 3-4 ms of TCG CPU, most of it per wake-up, not per record
+/// (docs/performance.md, "The cost of tracing at QD1").
+fn small_batch_bytes(ring_size: u64, max_batch_bytes: u64) -> u64 {
+    (ring_size / 8).min(max_batch_bytes)
+}
+
+/// Sleep, woken early by any signal (the handlers have no SA_RESTART, so
+/// poll() with no descriptors returns EINTR): a stop or reopen is not delayed.
+fn nap(d: Duration) {
+    let ms = d.as_millis().min(i32::MAX as u128) as i32;
+    let timeout = nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX);
+    let _ = nix::poll::poll(&mut [], timeout);
 }
 
 /// Line the consumer up with what trace.bin already holds. Returns whether
