@@ -8,6 +8,7 @@
 #   JOBS       one job a line: NAME|FIO ARGUMENTS
 #   REPS       repetitions of every job on each controller
 #   RUNTIME_S  seconds per fio job (after one second of ramp)
+#   COST_REPS  repetitions of every cost job in each mode
 #   COST_JOBS  the cost of tracing, one job a line: NAME|FIO ARGUMENTS, run
 #              on our controller under the series' nvme.ko with the module
 #              and the daemon tracing, and with hmb_trace_kb=0 (no slice)
@@ -84,6 +85,9 @@ series() {
     done
     [ -n "$ours" ] || fail "the series' nvme.ko did not bind our controller"
     echo "series_probe_ms=$(( ($(date +%s%N) - t0) / 1000000 ))" >> "$SHARE/timing.txt"
+    # The reload's uevents (block devices, partitions, the trace node) are
+    # handled by udev in both modes before a job is timed, not during it.
+    udevadm settle --timeout=30 || true
 }
 # counters: one line of what the guest did so far, for where a traced job's
 # time goes (nvme_bench.rs turns two lines into rates per second and per
@@ -137,6 +141,7 @@ cost_rep() {
                 [ -n "$node" ] || { sleep 0.05; i=$((i + 1)); }
             done
             [ -n "$node" ] || fail "no trace node of our controller's slice"
+            udevadm settle --timeout=30 || true
             "$SHARE/$DAEMON" --device "$node" --output /tmp/cost.bin --follow --stats \
                 2>>"$SHARE/daemon.stderr" &
             dpid=$!
@@ -154,14 +159,14 @@ COST_END
     done
 }
 rep=1
-while [ $rep -le "$REPS" ]; do
+while [ $rep -le "$COST_REPS" ]; do
     cost_rep
     echo "HMBT-STEP cost of tracing, rep $rep done"
     rep=$((rep + 1))
 done
 dmesg > "$SHARE/dmesg.txt"
 # The cost part may end with the module over the series' driver (an even
-# REPS): off, so that nvme can be reloaded below.
+# COST_REPS): off, so that nvme can be reloaded below.
 rmmod nvme_hmb_trace 2>/dev/null
 # The HMB rows (issue 27): 4 KiB random reads at QD1 on ours with the HMB enabled and
 # disabled (the driver reloaded with max_host_mem_size_mb=0: HMMIN is above that, so it

@@ -55,6 +55,8 @@ pub struct BenchOptions {
     pub run_dir: std::path::PathBuf,
     /// Repetitions of every job on each controller (the median is taken).
     pub reps: u32,
+    /// Repetitions of each cost-of-tracing job in each mode.
+    pub cost_reps: u32,
     /// Seconds per fio job (after one second of ramp).
     pub runtime_s: u32,
 }
@@ -145,7 +147,7 @@ const QEMU_BASELINE: &str = "QEMU 11.1 -device nvme, same guest, same boot";
 /// The guest's script (harness/guest-scripts/full-guest-nvme-bench.sh):
 /// find both controllers by model, run every job on each, `reps` times,
 /// fio's JSON into the share.
-fn script(reps: u32, runtime_s: u32) -> String {
+fn script(reps: u32, cost_reps: u32, runtime_s: u32) -> String {
     let lines = |jobs: &[(&str, &str, bool)]| -> String {
         jobs.iter()
             .map(|(name, args, _)| format!("{name}|{args}"))
@@ -159,6 +161,7 @@ fn script(reps: u32, runtime_s: u32) -> String {
         .set("DKMS_TAR", super::script::files::DKMS_TAR)
         .set("DAEMON", super::script::files::DAEMON)
         .set("REPS", reps)
+        .set("COST_REPS", cost_reps)
         .set("RUNTIME_S", runtime_s)
         .file(&guest_script::FULL_GUEST_NVME_BENCH)
         .build()
@@ -203,7 +206,7 @@ fn median(xs: &[f64]) -> f64 {
 /// figure per job.
 pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<Figure>, Timings)> {
     ensure!(
-        opts.reps >= 1 && opts.runtime_s >= 1,
+        opts.reps >= 1 && opts.cost_reps >= 1 && opts.runtime_s >= 1,
         "reps and runtime must be at least 1"
     );
     let p = prepare(sh, opts.kernel.as_deref(), phases)?;
@@ -213,7 +216,7 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<
     std::fs::create_dir_all(&share)?;
     std::fs::write(
         share.join(super::script::files::SCRIPT),
-        script(opts.reps, opts.runtime_s),
+        script(opts.reps, opts.cost_reps, opts.runtime_s),
     )?;
     // The cost part's series driver, module and daemon.
     for (from, to) in [
@@ -248,8 +251,10 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<
     let (mut emu, mut nvme, mut vm) =
         phases.run("boot (both controllers)", || boot(&p, &opts.run_dir, &share, &extra))?;
     let per_job = u64::from(opts.runtime_s) + 4;
-    let jobs = (JOBS.len() + COST_JOBS.len()) as u64;
-    let budget = Duration::from_secs(300 + (per_job * jobs * 2 + 20) * u64::from(opts.reps));
+    let budget = Duration::from_secs(
+        300 + (per_job * JOBS.len() as u64 * 2 + 20) * u64::from(opts.reps)
+            + (per_job * COST_JOBS.len() as u64 * 2 + 20) * u64::from(opts.cost_reps),
+    );
     let ended = phases.run("fio on ours and QEMU's nvme, then the HMB rows", || {
         let asked = "HMBT-STEP hmb rows: timing model please";
         let line = vm.wait_for(asked, budget, |l| {
@@ -285,8 +290,9 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<
         )
     });
     for ((name, _, iops), mine, theirs, baseline_what) in all.chain(cost) {
+        let reps = if mine == "on" { opts.cost_reps } else { opts.reps };
         let side = |who: &str| -> Result<Vec<f64>> {
-            (1..=opts.reps)
+            (1..=reps)
                 .map(|rep| {
                     let f = share.join(format!("fio-{name}-{who}-{rep}.json"));
                     let text = std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
@@ -383,14 +389,14 @@ mod tests {
 
     #[test]
     fn the_script_runs_every_job_on_both() {
-        let s = script(3, 4);
+        let s = script(3, 5, 4);
         for (name, args, _) in JOBS {
             assert!(s.contains(&format!("{name}|{args}")), "{name}");
         }
         for (name, args, _) in COST_JOBS {
             assert!(s.contains(&format!("{name}|{args}")), "{name}");
         }
-        assert!(s.contains("REPS='3'\n") && s.contains("RUNTIME_S='4'\n"));
+        assert!(s.contains("REPS='3'\n") && s.contains("COST_REPS='5'\n") && s.contains("RUNTIME_S='4'\n"));
         assert!(s.contains("series hmb_trace_kb=0\n") && s.contains("SERIES_NVME='nvme-series.ko'\n"));
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0]), 2.5);
