@@ -267,12 +267,15 @@ fn sigterm_finishes_and_exits_zero_with_stats() {
 #[test]
 fn sigterm_ends_a_batch_wait_and_drains_what_gathered() {
     let rig = Rig::new(65536);
+    // A nap far longer than the test: only the signal can end it. The nap
+    // is also bounded by the producer's rate (an eighth of the ring at the
+    // rate the first batch came): 10 records after 300 ms allow seconds.
+    let daemon = rig.spawn(&["--stats", "--batch-wait-ms", "600000"]);
+    std::thread::sleep(Duration::from_millis(300));
     let mut p = rig.producer();
     for _ in 0..10 {
         produce(&mut p, SEED, Workload::Ssd, true);
     }
-    // A nap far longer than the test: only the signal can end it.
-    let daemon = rig.spawn(&["--stats", "--batch-wait-ms", "600000"]);
     // The first (small) batch taken, the daemon naps; these gather meanwhile.
     rig.wait_drained(Duration::from_secs(10));
     for _ in 0..10 {
