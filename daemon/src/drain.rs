@@ -178,7 +178,11 @@ pub fn run(dev: &mut dyn TraceDevice, opts: &Options, stats: &mut DaemonStats) -
                     std::thread::sleep(window);
                 }
                 consumer.commit()?;
-                if small && stopping.is_none() && !wait.is_zero() && !signals::pending() {
+                // Only a batch that emptied the ring measured the producer's
+                // rate (one cut by --max-batch-kib or IOV_MAX did not: a
+                // 64 B producer's full batch is 1024 records, under 100 KiB).
+                let emptied = consumer.available() == 0;
+                if small && emptied && stopping.is_none() && !wait.is_zero() && !signals::pending() {
                     nap(wait);
                     stats.naps += 1;
                 }
