@@ -25,6 +25,9 @@ pub struct Options {
     pub poll_timeout: Duration,
     pub max_batch_bytes: u64,
     pub max_iov: usize,
+    /// After a small batch (a slow producer), let records gather this long
+    /// before looking again instead of waking for every few (0: never).
+    pub batch_wait: Duration,
     /// Test hook: widen the windows between the two halves of a batch
     /// write and between the write and the tail publish.
     pub crash_window: Option<Duration>,
@@ -60,19 +63,22 @@ pub struct DaemonStats {
     pub wakeups: u64,
     pub duplicates: u64,
     pub epochs: u64,
+    /// Sleeps of `batch_wait` after a small batch.
+    pub naps: u64,
 }
 
 impl std::fmt::Display for DaemonStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "records={} bytes={} drops={} drop_events={} batches={} wakeups={} duplicates_skipped={} epochs={}",
+            "records={} bytes={} drops={} drop_events={} batches={} wakeups={} naps={} duplicates_skipped={} epochs={}",
             self.records,
             self.bytes,
             self.lost_records,
             self.lost_events,
             self.batches,
             self.wakeups,
+            self.naps,
             self.duplicates,
             self.epochs
         )
@@ -112,10 +118,23 @@ pub fn run(dev: &mut dyn TraceDevice, opts: &Options, stats: &mut DaemonStats) -
     out.set_crash_window(opts.crash_window);
     stats.epochs = 1;
     let mut frozen_written = resume(&mut consumer, &mut out, &ring, progress)?;
+    // Batches still allowed after a stop request: enough to take what the
+    // ring held then (a nap may have left up to `batch_wait` of records),
+    // bounded so a producer that never pauses cannot keep the daemon alive.
+    let mut stopping: Option<u64> = None;
+    // When the ring was last looked at: a batch's bytes over the time since
+    // give the producer's rate, which bounds how long a nap may be.
+    let mut last_look = std::time::Instant::now();
     loop {
-        if signals::stop_requested() {
+        if stopping.is_none() && signals::stop_requested() {
+            stopping = Some(consumer.ring_size() / opts.max_batch_bytes.max(1) + 2);
+        }
+        if stopping == Some(0) {
             out.commit_point()?;
             return Ok(Exit::Stopped);
+        }
+        if let Some(n) = stopping.as_mut() {
+            *n -= 1;
         }
         if signals::take_reopen() {
             log::info!("SIGHUP: reopening {}", out.path().display());
@@ -125,6 +144,9 @@ pub fn run(dev: &mut dyn TraceDevice, opts: &Options, stats: &mut DaemonStats) -
             }
         }
         let epoch = consumer.epoch();
+        let consumer_ring_size = consumer.ring_size();
+        let since_last_look = last_look.elapsed();
+        last_look = std::time::Instant::now();
         match consumer.next_batch() {
             Err(ConsumerError::EpochChanged { old, new }) if opts.follow => {
                 log::warn!("ring epoch changed from {old} to {new} without a freeze seen: following");
@@ -141,6 +163,8 @@ pub fn run(dev: &mut dyn TraceDevice, opts: &Options, stats: &mut DaemonStats) -
                     log::info!("skipped {} records already in {}", b.duplicates, out.path().display());
                 }
                 out.write_batch(lost.as_ref(), b.iov)?;
+                let small = b.bytes < small_batch_bytes(consumer_ring_size, opts.max_batch_bytes);
+                let wait = nap_length(opts.batch_wait, consumer_ring_size, b.bytes, since_last_look);
                 stats.records += b.records;
                 stats.bytes += b.bytes;
                 stats.duplicates += b.duplicates;
@@ -154,7 +178,16 @@ pub fn run(dev: &mut dyn TraceDevice, opts: &Options, stats: &mut DaemonStats) -
                     std::thread::sleep(window);
                 }
                 consumer.commit()?;
+                // Only a batch that emptied the ring measured the producer's
+                // rate (one cut by --max-batch-kib or IOV_MAX did not: a
+                // 64 B producer's full batch is 1024 records, under 100 KiB).
+                let emptied = consumer.available() == 0;
+                if small && emptied && stopping.is_none() && !wait.is_zero() && !signals::pending() {
+                    nap(wait);
+                    stats.naps += 1;
+                }
             }
+            Ok(Step::Empty) if stopping.is_some() => stopping = Some(0),
             Ok(Step::Empty) => {
                 let r = dev.wait(opts.poll_timeout).map_err(DaemonError::Device)?;
                 if r.gone {
@@ -183,6 +216,12 @@ pub fn run(dev: &mut dyn TraceDevice, opts: &Options, stats: &mut DaemonStats) -
                 if !opts.follow {
                     return Ok(Exit::Frozen);
                 }
+                if stopping.is_some() {
+                    // Everything up to FROZEN is in the file: stop here
+                    // rather than start the next epoch.
+                    out.commit_point()?;
+                    return Ok(Exit::Stopped);
+                }
                 let new_epoch = match dev.reinit() {
                     Ok(epoch) => epoch,
                     // ENODEV: the device went away after the freeze (removed,
@@ -200,6 +239,43 @@ pub fn run(dev: &mut dyn TraceDevice, opts: &Options, stats: &mut DaemonStats) -
             }
         }
     }
+}
+
+/// Below this a batch is small: the producer wrote less than an eighth of
+/// the ring (and less than a full batch) since the last look, so a nap of
+/// `batch_wait` leaves it ample room. At QD1 on the NVMe controller a look
+/// every poll_ms (10 ms) found ~60 records and cost the guest's daemon
+/// 3-4 ms of TCG CPU, most of it per wake-up, not per record
+/// (docs/performance.md, "The cost of tracing at QD1").
+fn small_batch_bytes(ring_size: u64, max_batch_bytes: u64) -> u64 {
+    (ring_size / 8).min(max_batch_bytes)
+}
+
+/// How long to nap after a small batch of `bytes` gathered over `since`:
+/// `batch_wait`, but no longer than the producer, at that rate, takes to
+/// fill an eighth of the ring (a fast producer that the daemon just caught
+/// up with must not stall on a full ring), and none under a millisecond.
+fn nap_length(batch_wait: Duration, ring_size: u64, bytes: u64, since: Duration) -> Duration {
+    let room = ring_size / 8;
+    let fill = if bytes == 0 {
+        batch_wait
+    } else {
+        since.mul_f64(room as f64 / bytes as f64)
+    };
+    let d = batch_wait.min(fill);
+    if d < Duration::from_millis(1) {
+        Duration::ZERO
+    } else {
+        d
+    }
+}
+
+/// Sleep, woken early by any signal (the handlers have no SA_RESTART, so
+/// poll() with no descriptors returns EINTR): a stop or reopen is not delayed.
+fn nap(d: Duration) {
+    let ms = d.as_millis().min(i32::MAX as u128) as i32;
+    let timeout = nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX);
+    let _ = nix::poll::poll(&mut [], timeout);
 }
 
 /// Line the consumer up with what trace.bin already holds. Returns whether
@@ -239,4 +315,24 @@ fn resume<P: TailPublisher>(
     );
     out.write_marker(&encode_epoch(ring.epoch, ring.ring_size))?;
     Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nap_never_outlasts_an_eighth_of_the_ring_at_the_producers_rate() {
+        let ms = Duration::from_millis;
+        // QD1 on the NVMe controller: ~7 KB in 23 ms of a 16 MiB ring: the full wait.
+        assert_eq!(nap_length(ms(100), 16 << 20, 7000, ms(23)), ms(100));
+        // A fast producer: 256 KiB in 1 ms of the same ring: 2 MiB fill in 8 ms.
+        assert_eq!(nap_length(ms(100), 16 << 20, 256 << 10, ms(1)), ms(8));
+        // Faster still: under a millisecond is no nap.
+        assert_eq!(
+            nap_length(ms(100), 16 << 20, 256 << 10, Duration::from_micros(50)),
+            Duration::ZERO
+        );
+        assert_eq!(nap_length(Duration::ZERO, 16 << 20, 1, ms(100)), Duration::ZERO);
+    }
 }

@@ -39,6 +39,13 @@ struct Cli {
     /// Longest sleep in poll() when the ring is empty, in milliseconds.
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     poll_timeout_ms: u64,
+    /// After a batch smaller than an eighth of the ring (a slow producer),
+    /// sleep this long before looking again, so records gather into fewer,
+    /// larger batches; 0 looks again at once. A signal ends the sleep; the
+    /// ring is drained before the daemon stops. Bounds how stale trace.bin
+    /// is, on top of the module's poll_ms.
+    #[arg(long, default_value_t = 100, value_name = "MS")]
+    batch_wait_ms: u64,
     /// Largest batch written with one writev, in KiB (the tail is published
     /// after each batch). 256 KiB keeps a batch in the core's L2 between
     /// validating it and the kernel copying it, and hands space back to the
@@ -84,6 +91,7 @@ fn main() -> ExitCode {
         follow: cli.follow,
         fsync: cli.fsync,
         poll_timeout: Duration::from_millis(cli.poll_timeout_ms),
+        batch_wait: Duration::from_millis(cli.batch_wait_ms),
         max_batch_bytes: cli.max_batch_kib * 1024,
         max_iov: 1024,
         crash_window: cli.debug_crash_window_us.map(Duration::from_micros),

@@ -232,6 +232,7 @@ fn help_lists_every_option_and_exit_code() {
         "--fsync",
         "--poll-timeout-ms",
         "--max-batch-kib",
+        "--batch-wait-ms",
         "Exit codes",
         " 10  ",
         " 11  ",
@@ -261,6 +262,37 @@ fn sigterm_finishes_and_exits_zero_with_stats() {
     for field in ["records=1000 ", "bytes=", "drops=0 ", "batches=", "wakeups="] {
         assert!(stderr.contains(field), "{field} missing in {stderr}");
     }
+}
+
+#[test]
+fn sigterm_ends_a_batch_wait_and_drains_what_gathered() {
+    let rig = Rig::new(65536);
+    // A nap far longer than the test: only the signal can end it. The nap
+    // is also bounded by the producer's rate (an eighth of the ring at the
+    // rate the first batch came): 10 records after 300 ms allow seconds.
+    let daemon = rig.spawn(&["--stats", "--batch-wait-ms", "600000"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut p = rig.producer();
+    for _ in 0..10 {
+        produce(&mut p, SEED, Workload::Ssd, true);
+    }
+    // The first (small) batch taken, the daemon naps; these gather meanwhile.
+    rig.wait_drained(Duration::from_secs(10));
+    for _ in 0..10 {
+        produce(&mut p, SEED, Workload::Ssd, true);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_ne!(rig.tail(), rig.head(), "the daemon took records during its nap");
+    let start = std::time::Instant::now();
+    signal(&daemon, Signal::SIGTERM);
+    let out = daemon.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(start.elapsed() < Duration::from_secs(30), "the nap outlived SIGTERM");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("records=20 ") && stderr.contains("naps=1 "), "{stderr}");
+    let items = read_trace(&rig.out);
+    assert_eq!(check_records(&items, SEED, Workload::Ssd), (0..20).collect::<Vec<_>>());
+    assert_eq!(rig.tail(), rig.head());
 }
 
 #[test]

@@ -8,6 +8,7 @@
 #   JOBS       one job a line: NAME|FIO ARGUMENTS
 #   REPS       repetitions of every job on each controller
 #   RUNTIME_S  seconds per fio job (after one second of ramp)
+#   COST_REPS  repetitions of every cost job in each mode
 #   COST_JOBS  the cost of tracing, one job a line: NAME|FIO ARGUMENTS, run
 #              on our controller under the series' nvme.ko with the module
 #              and the daemon tracing, and with hmb_trace_kb=0 (no slice)
@@ -46,6 +47,8 @@ run_job() {
 # I/O on our controller, and which controller is ours (the probe times).
 echo "first_io_uptime=$(cut -d' ' -f1 /proc/uptime)" > "$SHARE/timing.txt"
 echo "ours=$(basename "$ours" n1)" >> "$SHARE/timing.txt"
+# What the cost part's counters need: vCPUs, and where the daemon writes.
+echo "vcpus=$(nproc) tmp_fs=$(stat -f -c %T /tmp)" >> "$SHARE/cost-counters.txt"
 rep=1
 while [ $rep -le "$REPS" ]; do
     # A redirected loop, not a pipe: fail must end the script, not a subshell.
@@ -82,14 +85,45 @@ series() {
     done
     [ -n "$ours" ] || fail "the series' nvme.ko did not bind our controller"
     echo "series_probe_ms=$(( ($(date +%s%N) - t0) / 1000000 ))" >> "$SHARE/timing.txt"
+    # The reload's uevents (block devices, partitions, the trace node) are
+    # handled by udev in both modes before a job is timed, not during it.
+    udevadm settle --timeout=30 || true
+}
+# counters: one line of what the guest did so far, for where a traced job's
+# time goes (nvme_bench.rs turns two lines into rates per second and per
+# I/O): context switches and interrupts (/proc/stat), CPU ticks (user,
+# system, irq+softirq, idle+iowait, over both vCPUs), our controller's queue
+# interrupts, the timer, rescheduling and call IPIs (/proc/interrupts), and
+# the daemon's context switches and CPU ticks (0 with the trace off).
+counters() {
+    q=$(basename "$octrl")q
+    printf 'ns=%s ' "$(date +%s%N)"
+    awk '$1 == "ctxt" { printf "ctxt=%s ", $2 } $1 == "intr" { printf "intr=%s ", $2 }
+         $1 == "cpu" { printf "user=%d sys=%d irq=%d idle=%d ", $2 + $3, $4, $7 + $8, $5 + $6 }' /proc/stat
+    awk -v q="$q" 'NR == 1 { n = NF; next }
+         { s = 0; for (i = 2; i <= n + 1; i++) s += $i }
+         index($NF, q) == 1 { nvme += s } $1 == "LOC:" { loc = s } $1 == "RES:" { res = s }
+         $1 == "CAL:" { cal = s }
+         END { printf "nvme_irq=%d loc=%d res=%d cal=%d ", nvme, loc, res, cal }' /proc/interrupts
+    if [ "$mode" = on ] && [ -r "/proc/$dpid/stat" ]; then
+        awk '/^voluntary_ctxt_switches/ { v = $2 } /^nonvoluntary_ctxt_switches/ { n = $2 }
+             END { printf "daemon_vcs=%d daemon_ncs=%d ", v, n }' "/proc/$dpid/status"
+        # After the command's parenthesised name: utime and stime are fields 12 and 13.
+        sed 's/.*) //' "/proc/$dpid/stat" | awk '{ printf "daemon_ticks=%d", $12 + $13 }'
+    else
+        printf 'daemon_vcs=0 daemon_ncs=0 daemon_ticks=0'
+    fi
+    echo
 }
 cost_job() {
+    echo "job=$1 mode=$3 rep=$rep $(counters)" >> "$SHARE/cost-counters.txt"
     # $2 unquoted: fio's arguments, a word each.
     # shellcheck disable=SC2086
     fio --name="$1" --filename="$ours" --ioengine=io_uring --direct=1 --size=64M \
         --time_based --runtime="$RUNTIME_S" --ramp_time=1 --output-format=json \
         --output="$SHARE/fio-$1-$3-$rep.json" $2 < /dev/null > /dev/null 2>>"$SHARE/fio.stderr" \
         || fail "fio $1 with the trace $3"
+    echo "job=$1 mode=$3 rep=$rep $(counters)" >> "$SHARE/cost-counters.txt"
 }
 cost_rep() {
     if [ $((rep % 2)) -eq 1 ]; then order="on off"; else order="off on"; fi
@@ -107,7 +141,9 @@ cost_rep() {
                 [ -n "$node" ] || { sleep 0.05; i=$((i + 1)); }
             done
             [ -n "$node" ] || fail "no trace node of our controller's slice"
-            "$SHARE/$DAEMON" --device "$node" --output /tmp/cost.bin --follow 2>>"$SHARE/daemon.stderr" &
+            udevadm settle --timeout=30 || true
+            "$SHARE/$DAEMON" --device "$node" --output /tmp/cost.bin --follow --stats \
+                2>>"$SHARE/daemon.stderr" &
             dpid=$!
         fi
         while IFS='|' read -r name args; do
@@ -123,14 +159,14 @@ COST_END
     done
 }
 rep=1
-while [ $rep -le "$REPS" ]; do
+while [ $rep -le "$COST_REPS" ]; do
     cost_rep
     echo "HMBT-STEP cost of tracing, rep $rep done"
     rep=$((rep + 1))
 done
 dmesg > "$SHARE/dmesg.txt"
 # The cost part may end with the module over the series' driver (an even
-# REPS): off, so that nvme can be reloaded below.
+# COST_REPS): off, so that nvme can be reloaded below.
 rmmod nvme_hmb_trace 2>/dev/null
 # The HMB rows (issue 27): 4 KiB random reads at QD1 on ours with the HMB enabled and
 # disabled (the driver reloaded with max_host_mem_size_mb=0: HMMIN is above that, so it

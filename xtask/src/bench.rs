@@ -126,6 +126,11 @@ const FIGURES: &[(&str, Target, &str)] = &[
     ("analyzer_decode", Target::AtLeast(10.0), "as analyzer_csv for decode"),
 ];
 
+/// Repetitions of each cost-of-tracing job in each mode (on and off
+/// alternating which goes first, each a driver reload) at least, whatever
+/// `--nvme-reps` says: three gave QD1 figures 0.80-1.30 apart (issue 28).
+const NVME_COST_REPS_MIN: u32 = 5;
+
 /// `--nvme`: emu-device's NVMe controller over QEMU's own nvme (issue 28's
 /// goal: at least 1.0 in every row). The names are nvme_bench::JOBS'.
 const NVME: &[(&str, Target, &str)] = &[
@@ -141,7 +146,7 @@ const NVME: &[(&str, Target, &str)] = &[
     (
         "nvme_trace_cost_4k_qd1",
         Target::Ratio(0.97),
-        "the cost of tracing: fio 4 KiB random read, io_uring, direct, QD1 on emu-device's controller in the same boot, under the patch series' nvme.ko with the module and the daemon tracing, IOPS (median of --nvme-reps); baseline: the series' nvme.ko with hmb_trace_kb=0, alternating",
+        "the cost of tracing: fio 4 KiB random read, io_uring, direct, QD1 on emu-device's controller in the same boot, under the patch series' nvme.ko with the module and the daemon tracing, IOPS (median of --nvme-reps, at least 5); baseline: the series' nvme.ko with hmb_trace_kb=0, alternating",
     ),
     ("nvme_trace_cost_4k_qd32", Target::Ratio(0.97), "as nvme_trace_cost_4k_qd1 at QD32"),
     (
@@ -316,6 +321,11 @@ impl Bench {
             kernel: None,
             run_dir: dir.join("nvme"),
             reps: if self.quick { 1 } else { self.nvme_reps },
+            cost_reps: if self.quick {
+                1
+            } else {
+                self.nvme_reps.max(NVME_COST_REPS_MIN)
+            },
             runtime_s: if self.quick { 1 } else { self.nvme_runtime },
         };
         let mut phases = hmb_harness::phases::Phases::new();
@@ -333,6 +343,9 @@ impl Bench {
             timings.uptime_at_first_io_s,
             timings.trace_bytes_per_rep
         );
+        for c in &timings.cost_counters {
+            println!("    {c}");
+        }
         Ok(figures
             .into_iter()
             .map(|f| {

@@ -20,10 +20,13 @@ use serde_json::Value;
 use xshell::Shell;
 
 use super::{boot, nvme_tools, prepare};
+
+mod cost_counters;
 use crate::guest_script::{self, Script};
 use crate::phases::Phases;
 use crate::qemu::args;
 use crate::qemu::console;
+pub use cost_counters::CostCounters;
 
 /// The fio jobs: figure name, fio arguments, and whether the figure is
 /// IOPS (else MB/s).
@@ -52,6 +55,8 @@ pub struct BenchOptions {
     pub run_dir: std::path::PathBuf,
     /// Repetitions of every job on each controller (the median is taken).
     pub reps: u32,
+    /// Repetitions of each cost-of-tracing job in each mode.
+    pub cost_reps: u32,
     /// Seconds per fio job (after one second of ramp).
     pub runtime_s: u32,
 }
@@ -82,6 +87,8 @@ pub struct Timings {
     pub series_insmod_to_live_ms: f64,
     pub uptime_at_first_io_s: f64,
     pub trace_bytes_per_rep: Vec<u64>,
+    /// The cost part's counters, per job and mode (where a traced job's time goes).
+    pub cost_counters: Vec<CostCounters>,
 }
 
 /// `nvmeN: pci function` to `nvmeN: ... default/read/poll queues` in `dmesg`, the first of
@@ -99,7 +106,7 @@ fn boot_probe_ms(dmesg: &str, ctrl: &str) -> Option<f64> {
     (end >= start).then_some((end - start) * 1000.0)
 }
 
-fn timings(share: &std::path::Path) -> Result<Timings> {
+fn timings(share: &std::path::Path, cost_counters: Vec<CostCounters>) -> Result<Timings> {
     let text = std::fs::read_to_string(share.join("timing.txt")).context("the bench guest left no timing.txt")?;
     let dmesg = std::fs::read_to_string(share.join("dmesg.txt")).context("the bench guest left no dmesg.txt")?;
     let values = |key: &str| -> Vec<String> {
@@ -125,6 +132,7 @@ fn timings(share: &std::path::Path) -> Result<Timings> {
             .and_then(|v| v.parse().ok())
             .context("timing.txt: no first_io_uptime")?,
         trace_bytes_per_rep: values("trace_bytes").iter().filter_map(|v| v.parse().ok()).collect(),
+        cost_counters,
     })
 }
 
@@ -139,7 +147,7 @@ const QEMU_BASELINE: &str = "QEMU 11.1 -device nvme, same guest, same boot";
 /// The guest's script (harness/guest-scripts/full-guest-nvme-bench.sh):
 /// find both controllers by model, run every job on each, `reps` times,
 /// fio's JSON into the share.
-fn script(reps: u32, runtime_s: u32) -> String {
+fn script(reps: u32, cost_reps: u32, runtime_s: u32) -> String {
     let lines = |jobs: &[(&str, &str, bool)]| -> String {
         jobs.iter()
             .map(|(name, args, _)| format!("{name}|{args}"))
@@ -153,6 +161,7 @@ fn script(reps: u32, runtime_s: u32) -> String {
         .set("DKMS_TAR", super::script::files::DKMS_TAR)
         .set("DAEMON", super::script::files::DAEMON)
         .set("REPS", reps)
+        .set("COST_REPS", cost_reps)
         .set("RUNTIME_S", runtime_s)
         .file(&guest_script::FULL_GUEST_NVME_BENCH)
         .build()
@@ -197,7 +206,7 @@ fn median(xs: &[f64]) -> f64 {
 /// figure per job.
 pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<Figure>, Timings)> {
     ensure!(
-        opts.reps >= 1 && opts.runtime_s >= 1,
+        opts.reps >= 1 && opts.cost_reps >= 1 && opts.runtime_s >= 1,
         "reps and runtime must be at least 1"
     );
     let p = prepare(sh, opts.kernel.as_deref(), phases)?;
@@ -207,7 +216,7 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<
     std::fs::create_dir_all(&share)?;
     std::fs::write(
         share.join(super::script::files::SCRIPT),
-        script(opts.reps, opts.runtime_s),
+        script(opts.reps, opts.cost_reps, opts.runtime_s),
     )?;
     // The cost part's series driver, module and daemon.
     for (from, to) in [
@@ -242,8 +251,10 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<
     let (mut emu, mut nvme, mut vm) =
         phases.run("boot (both controllers)", || boot(&p, &opts.run_dir, &share, &extra))?;
     let per_job = u64::from(opts.runtime_s) + 4;
-    let jobs = (JOBS.len() + COST_JOBS.len()) as u64;
-    let budget = Duration::from_secs(300 + (per_job * jobs * 2 + 20) * u64::from(opts.reps));
+    let budget = Duration::from_secs(
+        300 + (per_job * JOBS.len() as u64 * 2 + 20) * u64::from(opts.reps)
+            + (per_job * COST_JOBS.len() as u64 * 2 + 20) * u64::from(opts.cost_reps),
+    );
     let ended = phases.run("fio on ours and QEMU's nvme, then the HMB rows", || {
         let asked = "HMBT-STEP hmb rows: timing model please";
         let line = vm.wait_for(asked, budget, |l| {
@@ -279,8 +290,9 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<
         )
     });
     for ((name, _, iops), mine, theirs, baseline_what) in all.chain(cost) {
+        let reps = if mine == "on" { opts.cost_reps } else { opts.reps };
         let side = |who: &str| -> Result<Vec<f64>> {
-            (1..=opts.reps)
+            (1..=reps)
                 .map(|rep| {
                     let f = share.join(format!("fio-{name}-{who}-{rep}.json"));
                     let text = std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
@@ -302,7 +314,14 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<
         });
     }
     figures.extend(hmb_figures(&share, opts.reps)?);
-    Ok((figures, timings(&share)?))
+    let counters = std::fs::read_to_string(share.join("cost-counters.txt"))
+        .context("the bench guest left no cost-counters.txt")?;
+    let iops_of = |job: &str, mode: &str, rep: u32| -> Result<f64> {
+        let f = share.join(format!("fio-{job}-{mode}-{rep}.json"));
+        fio_figure(&std::fs::read_to_string(&f)?, true).with_context(|| format!("{}", f.display()))
+    };
+    let cost = cost_counters::parse(&counters, iops_of).context("cost-counters.txt")?;
+    Ok((figures, timings(&share, cost)?))
 }
 
 /// The HMB rows from fio-hmb_{on,off}-REP.json: IOPS and p99 latency, medians of `reps`.
@@ -370,14 +389,14 @@ mod tests {
 
     #[test]
     fn the_script_runs_every_job_on_both() {
-        let s = script(3, 4);
+        let s = script(3, 5, 4);
         for (name, args, _) in JOBS {
             assert!(s.contains(&format!("{name}|{args}")), "{name}");
         }
         for (name, args, _) in COST_JOBS {
             assert!(s.contains(&format!("{name}|{args}")), "{name}");
         }
-        assert!(s.contains("REPS='3'\n") && s.contains("RUNTIME_S='4'\n"));
+        assert!(s.contains("REPS='3'\n") && s.contains("COST_REPS='5'\n") && s.contains("RUNTIME_S='4'\n"));
         assert!(s.contains("series hmb_trace_kb=0\n") && s.contains("SERIES_NVME='nvme-series.ko'\n"));
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0]), 2.5);
