@@ -42,6 +42,11 @@ pub trait TraceDevice {
     /// Sleep until data, FROZEN, removal, a signal (EINTR: returns with
     /// nothing set) or `timeout`.
     fn wait(&mut self, timeout: Duration) -> io::Result<Readiness>;
+    /// Sleep `d` while records gather: new data does not end it, only
+    /// removal (`gone`), a signal (EINTR) or the time. The daemon must not
+    /// touch the ring after a removal (the module takes the mapping away:
+    /// SIGBUS), so it learns of one here as it would in `wait`.
+    fn nap(&mut self, d: Duration) -> io::Result<Readiness>;
     /// Re-initialise a FROZEN ring; returns the new epoch.
     fn reinit(&mut self) -> io::Result<u64>;
     /// A name for messages.
@@ -145,10 +150,9 @@ impl TraceDevice for CharDevice {
     }
 
     fn wait(&mut self, timeout: Duration) -> io::Result<Readiness> {
-        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use nix::poll::{poll, PollFd, PollFlags};
         let mut fds = [PollFd::new(self.file.as_fd(), PollFlags::POLLIN | PollFlags::POLLPRI)];
-        let ms = PollTimeout::try_from(timeout.as_millis().min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX);
-        match poll(&mut fds, ms) {
+        match poll(&mut fds, poll_timeout(timeout)) {
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => return Ok(Readiness::default()),
             Err(e) => return Err(e.into()),
@@ -158,6 +162,23 @@ impl TraceDevice for CharDevice {
             readable: r.intersects(PollFlags::POLLIN | PollFlags::POLLRDNORM),
             frozen: r.contains(PollFlags::POLLPRI),
             gone: r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL),
+        })
+    }
+
+    fn nap(&mut self, d: Duration) -> io::Result<Readiness> {
+        use nix::poll::{poll, PollFd, PollFlags};
+        // No events asked: poll still reports POLLHUP/POLLERR/POLLNVAL,
+        // which is all a nap may be woken for.
+        let mut fds = [PollFd::new(self.file.as_fd(), PollFlags::empty())];
+        match poll(&mut fds, poll_timeout(d)) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => return Ok(Readiness::default()),
+            Err(e) => return Err(e.into()),
+        }
+        let r = fds[0].revents().unwrap_or(PollFlags::empty());
+        Ok(Readiness {
+            gone: r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL),
+            ..Readiness::default()
         })
     }
 
@@ -212,6 +233,13 @@ impl TraceDevice for RingFile {
         Ok(Box::new(AtomicTailPublisher::from_mmap(self.rw.clone())))
     }
 
+    fn nap(&mut self, d: Duration) -> io::Result<Readiness> {
+        // A plain file cannot go away under its mapping: a sleep that a
+        // signal ends (poll() with no descriptors returns EINTR).
+        let _ = nix::poll::poll(&mut [], poll_timeout(d));
+        Ok(Readiness::default())
+    }
+
     fn wait(&mut self, timeout: Duration) -> io::Result<Readiness> {
         use std::sync::atomic::Ordering::Acquire;
         let start = Instant::now();
@@ -242,6 +270,12 @@ impl TraceDevice for RingFile {
     fn name(&self) -> String {
         self.path.display().to_string()
     }
+}
+
+/// `d` as poll()'s timeout, saturating.
+fn poll_timeout(d: Duration) -> nix::poll::PollTimeout {
+    let ms = d.as_millis().min(i32::MAX as u128) as i32;
+    nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX)
 }
 
 #[cfg(test)]

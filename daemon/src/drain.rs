@@ -183,8 +183,11 @@ pub fn run(dev: &mut dyn TraceDevice, opts: &Options, stats: &mut DaemonStats) -
                 // 64 B producer's full batch is 1024 records, under 100 KiB).
                 let emptied = consumer.available() == 0;
                 if small && emptied && stopping.is_none() && !wait.is_zero() && !signals::pending() {
-                    nap(wait);
+                    let r = dev.nap(wait).map_err(DaemonError::Device)?;
                     stats.naps += 1;
+                    if r.gone {
+                        return Ok(Exit::DeviceGone);
+                    }
                 }
             }
             Ok(Step::Empty) if stopping.is_some() => stopping = Some(0),
@@ -268,14 +271,6 @@ fn nap_length(batch_wait: Duration, ring_size: u64, bytes: u64, since: Duration)
     } else {
         d
     }
-}
-
-/// Sleep, woken early by any signal (the handlers have no SA_RESTART, so
-/// poll() with no descriptors returns EINTR): a stop or reopen is not delayed.
-fn nap(d: Duration) {
-    let ms = d.as_millis().min(i32::MAX as u128) as i32;
-    let timeout = nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX);
-    let _ = nix::poll::poll(&mut [], timeout);
 }
 
 /// Line the consumer up with what trace.bin already holds. Returns whether
