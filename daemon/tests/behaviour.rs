@@ -289,7 +289,15 @@ fn sigterm_ends_a_batch_wait_and_drains_what_gathered() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(start.elapsed() < Duration::from_secs(30), "the nap outlived SIGTERM");
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(stderr.contains("records=20 ") && stderr.contains("naps=1 "), "{stderr}");
+    // At least one nap: a slow build (AddressSanitizer) may take the first
+    // ten in two batches, with a short nap between them (bounded by the
+    // rate the first few came at), before the long one SIGTERM ends.
+    let naps: u64 = stderr
+        .split_once("naps=")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no naps= in {stderr}"));
+    assert!(stderr.contains("records=20 ") && naps >= 1, "{stderr}");
     let items = read_trace(&rig.out);
     assert_eq!(check_records(&items, SEED, Workload::Ssd), (0..20).collect::<Vec<_>>());
     assert_eq!(rig.tail(), rig.head());
