@@ -42,8 +42,8 @@ pub trait TraceDevice {
     /// Sleep until data, FROZEN, removal, a signal (EINTR: returns with
     /// nothing set) or `timeout`.
     fn wait(&mut self, timeout: Duration) -> io::Result<Readiness>;
-    /// Sleep `d` while records gather: new data does not end it, only
-    /// removal (`gone`), a signal (EINTR) or the time. The daemon must not
+    /// Sleep `d` while records gather: new data does not end it, only a
+    /// freeze (`frozen`), removal (`gone`), a signal (EINTR) or the time. The daemon must not
     /// touch the ring after a removal (the module takes the mapping away:
     /// SIGBUS), so it learns of one here as it would in `wait`.
     fn nap(&mut self, d: Duration) -> io::Result<Readiness>;
@@ -167,9 +167,11 @@ impl TraceDevice for CharDevice {
 
     fn nap(&mut self, d: Duration) -> io::Result<Readiness> {
         use nix::poll::{poll, PollFd, PollFlags};
-        // No events asked: poll still reports POLLHUP/POLLERR/POLLNVAL,
-        // which is all a nap may be woken for.
-        let mut fds = [PollFd::new(self.file.as_fd(), PollFlags::empty())];
+        // Not POLLIN: new records are what the nap lets gather. POLLPRI (a
+        // freeze: a reset or a removal on its way, which waits for the
+        // daemon to drain) and POLLHUP/POLLERR/POLLNVAL (always reported)
+        // end it.
+        let mut fds = [PollFd::new(self.file.as_fd(), PollFlags::POLLPRI)];
         match poll(&mut fds, poll_timeout(d)) {
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => return Ok(Readiness::default()),
@@ -177,8 +179,9 @@ impl TraceDevice for CharDevice {
         }
         let r = fds[0].revents().unwrap_or(PollFlags::empty());
         Ok(Readiness {
+            readable: false,
+            frozen: r.contains(PollFlags::POLLPRI),
             gone: r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL),
-            ..Readiness::default()
         })
     }
 
