@@ -137,6 +137,26 @@ impl TailPublisher for IoctlPublisher {
     }
 }
 
+impl CharDevice {
+    /// One poll() of the device for `events` (POLLHUP/POLLERR/POLLNVAL are
+    /// always reported); EINTR returns with nothing set.
+    fn poll_for(&self, events: nix::poll::PollFlags, timeout: Duration) -> io::Result<Readiness> {
+        use nix::poll::{poll, PollFd, PollFlags};
+        let mut fds = [PollFd::new(self.file.as_fd(), events)];
+        match poll(&mut fds, poll_timeout(timeout)) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => return Ok(Readiness::default()),
+            Err(e) => return Err(e.into()),
+        }
+        let r = fds[0].revents().unwrap_or(PollFlags::empty());
+        Ok(Readiness {
+            readable: r.intersects(PollFlags::POLLIN | PollFlags::POLLRDNORM),
+            frozen: r.contains(PollFlags::POLLPRI),
+            gone: r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL),
+        })
+    }
+}
+
 impl TraceDevice for CharDevice {
     fn map(&mut self) -> io::Result<RingView> {
         let len = self.info.mmap_len.get();
@@ -150,39 +170,15 @@ impl TraceDevice for CharDevice {
     }
 
     fn wait(&mut self, timeout: Duration) -> io::Result<Readiness> {
-        use nix::poll::{poll, PollFd, PollFlags};
-        let mut fds = [PollFd::new(self.file.as_fd(), PollFlags::POLLIN | PollFlags::POLLPRI)];
-        match poll(&mut fds, poll_timeout(timeout)) {
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => return Ok(Readiness::default()),
-            Err(e) => return Err(e.into()),
-        }
-        let r = fds[0].revents().unwrap_or(PollFlags::empty());
-        Ok(Readiness {
-            readable: r.intersects(PollFlags::POLLIN | PollFlags::POLLRDNORM),
-            frozen: r.contains(PollFlags::POLLPRI),
-            gone: r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL),
-        })
+        self.poll_for(nix::poll::PollFlags::POLLIN | nix::poll::PollFlags::POLLPRI, timeout)
     }
 
     fn nap(&mut self, d: Duration) -> io::Result<Readiness> {
-        use nix::poll::{poll, PollFd, PollFlags};
         // Not POLLIN: new records are what the nap lets gather. POLLPRI (a
         // freeze: a reset or a removal on its way, which waits for the
         // daemon to drain) and POLLHUP/POLLERR/POLLNVAL (always reported)
         // end it.
-        let mut fds = [PollFd::new(self.file.as_fd(), PollFlags::POLLPRI)];
-        match poll(&mut fds, poll_timeout(d)) {
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => return Ok(Readiness::default()),
-            Err(e) => return Err(e.into()),
-        }
-        let r = fds[0].revents().unwrap_or(PollFlags::empty());
-        Ok(Readiness {
-            readable: false,
-            frozen: r.contains(PollFlags::POLLPRI),
-            gone: r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL),
-        })
+        self.poll_for(nix::poll::PollFlags::POLLPRI, d)
     }
 
     fn reinit(&mut self) -> io::Result<u64> {
