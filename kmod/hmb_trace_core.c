@@ -244,8 +244,13 @@ static void hmb_trace_sample(struct work_struct *work)
 					      msecs_to_jiffies(max(poll_ms, 1U)));
 	}
 	mutex_unlock(&td->lock);
+	/*
+	 * Keyed: a reader that waits only for EPOLLPRI (the daemon letting
+	 * records gather, docs/daemon.md) is not woken by every sample that
+	 * finds records it has chosen not to read yet.
+	 */
 	if (events)
-		wake_up_interruptible(&td->wq);
+		wake_up_interruptible_poll(&td->wq, events);
 }
 
 /* ---- file operations ---- */

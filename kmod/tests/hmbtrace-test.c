@@ -38,6 +38,7 @@
 #include <sys/klog.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -757,6 +758,38 @@ static void check_poll_wakes(int fd, const uint8_t *map, const struct opts *o)
 	head = ld_acq64(&h->head);
 	n = walk_records(map, h->tail, head, why, sizeof(why));
 	CHECK("records_valid_after_poll", n >= 0, "%s", why);
+}
+
+/*
+ * A reader that waits only for POLLPRI (the daemon letting records gather,
+ * docs/daemon.md) sleeps through the sampler's finds: the module wakes its
+ * pollers keyed with the events it found, so unread records (EPOLLIN) do not
+ * end, or even interrupt, a POLLPRI-only wait. Unkeyed, every 10 ms sample
+ * woke the waiter (one voluntary context switch each).
+ */
+static void check_pri_wait_sleeps(int fd, const uint8_t *map, const struct opts *o)
+{
+	const struct hmb_ring_hdr *h = (const void *)map;
+	struct pollfd pfd = { .fd = fd, .events = POLLPRI };
+	struct rusage r0, r1;
+	long switches;
+	int ret;
+
+	if (o->irq) {
+		skip("pri_wait_sleeps", "device interrupts wake every poller");
+		return;
+	}
+	if (ld_acq64(&h->head) == ld_acq64(&h->tail)) {
+		skip("pri_wait_sleeps", "no unread records to ignore");
+		return;
+	}
+	getrusage(RUSAGE_THREAD, &r0);
+	ret = poll(&pfd, 1, 300);
+	getrusage(RUSAGE_THREAD, &r1);
+	switches = r1.ru_nvcsw - r0.ru_nvcsw;
+	CHECK("pri_wait_sleeps", ret == 0 && switches <= 3,
+	      "poll(POLLPRI, 300 ms) with records unread: returned %d revents %#x, %ld voluntary switches",
+	      ret, pfd.revents, switches);
 }
 
 /* Ask the harness to freeze the device and wait for POLLPRI. */
@@ -1624,6 +1657,7 @@ int main(int argc, char **argv)
 	check_reinit_refused(fd, map);
 	tracing = trace_enable();
 	check_poll_wakes(fd, map, &o);
+	check_pri_wait_sleeps(fd, map, &o);
 	check_shadow_state(fd, map, &o);
 	check_irq_name(&o);
 	check_debugfs(&info);
