@@ -213,15 +213,23 @@ static __poll_t hmb_trace_events_locked(struct hmb_trace_dev *td)
 void hmb_trace_notify(struct hmb_trace_dev *td)
 {
 	u64 n = atomic64_inc_return(&td->irq_count);
+	__poll_t events = EPOLLIN | EPOLLRDNORM;
 
 	trace_hmb_trace_irq(td->minor, n);
 	/*
 	 * A vanished device's header reads all-ones: FROZEN plus a huge head;
-	 * a paused one may read anything.
+	 * a paused one may read anything: wake every poller to look.
+	 * Otherwise an interrupt means new records, or FROZEN when the flag
+	 * says so; keyed like the sampler's wake-up, so a POLLPRI-only reader
+	 * sleeps through records.
 	 */
-	if (!READ_ONCE(td->paused) && (!td->ops->lost || !td->ops->lost(td->priv)))
-		hmb_trace_observe(td);
-	wake_up_interruptible(&td->wq);
+	if (READ_ONCE(td->paused) || (td->ops->lost && td->ops->lost(td->priv))) {
+		wake_up_interruptible(&td->wq);
+		return;
+	}
+	if (hmb_trace_observe(td) & HMB_RING_FLAG_FROZEN)
+		events |= EPOLLPRI;
+	wake_up_interruptible_poll(&td->wq, events);
 }
 
 /*
