@@ -7,7 +7,9 @@
 //! Then the text outputs through the real binary (stdout to /dev/null):
 //! `convert --format csv`, `convert --format jsonl` and `decode`, in
 //! records per second, beside the walk alone (decode + bookkeeping, no
-//! output) as the floor they are measured against.
+//! output) as the floor they are measured against: five interleaved
+//! rounds, each child preceded by an in-process probe of the same code,
+//! which says what speed the machine gave that code at that moment.
 //!
 //! Every figure is also printed as one `BENCH {json}` line for
 //! `cargo xtask bench` (docs/performance.md).
@@ -264,40 +266,66 @@ fn real_main() -> Result<(), Box<dyn std::error::Error>> {
         Some((account_cpu, account_cpu / read_cpu)),
     );
 
-    // The text outputs, as a user runs them: the binary, stdout to /dev/null;
-    // the median of 3 like every figure above (one run each let whatever the
-    // machine did at that moment set the figure: the idle medians of
-    // 5 December had csv, always the first, at 8.06 M records/s in two of
-    // three runs, while the same binaries alternated gave the same CPU
-    // time as before; docs/performance.md).
+    // The text outputs, as a user runs them: the binary, stdout to /dev/null
+    // (a character device: no page cache, no file to truncate). Five rounds,
+    // each running csv, jsonl and decode once, and the median of each
+    // figure's five samples: three samples of one figure in a row (as
+    // before, 6 December) put all of a figure's samples into the same
+    // second or two, so a slow spell of this VM's host (the idle bench of
+    // 6 December: every child at 0.70 s of CPU in run 1, 0.34 s in run 2,
+    // the same binary, user time, docs/performance.md "Fourth pass") set
+    // the whole figure. Before each child the same command runs in this
+    // process as `decode --limit PROBE_RECORDS` (the same code, in the
+    // same second, see `probe`): a child slower than its probe points at
+    // the child, both slower at the machine.
     let walk_mrps = summary.records as f64 / walk_s / 1e6;
-    for (figure, args) in [
-        ("analyzer_csv", &["convert", "--format", "csv"][..]),
-        ("analyzer_jsonl", &["convert", "--format", "jsonl"][..]),
-        ("analyzer_decode", &["decode"][..]),
-    ] {
-        let (mut walls, mut cpus) = (Vec::new(), Vec::new());
-        let mut each = Vec::new();
-        for _ in 0..3 {
+    let figures: [(&str, &[&str]); 3] = [
+        ("analyzer_csv", &["convert", "--format", "csv"]),
+        ("analyzer_jsonl", &["convert", "--format", "jsonl"]),
+        ("analyzer_decode", &["decode"]),
+    ];
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); figures.len()];
+    let null = || File::create("/dev/null");
+    for _round in 0..TEXT_ROUNDS {
+        for (i, (_, args)) in figures.iter().enumerate() {
+            let probe_cpu = probe(&p)?;
             let (t, cpu0) = (Instant::now(), children_cpu_seconds());
             let status = std::process::Command::new(env!("CARGO_BIN_EXE_hmb-trace-analyze"))
-                .args(args)
+                .args(*args)
                 .arg(&path)
-                .stdout(File::create("/dev/null")?)
+                .stdout(null()?)
                 .status()?;
-            let (wall, used) = (t.elapsed().as_secs_f64(), (children_cpu_seconds() - cpu0).max(1e-6));
-            each.push(format!("{wall:.3}/{used:.3}"));
-            walls.push(wall);
-            cpus.push(used);
+            let (wall, cpu) = (t.elapsed().as_secs_f64(), (children_cpu_seconds() - cpu0).max(1e-6));
             if !status.success() {
                 return Err(format!("hmb-trace-analyze {args:?} failed: {status}").into());
             }
+            samples[i].push(Sample { wall, cpu, probe_cpu });
         }
-        let (secs, cpu) = (median(walls), median(cpus));
+    }
+    for ((figure, args), samples) in figures.iter().zip(&samples) {
+        let secs = median(samples.iter().map(|s| s.wall).collect());
+        let cpu = median(samples.iter().map(|s| s.cpu).collect());
+        let probe_mrps = median(
+            samples
+                .iter()
+                .map(|s| PROBE_RECORDS as f64 / s.probe_cpu / 1e6)
+                .collect(),
+        );
         let mrps = summary.records as f64 / secs / 1e6;
         let cpu_mrps = summary.records as f64 / cpu / 1e6;
+        let each: Vec<String> = samples
+            .iter()
+            .map(|s| {
+                format!(
+                    "{:.3}/{:.3}/{:.1}",
+                    s.wall,
+                    s.cpu,
+                    PROBE_RECORDS as f64 / s.probe_cpu / 1e6
+                )
+            })
+            .collect();
         println!(
-            "{:<10} {mrps:.2} M records/s wall, {cpu_mrps:.2} M records per CPU-second  `hmb-trace-analyze {}` to /dev/null (median of 3; wall/CPU s: {})",
+            "{:<10} {mrps:.2} M records/s wall, {cpu_mrps:.2} M records per CPU-second  `hmb-trace-analyze {}` to /dev/null (median of {TEXT_ROUNDS}, rounds interleaved); in-process probe {probe_mrps:.2} M records per CPU-second (median); wall s/CPU s/probe M rec per CPU-s: {}",
             figure.trim_start_matches("analyzer_"),
             args.join(" "),
             each.join(" ")
@@ -335,6 +363,46 @@ fn bench_line(
     println!(
         "BENCH {{\"figure\":\"{figure}\",\"value\":{value:.6},\"unit\":\"{unit}\",\"baseline\":{baseline:.6},\"baseline_what\":\"{baseline_what}\",\"ratio\":{ratio:.6}{cpu}}}"
     );
+}
+
+/// Rounds of the text outputs (each runs csv, jsonl and decode once).
+const TEXT_ROUNDS: usize = 5;
+/// Records the in-process probe formats before each text-output child
+/// (about a tenth of the 200 MB trace: 30-40 ms).
+const PROBE_RECORDS: u64 = 400_000;
+
+/// One run of a text output: the child's wall and CPU seconds, and the
+/// CPU seconds of the in-process probe just before it.
+#[derive(Clone, Copy)]
+struct Sample {
+    wall: f64,
+    cpu: f64,
+    probe_cpu: f64,
+}
+
+/// `decode --limit PROBE_RECORDS` of `path` in this process, to
+/// /dev/null: the text outputs' code (`hmb_trace_analyze::run`, the walk
+/// and `textout.rs`) on a tenth of the trace, so its speed is what this
+/// machine gives that code at that moment (`convert` has no record limit;
+/// its rows are formatted by the same module). Returns the CPU seconds
+/// (this process's, the pager thread's included, as the child's): on a
+/// busy machine the wall time says what other processes took.
+fn probe(path: &str) -> Result<f64, Box<dyn std::error::Error>> {
+    use clap::Parser;
+    let limit = PROBE_RECORDS.to_string();
+    let cli = hmb_trace_analyze::cli::Cli::try_parse_from([
+        "hmb-trace-analyze",
+        "--no-progress",
+        "decode",
+        "--limit",
+        &limit,
+        path,
+    ])?;
+    let mut out = BufWriter::with_capacity(1 << 16, File::create("/dev/null")?);
+    let cpu0 = cpu_seconds();
+    hmb_trace_analyze::run(cli, &mut out).map_err(|e| e.to_string())?;
+    std::io::Write::flush(&mut out)?;
+    Ok((cpu_seconds() - cpu0).max(1e-6))
 }
 
 /// CPU seconds of the children this process has waited for.
