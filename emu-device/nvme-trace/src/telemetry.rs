@@ -147,9 +147,14 @@ impl History {
         self.trim();
     }
 
-    /// A record the ring of `epoch` got (`bytes`: header and payload).
-    pub(crate) fn written(&mut self, epoch: u64, ring_size: u64, seq: u64, bytes: Vec<u8>) {
+    /// A record the ring of `epoch` got; `make` writes its bytes (header and
+    /// payload) into the buffer it gets (a trimmed record's, cleared, when
+    /// there is one).
+    pub(crate) fn written(&mut self, epoch: u64, ring_size: u64, seq: u64, make: impl FnOnce(&mut Vec<u8>)) {
         self.unadopted_seq = None;
+        let mut bytes = std::mem::take(&mut self.spare);
+        bytes.clear();
+        make(&mut bytes);
         self.push(Item::Record {
             epoch,
             ring_size,
@@ -347,7 +352,7 @@ mod tests {
         let capacity = MIN_HISTORY_BYTES;
         let mut h = History::new(capacity);
         for epoch in 1..5000u64 {
-            h.written(epoch, 1 << 16, 0, record(0, 8));
+            h.written(epoch, 1 << 16, 0, |b| b.extend(record(0, 8)));
             h.unadopted(|seq, b| b.extend_from_slice(&record(seq, 8)));
         }
         let (stream, records) = h.snapshot();
@@ -374,7 +379,7 @@ mod tests {
     fn a_smaller_bound_drops_the_oldest_and_bounds_are_checked() {
         let mut h = History::new(DEFAULT_HISTORY_BYTES);
         for seq in 0..10_000 {
-            h.written(1, 1 << 16, seq, record(seq, 24));
+            h.written(1, 1 << 16, seq, |b| b.extend(record(seq, 24)));
         }
         let (_, all) = h.snapshot();
         assert_eq!(all, 10_000, "4 MiB holds 10 000 records of 56 bytes");
