@@ -59,6 +59,8 @@ pub(crate) struct Store {
     arena: VecDeque<u8>,
     len: usize,
     capacity: usize,
+    /// Most entries kept (the unadopted list's bound is a count).
+    max_len: usize,
     /// Entries produced since the start, and of them not written (drops).
     produced: u64,
     dropped: u64,
@@ -69,10 +71,16 @@ pub(crate) struct Store {
 
 impl Store {
     pub(crate) fn new(capacity: usize) -> Store {
+        Store::bounded(capacity, usize::MAX)
+    }
+
+    /// At most `capacity` bytes and `max_len` entries.
+    pub(crate) fn bounded(capacity: usize, max_len: usize) -> Store {
         Store {
             arena: VecDeque::new(),
             len: 0,
             capacity,
+            max_len,
             produced: 0,
             dropped: 0,
             evicted: 0,
@@ -112,23 +120,35 @@ impl Store {
         self.dropped += u64::from(!e.written);
     }
 
-    /// Evict the oldest entries until `need` more bytes fit the bound.
+    /// Evict the oldest entries until an entry of `need` bytes (none: 0)
+    /// fits the bounds.
     fn make_room(&mut self, need: usize) {
-        while self.len > 0 && self.arena.len() + need > self.capacity {
-            let head = self.head_at(0);
-            let payload = usize::from(u16::from_le_bytes([head[30], head[31]]));
+        let adding = usize::from(need > 0);
+        while self.len > 0 && (self.arena.len() + need > self.capacity || self.len + adding > self.max_len) {
+            // Only the payload length and the written flag: this runs once
+            // per record of a full journal.
+            let mut tail = [0u8; 3];
+            self.copy_out(30, &mut tail);
+            let payload = usize::from(u16::from_le_bytes([tail[0], tail[1]]));
             self.arena.drain(..HEAD + payload);
             self.len -= 1;
             self.evicted += 1;
-            self.evicted_dropped += u64::from(head[32] == 0);
+            self.evicted_dropped += u64::from(tail[2] == 0);
         }
     }
 
+    /// `out.len()` bytes of the arena from `at`, which may straddle its wrap.
     fn copy_out(&self, at: usize, out: &mut [u8]) {
         let (a, b) = self.arena.as_slices();
-        for (i, o) in out.iter_mut().enumerate() {
-            let p = at + i;
-            *o = if p < a.len() { a[p] } else { b[p - a.len()] };
+        let n = out.len();
+        if at + n <= a.len() {
+            out.copy_from_slice(&a[at..at + n]);
+        } else if at >= a.len() {
+            out.copy_from_slice(&b[at - a.len()..at - a.len() + n]);
+        } else {
+            let k = a.len() - at;
+            out[..k].copy_from_slice(&a[at..]);
+            out[k..].copy_from_slice(&b[..n - k]);
         }
     }
 
@@ -219,7 +239,10 @@ mod tests {
             "the arena grew to {}",
             s.arena.capacity()
         );
-        assert_eq!(evicted_dropped, (0..evicted).filter(|q| q.is_multiple_of(5)).count() as u64);
+        assert_eq!(
+            evicted_dropped,
+            (0..evicted).filter(|q| q.is_multiple_of(5)).count() as u64
+        );
         assert_eq!(s.totals(), (n, (0..n).filter(|q| q.is_multiple_of(5)).count() as u64));
         for (i, e) in kept.iter().enumerate() {
             let seq = evicted + i as u64;
@@ -237,6 +260,20 @@ mod tests {
             );
             assert_eq!(e.payload, want.payload, "seq {seq}");
         }
+    }
+
+    #[test]
+    fn a_count_bound_keeps_that_many_newest() {
+        let mut s = Store::bounded(usize::MAX, 100);
+        let payloads: Vec<Vec<u8>> = (0..1000).map(payload).collect();
+        for seq in 0..1000 {
+            s.push(entry(seq, &payloads[seq as usize]));
+        }
+        let kept = s.entries();
+        assert_eq!(kept.len(), 100);
+        assert_eq!((kept[0].seq, kept[99].seq), (900, 999));
+        assert_eq!(kept[0].payload, payloads[900]);
+        assert_eq!(s.evicted().0, 900);
     }
 
     #[test]

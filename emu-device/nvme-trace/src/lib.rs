@@ -172,6 +172,9 @@ struct State {
     /// records are in `entries` (`journal.entries` stays empty).
     journal: Journal,
     entries: journal::Store,
+    /// The records produced with no slice adopted (`journal.unadopted`
+    /// stays empty): the newest [`UNADOPTED_JOURNAL_MAX`].
+    unadopted: journal::Store,
     /// The newest records, for Telemetry (telemetry.rs).
     history: History,
 }
@@ -200,6 +203,7 @@ impl NvmeTrace {
                 last_generation: 0,
                 journal: Journal::default(),
                 entries: journal::Store::new(journal::DEFAULT_JOURNAL_BYTES),
+                unadopted: journal::Store::bounded(usize::MAX, UNADOPTED_JOURNAL_MAX),
                 history: History::new(telemetry::DEFAULT_HISTORY_BYTES),
             })),
         }
@@ -263,6 +267,7 @@ impl NvmeTrace {
             entries: st.entries.entries(),
             evicted,
             evicted_dropped,
+            unadopted: st.unadopted.entries().into(),
             ..st.journal.clone()
         }
     }
@@ -440,39 +445,26 @@ impl State {
         let Some(a) = self.adopted.as_mut() else {
             // No ring: the record is kept for Telemetry only. A stock host
             // never adopts, so this runs for every record of every command
-            // (258 per 512 KiB write): once the journal is full its oldest
-            // entry is reused in place, and the history recycles the buffer
-            // of the item it trims, so a record frees nothing. Those frees,
-            // of records a million back, filled malloc's fast bins, which
-            // every larger allocation then had to consolidate: about a third
-            // of the controller's CPU in a 1 MiB write (docs/nvme-controller.md,
-            // "The trace journal's frees").
-            let unadopted = &mut self.journal.unadopted;
-            let mut e = if unadopted.len() == UNADOPTED_JOURNAL_MAX {
-                unadopted.pop_front().expect("full")
-            } else {
-                JournalEntry {
-                    epoch: telemetry::UNADOPTED_EPOCH,
-                    seq: 0,
-                    opcode,
-                    source,
-                    timestamp_ns,
-                    payload: Vec::with_capacity(payload.len()),
-                    written: true,
-                }
-            };
-            e.opcode = opcode;
-            e.source = source;
-            e.timestamp_ns = timestamp_ns;
-            e.written = true;
-            e.epoch = telemetry::UNADOPTED_EPOCH;
-            e.payload.clear();
-            e.payload.extend_from_slice(payload);
-            self.history.unadopted(|seq, bytes| {
-                e.seq = seq;
-                e.record_bytes_into(bytes);
+            // (258 per 512 KiB write). Both lists are byte arenas reused in
+            // place once full: no allocation, and each record's bytes go
+            // next to the last one's. Per-record entries with heap buffers
+            // cost cold cache lines (and, before the sixth round, frees) on
+            // every record: about a quarter of the controller's CPU in a
+            // 1 MiB write (docs/nvme-controller.md, "Tenth round").
+            let mut seq = 0;
+            self.history.unadopted(|s, bytes| {
+                seq = s;
+                record_bytes_into(bytes, opcode, s, timestamp_ns, source, payload);
             });
-            unadopted.push_back(e);
+            self.unadopted.push(journal::Entry {
+                epoch: telemetry::UNADOPTED_EPOCH,
+                seq,
+                opcode,
+                source,
+                timestamp_ns,
+                payload,
+                written: true,
+            });
             return;
         };
         let epoch = a.advert.generation.get();
