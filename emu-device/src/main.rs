@@ -161,6 +161,12 @@ struct ServeNvmeArgs {
     /// so that it fits data areas 1-3).
     #[arg(long, default_value = "4M", value_parser = parse_size)]
     telemetry_history: String,
+    /// Bound of the journal of records produced into an adopted trace slice,
+    /// the ground truth the harness checks trace.bin against (K/M/G suffix; at
+    /// least 4K; about 57 bytes a record): beyond it the oldest records go and
+    /// the journal counts them, so a long traced run stays this size.
+    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    trace_journal: String,
     /// Identify Controller's serial number, at most 20 ASCII characters
     /// (default HMBTRACE0001); the subsystem NQN ends in it. Give each
     /// controller of one guest its own.
@@ -366,6 +372,7 @@ fn serve_nvme(args: ServeNvmeArgs) -> Result<()> {
         personality: args.personality,
         producer: args.producer,
         telemetry_history_bytes: args.telemetry_history.parse()?,
+        trace_journal_bytes: args.trace_journal.parse()?,
         serial: args.serial,
         timing: args.timing,
     };

@@ -59,6 +59,7 @@ impl Device {
             personality,
             producer: Default::default(),
             telemetry_history_bytes: hmb_nvme_trace::telemetry::DEFAULT_HISTORY_BYTES,
+            trace_journal_bytes: hmb_nvme_trace::journal::DEFAULT_JOURNAL_BYTES,
             serial: None,
             timing,
         })

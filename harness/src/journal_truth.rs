@@ -6,8 +6,15 @@
 //! compared byte for byte with the record the journal's entry encodes
 //! (header: length, opcode, flags 0, seq, timestamp, source, reserved 0;
 //! then the payload), and every written entry must be in the file.
+//!
+//! The journal is bounded (`serve-nvme --trace-journal`): in a long run it
+//! keeps the newest records and counts the older ones it let go
+//! (`Journal::evicted`). The file's records from before the first kept one
+//! (earlier epochs of the journal, or its epoch with a lower seq) are then
+//! counted, not compared: their number must equal the evicted written
+//! records, and the kept tail is compared record by record as before.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -28,8 +35,15 @@ pub(crate) fn journal_from_ground_truth(answer: &serde_json::Value) -> Result<Jo
 pub struct JournalReport {
     /// Records of the file equal, byte for byte, to their journal entry.
     pub matched: u64,
+    /// Written entries the journal kept (each compared).
     pub journal_written: u64,
+    /// Entries not written (ring full), kept or evicted: LOST must count them.
     pub journal_dropped: u64,
+    /// Written records the journal evicted (counted, not kept).
+    pub journal_evicted_written: u64,
+    /// Records of the file from before the journal's first kept entry:
+    /// counted against `journal_evicted_written`, not compared.
+    pub skipped: u64,
     /// Records the daemon's LOST markers account for.
     pub lost_counted: u64,
     pub epochs: Vec<u64>,
@@ -53,6 +67,7 @@ impl JournalReport {
             && self.truncated.is_none()
             && self.lost_counted == self.journal_dropped
             && self.matched == self.journal_written
+            && self.skipped == self.journal_evicted_written
     }
 
     pub fn summary(&self) -> String {
@@ -60,6 +75,12 @@ impl JournalReport {
             "{} records identical to the controller's journal ({} written, {} dropped, {} counted lost), epochs {:?}",
             self.matched, self.journal_written, self.journal_dropped, self.lost_counted, self.epochs
         );
+        if self.journal_evicted_written > 0 || self.skipped > 0 {
+            s.push_str(&format!(
+                "; the journal had evicted its oldest {} written records (its bound): {} records of the file before its first kept one skipped, not compared",
+                self.journal_evicted_written, self.skipped
+            ));
+        }
         for (what, n) in [
             ("mismatches", self.mismatches.len()),
             ("missing", self.missing.len()),
@@ -89,6 +110,9 @@ pub fn check(trace: &Path, journal: &Journal) -> Result<JournalReport> {
         epochs: journal.epochs.clone(),
         ..JournalReport::default()
     };
+    report.journal_dropped = journal.evicted_dropped;
+    report.journal_evicted_written = journal.evicted - journal.evicted_dropped;
+    let evicted = evicted_part(journal);
     for e in &journal.entries {
         if e.written {
             report.journal_written += 1;
@@ -107,6 +131,7 @@ pub fn check(trace: &Path, journal: &Journal) -> Result<JournalReport> {
                     count,
                     ..
                 } => report.uncounted_gaps.push((epoch, first_seq, count)),
+                Event::Record { epoch, item } if evicted(epoch, item.seq()) => report.skipped += 1,
                 Event::Record { epoch, item } => match want.remove(&(epoch, item.seq())) {
                     None => report.unknown.push(format!(
                         "record epoch {epoch} seq {} at offset {} was never produced",
@@ -147,6 +172,29 @@ pub fn check(trace: &Path, journal: &Journal) -> Result<JournalReport> {
     report.truncated = walked.truncated;
     report.missing = want.into_keys().collect();
     Ok(report)
+}
+
+/// Is (epoch, seq) from before the journal's first kept entry, in the part
+/// it evicted? Epochs are ordered as the journal adopted them; a record of an
+/// epoch the journal never adopted is not (it stays unknown: a wrong record).
+fn evicted_part(journal: &Journal) -> impl Fn(u64, u64) -> bool {
+    let mut rank = HashMap::new();
+    for (i, &e) in journal.epochs.iter().enumerate() {
+        rank.entry(e).or_insert(i);
+    }
+    let first_kept = if journal.evicted == 0 {
+        None
+    } else {
+        // Nothing kept at all (cannot happen: the bound holds a record)
+        // would put every adopted epoch before it.
+        Some(journal.entries.first().map_or((usize::MAX, 0), |e| {
+            (rank.get(&e.epoch).copied().unwrap_or(usize::MAX), e.seq)
+        }))
+    };
+    move |epoch, seq| match (first_kept, rank.get(&epoch)) {
+        (Some((kept_rank, kept_seq)), Some(&r)) => r < kept_rank || (r == kept_rank && seq < kept_seq),
+        _ => false,
+    }
 }
 
 /// What the trace says about one command: (qid, cid) and, for completions,
@@ -287,9 +335,7 @@ mod tests {
         let journal = Journal {
             entries: (0..4).map(|s| entry(s, true)).collect(),
             epochs: vec![1],
-            frozen: vec![],
-            withdrawn: vec![],
-            unadopted: Default::default(),
+            ..Journal::default()
         };
         let good: Vec<Vec<u8>> = journal.entries.iter().map(JournalEntry::record_bytes).collect();
         let r = check(&write_trace(dir.path(), &good), &journal).unwrap();
@@ -307,6 +353,57 @@ mod tests {
         let r = check(&write_trace(dir.path(), short), &journal).unwrap();
         assert!(!r.passed());
         assert_eq!(r.missing, vec![(1, 3)]);
+    }
+
+    /// A journal that evicted its oldest records: the file's records before
+    /// the first kept one are counted, the rest compared; a changed kept
+    /// record, a record past the journal and a missing evicted one all fail.
+    #[test]
+    fn an_evicting_journal_compares_its_tail_and_counts_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let all: Vec<JournalEntry> = (0..12).map(|s| entry(s, true)).collect();
+        let journal = Journal {
+            entries: all[5..].to_vec(),
+            evicted: 5,
+            epochs: vec![1],
+            ..Journal::default()
+        };
+        let good: Vec<Vec<u8>> = all.iter().map(JournalEntry::record_bytes).collect();
+        let r = check(&write_trace(dir.path(), &good), &journal).unwrap();
+        assert!(r.passed(), "{}", r.summary());
+        assert_eq!((r.matched, r.skipped, r.journal_evicted_written), (7, 5, 5));
+        assert!(r
+            .summary()
+            .contains("5 records of the file before its first kept one skipped"));
+
+        let mut bad = good.clone();
+        let last = bad[9].len() - 1;
+        bad[9][last] ^= 1;
+        let r = check(&write_trace(dir.path(), &bad), &journal).unwrap();
+        assert!(!r.passed());
+        assert_eq!(r.mismatches.len(), 1, "{}", r.summary());
+
+        // The file lacks the first evicted record: one fewer skipped.
+        let r = check(&write_trace(dir.path(), &good[1..]), &journal).unwrap();
+        assert!(!r.passed());
+        assert_eq!(r.skipped, 4);
+
+        // A record the controller never produced, after the kept tail.
+        let mut extra = good.clone();
+        extra.push(entry(12, true).record_bytes());
+        let r = check(&write_trace(dir.path(), &extra), &journal).unwrap();
+        assert!(!r.passed());
+        assert_eq!(r.unknown.len(), 1, "{}", r.summary());
+
+        // The same file against the whole journal: nothing skipped.
+        let whole = Journal {
+            entries: all,
+            epochs: vec![1],
+            ..Journal::default()
+        };
+        let r = check(&write_trace(dir.path(), &good), &whole).unwrap();
+        assert!(r.passed(), "{}", r.summary());
+        assert_eq!((r.matched, r.skipped), (12, 0));
     }
 
     fn fetch(qid: u16, cid: u16, opcode: u8) -> (u16, Vec<u8>) {

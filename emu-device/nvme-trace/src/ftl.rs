@@ -18,20 +18,52 @@ pub const FLAG_IN_HMB: u8 = 2;
 pub const FLAG_AT_RETURN: u8 = 4;
 
 /// One record: opcode, source, timestamp, payload.
-pub type Record = (u16, u32, u64, Vec<u8>);
+pub type Record = (u16, u32, u64, Payload);
+
+/// An FTL record's payload (at most 32 bytes) on the stack: a `Vec` per
+/// record was an allocation and a free on the I/O path, two per page a Write
+/// programs (docs/nvme-controller.md, "Tenth round").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Payload {
+    bytes: [u8; 32],
+    len: u8,
+}
+
+impl Payload {
+    /// `len` zeroed bytes.
+    fn zeroed(len: usize) -> Payload {
+        Payload {
+            bytes: [0; 32],
+            len: u8::try_from(len).expect("at most 32 bytes"),
+        }
+    }
+}
+
+impl std::ops::Deref for Payload {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+impl std::ops::DerefMut for Payload {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.bytes[..usize::from(self.len)]
+    }
+}
 
 /// The record of an FTL event.
 pub fn ftl_record(e: &FtlTraceEvent) -> Record {
     let (qid, cid) = e.command.unwrap_or((u16::MAX, u16::MAX));
     let mut flags = if e.command.is_none() { FLAG_BACKGROUND } else { 0 };
     let head = |len: usize, flags: u8| {
-        let mut p = vec![0u8; len];
+        let mut p = Payload::zeroed(len);
         p[0..2].copy_from_slice(&qid.to_le_bytes());
         p[2..4].copy_from_slice(&cid.to_le_bytes());
         p[4] = flags;
         p
     };
-    let put32 = |p: &mut Vec<u8>, at: usize, v: u32| p[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    let put32 = |p: &mut Payload, at: usize, v: u32| p[at..at + 4].copy_from_slice(&v.to_le_bytes());
     let sat = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
     let (opcode, payload) = match e.event {
         FtlEvent::MapCache {
@@ -115,7 +147,7 @@ pub fn ftl_record(e: &FtlTraceEvent) -> Record {
     (opcode, u32::from(qid), e.time_ns, payload)
 }
 
-fn l2p(mut p: Vec<u8>, map_page: u32, slot: u32, offset: u64) -> Vec<u8> {
+fn l2p(mut p: Payload, map_page: u32, slot: u32, offset: u64) -> Payload {
     p[8..12].copy_from_slice(&map_page.to_le_bytes());
     p[12..16].copy_from_slice(&slot.to_le_bytes());
     p[16..24].copy_from_slice(&offset.to_le_bytes());

@@ -11,13 +11,16 @@
 //!   when it posts the completion, and writes FROZEN as the last HMB write
 //!   when the HMB goes (EHM=0, CC.EN 1->0, shutdown, CFS, transport reset);
 //!   then it forgets the advert.
-//! - The [`Journal`] keeps every record the controller produced (the ground
-//!   truth a trace.bin is compared with) and what was dropped.
+//! - The [`Journal`] keeps the records the controller produced (the ground
+//!   truth a trace.bin is compared with) and what was dropped: the newest
+//!   [`journal::DEFAULT_JOURNAL_BYTES`] of them (`serve-nvme --trace-journal`),
+//!   and how many older ones it let go.
 //!
 //! Both halves share one [`NvmeTrace`]; the controller calls them from one
 //! thread, the mutex only makes the sharing safe.
 
 pub mod ftl;
+pub mod journal;
 pub mod personality;
 pub mod producer;
 pub mod telemetry;
@@ -80,7 +83,16 @@ pub struct JournalEntry {
 /// Everything the producer did, for the ground-truth check.
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct Journal {
+    /// The records of adopted slices, in production order: the newest that
+    /// fit the journal's bound; `evicted` older ones came before them.
     pub entries: Vec<JournalEntry>,
+    /// Records produced into adopted slices before `entries[0]` and no longer
+    /// kept (the bound, `serve-nvme --trace-journal`).
+    #[serde(default)]
+    pub evicted: u64,
+    /// Of the `evicted`, records the ring had no room for (not written).
+    #[serde(default)]
+    pub evicted_dropped: u64,
     /// Epochs (generations) adopted, in order.
     pub epochs: Vec<u64>,
     /// Epochs that ended with FROZEN written by the controller.
@@ -113,20 +125,33 @@ impl JournalEntry {
     /// [`JournalEntry::record_bytes`] into `out` (cleared first), so that a
     /// caller with a spare buffer allocates nothing.
     fn record_bytes_into(&self, out: &mut Vec<u8>) {
-        let hdr = hmb_trace_abi::hmb_record_hdr {
-            length: (self.payload.len() as u32).into(),
-            opcode: self.opcode.into(),
-            flags: 0.into(),
-            seq: self.seq.into(),
-            timestamp_ns: self.timestamp_ns.into(),
-            source: self.source.into(),
-            reserved: 0.into(),
-        };
-        out.clear();
-        out.reserve_exact(hdr.as_bytes().len() + self.payload.len());
-        out.extend_from_slice(hdr.as_bytes());
-        out.extend_from_slice(&self.payload);
+        record_bytes_into(
+            out,
+            self.opcode,
+            self.seq,
+            self.timestamp_ns,
+            self.source,
+            &self.payload,
+        );
     }
+}
+
+/// A record's bytes as the producer writes them (header with flags and
+/// reserved 0, then the payload, unpadded) into `out`, cleared first.
+fn record_bytes_into(out: &mut Vec<u8>, opcode: u16, seq: u64, timestamp_ns: u64, source: u32, payload: &[u8]) {
+    let hdr = hmb_trace_abi::hmb_record_hdr {
+        length: (payload.len() as u32).into(),
+        opcode: opcode.into(),
+        flags: 0.into(),
+        seq: seq.into(),
+        timestamp_ns: timestamp_ns.into(),
+        source: source.into(),
+        reserved: 0.into(),
+    };
+    out.clear();
+    out.reserve_exact(hdr.as_bytes().len() + payload.len());
+    out.extend_from_slice(hdr.as_bytes());
+    out.extend_from_slice(payload);
 }
 
 struct Adopted {
@@ -143,7 +168,13 @@ struct State {
     adopted: Option<Adopted>,
     /// Highest generation adopted since the HMB was enabled without Memory Return.
     last_generation: u64,
+    /// Epochs, freezes, withdrawals and the unadopted records; the adopted
+    /// records are in `entries` (`journal.entries` stays empty).
     journal: Journal,
+    entries: journal::Store,
+    /// The records produced with no slice adopted (`journal.unadopted`
+    /// stays empty): the newest [`UNADOPTED_JOURNAL_MAX`].
+    unadopted: journal::Store,
     /// The newest records, for Telemetry (telemetry.rs).
     history: History,
 }
@@ -171,6 +202,8 @@ impl NvmeTrace {
                 adopted: None,
                 last_generation: 0,
                 journal: Journal::default(),
+                entries: journal::Store::new(journal::DEFAULT_JOURNAL_BYTES),
+                unadopted: journal::Store::bounded(usize::MAX, UNADOPTED_JOURNAL_MAX),
                 history: History::new(telemetry::DEFAULT_HISTORY_BYTES),
             })),
         }
@@ -218,8 +251,40 @@ impl NvmeTrace {
         Ok(())
     }
 
+    /// Bound the journal of adopted slices' records (`serve-nvme
+    /// --trace-journal`; default [`journal::DEFAULT_JOURNAL_BYTES`]); the
+    /// oldest go, counted, if it holds more.
+    pub fn set_journal_bytes(&self, bytes: usize) -> Result<(), journal::JournalBytesError> {
+        let bytes = journal::check_journal_bytes(bytes)?;
+        self.lock().entries.set_capacity(bytes);
+        Ok(())
+    }
+
     pub fn journal(&self) -> Journal {
-        self.lock().journal.clone()
+        let st = self.lock();
+        let (evicted, evicted_dropped) = st.entries.evicted();
+        Journal {
+            entries: st.entries.entries(),
+            evicted,
+            evicted_dropped,
+            unadopted: st.unadopted.entries().into(),
+            ..st.journal.clone()
+        }
+    }
+
+    /// Without copying the journal: records produced into adopted slices
+    /// since the start (kept or evicted), of them drops, and evicted.
+    pub fn journal_counts(&self) -> JournalCounts {
+        let st = self.lock();
+        let (produced, dropped) = st.entries.totals();
+        JournalCounts {
+            written: produced - dropped,
+            dropped,
+            evicted: st.entries.evicted().0,
+            epochs: st.journal.epochs.clone(),
+            frozen: st.journal.frozen.clone(),
+            withdrawn: st.journal.withdrawn.clone(),
+        }
     }
 
     /// The generation being produced into, if any.
@@ -273,6 +338,17 @@ impl NvmeTrace {
         }
         Some(out)
     }
+}
+
+/// [`NvmeTrace::journal_counts`]: what `status` reports of the journal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JournalCounts {
+    pub written: u64,
+    pub dropped: u64,
+    pub evicted: u64,
+    pub epochs: Vec<u64>,
+    pub frozen: Vec<u64>,
+    pub withdrawn: Vec<u64>,
 }
 
 /// The adopted slice's mapping (ring header at offset 0), valid only inside
@@ -366,51 +442,29 @@ impl State {
     }
 
     fn produce(&mut self, opcode: u16, source: u32, timestamp_ns: u64, payload: &[u8]) {
-        let entry = |epoch, seq, written| JournalEntry {
-            epoch,
-            seq,
-            opcode,
-            source,
-            timestamp_ns,
-            payload: payload.to_vec(),
-            written,
-        };
         let Some(a) = self.adopted.as_mut() else {
             // No ring: the record is kept for Telemetry only. A stock host
             // never adopts, so this runs for every record of every command
-            // (258 per 512 KiB write): once the journal is full its oldest
-            // entry is reused in place, and the history recycles the buffer
-            // of the item it trims, so a record frees nothing. Those frees,
-            // of records a million back, filled malloc's fast bins, which
-            // every larger allocation then had to consolidate: about a third
-            // of the controller's CPU in a 1 MiB write (docs/nvme-controller.md,
-            // "The trace journal's frees").
-            let unadopted = &mut self.journal.unadopted;
-            let mut e = if unadopted.len() == UNADOPTED_JOURNAL_MAX {
-                unadopted.pop_front().expect("full")
-            } else {
-                JournalEntry {
-                    epoch: telemetry::UNADOPTED_EPOCH,
-                    seq: 0,
-                    opcode,
-                    source,
-                    timestamp_ns,
-                    payload: Vec::with_capacity(payload.len()),
-                    written: true,
-                }
-            };
-            e.opcode = opcode;
-            e.source = source;
-            e.timestamp_ns = timestamp_ns;
-            e.written = true;
-            e.epoch = telemetry::UNADOPTED_EPOCH;
-            e.payload.clear();
-            e.payload.extend_from_slice(payload);
-            self.history.unadopted(|seq, bytes| {
-                e.seq = seq;
-                e.record_bytes_into(bytes);
+            // (258 per 512 KiB write). Both lists are byte arenas reused in
+            // place once full: no allocation, and each record's bytes go
+            // next to the last one's. Per-record entries with heap buffers
+            // cost cold cache lines (and, before the sixth round, frees) on
+            // every record: about a quarter of the controller's CPU in a
+            // 1 MiB write (docs/nvme-controller.md, "Tenth round").
+            let mut seq = 0;
+            self.history.unadopted(|s, bytes| {
+                seq = s;
+                record_bytes_into(bytes, opcode, s, timestamp_ns, source, payload);
             });
-            unadopted.push_back(e);
+            self.unadopted.push(journal::Entry {
+                epoch: telemetry::UNADOPTED_EPOCH,
+                seq,
+                opcode,
+                source,
+                timestamp_ns,
+                payload,
+                written: true,
+            });
             return;
         };
         let epoch = a.advert.generation.get();
@@ -419,14 +473,25 @@ impl State {
             Produced::Dropped { seq } => (seq, false),
             Produced::Frozen => return,
         };
-        let e = entry(epoch, seq, written);
+        // Neither the journal nor the history allocates per record once warm:
+        // the journal packs it into its arena, the history reuses the buffer
+        // of the record it trimmed.
         if written {
-            self.history
-                .written(epoch, a.producer.ring_size(), seq, e.record_bytes());
+            self.history.written(epoch, a.producer.ring_size(), seq, |bytes| {
+                record_bytes_into(bytes, opcode, seq, timestamp_ns, source, payload)
+            });
         } else {
             self.history.dropped(epoch, seq);
         }
-        self.journal.entries.push(e);
+        self.entries.push(journal::Entry {
+            epoch,
+            seq,
+            opcode,
+            source,
+            timestamp_ns,
+            payload,
+            written,
+        });
     }
 
     /// The last HMB write of this epoch, then the advert is forgotten.

@@ -54,7 +54,9 @@ enum Item {
         epoch: u64,
         ring_size: u64,
         seq: u64,
-        bytes: Vec<u8>,
+        /// Bytes (header and payload) in `History::data`, after the
+        /// bytes of every older record.
+        len: usize,
     },
     Lost {
         epoch: u64,
@@ -77,7 +79,7 @@ impl Item {
     /// Bytes the item takes in trace.bin (a marker is 56).
     fn file_bytes(&self) -> usize {
         match self {
-            Item::Record { bytes, .. } => align_record(bytes.len() as u32 - 32) as usize,
+            Item::Record { len, .. } => align_record(*len as u32 - 32) as usize,
             _ => hmb_trace_file::MARKER_SIZE,
         }
     }
@@ -94,9 +96,13 @@ pub(crate) struct History {
     capacity: usize,
     /// The next seq of the current unadopted stretch (None: not in one).
     unadopted_seq: Option<u64>,
-    /// The buffer of the last record trimmed, for the next unadopted one
-    /// (a full history trims one record per record it takes).
-    spare: Vec<u8>,
+    /// The records' bytes, oldest first: one arena reused in place once the
+    /// history is full, so a record neither allocates nor touches a cold
+    /// buffer of its own (a `Vec` per record did both: docs/nvme-controller.md,
+    /// "Tenth round").
+    data: VecDeque<u8>,
+    /// Where `make` writes a record before it is appended to `data`.
+    scratch: Vec<u8>,
 }
 
 impl History {
@@ -106,7 +112,8 @@ impl History {
             bytes: 0,
             capacity,
             unadopted_seq: None,
-            spare: Vec::new(),
+            data: VecDeque::new(),
+            scratch: Vec::new(),
         }
     }
 
@@ -135,8 +142,8 @@ impl History {
                 break;
             };
             self.bytes -= cost;
-            if let Item::Record { bytes, .. } = item {
-                self.spare = bytes;
+            if let Item::Record { len, .. } = item {
+                self.data.drain(..len);
             }
         }
     }
@@ -147,14 +154,17 @@ impl History {
         self.trim();
     }
 
-    /// A record the ring of `epoch` got (`bytes`: header and payload).
-    pub(crate) fn written(&mut self, epoch: u64, ring_size: u64, seq: u64, bytes: Vec<u8>) {
+    /// A record the ring of `epoch` got; `make` writes its bytes (header and
+    /// payload) into the buffer it gets (a trimmed record's, cleared, when
+    /// there is one).
+    pub(crate) fn written(&mut self, epoch: u64, ring_size: u64, seq: u64, make: impl FnOnce(&mut Vec<u8>)) {
         self.unadopted_seq = None;
+        let len = self.append(make);
         self.push(Item::Record {
             epoch,
             ring_size,
             seq,
-            bytes,
+            len,
         });
     }
 
@@ -193,15 +203,21 @@ impl History {
     pub(crate) fn unadopted(&mut self, make: impl FnOnce(u64, &mut Vec<u8>)) {
         let seq = self.unadopted_seq.unwrap_or(0);
         self.unadopted_seq = Some(seq + 1);
-        let mut bytes = std::mem::take(&mut self.spare);
-        bytes.clear();
-        make(seq, &mut bytes);
+        let len = self.append(|b| make(seq, b));
         self.push(Item::Record {
             epoch: UNADOPTED_EPOCH,
             ring_size: u64::from(HMB_RING_MIN_SIZE),
             seq,
-            bytes,
+            len,
         });
+    }
+
+    /// A record's bytes as `make` writes them, appended to `data`; their length.
+    fn append(&mut self, make: impl FnOnce(&mut Vec<u8>)) -> usize {
+        self.scratch.clear();
+        make(&mut self.scratch);
+        self.data.extend(self.scratch.iter());
+        self.scratch.len()
     }
 
     /// The history as a trace.bin stream: the first item's epoch in the
@@ -231,6 +247,7 @@ impl History {
         let mut epoch = first_epoch;
         let mut last_seq: Option<u64> = None;
         let mut records = 0u64;
+        let mut at = 0;
         for (item, _) in &self.items {
             // An unadopted stretch after a ring's epoch starts a new epoch 0:
             // its seqs start over, so it needs its EPOCH marker.
@@ -251,13 +268,16 @@ impl History {
                 })
                 .expect("writes to a Vec");
             }
-            match item {
-                Item::Record { seq, bytes, .. } => {
-                    w.write_ring_bytes(&padded(bytes)).expect("a record the producer wrote");
-                    last_seq = Some(*seq);
+            match *item {
+                Item::Record { seq, len, .. } => {
+                    let mut bytes: Vec<u8> = self.data.range(at..at + len).copied().collect();
+                    at += len;
+                    bytes.resize(align_record(len as u32 - 32) as usize, 0);
+                    w.write_ring_bytes(&bytes).expect("a record the producer wrote");
+                    last_seq = Some(seq);
                     records += 1;
                 }
-                &Item::Lost {
+                Item::Lost {
                     epoch,
                     first_seq,
                     count,
@@ -268,7 +288,7 @@ impl History {
                         epoch,
                     })
                     .expect("writes to a Vec"),
-                &Item::Frozen { epoch, next_seq } => w
+                Item::Frozen { epoch, next_seq } => w
                     .write_marker(&Marker::Frozen {
                         epoch,
                         last_seq,
@@ -279,12 +299,6 @@ impl History {
         }
         (w.into_inner(), records)
     }
-}
-
-fn padded(bytes: &[u8]) -> Vec<u8> {
-    let mut v = bytes.to_vec();
-    v.resize(align_record(bytes.len() as u32 - 32) as usize, 0);
-    v
 }
 
 #[cfg(test)]
@@ -347,7 +361,7 @@ mod tests {
         let capacity = MIN_HISTORY_BYTES;
         let mut h = History::new(capacity);
         for epoch in 1..5000u64 {
-            h.written(epoch, 1 << 16, 0, record(0, 8));
+            h.written(epoch, 1 << 16, 0, |b| b.extend(record(0, 8)));
             h.unadopted(|seq, b| b.extend_from_slice(&record(seq, 8)));
         }
         let (stream, records) = h.snapshot();
@@ -374,7 +388,7 @@ mod tests {
     fn a_smaller_bound_drops_the_oldest_and_bounds_are_checked() {
         let mut h = History::new(DEFAULT_HISTORY_BYTES);
         for seq in 0..10_000 {
-            h.written(1, 1 << 16, seq, record(seq, 24));
+            h.written(1, 1 << 16, seq, |b| b.extend(record(seq, 24)));
         }
         let (_, all) = h.snapshot();
         assert_eq!(all, 10_000, "4 MiB holds 10 000 records of 56 bytes");

@@ -857,3 +857,45 @@ fn a_full_unadopted_journal_keeps_the_newest_records_exactly() {
         assert!(e.written);
     }
 }
+
+/// The journal of an adopted slice under a small bound (`serve-nvme
+/// --trace-journal`): the same commands (deterministic timestamps, drops
+/// included) leave it holding exactly the newest entries of the unbounded
+/// journal, and it counts the older ones it let go, drops apart.
+#[test]
+fn a_bounded_journal_keeps_the_newest_entries_of_the_whole_and_counts_the_rest() {
+    let run = |bytes: Option<usize>| {
+        let mut r = rig_with(Personality::Tracing, ProducerKind::Rust, true);
+        if let Some(b) = bytes {
+            r.trace.set_journal_bytes(b).unwrap();
+        }
+        let len = u64::from(HMB_RING_HDR_SIZE) + RING;
+        r.write_header(1);
+        assert_eq!(r.set_hmb(1), Status::SUCCESS);
+        assert_eq!(r.send_advert(&advert(1, r.slice_offset, len)), (Status::SUCCESS, 1));
+        let block = [0x33u8; 512];
+        for i in 0..1200 {
+            assert!(r.h.write_lbas(1, i % 64, &block, 9).ok());
+        }
+        r.h.disable();
+        r.trace.journal()
+    };
+    let whole = run(None);
+    let bounded = run(Some(hmb_nvme_trace::journal::MIN_JOURNAL_BYTES));
+    assert_eq!((whole.evicted, whole.evicted_dropped), (0, 0));
+    let evicted = bounded.evicted as usize;
+    assert!(evicted > 0 && !bounded.entries.is_empty());
+    assert_eq!(evicted + bounded.entries.len(), whole.entries.len());
+    assert_eq!(bounded.entries[..], whole.entries[evicted..]);
+    let dropped = whole.entries[..evicted].iter().filter(|e| !e.written).count() as u64;
+    assert!(dropped > 0, "the ring overflowed in the evicted part");
+    assert_eq!(bounded.evicted_dropped, dropped);
+    assert_eq!(bounded.epochs, whole.epochs);
+    assert_eq!(bounded.frozen, vec![1]);
+    assert!(r_bad_bound().is_err());
+}
+
+fn r_bad_bound() -> Result<(), hmb_nvme_trace::journal::JournalBytesError> {
+    let h = FakeHost::new(ControllerConfig::default(), 4 * MB);
+    NvmeTrace::new(h.mem.clone()).set_journal_bytes(100)
+}

@@ -85,11 +85,14 @@ impl<F: PciFunction> NvmeControl<F> {
         match &self.trace {
             None => serde_json::Value::Null,
             Some(t) => {
-                let j = t.journal();
+                // Counted, not copied: `status` comes every few seconds in a
+                // soak, and the journal may hold a million records.
+                let j = t.journal_counts();
                 json!({
                     "adopted_generation": t.adopted_generation(),
-                    "records": j.entries.iter().filter(|e| e.written).count(),
-                    "dropped": j.entries.iter().filter(|e| !e.written).count(),
+                    "records": j.written,
+                    "dropped": j.dropped,
+                    "journal_evicted": j.evicted,
                     "epochs": j.epochs,
                     "frozen": j.frozen,
                     "withdrawn": j.withdrawn,

@@ -15,6 +15,8 @@ pub enum VfioUserError {
     Vectors { vectors: u16, max: u16 },
     #[error(transparent)]
     TelemetryHistory(#[from] hmb_nvme_trace::telemetry::HistoryBytesError),
+    #[error(transparent)]
+    TraceJournal(#[from] hmb_nvme_trace::journal::JournalBytesError),
     #[error("{0:?} is not a ring fault")]
     NotARingFault(crate::control::Fault),
     #[error("the vfio-user server stopped: {0}")]

@@ -120,6 +120,10 @@ pub struct NvmeServeOptions {
     /// Bound of the controller's own history of trace records, served as
     /// NVMe Telemetry (hmb-nvme-trace's telemetry.rs; 64 KiB ..= about 32 MiB).
     pub telemetry_history_bytes: usize,
+    /// Bound of the journal of records produced into adopted trace slices
+    /// (the `ground-truth` answer; hmb-nvme-trace's journal.rs, at least 4 KiB):
+    /// the oldest go, counted, beyond it.
+    pub trace_journal_bytes: usize,
     /// Identify Controller's serial number (and so the subsystem NQN);
     /// `None`: the default. Two controllers in one guest need two, or
     /// Linux takes them for one subsystem and rejects the second.
@@ -224,6 +228,7 @@ impl NvmeServing {
         }
         let (shared, trace) = controller_with(cfg, opts.personality, opts.producer)?;
         trace.set_history_bytes(opts.telemetry_history_bytes)?;
+        trace.set_journal_bytes(opts.trace_journal_bytes)?;
         // Always: the control socket's `timing` may switch the model on later (an idle
         // timer waits on its condvar and costs nothing).
         let timer = CompletionTimer::start(shared.clone())?;

@@ -121,6 +121,11 @@ pub(crate) fn untraced(journal: &Journal) -> Result<Untraced> {
         "the journal's unadopted list is full ({} records): the oldest are gone and the counts cannot add up",
         journal.unadopted.len()
     );
+    ensure!(
+        journal.evicted == 0,
+        "the journal evicted its oldest {} records (serve-nvme --trace-journal): the counts cannot add up",
+        journal.evicted
+    );
     let mut counts = OpCounts::default();
     for e in journal
         .unadopted
