@@ -97,14 +97,17 @@ series() {
 # counters: one line of what the guest did so far, for where a traced job's
 # time goes (nvme_bench.rs turns two lines into rates per second and per
 # I/O): context switches and interrupts (/proc/stat), CPU ticks (user,
-# system, irq+softirq, idle+iowait, over both vCPUs), our controller's queue
+# system, irq+softirq, idle+iowait, over both vCPUs; and busy and all ticks
+# of each vCPU, cpuN_busy/cpuN_all, to set beside the host's per-vCPU-thread
+# run time in host-counters.txt: which vCPU ran fio), our controller's queue
 # interrupts, the timer, rescheduling and call IPIs (/proc/interrupts), and
 # the daemon's context switches and CPU ticks (0 with the trace off).
 counters() {
     q=$(basename "$octrl")q
     printf 'ns=%s ' "$(date +%s%N)"
     awk '$1 == "ctxt" { printf "ctxt=%s ", $2 } $1 == "intr" { printf "intr=%s ", $2 }
-         $1 == "cpu" { printf "user=%d sys=%d irq=%d idle=%d ", $2 + $3, $4, $7 + $8, $5 + $6 }' /proc/stat
+         $1 == "cpu" { printf "user=%d sys=%d irq=%d idle=%d ", $2 + $3, $4, $7 + $8, $5 + $6 }
+         $1 ~ /^cpu[0-9]+$/ { printf "%s_busy=%d %s_all=%d ", $1, $2 + $3 + $4 + $7 + $8, $1, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat
     awk -v q="$q" 'NR == 1 { n = NF; next }
          { s = 0; for (i = 2; i <= n + 1; i++) s += $i }
          index($NF, q) == 1 { nvme += s } $1 == "LOC:" { loc = s } $1 == "RES:" { res = s }
