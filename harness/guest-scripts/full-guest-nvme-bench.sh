@@ -12,6 +12,11 @@
 #   COST_JOBS  the cost of tracing, one job a line: NAME|FIO ARGUMENTS, run
 #              on our controller under the series' nvme.ko with the module
 #              and the daemon tracing, and with hmb_trace_kb=0 (no slice)
+#   COST_MODES the cost part's modes, rotated by rep (cost_rep): on and off
+#              for the figure, and for finding where the cost goes (issue 28)
+#              on0 (the daemon with --batch-wait-ms 0), shm (trace.bin in
+#              /dev/shm, not on the root file system), slice (the series'
+#              slice adopted, no module and no daemon: the controller's side)
 #   SERIES_NVME, DKMS_TAR, DAEMON  the series' nvme.ko, DKMS's build of the
 #              module and the static daemon, in the share
 echo "HMBT-STEP PID 1 is $(cat /proc/1/comm): nvme bench"
@@ -92,20 +97,23 @@ series() {
 # counters: one line of what the guest did so far, for where a traced job's
 # time goes (nvme_bench.rs turns two lines into rates per second and per
 # I/O): context switches and interrupts (/proc/stat), CPU ticks (user,
-# system, irq+softirq, idle+iowait, over both vCPUs), our controller's queue
+# system, irq+softirq, idle+iowait, over both vCPUs; and busy and all ticks
+# of each vCPU, cpuN_busy/cpuN_all, to set beside the host's per-vCPU-thread
+# run time in host-counters.txt: which vCPU ran fio), our controller's queue
 # interrupts, the timer, rescheduling and call IPIs (/proc/interrupts), and
 # the daemon's context switches and CPU ticks (0 with the trace off).
 counters() {
     q=$(basename "$octrl")q
     printf 'ns=%s ' "$(date +%s%N)"
     awk '$1 == "ctxt" { printf "ctxt=%s ", $2 } $1 == "intr" { printf "intr=%s ", $2 }
-         $1 == "cpu" { printf "user=%d sys=%d irq=%d idle=%d ", $2 + $3, $4, $7 + $8, $5 + $6 }' /proc/stat
+         $1 == "cpu" { printf "user=%d sys=%d irq=%d idle=%d ", $2 + $3, $4, $7 + $8, $5 + $6 }
+         $1 ~ /^cpu[0-9]+$/ { printf "%s_busy=%d %s_all=%d ", $1, $2 + $3 + $4 + $7 + $8, $1, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat
     awk -v q="$q" 'NR == 1 { n = NF; next }
          { s = 0; for (i = 2; i <= n + 1; i++) s += $i }
          index($NF, q) == 1 { nvme += s } $1 == "LOC:" { loc = s } $1 == "RES:" { res = s }
          $1 == "CAL:" { cal = s }
          END { printf "nvme_irq=%d loc=%d res=%d cal=%d ", nvme, loc, res, cal }' /proc/interrupts
-    if [ "$mode" = on ] && [ -r "/proc/$dpid/stat" ]; then
+    if [ -n "$dpid" ] && [ -r "/proc/$dpid/stat" ]; then
         awk '/^voluntary_ctxt_switches/ { v = $2 } /^nonvoluntary_ctxt_switches/ { n = $2 }
              END { printf "daemon_vcs=%d daemon_ncs=%d ", v, n }' "/proc/$dpid/status"
         # After the command's parenthesised name: utime and stime are fields 12 and 13.
@@ -115,21 +123,39 @@ counters() {
     fi
     echo
 }
+# The HMBT-COST console lines mark each job's start and end for the host,
+# which samples its own processes' CPU there (nvme_bench/host_counters.rs).
 cost_job() {
     echo "job=$1 mode=$3 rep=$rep $(counters)" >> "$SHARE/cost-counters.txt"
+    echo "HMBT-COST job=$1 mode=$3 rep=$rep at=begin"
     # $2 unquoted: fio's arguments, a word each.
     # shellcheck disable=SC2086
     fio --name="$1" --filename="$ours" --ioengine=io_uring --direct=1 --size=64M \
         --time_based --runtime="$RUNTIME_S" --ramp_time=1 --output-format=json \
         --output="$SHARE/fio-$1-$3-$rep.json" $2 < /dev/null > /dev/null 2>>"$SHARE/fio.stderr" \
         || fail "fio $1 with the trace $3"
+    echo "HMBT-COST job=$1 mode=$3 rep=$rep at=end"
     echo "job=$1 mode=$3 rep=$rep $(counters)" >> "$SHARE/cost-counters.txt"
 }
+# rotated N WORDS...: the words rotated left by N (each mode goes first in
+# turn as the reps go by; with "on off" the order alternates as before).
+rotated() {
+    n=$1; shift
+    while [ "$n" -gt 0 ]; do
+        first=$1; shift; set -- "$@" "$first"; n=$((n - 1))
+    done
+    echo "$@"
+}
 cost_rep() {
-    if [ $((rep % 2)) -eq 1 ]; then order="on off"; else order="off on"; fi
+    # $COST_MODES unquoted: a word each.
+    # shellcheck disable=SC2086
+    order=$(rotated $(((rep - 1) % $(echo $COST_MODES | wc -w))) $COST_MODES)
     for mode in $order; do
+        dpid=; out=/tmp/cost.bin
         if [ "$mode" = off ]; then
             series hmb_trace_kb=0
+        elif [ "$mode" = slice ]; then
+            series
         else
             series
             insmod "$tko" || fail "insmod $tko"
@@ -142,8 +168,12 @@ cost_rep() {
             done
             [ -n "$node" ] || fail "no trace node of our controller's slice"
             udevadm settle --timeout=30 || true
-            "$SHARE/$DAEMON" --device "$node" --output /tmp/cost.bin --follow --stats \
-                2>>"$SHARE/daemon.stderr" &
+            wait_ms=100
+            [ "$mode" = on0 ] && wait_ms=0
+            [ "$mode" = shm ] && out=/dev/shm/cost.bin
+            echo "mode=$mode daemon: --batch-wait-ms $wait_ms --output $out" >> "$SHARE/daemon.stderr"
+            "$SHARE/$DAEMON" --device "$node" --output "$out" --follow --stats \
+                --batch-wait-ms "$wait_ms" 2>>"$SHARE/daemon.stderr" &
             dpid=$!
         fi
         while IFS='|' read -r name args; do
@@ -151,10 +181,10 @@ cost_rep() {
         done <<COST_END
 $COST_JOBS
 COST_END
-        if [ "$mode" = on ]; then
+        if [ -n "$dpid" ]; then
             kill -TERM "$dpid"; wait "$dpid" || fail "the daemon exited $?"
-            echo "trace_bytes_$rep=$(stat -c %s /tmp/cost.bin)" >> "$SHARE/timing.txt"
-            rm -f /tmp/cost.bin
+            [ "$mode" = on ] && echo "trace_bytes_$rep=$(stat -c %s "$out")" >> "$SHARE/timing.txt"
+            rm -f "$out"
         fi
     done
 }

@@ -54,6 +54,12 @@ pub struct Bench {
     /// Seconds per fio job.
     #[arg(long, default_value_t = 3)]
     pub nvme_runtime: u32,
+    /// The cost of tracing's modes in one boot, rotated by repetition:
+    /// on and off make the figure; on0 (the daemon with --batch-wait-ms 0),
+    /// shm (trace.bin in the guest's /dev/shm) and slice (the slice adopted,
+    /// no module, no daemon) take the cost apart (docs/performance.md).
+    #[arg(long, value_delimiter = ',', default_value = "on,off")]
+    pub nvme_cost_modes: Vec<String>,
     /// Runs of the whole sequence; the table quoted is each figure's
     /// median over them (--quick: always 1).
     #[arg(long, default_value_t = 3)]
@@ -326,6 +332,7 @@ impl Bench {
             } else {
                 self.nvme_reps.max(NVME_COST_REPS_MIN)
             },
+            cost_modes: self.nvme_cost_modes.clone(),
             runtime_s: if self.quick { 1 } else { self.nvme_runtime },
         };
         let mut phases = hmb_harness::phases::Phases::new();
@@ -345,6 +352,15 @@ impl Bench {
         );
         for c in &timings.cost_counters {
             println!("    {c}");
+        }
+        for c in &timings.host_counters {
+            println!("    {c}");
+        }
+        for m in &timings.cost_modes {
+            println!(
+                "    {} trace {} over off, same boot: {:.3} (IOPS {:?})",
+                m.job, m.mode, m.ratio_to_off, m.iops
+            );
         }
         Ok(figures
             .into_iter()

@@ -93,6 +93,7 @@ fn steps(args: Test, sh: &Shell) -> Result<()> {
         nvme_only: false,
         nvme_reps: 1,
         nvme_runtime: 1,
+        nvme_cost_modes: vec!["on".into(), "off".into()],
         runs: 1,
         run_dir: crate::flags::RunDirArg {
             run_dir: Some(bench_dir.clone()),

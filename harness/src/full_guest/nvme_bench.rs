@@ -22,11 +22,13 @@ use xshell::Shell;
 use super::{boot, nvme_tools, prepare};
 
 mod cost_counters;
+mod host_counters;
 use crate::guest_script::{self, Script};
 use crate::phases::Phases;
 use crate::qemu::args;
 use crate::qemu::console;
 pub use cost_counters::CostCounters;
+pub use host_counters::HostCounters;
 
 /// The fio jobs: figure name, fio arguments, and whether the figure is
 /// IOPS (else MB/s).
@@ -47,6 +49,15 @@ pub(crate) const COST_JOBS: &[(&str, &str, bool)] = &[
     ("nvme_trace_cost_4k_qd32", "--rw=randread --bs=4k --iodepth=32", true),
 ];
 
+/// The cost part's modes (COST_MODES in the guest script): `on` and `off`
+/// make the figure; the others take the trace apart to find where its cost
+/// goes, in the same boot: `on0` the daemon with `--batch-wait-ms 0` (a look
+/// at every sample), `shm` trace.bin in the guest's /dev/shm instead of on
+/// its ext4 root, `slice` the series' slice adopted with no module and no
+/// daemon (the controller produces into a ring nobody drains: once it is
+/// full, records are counted as dropped).
+pub const COST_MODES: &[&str] = &["on", "off", "on0", "shm", "slice"];
+
 /// QEMU's namespace file in the run folder.
 const QEMU_BACKING: &str = "qemu-nvme.img";
 
@@ -57,6 +68,9 @@ pub struct BenchOptions {
     pub reps: u32,
     /// Repetitions of each cost-of-tracing job in each mode.
     pub cost_reps: u32,
+    /// The cost part's modes (of `COST_MODES`, `on` and `off` among them),
+    /// rotated by repetition.
+    pub cost_modes: Vec<String>,
     /// Seconds per fio job (after one second of ramp).
     pub runtime_s: u32,
 }
@@ -89,6 +103,20 @@ pub struct Timings {
     pub trace_bytes_per_rep: Vec<u64>,
     /// The cost part's counters, per job and mode (where a traced job's time goes).
     pub cost_counters: Vec<CostCounters>,
+    /// The host's side of the same jobs: CPU per I/O of serve-nvme and QEMU.
+    pub host_counters: Vec<HostCounters>,
+    /// Every mode beside `off` (`on` too): IOPS per repetition and the ratio
+    /// of medians.
+    pub cost_modes: Vec<ModeRatio>,
+}
+
+/// One cost job in one mode against `off`, same boot.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ModeRatio {
+    pub job: String,
+    pub mode: String,
+    pub iops: Vec<f64>,
+    pub ratio_to_off: f64,
 }
 
 /// `nvmeN: pci function` to `nvmeN: ... default/read/poll queues` in `dmesg`, the first of
@@ -106,7 +134,12 @@ fn boot_probe_ms(dmesg: &str, ctrl: &str) -> Option<f64> {
     (end >= start).then_some((end - start) * 1000.0)
 }
 
-fn timings(share: &std::path::Path, cost_counters: Vec<CostCounters>) -> Result<Timings> {
+fn timings(
+    share: &std::path::Path,
+    cost_counters: Vec<CostCounters>,
+    host_counters: Vec<HostCounters>,
+    cost_modes: Vec<ModeRatio>,
+) -> Result<Timings> {
     let text = std::fs::read_to_string(share.join("timing.txt")).context("the bench guest left no timing.txt")?;
     let dmesg = std::fs::read_to_string(share.join("dmesg.txt")).context("the bench guest left no dmesg.txt")?;
     let values = |key: &str| -> Vec<String> {
@@ -133,6 +166,8 @@ fn timings(share: &std::path::Path, cost_counters: Vec<CostCounters>) -> Result<
             .context("timing.txt: no first_io_uptime")?,
         trace_bytes_per_rep: values("trace_bytes").iter().filter_map(|v| v.parse().ok()).collect(),
         cost_counters,
+        host_counters,
+        cost_modes,
     })
 }
 
@@ -147,7 +182,7 @@ const QEMU_BASELINE: &str = "QEMU 11.1 -device nvme, same guest, same boot";
 /// The guest's script (harness/guest-scripts/full-guest-nvme-bench.sh):
 /// find both controllers by model, run every job on each, `reps` times,
 /// fio's JSON into the share.
-fn script(reps: u32, cost_reps: u32, runtime_s: u32) -> String {
+fn script(reps: u32, cost_reps: u32, cost_modes: &[String], runtime_s: u32) -> String {
     let lines = |jobs: &[(&str, &str, bool)]| -> String {
         jobs.iter()
             .map(|(name, args, _)| format!("{name}|{args}"))
@@ -162,6 +197,7 @@ fn script(reps: u32, cost_reps: u32, runtime_s: u32) -> String {
         .set("DAEMON", super::script::files::DAEMON)
         .set("REPS", reps)
         .set("COST_REPS", cost_reps)
+        .set("COST_MODES", cost_modes.join(" "))
         .set("RUNTIME_S", runtime_s)
         .file(&guest_script::FULL_GUEST_NVME_BENCH)
         .build()
@@ -209,6 +245,7 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<
         opts.reps >= 1 && opts.cost_reps >= 1 && opts.runtime_s >= 1,
         "reps and runtime must be at least 1"
     );
+    check_modes(&opts.cost_modes)?;
     let p = prepare(sh, opts.kernel.as_deref(), phases)?;
     std::fs::create_dir_all(&opts.run_dir)?;
     let share = opts.run_dir.join("share");
@@ -216,7 +253,7 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<
     std::fs::create_dir_all(&share)?;
     std::fs::write(
         share.join(super::script::files::SCRIPT),
-        script(opts.reps, opts.cost_reps, opts.runtime_s),
+        script(opts.reps, opts.cost_reps, &opts.cost_modes, opts.runtime_s),
     )?;
     // The cost part's series driver, module and daemon.
     for (from, to) in [
@@ -251,13 +288,22 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<
     let (mut emu, mut nvme, mut vm) =
         phases.run("boot (both controllers)", || boot(&p, &opts.run_dir, &share, &extra))?;
     let per_job = u64::from(opts.runtime_s) + 4;
+    let modes = opts.cost_modes.len() as u64;
     let budget = Duration::from_secs(
         300 + (per_job * JOBS.len() as u64 * 2 + 20) * u64::from(opts.reps)
-            + (per_job * COST_JOBS.len() as u64 * 2 + 20) * u64::from(opts.cost_reps),
+            + (per_job * COST_JOBS.len() as u64 + 10) * modes * u64::from(opts.cost_reps),
     );
+    let host = host_counters::HostSampler::new(
+        vm.pid().context("QEMU has no pid")?,
+        &opts.run_dir.join(nvme_tools::BACKING),
+    );
+    if !host.found_serve_nvme() {
+        eprintln!("warning: no serve-nvme process of this run found: its host CPU reads 0");
+    }
     let ended = phases.run("fio on ours and QEMU's nvme, then the HMB rows", || {
         let asked = "HMBT-STEP hmb rows: timing model please";
         let line = vm.wait_for(asked, budget, |l| {
+            host.on_line(l);
             l.contains(asked) || console::parse_result(l).is_some()
         })?;
         if line.contains(asked) {
@@ -321,7 +367,43 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<
         fio_figure(&std::fs::read_to_string(&f)?, true).with_context(|| format!("{}", f.display()))
     };
     let cost = cost_counters::parse(&counters, iops_of).context("cost-counters.txt")?;
-    Ok((figures, timings(&share, cost)?))
+    std::fs::write(share.join("host-counters.txt"), host.lines())?;
+    let host = host_counters::parse(&host.lines(), iops_of).context("host-counters.txt")?;
+    let mut ratios = Vec::new();
+    for (name, _, _) in COST_JOBS {
+        let side =
+            |mode: &str| -> Result<Vec<f64>> { (1..=opts.cost_reps).map(|rep| iops_of(name, mode, rep)).collect() };
+        let off = median(&side("off")?);
+        for mode in opts.cost_modes.iter().filter(|m| *m != "off") {
+            let iops = side(mode)?;
+            ratios.push(ModeRatio {
+                job: name.to_string(),
+                mode: mode.clone(),
+                ratio_to_off: median(&iops) / off,
+                iops,
+            });
+        }
+    }
+    Ok((figures, timings(&share, cost, host, ratios)?))
+}
+
+/// The cost part's modes: known ones, each once, `on` and `off` among them.
+fn check_modes(modes: &[String]) -> Result<()> {
+    for m in modes {
+        ensure!(
+            COST_MODES.contains(&m.as_str()),
+            "unknown cost mode {m:?} (known: {COST_MODES:?})"
+        );
+        ensure!(
+            modes.iter().filter(|x| *x == m).count() == 1,
+            "cost mode {m:?} given twice"
+        );
+    }
+    ensure!(
+        modes.iter().any(|m| m == "on") && modes.iter().any(|m| m == "off"),
+        "the cost modes must include on and off (the figure)"
+    );
+    Ok(())
 }
 
 /// The HMB rows from fio-hmb_{on,off}-REP.json: IOPS and p99 latency, medians of `reps`.
@@ -389,7 +471,7 @@ mod tests {
 
     #[test]
     fn the_script_runs_every_job_on_both() {
-        let s = script(3, 5, 4);
+        let s = script(3, 5, &["on".to_string(), "off".to_string()], 4);
         for (name, args, _) in JOBS {
             assert!(s.contains(&format!("{name}|{args}")), "{name}");
         }
@@ -398,8 +480,19 @@ mod tests {
         }
         assert!(s.contains("REPS='3'\n") && s.contains("COST_REPS='5'\n") && s.contains("RUNTIME_S='4'\n"));
         assert!(s.contains("series hmb_trace_kb=0\n") && s.contains("SERIES_NVME='nvme-series.ko'\n"));
+        assert!(s.contains("COST_MODES='on off'\n"));
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0]), 2.5);
+    }
+
+    #[test]
+    fn cost_modes_must_be_known_once_each_with_on_and_off() {
+        let v = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert!(check_modes(&v(&["on", "off"])).is_ok());
+        assert!(check_modes(&v(&["off", "on0", "on", "shm", "slice"])).is_ok());
+        assert!(check_modes(&v(&["on", "on0"])).is_err());
+        assert!(check_modes(&v(&["on", "off", "on"])).is_err());
+        assert!(check_modes(&v(&["on", "off", "fast"])).is_err());
     }
 
     #[test]
