@@ -90,6 +90,35 @@ pub struct hmb_record_hdr {
     pub reserved: U32,
 }
 
+impl hmb_record_hdr {
+    /// A record's header as a producer writes it: flags and reserved 0,
+    /// `length` the unpadded payload's (docs/abi.md, "struct hmb_record_hdr"). The
+    /// one constructor the Rust producers share (the firmware model, the
+    /// reference producer, the emulated controller's journal).
+    pub fn record(payload_len: u32, opcode: u16, seq: u64, timestamp_ns: u64, source: u32) -> Self {
+        Self {
+            length: payload_len.into(),
+            opcode: opcode.into(),
+            flags: 0.into(),
+            seq: seq.into(),
+            timestamp_ns: timestamp_ns.into(),
+            source: source.into(),
+            reserved: 0.into(),
+        }
+    }
+
+    /// The header of a pad record filling `bytes` (its own header included,
+    /// at least `HMB_RECORD_HDR_SIZE`) up to the ring's end: the consumer
+    /// skips it whole (docs/abi.md, decision 3).
+    pub fn pad(bytes: u64) -> Self {
+        Self {
+            length: ((bytes - HMB_RECORD_HDR_SIZE as u64) as u32).into(),
+            flags: HMB_RECORD_FLAG_PAD.into(),
+            ..Default::default()
+        }
+    }
+}
+
 /// Advertisement block at offset 0 of the emulated HMB: how the module tells
 /// the emulated device where the trace slice is (the NVMe core patch's job on
 /// real hardware).

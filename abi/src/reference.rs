@@ -79,25 +79,13 @@ impl RefRing {
         }
         let mut cursor = head;
         if let Placement::Pad { bytes } = place {
-            let pad = hmb_record_hdr {
-                length: ((bytes - HMB_RECORD_HDR_SIZE as u64) as u32).into(),
-                flags: HMB_RECORD_FLAG_PAD.into(),
-                ..Default::default()
-            };
+            let pad = hmb_record_hdr::pad(bytes);
             let off = (cursor & (ring_size - 1)) as usize;
             pad.write_to_prefix(&mut self.data_mut()[off..]).expect("pad fits");
         }
         cursor += place.filler();
         let off = (cursor & (ring_size - 1)) as usize;
-        let rec = hmb_record_hdr {
-            length: (payload.len() as u32).into(),
-            opcode: opcode.into(),
-            flags: 0.into(),
-            seq: seq.into(),
-            timestamp_ns: timestamp_ns.into(),
-            source: source.into(),
-            reserved: 0.into(),
-        };
+        let rec = hmb_record_hdr::record(payload.len() as u32, opcode, seq, timestamp_ns, source);
         let data = self.data_mut();
         let slot = &mut data[off..off + size as usize];
         slot.fill(0);

@@ -186,23 +186,11 @@ impl Producer {
         }
         let mut cursor = self.head;
         if let Placement::Pad { bytes } = place {
-            let pad = hmb_record_hdr {
-                length: ((bytes - HMB_RECORD_HDR_SIZE as u64) as u32).into(),
-                flags: HMB_RECORD_FLAG_PAD.into(),
-                ..Default::default()
-            };
+            let pad = hmb_record_hdr::pad(bytes);
             self.write_bytes((cursor & self.mask) as usize, pad.as_bytes());
         }
         cursor += place.filler();
-        let rec = hmb_record_hdr {
-            length: (payload.len() as u32).into(),
-            opcode: opcode.into(),
-            flags: 0.into(),
-            seq: seq.into(),
-            timestamp_ns: timestamp_ns.into(),
-            source: source.into(),
-            reserved: 0.into(),
-        };
+        let rec = hmb_record_hdr::record(payload.len() as u32, opcode, seq, timestamp_ns, source);
         let off = (cursor & self.mask) as usize;
         self.prefetch_ahead(cursor, size as u64);
         self.write_bytes(off, rec.as_bytes());

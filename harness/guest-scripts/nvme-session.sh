@@ -37,5 +37,11 @@ io_stop() {
     touch /tmp/io-stop
     wait "$io"
     note io_rounds "$(cat /tmp/io-rounds 2>/dev/null || echo 0)"
-    note io_failures "$(wc -l < /tmp/io-bad 2>/dev/null || echo 0)"
+    # No file is no failure (the shell reports a missing `<` file itself,
+    # before a `2>/dev/null` on the command could apply).
+    if [ -e /tmp/io-bad ]; then
+        note io_failures "$(wc -l < /tmp/io-bad)"
+    else
+        note io_failures 0
+    fi
 }

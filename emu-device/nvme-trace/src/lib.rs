@@ -139,15 +139,7 @@ impl JournalEntry {
 /// A record's bytes as the producer writes them (header with flags and
 /// reserved 0, then the payload, unpadded) into `out`, cleared first.
 fn record_bytes_into(out: &mut Vec<u8>, opcode: u16, seq: u64, timestamp_ns: u64, source: u32, payload: &[u8]) {
-    let hdr = hmb_trace_abi::hmb_record_hdr {
-        length: (payload.len() as u32).into(),
-        opcode: opcode.into(),
-        flags: 0.into(),
-        seq: seq.into(),
-        timestamp_ns: timestamp_ns.into(),
-        source: source.into(),
-        reserved: 0.into(),
-    };
+    let hdr = hmb_trace_abi::hmb_record_hdr::record(payload.len() as u32, opcode, seq, timestamp_ns, source);
     out.clear();
     out.reserve_exact(hdr.as_bytes().len() + payload.len());
     out.extend_from_slice(hdr.as_bytes());
