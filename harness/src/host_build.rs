@@ -11,8 +11,9 @@
 //! * one `cargo build --release` builds emu-device and the daemon's
 //!   library with every dependency, so cargo's jobs overlap them and a
 //!   dependency they share is compiled once; a tool (the analyzer) is
-//!   built on its own, the same selection on every boot
-//!   (`build_host_binaries` says why);
+//!   built on its own, the same selection on every boot, with the same
+//!   dependency features (host-features/Cargo.toml; `build_host_binaries`
+//!   says why);
 //! * the static daemon is then `cargo rustc` of the daemon's binary alone
 //!   with `-C target-feature=+crt-static`: the flag reaches only the
 //!   binary's own crate (std comes prebuilt for both), so the library and
@@ -85,13 +86,16 @@ fn tools_build_args(tools: &[&str]) -> Vec<String> {
 /// another. Returns emu-device's path; the tools are
 /// `target/release/<name>`.
 ///
-/// The tools are not in the first invocation because cargo resolves
-/// features for the packages named together: the nvme boot builds the
-/// analyzer on its own beside the guest (`spawn_release_build`), and
-/// were the ivshmem session's analyzer in the first invocation, shared
-/// crates would get other features there (zerocopy's "simd", serde's
-/// "rc", ...) and each switch between the two boots would recompile them
-/// and everything above them, emu-device included.
+/// Cargo resolves features over the packages one invocation names, so
+/// the two invocations (and the static daemon's `cargo rustc`) would
+/// build shared crates with different features (zerocopy's "simd",
+/// serde's "rc", syn's "extra-traits", ...), each crate above them
+/// twice: emu-device, the daemon and the analyzer depend on
+/// `hmb-host-features`, whose manifest enables the union, so every
+/// invocation reuses the first one's dependencies (a test below checks
+/// that `cargo tree` resolves the same features for each). The tools
+/// stay in an invocation of their own, the same selection as the nvme
+/// boot's background build of the analyzer (`spawn_release_build`).
 pub fn build_host_binaries(sh: &Shell, tools: &[&str]) -> Result<PathBuf> {
     let _dir = sh.push_dir(workspace_root());
     let args = host_build_args();
@@ -326,6 +330,73 @@ mod tests {
             kmod_build: None,
         };
         assert_eq!(substitute(&daemon.host, &placeholders), Some(static_daemon_path()));
+    }
+
+    /// Each package `cargo tree` lists for `packages` (normal and build
+    /// dependencies, proc macros included), with the feature sets it is
+    /// built with: "name vX.Y.Z" -> {"[f1,f2]", ...}.
+    fn resolved_features(packages: &[&str]) -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.current_dir(workspace_root()).args([
+            "tree",
+            "--locked",
+            "-e",
+            "normal,build",
+            "--prefix",
+            "none",
+            "-f",
+            "{p} [{f}]",
+        ]);
+        for p in packages {
+            cmd.args(["-p", p]);
+        }
+        let out = cmd.output().expect("running cargo tree");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let mut map = std::collections::BTreeMap::<String, std::collections::BTreeSet<String>>::new();
+        for line in String::from_utf8(out.stdout).unwrap().lines() {
+            // A blank line parts the trees of two `-p` packages.
+            let line = line.trim_end_matches(" (*)");
+            if line.is_empty() {
+                continue;
+            }
+            let (package, features) = line.rsplit_once(" [").expect("a {p} [{f}] line");
+            // The package's name and version, without a path package's path.
+            let package: String = package.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+            map.entry(package)
+                .or_default()
+                .insert(features.trim_end_matches(']').to_string());
+        }
+        map
+    }
+
+    /// The three invocations of this module (emu-device and the daemon's
+    /// library, the analyzer, the static daemon) resolve features each over
+    /// the packages it names; a shared crate with other features in one of
+    /// them is compiled again there, and every crate above it
+    /// (host-features/Cargo.toml holds the union that keeps them equal).
+    #[test]
+    fn host_builds_resolve_the_same_features() {
+        let selections: [&[&str]; 3] = [&[EMU_DEVICE_PACKAGE, DAEMON], &["hmb-trace-analyze"], &[DAEMON]];
+        let resolved: Vec<_> = selections.iter().map(|s| resolved_features(s)).collect();
+        let mut differ = Vec::new();
+        for (i, a) in resolved.iter().enumerate() {
+            for (j, b) in resolved.iter().enumerate().skip(i + 1) {
+                for (package, features) in a {
+                    if let Some(other) = b.get(package).filter(|other| *other != features) {
+                        differ.push(format!(
+                            "{package}: {features:?} for {:?}, {other:?} for {:?}",
+                            selections[i], selections[j]
+                        ));
+                    }
+                }
+            }
+        }
+        assert!(
+            differ.is_empty(),
+            "add the missing features to host-features/Cargo.toml:\n{}",
+            differ.join("\n")
+        );
     }
 
     #[test]

@@ -63,7 +63,17 @@ pub struct Fuzz {
     /// still gets its whole `--time` (libFuzzer's limit is wall time).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8))]
     pub jobs: u32,
+    /// The cargo profile of fuzz/Cargo.toml the targets are built with:
+    /// `release` (default: the long runs' exec/s), or `fuzz-ci`, the test
+    /// command's, which builds in less CPU time for its 10 s runs
+    /// (docs/performance.md, "Eleventh session").
+    #[arg(long, default_value = "release", value_parser = clap::builder::PossibleValuesParser::new(PROFILES))]
+    pub profile: String,
 }
+
+/// The profiles `--profile` takes; each builds into its own directory
+/// (`target/fuzz/<triple>/<profile>`), so switching does not rebuild.
+pub(crate) const PROFILES: &[&str] = &["release", "fuzz-ci"];
 
 impl Fuzz {
     pub fn run(self, sh: &Shell) -> Result<()> {
@@ -76,14 +86,15 @@ fn run(args: Fuzz, sh: &Shell) -> Result<()> {
     sh.change_dir(&root);
     crate::cargo_tool::ensure_nightly(sh)?;
     let target_dir = root.join("target/fuzz");
-    println!("building the fuzz targets (nightly, sancov + AddressSanitizer)");
+    let profile = &args.profile;
+    println!("building the fuzz targets (nightly, sancov + AddressSanitizer, profile {profile})");
     let _flags = sh.push_env("RUSTFLAGS", RUSTFLAGS);
     cmd!(
         sh,
-        "cargo +nightly build --quiet --release --manifest-path fuzz/Cargo.toml --target {TRIPLE} --bins --target-dir {target_dir}"
+        "cargo +nightly build --quiet --profile {profile} --manifest-path fuzz/Cargo.toml --target {TRIPLE} --bins --target-dir {target_dir}"
     )
     .run()?;
-    let bin_dir = target_dir.join(TRIPLE).join("release");
+    let bin_dir = target_dir.join(TRIPLE).join(profile);
     let selected: Vec<&(&str, &[&str])> = TARGETS
         .iter()
         .filter(|(name, _)| args.target.as_deref().is_none_or(|t| t == *name))
@@ -312,4 +323,36 @@ fn files_in(dir: &Path) -> Result<Vec<PathBuf>> {
     v.retain(|p| p.is_file());
     v.sort();
     Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_profile_offered_is_one_fuzz_cargo_toml_defines() {
+        let manifest = std::fs::read_to_string(hmb_harness::workspace_root().join("fuzz/Cargo.toml")).unwrap();
+        for profile in PROFILES.iter().filter(|p| **p != "release") {
+            assert!(
+                manifest.lines().any(|l| l.trim() == format!("[profile.{profile}]")),
+                "fuzz/Cargo.toml has no [profile.{profile}]"
+            );
+        }
+    }
+
+    #[test]
+    fn the_profile_flag_takes_only_the_offered_profiles() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            fuzz: Fuzz,
+        }
+        assert_eq!(Cli::try_parse_from(["x"]).unwrap().fuzz.profile, "release");
+        assert_eq!(
+            Cli::try_parse_from(["x", "--profile", "fuzz-ci"]).unwrap().fuzz.profile,
+            "fuzz-ci"
+        );
+        assert!(Cli::try_parse_from(["x", "--profile", "dev"]).is_err());
+    }
 }

@@ -124,12 +124,14 @@ fn steps(args: Test, sh: &Shell) -> Result<()> {
         seed: Some(1),
         max_len: None,
         jobs: 2,
+        profile: FUZZ_PROFILE.into(),
     }
     .run(sh)?;
-    // The fuzzers' builds (corpus and logs stay: small, and read after a failure).
+    // The fuzzers' builds (corpus and logs stay: small, and read after a
+    // failure): the targets', and the build scripts' and proc macros'.
     let fuzz_target = workspace_root().join("target/fuzz");
     prune_build_dir(&fuzz_target.join(crate::fuzz::TRIPLE))?;
-    prune_build_dir(&fuzz_target.join("release"))?;
+    prune_build_dir(&fuzz_target.join(FUZZ_PROFILE))?;
     // The unsafe mapping code under AddressSanitizer (docs/fuzzing.md),
     // with the nightly the fuzz step made sure of: the daemon's tests only
     // (both sides of the ring), to keep CI short; `cargo xtask sanitize`
@@ -198,6 +200,11 @@ fn steps(args: Test, sh: &Shell) -> Result<()> {
     }
     Ok(())
 }
+
+/// The fuzz step's build profile (fuzz/Cargo.toml): its 10 s runs are
+/// worth less than the release build's CPU time (docs/performance.md,
+/// "Eleventh session").
+const FUZZ_PROFILE: &str = "fuzz-ci";
 
 /// Set by `.ci/run`: see [`prune_build_dir`].
 const PRUNE_ENV: &str = "HMB_TRACE_TEST_PRUNE";
@@ -416,4 +423,12 @@ const VIOMMU_KERNEL: &str = "6.12";
 fn step(name: &str) {
     times::start(name);
     println!("==> {name}");
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_fuzz_step_builds_with_a_profile_the_fuzz_command_offers() {
+        assert!(crate::fuzz::PROFILES.contains(&super::FUZZ_PROFILE));
+    }
 }
