@@ -627,15 +627,14 @@ mod tests {
     #[test]
     fn the_probe_samples_until_dropped() {
         let p = Probe::start(Instant::now());
-        std::thread::sleep(Duration::from_millis(180));
+        std::thread::sleep(Duration::from_millis(250));
         let xs = p.samples();
         drop(p);
-        assert!(xs.len() >= 2, "{} samples in 180 ms", xs.len());
         let n = cpus().len();
-        assert!(xs.len() >= 2 * n, "{} samples in 180 ms on {n} CPUs", xs.len());
+        assert!(xs.len() >= 2 * n, "{} samples in 250 ms on {n} CPUs", xs.len());
         for c in cpus() {
             let on: Vec<f64> = xs.iter().filter(|s| s.cpu == c).map(|s| s.at_ns).collect();
-            assert!(on.windows(2).all(|w| w[1] - w[0] >= 40e6), "CPU {c}: {on:?}");
+            assert!(on.windows(2).all(|w| w[1] - w[0] >= 90e6), "CPU {c}: {on:?}");
         }
         assert!(xs
             .iter()
