@@ -40,12 +40,15 @@ run_job() {
     if [ $((rep % 2)) -eq 1 ]; then order="ours qemu"; else order="qemu ours"; fi
     for who in $order; do
         if [ "$who" = ours ]; then dev=$ours; else dev=$qemu; fi
+        # For the host's speed probe and serve-nvme's CPU (host_counters.rs).
+        echo "HMBT-FIO job=$1 mode=$who rep=$rep at=begin"
         # $2 unquoted: fio's arguments, a word each.
         # shellcheck disable=SC2086
         fio --name="$1" --filename="$dev" --ioengine=io_uring --direct=1 --size=64M \
             --time_based --runtime="$RUNTIME_S" --ramp_time=1 --output-format=json \
             --output="$SHARE/fio-$1-$who-$rep.json" $2 < /dev/null > /dev/null 2>>"$SHARE/fio.stderr" \
             || fail "fio $1 on $who ($dev)"
+        echo "HMBT-FIO job=$1 mode=$who rep=$rep at=end"
     done
 }
 # The guest's uptime (seconds since the kernel started) at the first fio
@@ -124,7 +127,8 @@ counters() {
     echo
 }
 # The HMBT-COST console lines mark each job's start and end for the host,
-# which samples its own processes' CPU there (nvme_bench/host_counters.rs).
+# which samples its own processes' CPU there and its speed probe between
+# them (nvme_bench/host_counters.rs, speed_probe.rs).
 cost_job() {
     echo "job=$1 mode=$3 rep=$rep $(counters)" >> "$SHARE/cost-counters.txt"
     echo "HMBT-COST job=$1 mode=$3 rep=$rep at=begin"

@@ -356,6 +356,9 @@ impl Bench {
         for c in &timings.host_counters {
             println!("    {c}");
         }
+        for s in &timings.speed_spreads {
+            println!("    {s}");
+        }
         for m in &timings.cost_modes {
             println!(
                 "    {} trace {} over off, same boot: {:.3} (IOPS {:?})",

@@ -23,12 +23,14 @@ use super::{boot, nvme_tools, prepare};
 
 mod cost_counters;
 mod host_counters;
+mod speed_probe;
 use crate::guest_script::{self, Script};
 use crate::phases::Phases;
 use crate::qemu::args;
 use crate::qemu::console;
 pub use cost_counters::CostCounters;
 pub use host_counters::HostCounters;
+pub use speed_probe::{SpeedRep, SpeedSpread};
 
 /// The fio jobs: figure name, fio arguments, and whether the figure is
 /// IOPS (else MB/s).
@@ -108,6 +110,10 @@ pub struct Timings {
     /// Every mode beside `off` (`on` too): IOPS per repetition and the ratio
     /// of medians.
     pub cost_modes: Vec<ModeRatio>,
+    /// The host's speed probe: every repetition of every marked job (the
+    /// ours/QEMU rows and the cost jobs), and each job and mode's spread.
+    pub speed_reps: Vec<SpeedRep>,
+    pub speed_spreads: Vec<SpeedSpread>,
 }
 
 /// One cost job in one mode against `off`, same boot.
@@ -139,6 +145,7 @@ fn timings(
     cost_counters: Vec<CostCounters>,
     host_counters: Vec<HostCounters>,
     cost_modes: Vec<ModeRatio>,
+    speed_reps: Vec<SpeedRep>,
 ) -> Result<Timings> {
     let text = std::fs::read_to_string(share.join("timing.txt")).context("the bench guest left no timing.txt")?;
     let dmesg = std::fs::read_to_string(share.join("dmesg.txt")).context("the bench guest left no dmesg.txt")?;
@@ -168,6 +175,8 @@ fn timings(
         cost_counters,
         host_counters,
         cost_modes,
+        speed_spreads: speed_probe::spreads(&speed_reps),
+        speed_reps,
     })
 }
 
@@ -368,6 +377,27 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<
     };
     let cost = cost_counters::parse(&counters, iops_of).context("cost-counters.txt")?;
     std::fs::write(share.join("host-counters.txt"), host.lines())?;
+    let samples = host.probe_samples();
+    let host_reps = host_counters::reps(&host.lines(), iops_of).context("host-counters.txt")?;
+    let value_of = |job: &str, mode: &str, rep: u32| -> Result<(f64, &'static str)> {
+        let iops = JOBS.iter().chain(COST_JOBS).find(|j| j.0 == job).is_none_or(|j| j.2);
+        let f = share.join(format!("fio-{job}-{mode}-{rep}.json"));
+        let v = fio_figure(&std::fs::read_to_string(&f)?, iops).with_context(|| format!("{}", f.display()))?;
+        Ok((v, if iops { "IOPS" } else { "MB/s" }))
+    };
+    let speed = speed_probe::speed_reps(&host_reps, &samples, value_of)?;
+    std::fs::write(
+        share.join("speed-probe.txt"),
+        samples
+            .iter()
+            .map(|s| {
+                format!(
+                    "at_ns={} cpu={} dep_ns={} indep_ns={} mixed_ns={}\n",
+                    s.at_ns, s.cpu, s.dep_ns, s.indep_ns, s.mixed_ns
+                )
+            })
+            .collect::<String>(),
+    )?;
     let host = host_counters::parse(&host.lines(), iops_of).context("host-counters.txt")?;
     let mut ratios = Vec::new();
     for (name, _, _) in COST_JOBS {
@@ -384,7 +414,7 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<
             });
         }
     }
-    Ok((figures, timings(&share, cost, host, ratios)?))
+    Ok((figures, timings(&share, cost, host, ratios, speed)?))
 }
 
 /// The cost part's modes: known ones, each once, `on` and `off` among them.

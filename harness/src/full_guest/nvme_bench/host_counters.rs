@@ -14,6 +14,8 @@ use std::time::Instant;
 
 use anyhow::{bail, ensure, Context, Result};
 
+use super::speed_probe::Probe;
+
 /// One sample: what each of our processes has run and waited so far, ns.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Sample {
@@ -37,13 +39,18 @@ pub(crate) struct HostSampler {
     qemu: u32,
     serve: Option<u32>,
     start: Instant,
+    /// The host's speed, sampled on the same clock as the markers.
+    probe: Probe,
     /// host-counters.txt: a line per sample, the marker's fields first.
     lines: RefCell<String>,
 }
 
-/// The marker's fields, if `line` is one.
+/// The marker's fields, if `line` is one: `HMBT-COST` around a cost job,
+/// `HMBT-FIO` around a job of the ours/QEMU rows (mode: ours or qemu).
 fn marker(line: &str) -> Option<(String, String, u32, String)> {
-    let rest = &line[line.find("HMBT-COST ")? + "HMBT-COST ".len()..];
+    let rest = ["HMBT-COST ", "HMBT-FIO "]
+        .iter()
+        .find_map(|m| Some(&line[line.find(m)? + m.len()..]))?;
     let f: BTreeMap<&str, &str> = rest.split_whitespace().filter_map(|w| w.split_once('=')).collect();
     Some((
         f.get("job")?.to_string(),
@@ -74,10 +81,12 @@ fn find_serve_nvme(backing: &Path) -> Option<u32> {
 
 impl HostSampler {
     pub(crate) fn new(qemu: u32, backing: &Path) -> Self {
+        let start = Instant::now();
         HostSampler {
             qemu,
             serve: find_serve_nvme(backing),
-            start: Instant::now(),
+            start,
+            probe: Probe::start(start),
             lines: RefCell::new(String::new()),
         }
     }
@@ -141,6 +150,11 @@ impl HostSampler {
         self.lines.borrow().clone()
     }
 
+    /// The speed probe's samples so far.
+    pub(crate) fn probe_samples(&self) -> Vec<super::speed_probe::Sample> {
+        self.probe.samples()
+    }
+
     pub(crate) fn found_serve_nvme(&self) -> bool {
         self.serve.is_some()
     }
@@ -200,10 +214,30 @@ pub struct HostCounters {
     pub busiest_vcpu_wait_pct: f64,
 }
 
-/// `text`: host-counters.txt; `iops(job, mode, rep)`: fio's figure of that run.
-pub fn parse(text: &str, iops: impl Fn(&str, &str, u32) -> Result<f64>) -> Result<Vec<HostCounters>> {
+/// One repetition of one job in one mode, between its markers.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Rep {
+    pub job: String,
+    pub mode: String,
+    pub rep: u32,
+    /// The markers' times, ns on the sampler's clock (the speed probe's).
+    pub begin_ns: f64,
+    pub end_ns: f64,
+    /// HostCounters' fields in its order, this repetition's; [0] is
+    /// serve-nvme's CPU per I/O, µs.
+    vals: [f64; 9],
+}
+
+impl Rep {
+    pub(crate) fn serve_us_per_io(&self) -> f64 {
+        self.vals[0]
+    }
+}
+
+/// `text`: host-counters.txt; `iops(job, mode, rep)`: fio's IOPS of that run.
+pub(crate) fn reps(text: &str, iops: impl Fn(&str, &str, u32) -> Result<f64>) -> Result<Vec<Rep>> {
     let mut begin: BTreeMap<(String, String, u32), BTreeMap<String, f64>> = BTreeMap::new();
-    let mut rows: BTreeMap<(String, String), Vec<[f64; 9]>> = BTreeMap::new();
+    let mut out = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let f: BTreeMap<String, String> = line
             .split_whitespace()
@@ -246,23 +280,42 @@ pub fn parse(text: &str, iops: impl Fn(&str, &str, u32) -> Result<f64>) -> Resul
                     }
                 }
                 let wall = d("ns")?;
-                rows.entry((key.0, key.1)).or_default().push([
-                    d("serve_run")? / 1e3 / ios,
-                    d("vcpu_run")? / 1e3 / ios,
-                    d("qemu_other_run")? / 1e3 / ios,
-                    d("serve_wait")? / 1e6 / secs,
-                    d("vcpu_wait")? / 1e6 / secs,
-                    if all > 0.0 {
-                        d("host_busy")? / all * host_cores()
-                    } else {
-                        0.0
-                    },
-                    b_run / 1e3 / ios,
-                    100.0 * b_run / wall,
-                    100.0 * b_wait / wall,
-                ]);
+                out.push(Rep {
+                    begin_ns: b["ns"],
+                    end_ns: nums["ns"],
+                    vals: [
+                        d("serve_run")? / 1e3 / ios,
+                        d("vcpu_run")? / 1e3 / ios,
+                        d("qemu_other_run")? / 1e3 / ios,
+                        d("serve_wait")? / 1e6 / secs,
+                        d("vcpu_wait")? / 1e6 / secs,
+                        if all > 0.0 {
+                            d("host_busy")? / all * host_cores()
+                        } else {
+                            0.0
+                        },
+                        b_run / 1e3 / ios,
+                        100.0 * b_run / wall,
+                        100.0 * b_wait / wall,
+                    ],
+                    job: key.0,
+                    mode: key.1,
+                    rep: key.2,
+                });
             }
             other => bail!("at={other} in {line:?}"),
+        }
+    }
+    Ok(out)
+}
+
+/// `text`: host-counters.txt; `iops(job, mode, rep)`: fio's IOPS of that run.
+/// Medians per job and mode, the cost jobs' modes only (not the ours/QEMU rows').
+pub fn parse(text: &str, iops: impl Fn(&str, &str, u32) -> Result<f64>) -> Result<Vec<HostCounters>> {
+    let mut rows: BTreeMap<(String, String), Vec<[f64; 9]>> = BTreeMap::new();
+    for r in reps(text, iops)? {
+        if r.mode != "ours" && r.mode != "qemu" {
+            rows.entry((r.job, r.mode)).or_default().push(r.vals);
         }
     }
     Ok(rows
@@ -322,6 +375,8 @@ mod tests {
         let l = "[   99.1] sh[242]: HMBT-COST job=j mode=on rep=2 at=end";
         assert_eq!(marker(l), Some(("j".into(), "on".into(), 2, "end".into())));
         assert_eq!(marker("HMBT-STEP rep 1 done"), None);
+        let l = "HMBT-FIO job=k mode=qemu rep=3 at=begin";
+        assert_eq!(marker(l), Some(("k".into(), "qemu".into(), 3, "begin".into())));
         assert_eq!(marker("HMBT-COST job=j mode=on rep=x at=end"), None);
     }
 
@@ -341,6 +396,12 @@ mod tests {
         assert_eq!(r.busiest_vcpu_us_per_io, 90.0);
         assert_eq!((r.busiest_vcpu_run_pct, r.busiest_vcpu_wait_pct), (90.0, 10.0));
         assert!(parse("job=j mode=on rep=1 at=end ns=1\n", |_, _, _| Ok(1.0)).is_err());
+        // The ours/QEMU rows' markers: a repetition each, no cost row.
+        let ours = text.replace("mode=on", "mode=ours");
+        assert!(parse(&ours, |_, _, _| Ok(10_000.0)).unwrap().is_empty());
+        let r = reps(&ours, |_, _, _| Ok(10_000.0)).unwrap();
+        assert_eq!((r.len(), r[0].mode.as_str(), r[0].serve_us_per_io()), (1, "ours", 50.0));
+        assert_eq!((r[0].begin_ns, r[0].end_ns), (0.0, 2e9));
     }
 
     #[test]
