@@ -151,7 +151,8 @@ pub(crate) enum Action {
 /// The catalog's latency actions by opcode.
 pub(crate) struct Plans {
     /// Index into `actions` + 1 by opcode; 0: nothing to do.
-    by_opcode: Vec<u16>,
+    /// Sized for every opcode: a `u16` index needs no bounds check.
+    by_opcode: Box<[u16; 1 << 16]>,
     /// (opcode, action).
     actions: Vec<(u16, Action)>,
     /// Every pair's key fits in one word (the later part of a split logs
@@ -163,7 +164,7 @@ pub(crate) struct Plans {
 
 impl Plans {
     pub(crate) fn new(catalog: &Catalog) -> Self {
-        let mut by_opcode = vec![0u16; 1 << 16];
+        let mut by_opcode = Box::new([0u16; 1 << 16]);
         let mut actions = Vec::new();
         let mut pairs: FxHashMap<String, u16> = FxHashMap::default();
         let mut pair_id = |name: &str| -> u16 {
