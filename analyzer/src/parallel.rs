@@ -31,6 +31,9 @@ use crate::walk::{Event, Walker};
 /// tables cost more than half of such a walk saves.
 pub const PARALLEL_MIN_BYTES: usize = 4 << 20;
 
+/// The record loop moves the progress bar after this many bytes.
+const PROGRESS_BYTES: usize = 4 << 20;
+
 /// Where `stats` cuts (`latency_target`), in percent of the file.
 const LATENCY_CUT_PERCENT: u64 = 50;
 
@@ -129,16 +132,15 @@ fn account<R: Rider>(
     stop: u64,
     progress: &Progress,
 ) -> WalkEnd {
-    let mut end = WalkEnd {
-        offset: start,
-        items: 0,
-        error: None,
-        stopped: false,
-    };
     let len = bytes.len();
     let stop = (stop as usize).min(len);
     let mut pos = (start as usize).min(len);
-    let mut since_tick = 0u32;
+    // The item count, the progress bar's next tick and the error live in
+    // locals: kept in `WalkEnd` and a tick counter they were stored and
+    // compared on every record (cachegrind: ~8 instructions each).
+    let mut items = 0u64;
+    let mut error = None;
+    let mut tick = pos.saturating_add(PROGRESS_BYTES);
     while pos < stop {
         match rec_at(bytes, pos) {
             Some(r) if walker.in_order(r.seq) => {
@@ -149,21 +151,24 @@ fn account<R: Rider>(
             _ => match general(bytes, pos, walker, stats, rider) {
                 Ok(size) => pos += size,
                 Err(e) => {
-                    end.error = Some(e);
+                    error = Some(e);
                     break;
                 }
             },
         }
-        end.items += 1;
-        end.offset = pos as u64;
-        since_tick += 1;
-        if since_tick == 65536 {
-            since_tick = 0;
-            progress.set(end.offset);
+        items += 1;
+        if pos >= tick {
+            tick = pos.saturating_add(PROGRESS_BYTES);
+            progress.set(pos as u64);
         }
     }
-    progress.set(end.offset);
-    end
+    progress.set(pos as u64);
+    WalkEnd {
+        offset: pos as u64,
+        items,
+        error,
+        stopped: false,
+    }
 }
 
 /// `account`'s general path for the item at `pos`: parsed and fed as

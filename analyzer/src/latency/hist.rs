@@ -92,6 +92,33 @@ impl Counts {
 
     /// Add `other`'s counts.
     pub(crate) fn add(&mut self, other: &Counts) {
+        // Nearly always nothing overflows: then one pass the compiler
+        // vectorises (the per-bucket overflow branch below kept it from
+        // doing so: 2.4 instructions per record of the bench trace went
+        // into this merge).
+        let overflows = self
+            .counts
+            .iter()
+            .zip(other.counts.iter())
+            .fold(false, |any, (&a, &b)| any | a.checked_add(b).is_none());
+        if !overflows {
+            for (a, &b) in self.counts.iter_mut().zip(other.counts.iter()) {
+                *a += b;
+            }
+        } else {
+            self.add_spilling(other);
+        }
+        if let Some(s) = &other.spill {
+            let mine = self.spill.get_or_insert_with(|| Box::new(empty_hdr()));
+            // Same bounds and precision: cannot fail.
+            let _ = mine.add(&**s);
+        }
+    }
+
+    /// `add`'s counts where some bucket's sum passes `u32::MAX`: that
+    /// bucket's count moves to the spill first.
+    #[cold]
+    fn add_spilling(&mut self, other: &Counts) {
         for i in 0..LEN {
             let (sum, overflow) = self.counts[i].overflowing_add(other.counts[i]);
             if overflow {
@@ -100,11 +127,6 @@ impl Counts {
             } else {
                 self.counts[i] = sum;
             }
-        }
-        if let Some(s) = &other.spill {
-            let mine = self.spill.get_or_insert_with(|| Box::new(empty_hdr()));
-            // Same bounds and precision: cannot fail.
-            let _ = mine.add(&**s);
         }
     }
 
@@ -190,5 +212,31 @@ mod tests {
         b.add(&a);
         assert_eq!(b.to_hdr().count_at(1000), 2 * u32::MAX as u64 + 2);
         assert_eq!(b.to_hdr().len(), 2 * u32::MAX as u64 + 2);
+    }
+
+    /// `add` without an overflow (the vectorised pass) and with one in a
+    /// single bucket (the spilling pass) gives every bucket's sum.
+    #[test]
+    fn add_sums_every_bucket() {
+        let (mut a, mut b) = (Counts::new(), Counts::new());
+        for v in (1..2_000_000u64).step_by(997) {
+            a.record(v);
+            b.record(v / 3 + 1);
+            b.record(v);
+        }
+        let mut want = a.to_hdr();
+        want.add(b.to_hdr()).unwrap();
+        let mut sum = a.clone();
+        sum.add(&b);
+        same(&sum.to_hdr(), &want);
+        // One bucket past `u32::MAX`: it spills, the others still add.
+        let big = index_of(5000);
+        a.counts[big] = u32::MAX - 3;
+        b.counts[big] = 10;
+        let mut want = a.to_hdr();
+        want.add(b.to_hdr()).unwrap();
+        a.add(&b);
+        same(&a.to_hdr(), &want);
+        assert_eq!(a.to_hdr().count_at(5000), u32::MAX as u64 + 7);
     }
 }
