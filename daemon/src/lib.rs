@@ -7,4 +7,5 @@ pub mod device;
 pub mod drain;
 pub mod exit;
 pub mod output;
+mod prealloc;
 pub mod signals;
