@@ -31,8 +31,6 @@ pub struct Options {
     /// Test hook: widen the windows between the two halves of a batch
     /// write and between the write and the tail publish.
     pub crash_window: Option<Duration>,
-    /// Reserve trace.bin's blocks this many bytes ahead of its end (0: never).
-    pub preallocate: u64,
 }
 
 #[derive(Debug, Error)]
@@ -118,7 +116,6 @@ pub fn run(dev: &mut dyn TraceDevice, opts: &Options, stats: &mut DaemonStats) -
     );
     let (mut out, progress) = Output::open(&opts.output, &ring, opts.fsync)?;
     out.set_crash_window(opts.crash_window);
-    out.set_preallocate(opts.preallocate);
     stats.epochs = 1;
     let mut frozen_written = resume(&mut consumer, &mut out, &ring, progress)?;
     // Batches still allowed after a stop request: enough to take what the

@@ -7,5 +7,4 @@ pub mod device;
 pub mod drain;
 pub mod exit;
 pub mod output;
-mod prealloc;
 pub mod signals;

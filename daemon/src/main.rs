@@ -52,12 +52,6 @@ struct Cli {
     /// producer sooner; measured no worse than 1 MiB (docs/performance.md).
     #[arg(long, default_value_t = 256, value_name = "KIB", value_parser = clap::value_parser!(u64).range(4..=1048576))]
     max_batch_kib: u64,
-    /// Reserve trace.bin's blocks this many MiB ahead of its end
-    /// (fallocate, the file's size unchanged), so that appending to it
-    /// does not allocate per page; 0 never. Released at exit; any failure
-    /// turns it off and the writes go on without it.
-    #[arg(long, default_value_t = 16, value_name = "MIB", value_parser = clap::value_parser!(u64).range(0..=4096))]
-    preallocate_mib: u64,
     /// Test hook for crash tests: sleep this long in the middle of every
     /// batch write and before every tail publish.
     #[arg(long, hide = true, value_name = "US")]
@@ -101,7 +95,6 @@ fn main() -> ExitCode {
         max_batch_bytes: cli.max_batch_kib * 1024,
         max_iov: 1024,
         crash_window: cli.debug_crash_window_us.map(Duration::from_micros),
-        preallocate: cli.preallocate_mib << 20,
     };
     let mut stats = DaemonStats::default();
     let result = drain::run(dev.as_mut(), &opts, &mut stats);

@@ -6,7 +6,6 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, IoSlice, Write};
 use std::path::{Path, PathBuf};
 
-use crate::prealloc::Prealloc;
 use hmb_trace_file::{recover, EpochProgress, FileError, FileHeader, TailState, FILE_HEADER_SIZE, MARKER_SIZE};
 use thiserror::Error;
 
@@ -66,9 +65,6 @@ pub struct Output {
     /// Test hook (`--debug-crash-window-us`): split every batch write in two
     /// with a sleep in between, widening the window a SIGKILL can tear.
     crash_window: Option<std::time::Duration>,
-    /// Blocks reserved ahead of the end (`--preallocate-mib`).
-    prealloc: Prealloc,
-    prealloc_step: u64,
 }
 
 impl Output {
@@ -126,8 +122,6 @@ impl Output {
             len: rec.valid_len,
             fsync,
             crash_window: None,
-            prealloc: Prealloc::new(0, rec.valid_len),
-            prealloc_step: 0,
         };
         Ok((out, Some(*rec.last_epoch())))
     }
@@ -156,8 +150,6 @@ impl Output {
             len: FILE_HEADER_SIZE as u64,
             fsync,
             crash_window: None,
-            prealloc: Prealloc::new(0, FILE_HEADER_SIZE as u64),
-            prealloc_step: 0,
         })
     }
 
@@ -167,20 +159,12 @@ impl Output {
         self.sync()?;
         let (mut new, progress) = Self::open(&self.path.clone(), ring, self.fsync)?;
         new.crash_window = self.crash_window;
-        new.set_preallocate(self.prealloc_step);
         *self = new;
         Ok(progress)
     }
 
     pub fn set_crash_window(&mut self, window: Option<std::time::Duration>) {
         self.crash_window = window;
-    }
-
-    /// Reserve the file's blocks `step` bytes ahead of its end (0: never);
-    /// what is reserved past the end is released when `self` is dropped.
-    pub fn set_preallocate(&mut self, step: u64) {
-        self.prealloc_step = step;
-        self.prealloc = Prealloc::new(step, self.len);
     }
 
     pub fn path(&self) -> &Path {
@@ -205,7 +189,6 @@ impl Output {
 
     pub fn write_marker(&mut self, marker: &[u8; MARKER_SIZE]) -> Result<(), OutputError> {
         let start = self.len;
-        self.prealloc.ahead_of(&self.file, start + MARKER_SIZE as u64);
         if let Err(e) = self.file.write_all(marker) {
             return Err(self.roll_back(start, e));
         }
@@ -225,7 +208,6 @@ impl Output {
             self.write_marker(m)?;
         }
         let total: usize = iov.iter().map(|s| s.len()).sum();
-        self.prealloc.ahead_of(&self.file, self.len + total as u64);
         let written = if let (Some(window), true) = (self.crash_window, total > 1) {
             write_split(&self.file, iov, total / 2, window)
         } else if total > 0 {
@@ -245,10 +227,7 @@ impl Output {
     /// next start's recovery truncates the torn item instead.
     fn roll_back(&mut self, len: u64, source: io::Error) -> OutputError {
         match self.file.set_len(len) {
-            Ok(()) => {
-                self.len = len;
-                self.prealloc.truncated(len);
-            }
+            Ok(()) => self.len = len,
             Err(e) => log::error!(
                 "{}: cannot truncate back to {len} bytes after a failed write ({e}); \
                  the next start recovers the file",
@@ -269,18 +248,6 @@ impl Output {
 
     pub fn sync(&mut self) -> Result<(), OutputError> {
         self.file.sync_data().map_err(|e| self.io(e))
-    }
-}
-
-impl Drop for Output {
-    /// Release the blocks reserved past the end: ext4 frees preallocated
-    /// blocks on a truncate even to the same size.
-    fn drop(&mut self) {
-        if self.prealloc.beyond(self.len) {
-            if let Err(e) = self.file.set_len(self.len) {
-                log::warn!("{}: releasing the preallocated blocks: {e}", self.path.display());
-            }
-        }
     }
 }
 
@@ -365,47 +332,6 @@ fn set_aside(path: &Path) -> io::Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Write the same batches with and without preallocation: the bytes
-    /// are the same, the reservation is there while the output is open and
-    /// gone after it is dropped.
-    #[test]
-    fn a_preallocated_file_has_the_same_bytes_and_is_released_at_drop() {
-        use std::os::unix::fs::MetadataExt;
-        const STEP: u64 = 4 << 20;
-        let dir = tempfile::tempdir().unwrap();
-        let ring = RingIdent {
-            abi_major: 1,
-            abi_minor: 0,
-            ring_size: 1 << 16,
-            epoch: 1,
-        };
-        let batch: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
-        let mut files = Vec::new();
-        for step in [0, STEP] {
-            let path = dir.path().join(format!("t{step}"));
-            let (mut out, _) = Output::open(&path, &ring, Fsync::Never).unwrap();
-            out.set_preallocate(step);
-            for _ in 0..3 {
-                out.write_batch(None, &[IoSlice::new(&batch)]).unwrap();
-            }
-            let meta = std::fs::metadata(&path).unwrap();
-            assert_eq!(meta.len(), out.len());
-            if step > 0 {
-                assert!(meta.blocks() * 512 >= STEP, "{} bytes allocated", meta.blocks() * 512);
-            }
-            drop(out);
-            let meta = std::fs::metadata(&path).unwrap();
-            assert!(
-                meta.blocks() * 512 < meta.len() + (1 << 20),
-                "{} bytes allocated",
-                meta.blocks() * 512
-            );
-            files.push(std::fs::read(&path).unwrap());
-        }
-        assert_eq!(files[0].len(), FILE_HEADER_SIZE + 3 * batch.len());
-        assert!(files[0] == files[1]);
-    }
 
     #[test]
     fn the_rest_of_a_batch_starts_anywhere_in_any_slice() {

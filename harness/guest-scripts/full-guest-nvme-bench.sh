@@ -16,9 +16,7 @@
 #              for the figure, and for finding where the cost goes (issue 28)
 #              on0 (the daemon with --batch-wait-ms 0), shm (trace.bin in
 #              /dev/shm, not on the root file system), slice (the series'
-#              slice adopted, no module and no daemon: the controller's side),
-#              nopre (the daemon with --preallocate-mib 0: trace.bin's
-#              blocks allocated per page as ext4 appends, as before)
+#              slice adopted, no module and no daemon: the controller's side)
 #   SERIES_NVME, DKMS_TAR, DAEMON  the series' nvme.ko, DKMS's build of the
 #              module and the static daemon, in the share
 echo "HMBT-STEP PID 1 is $(cat /proc/1/comm): nvme bench"
@@ -174,14 +172,12 @@ cost_rep() {
             done
             [ -n "$node" ] || fail "no trace node of our controller's slice"
             udevadm settle --timeout=30 || true
-            wait_ms=100; pre_mib=16
+            wait_ms=100
             [ "$mode" = on0 ] && wait_ms=0
             [ "$mode" = shm ] && out=/dev/shm/cost.bin
-            [ "$mode" = nopre ] && pre_mib=0
-            echo "mode=$mode daemon: --batch-wait-ms $wait_ms --preallocate-mib $pre_mib --output $out" \
-                >> "$SHARE/daemon.stderr"
+            echo "mode=$mode daemon: --batch-wait-ms $wait_ms --output $out" >> "$SHARE/daemon.stderr"
             "$SHARE/$DAEMON" --device "$node" --output "$out" --follow --stats \
-                --batch-wait-ms "$wait_ms" --preallocate-mib "$pre_mib" 2>>"$SHARE/daemon.stderr" &
+                --batch-wait-ms "$wait_ms" 2>>"$SHARE/daemon.stderr" &
             dpid=$!
         fi
         while IFS='|' read -r name args; do

@@ -57,10 +57,8 @@ pub(crate) const COST_JOBS: &[(&str, &str, bool)] = &[
 /// at every sample), `shm` trace.bin in the guest's /dev/shm instead of on
 /// its ext4 root, `slice` the series' slice adopted with no module and no
 /// daemon (the controller produces into a ring nobody drains: once it is
-/// full, records are counted as dropped), `nopre` the daemon with
-/// `--preallocate-mib 0` (trace.bin's blocks allocated as ext4 appends, the
-/// daemon before it reserved them ahead).
-pub const COST_MODES: &[&str] = &["on", "off", "on0", "shm", "slice", "nopre"];
+/// full, records are counted as dropped).
+pub const COST_MODES: &[&str] = &["on", "off", "on0", "shm", "slice"];
 
 /// QEMU's namespace file in the run folder.
 const QEMU_BACKING: &str = "qemu-nvme.img";
@@ -521,7 +519,7 @@ mod tests {
     fn cost_modes_must_be_known_once_each_with_on_and_off() {
         let v = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         assert!(check_modes(&v(&["on", "off"])).is_ok());
-        assert!(check_modes(&v(&["off", "on0", "on", "shm", "slice", "nopre"])).is_ok());
+        assert!(check_modes(&v(&["off", "on0", "on", "shm", "slice"])).is_ok());
         assert!(check_modes(&v(&["on", "on0"])).is_err());
         assert!(check_modes(&v(&["on", "off", "on"])).is_err());
         assert!(check_modes(&v(&["on", "off", "fast"])).is_err());
