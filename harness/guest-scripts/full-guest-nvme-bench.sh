@@ -104,7 +104,8 @@ series() {
 # of each vCPU, cpuN_busy/cpuN_all, to set beside the host's per-vCPU-thread
 # run time in host-counters.txt: which vCPU ran fio), our controller's queue
 # interrupts, the timer, rescheduling and call IPIs (/proc/interrupts), and
-# the daemon's context switches and CPU ticks (0 with the trace off).
+# the daemon's context switches, minor faults and CPU ticks (0 with the
+# trace off).
 counters() {
     q=$(basename "$octrl")q
     printf 'ns=%s ' "$(date +%s%N)"
@@ -119,10 +120,12 @@ counters() {
     if [ -n "$dpid" ] && [ -r "/proc/$dpid/stat" ]; then
         awk '/^voluntary_ctxt_switches/ { v = $2 } /^nonvoluntary_ctxt_switches/ { n = $2 }
              END { printf "daemon_vcs=%d daemon_ncs=%d ", v, n }' "/proc/$dpid/status"
-        # After the command's parenthesised name: utime and stime are fields 12 and 13.
-        sed 's/.*) //' "/proc/$dpid/stat" | awk '{ printf "daemon_ticks=%d", $12 + $13 }'
+        # After the command's parenthesised name: minflt is field 8, utime
+        # and stime are fields 12 and 13 (faults: the ring view is mapped by
+        # the module's fault handler).
+        sed 's/.*) //' "/proc/$dpid/stat" | awk '{ printf "daemon_minflt=%d daemon_ticks=%d", $8, $12 + $13 }'
     else
-        printf 'daemon_vcs=0 daemon_ncs=0 daemon_ticks=0'
+        printf 'daemon_vcs=0 daemon_ncs=0 daemon_minflt=0 daemon_ticks=0'
     fi
     echo
 }

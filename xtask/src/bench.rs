@@ -135,7 +135,9 @@ const FIGURES: &[(&str, Target, &str)] = &[
 /// Repetitions of each cost-of-tracing job in each mode (on and off
 /// alternating which goes first, each a driver reload) at least, whatever
 /// `--nvme-reps` says: three gave QD1 figures 0.80-1.30 apart (issue 28).
-const NVME_COST_REPS_MIN: u32 = 5;
+/// Seven since the twelfth session: a repetition of both modes takes about
+/// 23 s, so five to seven adds under a minute to a run.
+const NVME_COST_REPS_MIN: u32 = 7;
 
 /// `--nvme`: emu-device's NVMe controller over QEMU's own nvme (issue 28's
 /// goal: at least 1.0 in every row). The names are nvme_bench::JOBS'.
