@@ -74,11 +74,6 @@ impl KeyAt {
         })
     }
 
-    /// The key as the pair's one word: each slot at its shift, which leaves
-    /// room for the widest field any begin or end of the pair has in that
-    /// slot, so a begin and an end with the same values (unused slots 0)
-    /// give the same word, and different values different words. Only for
-    /// a `narrow` key.
     /// `contig` for these fields and shifts, if they lie side by side.
     fn contiguous(&self) -> Option<(u16, u64)> {
         let fields = &self.fields[..self.len as usize];
@@ -99,6 +94,11 @@ impl KeyAt {
         })
     }
 
+    /// The key as the pair's one word: each slot at its shift, which leaves
+    /// room for the widest field any begin or end of the pair has in that
+    /// slot, so a begin and an end with the same values (unused slots 0)
+    /// give the same word, and different values different words. Only for
+    /// a `narrow` key.
     #[inline(always)]
     pub(crate) fn read_word(&self, payload: &[u8]) -> Option<u64> {
         if let Some((at, mask)) = self.contig {
