@@ -15,6 +15,7 @@ pub mod parquet_export;
 pub mod perfetto;
 mod perfetto_proto;
 pub mod progress;
+mod resync;
 pub mod spill_sort;
 pub mod stats;
 pub mod svg;

@@ -1,7 +1,10 @@
 //! Accounting on both cores. A mapped file is cut at an item boundary: the
-//! calling thread walks the earlier part; a second thread hops from the
-//! first item to the boundary by lengths alone (noting the epoch from EPOCH
+//! calling thread walks the earlier part; a second thread finds the
+//! boundary near the cut and the epoch there (`resync`), or else hops from
+//! the first item to it by lengths alone (noting the epoch from EPOCH
 //! markers), then walks the later part with its own `Walker` and `Stats`.
+//! A boundary the resync found may lie a little past the cut: the calling
+//! thread walks on to it.
 //! The later part is appended with `Stats::merge`, which settles what only
 //! the whole walk knows: the sequence gap or seq-backwards event at the
 //! boundary (from the earlier part's final `Walker` state), the
@@ -24,6 +27,7 @@ use hmb_trace_file::FileError;
 use crate::input::{populate, rec_at, Rec, WalkEnd};
 use crate::latency::Latency;
 use crate::progress::Progress;
+use crate::resync;
 use crate::stats::Stats;
 use crate::walk::{Event, Walker};
 
@@ -140,27 +144,28 @@ fn account<R: Rider>(
     // compared on every record (cachegrind: ~8 instructions each).
     let mut items = 0u64;
     let mut error = None;
-    let mut tick = pos.saturating_add(PROGRESS_BYTES);
-    while pos < stop {
-        match rec_at(bytes, pos) {
-            Some(r) if walker.in_order(r.seq) => {
-                stats.add_rec(&r);
-                rider.add_rec(&r);
-                pos += r.size as usize;
-            }
-            _ => match general(bytes, pos, walker, stats, rider) {
-                Ok(size) => pos += size,
-                Err(e) => {
-                    error = Some(e);
-                    break;
+    // The progress bar moves between stretches of PROGRESS_BYTES, so the
+    // record loop compares `pos` with one bound, not with two.
+    'walk: while pos < stop {
+        let tick = pos.saturating_add(PROGRESS_BYTES).min(stop);
+        while pos < tick {
+            match rec_at(bytes, pos) {
+                Some(r) if walker.in_order(r.seq) => {
+                    stats.add_rec(&r);
+                    rider.add_rec(&r);
+                    pos += r.size as usize;
                 }
-            },
+                _ => match general(bytes, pos, walker, stats, rider) {
+                    Ok(size) => pos += size,
+                    Err(e) => {
+                        error = Some(e);
+                        break 'walk;
+                    }
+                },
+            }
+            items += 1;
         }
-        items += 1;
-        if pos >= tick {
-            tick = pos.saturating_add(PROGRESS_BYTES);
-            progress.set(pos as u64);
-        }
+        progress.set(pos as u64);
     }
     progress.set(pos as u64);
     WalkEnd {
@@ -217,11 +222,13 @@ pub fn stats_one_walk(bytes: &[u8], header: &FileHeader, progress: &Progress) ->
     (end, stats)
 }
 
-/// Where to cut a file of `len` bytes: the thread that walks the later part
-/// also hops over the earlier one, so the earlier part is the larger.
+/// Where to cut a file of `len` bytes: the middle, the thread that walks
+/// the later part finding its start near the cut (`resync`). When it
+/// cannot and hops over the earlier part, the earlier part would better be
+/// the larger (55 % before the resync).
 pub fn default_target(header: &FileHeader, len: usize) -> u64 {
     let start = header.header_size as u64;
-    start + (len as u64).saturating_sub(start) * 11 / 20
+    start + (len as u64).saturating_sub(start) / 2
 }
 
 /// Where `stats` cuts a file: each part matches its own pairs, the calling
@@ -238,7 +245,7 @@ pub fn latency_target(header: &FileHeader, len: usize) -> u64 {
 /// two threads, cut at the first item boundary at or after `target`;
 /// finished. Exactly what one walk from the start gives.
 pub fn stats_split(bytes: &[u8], header: &FileHeader, target: u64, progress: &Progress) -> (WalkEnd, Stats) {
-    let (end, stats, (), _) = split_at(bytes, header, target, progress, (), |_| ());
+    let (end, stats, (), _) = split_at(bytes, header, target, progress, (), |_| (), resync::EPOCH_WINDOW);
     (end, stats)
 }
 
@@ -253,9 +260,15 @@ pub fn stats_latency_split<'c>(
     progress: &Progress,
     catalog: &'c crate::catalog::Catalog,
 ) -> (WalkEnd, Stats, Latency<'c>) {
-    let (end, stats, lat, _) = split_at(bytes, header, target, progress, Latency::new(catalog), |start| {
-        Latency::new_part(catalog, start)
-    });
+    let (end, stats, lat, _) = split_at(
+        bytes,
+        header,
+        target,
+        progress,
+        Latency::new(catalog),
+        |start| Latency::new_part(catalog, start),
+        resync::EPOCH_WINDOW,
+    );
     (end, stats, lat)
 }
 
@@ -269,13 +282,16 @@ fn split_at<R: Rider>(
     progress: &Progress,
     first: R,
     part: impl FnOnce(u64) -> R + Send,
+    epoch_window: usize,
 ) -> (WalkEnd, Stats, R, bool) {
     let len = bytes.len() as u64;
     let start = header.header_size as u64;
     std::thread::scope(|s| {
         let later = s.spawn(|| {
             populate(bytes, 0, target as usize);
-            let b = hop(bytes, header, target)?;
+            // Found near the cut when it can be (no read of the earlier
+            // part), else by the hop; checked at the merge either way.
+            let b = resync::boundary(bytes, header, target, epoch_window).or_else(|| hop(bytes, header, target))?;
             let part_header = FileHeader {
                 first_epoch: b.epoch,
                 ring_size: b.ring_size,
@@ -304,6 +320,27 @@ fn split_at<R: Rider>(
             Ok(later) => later,
             Err(panic) => std::panic::resume_unwind(panic),
         };
+        // A boundary found by `resync` may lie past the first item at or
+        // after `target` (after an EPOCH marker, past a seq gap): the
+        // earlier part walks on to it, and the merge below checks that
+        // this walk ends exactly there.
+        if let Some((b, ..)) = &later {
+            if end.error.is_none() && !end.stopped && end.offset < b.offset {
+                let more = account(
+                    bytes,
+                    &mut walker,
+                    &mut stats,
+                    &mut rider,
+                    end.offset,
+                    b.offset,
+                    progress,
+                );
+                end = WalkEnd {
+                    items: end.items + more.items,
+                    ..more
+                };
+            }
+        }
         if end.error.is_some() || end.stopped || end.offset >= len {
             // The whole walk ends in the earlier part too.
             stats.finish();
@@ -568,8 +605,9 @@ mod tests {
     }
 
     /// The split at `target` with the latencies, the later part logging at
-    /// most `log_cap` pairs.
-    fn split(bytes: &[u8], target: u64, log_cap: usize) -> (String, bool) {
+    /// most `log_cap` pairs and looking for EPOCH markers `window` bytes
+    /// around its resync point.
+    fn split(bytes: &[u8], target: u64, log_cap: usize, window: usize) -> (String, bool) {
         let catalog = catalog();
         let header = FileHeader::parse(bytes).unwrap();
         let (end, stats, lat, merged) = split_at(
@@ -579,6 +617,7 @@ mod tests {
             &Progress::hidden(),
             Latency::new(catalog),
             |start| Latency::new_part_capped(catalog, start, log_cap),
+            window,
         );
         (text(&end, &stats, latency_text(&lat)), merged)
     }
@@ -592,9 +631,13 @@ mod tests {
         targets.extend([0, bytes.len() as u64, bytes.len() as u64 + 64]);
         for (k, target) in targets.into_iter().enumerate() {
             // The later part's pair log: unbounded, empty, or full after a
-            // few pairs (the rest walked again by the merge).
+            // few pairs (the rest walked again by the merge); the resync's
+            // window for EPOCH markers: the whole file, a few items (so it
+            // takes the file header's epoch, a marker before, the first
+            // marker after) or none (the hop).
             let cap = [usize::MAX, 0, 3][k % 3];
-            let (got, was_merged) = split(bytes, target, cap);
+            let window = [resync::EPOCH_WINDOW, 64, 200, 0][k % 4];
+            let (got, was_merged) = split(bytes, target, cap, window);
             merged += was_merged as usize;
             if !was_merged && std::env::var_os("SPLIT_DEBUG").is_some() {
                 eprintln!("not merged at {target} (items at {starts:?})");
@@ -602,6 +645,43 @@ mod tests {
             prop_assert_eq!(&got, &want, "split at {} (log cap {})", target, cap);
         }
         Ok(merged)
+    }
+
+    /// Where a resync lands is where the file's items say: an item start
+    /// at or after the target, a device record, in the epoch and ring size
+    /// a walk has there, for every window. For files with no damaged item;
+    /// past one only the merge's check guards (`check_every_split`).
+    /// Returns how many targets found a boundary with the default window.
+    fn check_resync(bytes: &[u8], starts: &[u64]) -> Result<usize, TestCaseError> {
+        let header = FileHeader::parse(bytes).unwrap();
+        // Whether each item is a marker, and the epoch and ring size there.
+        let mut at = std::collections::HashMap::new();
+        let mut now = (header.first_epoch, header.ring_size);
+        for item in hmb_trace_file::SliceReader::new(bytes).unwrap() {
+            let Ok(item) = item else { break };
+            if let Ok(ItemKind::Marker(Marker::Epoch { epoch, ring_size })) = item.kind() {
+                now = (epoch, ring_size);
+            }
+            at.insert(item.offset, (item.is_marker(), now.0, now.1));
+        }
+        let mut found = 0;
+        for target in starts.iter().flat_map(|&s| [s, s + 8, s + 3]) {
+            for window in [resync::EPOCH_WINDOW, 64, 200, 0] {
+                if let Some(b) = resync::boundary(bytes, &header, target, window) {
+                    found += (window == resync::EPOCH_WINDOW) as usize;
+                    prop_assert!(b.offset >= target, "{:?} before {}", b, target);
+                    prop_assert_eq!(
+                        at.get(&b.offset),
+                        Some(&(false, b.epoch, b.ring_size)),
+                        "target {} window {}: {:?}",
+                        target,
+                        window,
+                        b
+                    );
+                }
+            }
+        }
+        Ok(found)
     }
 
     fn any_item() -> impl Strategy<Value = In> {
@@ -646,6 +726,9 @@ mod tests {
             }
             let (bytes, starts) = file(&items, filtered, torn);
             check_every_split(&bytes, &starts)?;
+            if bad.is_none() {
+                check_resync(&bytes, &starts)?;
+            }
             // walk_bytes (with its fast path for records) hands out what
             // the tracefile crate's reader does.
             let header = FileHeader::parse(&bytes).unwrap();
@@ -692,6 +775,45 @@ mod tests {
         let (bytes, starts) = file(&items, false, 0);
         let merged = check_every_split(&bytes, &starts).unwrap();
         assert!(merged >= 60, "{merged} of {} merged", starts.len() * 2 + 3);
+        // The resync finds the boundary itself (the hop is the rare case)
+        // wherever `CHAIN` items follow the target.
+        let found = check_resync(&bytes, &starts).unwrap();
+        assert!(found >= (starts.len() - 16) * 3, "{found} boundaries found");
+    }
+
+    /// Each way the resync finds the later part's epoch: the file header's
+    /// (the window reaches it), an EPOCH marker before the resync point,
+    /// the first record after one ahead of it; and none (the hop) when the
+    /// window holds no marker and does not reach the header.
+    #[test]
+    fn resync_takes_each_path() {
+        let mut items: Vec<In> = (0..60).map(|_| rec(1, 0)).collect();
+        items.insert(30, In::Epoch { again: false, seq: 0 });
+        let (bytes, starts) = file(&items, false, 0);
+        let header = FileHeader::parse(&bytes).unwrap();
+        // Records are 40 bytes, the marker 56: 200 bytes are ~5 items.
+        let at = |item: usize, window| resync::boundary(&bytes, &header, starts[item], window);
+        let b = |item: usize, epoch: u64, ring_size: u64| {
+            Some(Boundary {
+                offset: starts[item],
+                epoch,
+                ring_size,
+            })
+        };
+        let new = (6, 1 << 12);
+        assert_eq!(at(3, 200), b(3, header.first_epoch, header.ring_size));
+        assert_eq!(at(33, 200), b(33, new.0, new.1));
+        assert_eq!(at(28, 200), b(31, new.0, new.1));
+        assert_eq!(at(30, 200), b(31, new.0, new.1));
+        assert_eq!(at(10, 200), None);
+        assert_eq!(at(10, 0), None);
+        // The splits there give one walk's result.
+        let want = sequential(&bytes);
+        for (item, window) in [(3, 200), (33, 200), (28, 200), (10, 200), (10, 0)] {
+            let (got, merged) = split(&bytes, starts[item], usize::MAX, window);
+            assert_eq!(got, want, "split at item {item}, window {window}");
+            assert!(merged, "split at item {item}, window {window}");
+        }
     }
 
     /// The caps across a boundary: more losses than are listed, more than
@@ -721,7 +843,11 @@ mod tests {
             let want = sequential(&bytes);
             for k in 1..8 {
                 let target = starts[starts.len() * k / 8];
-                assert_eq!(split(&bytes, target, usize::MAX).0, want, "split at {target}");
+                assert_eq!(
+                    split(&bytes, target, usize::MAX, resync::EPOCH_WINDOW).0,
+                    want,
+                    "split at {target}"
+                );
             }
         }
     }

@@ -285,15 +285,19 @@ impl Stats {
             Some(n) => *n += 1,
             None => self.add_core_to_map(r.source),
         }
-        self.lo_ns = self.lo_ns.min(ts);
         self.hi_ns = self.hi_ns.max(ts);
         let c = &mut self.cur;
+        // `lo_ns` only moves where a timestamp can be below every earlier
+        // one: an epoch's first record or a step back (it already holds
+        // `cur.last_ns`, so a step forward cannot lower it).
         if c.records == 0 {
             (c.first_seq, c.first_ns) = (r.seq, ts);
+            self.lo_ns = self.lo_ns.min(ts);
         } else if ts >= c.last_ns {
             self.inter_arrival[bucket(ts - c.last_ns)] += 1;
         } else {
             self.ts_backwards += 1;
+            self.lo_ns = self.lo_ns.min(ts);
         }
         c.records += 1;
         (c.last_seq, c.last_ns) = (r.seq, ts);

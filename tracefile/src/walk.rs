@@ -95,6 +95,12 @@ pub struct Walker {
     filtered: bool,
     /// Every epoch seen, in file order; the header's first epoch is always there.
     epochs: Vec<EpochProgress>,
+    /// Records `in_order` took since the last `settle`, all of the current
+    /// epoch with consecutive seqs ending at `expected - 1`: the last
+    /// epoch's progress is brought up to date from this count once, not
+    /// on every record (cachegrind: ~12 of the analyzer's ~124 instructions
+    /// per record in `info`).
+    run: u64,
 }
 
 impl Walker {
@@ -106,6 +112,7 @@ impl Walker {
             expected: None,
             filtered: header.is_filtered(),
             epochs: vec![EpochProgress::new(header.first_epoch, header.ring_size)],
+            run: 0,
         }
     }
 
@@ -129,12 +136,32 @@ impl Walker {
     }
 
     /// Every epoch seen so far, in file order; the last is the current one.
-    pub fn epochs(&self) -> &[EpochProgress] {
+    pub fn epochs(&mut self) -> &[EpochProgress] {
+        self.settle();
         &self.epochs
     }
 
-    pub fn into_epochs(self) -> Vec<EpochProgress> {
+    pub fn into_epochs(mut self) -> Vec<EpochProgress> {
+        self.settle();
         self.epochs
+    }
+
+    /// Fold the records `in_order` counted into the current epoch's
+    /// progress: what `in_order` did per record before, for the whole run
+    /// (its seqs are consecutive, so the run's highest is `expected - 1`).
+    #[inline]
+    fn settle(&mut self) {
+        if self.run == 0 {
+            return;
+        }
+        let next = self
+            .expected
+            .expect("in_order takes records only once a seq is expected");
+        let p = self.epochs.last_mut().expect("the first epoch is pushed by new()");
+        p.last_seq = Some(p.last_seq.map_or(next - 1, |s| s.max(next - 1)));
+        p.next_seq = p.next_seq.max(next);
+        p.records += self.run;
+        self.run = 0;
     }
 
     fn progress_of(&mut self, epoch: u64) -> Option<&mut EpochProgress> {
@@ -142,7 +169,8 @@ impl Walker {
     }
 
     /// `feed`'s state change for a device record whose seq is the one
-    /// expected next, nearly every record of a file: true, and the caller
+    /// expected next, nearly every record of a file (the epoch's progress
+    /// counted, brought up to date by `settle`): true, and the caller
     /// takes the record as `feed`'s `Event::Record` in the current epoch
     /// (no other event comes with it). False, with nothing changed, for any
     /// other seq and before the first record: the caller then feeds it.
@@ -150,21 +178,21 @@ impl Walker {
     /// instead of building and matching an `Event`.
     #[inline(always)]
     pub fn in_order(&mut self, seq: u64) -> bool {
-        if self.expected != Some(seq) || seq == u64::MAX {
-            return false;
+        // Only the value is stored: `expected` stays `Some`.
+        match &mut self.expected {
+            Some(want) if *want == seq && seq != u64::MAX => {
+                *want = seq + 1;
+                // The epoch's progress waits for `settle`.
+                self.run += 1;
+                true
+            }
+            _ => false,
         }
-        self.expected = Some(seq + 1);
-        let Some(p) = self.epochs.last_mut() else {
-            return true;
-        };
-        p.last_seq = Some(p.last_seq.map_or(seq, |s| s.max(seq)));
-        p.next_seq = p.next_seq.max(seq + 1);
-        p.records += 1;
-        true
     }
 
     #[inline]
     pub fn feed<'a, 'b>(&mut self, item: &'b Item<'a>, out: &mut impl FnMut(Event<'a, 'b>)) {
+        self.settle();
         let offset = item.offset;
         let kind = match item.kind() {
             Ok(k) => k,
@@ -394,15 +422,27 @@ mod tests {
             } else {
                 Walker::new(&header)
             };
+            // A walker fed every item, in step: the epochs' progress
+            // (`in_order` counts its runs and settles them later) must be
+            // the same whenever it is asked for, here every 7th item.
+            let mut fed = if from_start {
+                Walker::from_start(&header)
+            } else {
+                Walker::new(&header)
+            };
             let (mut got, mut fast) = (Vec::new(), 0);
-            for item in r.by_ref() {
+            for (k, item) in r.by_ref().enumerate() {
                 let item = item.unwrap();
+                fed.feed(&item, &mut |_| {});
                 if !item.is_marker() && w.in_order(item.seq()) {
                     fast += 1;
                     got.push(format!("rec {}/{}", w.epoch(), item.seq()));
-                    continue;
+                } else {
+                    w.feed(&item, &mut |e| got.push(show(e)));
                 }
-                w.feed(&item, &mut |e| got.push(show(e)));
+                if k % 7 == 0 {
+                    assert_eq!(w.epochs(), fed.epochs(), "after item {k}");
+                }
             }
             assert_eq!(got, want);
             assert_eq!(w.into_epochs(), want_epochs);
