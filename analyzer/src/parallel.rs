@@ -146,27 +146,39 @@ fn account<R: Rider>(
     let mut error = None;
     // The progress bar moves between stretches of PROGRESS_BYTES, so the
     // record loop compares `pos` with one bound, not with two.
+    // The seq the walker takes in order next lives in a register
+    // (`Walker::in_order_from`), handed back before the general path.
+    let mut want = walker.in_order_from();
     'walk: while pos < stop {
         let tick = pos.saturating_add(PROGRESS_BYTES).min(stop);
         while pos < tick {
             match rec_at(bytes, pos) {
-                Some(r) if walker.in_order(r.seq) => {
+                // Counted in `items` when handed back (`want` went up by
+                // one per record).
+                Some(r) if r.seq == want && want != u64::MAX => {
+                    want += 1;
                     stats.add_rec(&r);
                     rider.add_rec(&r);
                     pos += r.size as usize;
                 }
-                _ => match general(bytes, pos, walker, stats, rider) {
-                    Ok(size) => pos += size,
-                    Err(e) => {
-                        error = Some(e);
-                        break 'walk;
+                _ => {
+                    items += walker.took_in_order(want);
+                    let fed = general(bytes, pos, walker, stats, rider);
+                    want = walker.in_order_from();
+                    match fed {
+                        Ok(size) => pos += size,
+                        Err(e) => {
+                            error = Some(e);
+                            break 'walk;
+                        }
                     }
-                },
+                    items += 1;
+                }
             }
-            items += 1;
         }
         progress.set(pos as u64);
     }
+    items += walker.took_in_order(want);
     progress.set(pos as u64);
     WalkEnd {
         offset: pos as u64,

@@ -190,6 +190,31 @@ impl Walker {
         }
     }
 
+    /// The seq a record loop may take in order next, without calling
+    /// `in_order` per record: u64::MAX when it may take none (before the
+    /// first record; `in_order` refuses seq u64::MAX). The loop keeps it in
+    /// a register, takes each record whose seq equals it and is not
+    /// u64::MAX as `in_order` would, adding one, and hands the value back
+    /// with `took_in_order` before anything else reaches the walker.
+    #[inline(always)]
+    pub fn in_order_from(&self) -> u64 {
+        self.expected.unwrap_or(u64::MAX)
+    }
+
+    /// The record loop took every seq from `in_order_from()` to `next`
+    /// (exclusive), in order: what `in_order` of each did. Returns how many
+    /// records that was.
+    #[inline(always)]
+    pub fn took_in_order(&mut self, next: u64) -> u64 {
+        let from = self.in_order_from();
+        if next <= from {
+            return 0;
+        }
+        self.expected = Some(next);
+        self.run += next - from;
+        next - from
+    }
+
     #[inline]
     pub fn feed<'a, 'b>(&mut self, item: &'b Item<'a>, out: &mut impl FnMut(Event<'a, 'b>)) {
         self.settle();
@@ -447,6 +472,32 @@ mod tests {
             assert_eq!(got, want);
             assert_eq!(w.into_epochs(), want_epochs);
             assert!(fast > 500, "{fast} records in order");
+
+            // The same with the next in-order seq kept outside the walker
+            // (`in_order_from`, `took_in_order`), as the analyzer's loop does.
+            let mut r = SliceReader::new(&bytes).unwrap();
+            let mut w = if from_start {
+                Walker::from_start(&header)
+            } else {
+                Walker::new(&header)
+            };
+            let (mut got, mut taken) = (Vec::new(), 0);
+            let mut want_seq = w.in_order_from();
+            for item in r.by_ref() {
+                let item = item.unwrap();
+                if !item.is_marker() && item.seq() == want_seq && want_seq != u64::MAX {
+                    want_seq += 1;
+                    got.push(format!("rec {}/{}", w.epoch(), item.seq()));
+                    continue;
+                }
+                taken += w.took_in_order(want_seq);
+                w.feed(&item, &mut |e| got.push(show(e)));
+                want_seq = w.in_order_from();
+            }
+            taken += w.took_in_order(want_seq);
+            assert_eq!(got, want);
+            assert_eq!(w.into_epochs(), want_epochs);
+            assert_eq!(taken, fast);
         }
     }
 
