@@ -857,11 +857,11 @@ impl<'c> Latency<'c> {
         lat
     }
 
-    /// The histogram of series `s`: for an overall series its own counts
+    /// The counts of series `s`: for an overall series its own counts
     /// and those of every source series of its (opcode, measure).
-    fn hdr(&self, s: &Series) -> hdrhistogram::Histogram<u64> {
+    fn counts<'a>(&'a self, s: &'a Series) -> std::borrow::Cow<'a, Counts> {
         if s.key.2.is_some() {
-            return s.counts.to_hdr();
+            return std::borrow::Cow::Borrowed(&s.counts);
         }
         let mut all = s.counts.clone();
         for t in &self.series {
@@ -869,7 +869,18 @@ impl<'c> Latency<'c> {
                 all.add(&t.counts);
             }
         }
-        all.to_hdr()
+        std::borrow::Cow::Owned(all)
+    }
+
+    /// The count and p50, p90, p99, p99.9 of series `s`, as the crate's
+    /// histogram of its counts gives them.
+    fn quantiles(&self, s: &Series) -> (u64, [u64; 4]) {
+        const QS: [f64; 4] = [0.5, 0.9, 0.99, 0.999];
+        let counts = self.counts(s);
+        counts.quantiles(QS).unwrap_or_else(|| {
+            let h = counts.to_hdr();
+            (h.len(), QS.map(|q| h.value_at_quantile(q)))
+        })
     }
 
     /// Rows sorted by opcode, measure, then overall before per source.
@@ -878,17 +889,17 @@ impl<'c> Latency<'c> {
         rows.sort_by_key(|s| (s.key.0, s.key.1, s.key.2.map_or(0, |x| x as u64 + 1)));
         rows.into_iter()
             .map(|s| {
-                let (k, h) = (s.key, &self.hdr(s));
+                let (k, (count, [p50, p90, p99, p999])) = (s.key, self.quantiles(s));
                 Percentiles {
                     opcode: k.0,
                     name: self.catalog.name(k.0),
                     measure: k.1,
                     source: k.2,
-                    count: h.len(),
-                    p50: h.value_at_quantile(0.5),
-                    p90: h.value_at_quantile(0.9),
-                    p99: h.value_at_quantile(0.99),
-                    p999: h.value_at_quantile(0.999),
+                    count,
+                    p50,
+                    p90,
+                    p99,
+                    p999,
                     max: s.max,
                 }
             })
@@ -917,7 +928,8 @@ impl<'c> Latency<'c> {
         let Some(&i) = self.index.get(&(opcode, m, None)) else {
             return Vec::new();
         };
-        self.hdr(&self.series[i as usize])
+        self.counts(&self.series[i as usize])
+            .to_hdr()
             .iter_log(1, 2.0)
             .map(|v| (v.value_iterated_to(), v.count_since_last_iteration()))
             .collect()
