@@ -110,8 +110,8 @@ struct Depth {
 
 /// The histogram and the exact maximum of one series. An overall series
 /// (source None) counts only the values no source series took (dropped
-/// past `MAX_SERIES`): its histogram is that plus its sources' (`hdr`),
-/// one count per value instead of two; its maximum is kept of every value.
+/// past `MAX_SERIES`): its histogram is that plus its sources' (`counts`),
+/// one count per value instead of two; its maximum likewise (`max_of`).
 struct Series {
     key: Key,
     counts: Counts,
@@ -322,11 +322,12 @@ impl<'c> Latency<'c> {
     fn both(&mut self, action: usize, opcode: u16, m: Measure, source: u32, v: u64) {
         let v = v.clamp(1, MAX_NS);
         let slots = &self.slots[action][m as usize];
-        if let (Some(overall), Some(&i)) = (slots.overall, slots.by_source.get(source as usize)) {
-            // `by_source` holds only sources below `DENSE_SOURCES`.
+        if let Some(&i) = slots.by_source.get(source as usize) {
+            // `by_source` holds only sources below `DENSE_SOURCES`, and
+            // only once `both_slow` made the overall series. That one's
+            // maximum is not kept here: it is its own and its sources'
+            // (`max_of`), one load and store less per value.
             if i != NO_SERIES {
-                let o = &mut self.series[overall as usize];
-                o.max = o.max.max(v);
                 self.add_to(i, v);
                 return;
             }
@@ -872,6 +873,18 @@ impl<'c> Latency<'c> {
         std::borrow::Cow::Owned(all)
     }
 
+    /// The maximum of series `s`: for an overall series also its source
+    /// series' (`both` keeps a value's maximum in the source's only).
+    fn max_of(&self, s: &Series) -> u64 {
+        if s.key.2.is_some() {
+            return s.max;
+        }
+        self.series
+            .iter()
+            .filter(|t| (t.key.0, t.key.1) == (s.key.0, s.key.1) && t.key.2.is_some())
+            .fold(s.max, |m, t| m.max(t.max))
+    }
+
     /// The count and p50, p90, p99, p99.9 of series `s`, as the crate's
     /// histogram of its counts gives them.
     fn quantiles(&self, s: &Series) -> (u64, [u64; 4]) {
@@ -900,7 +913,7 @@ impl<'c> Latency<'c> {
                     p90,
                     p99,
                     p999,
-                    max: s.max,
+                    max: self.max_of(s),
                 }
             })
             .collect()
