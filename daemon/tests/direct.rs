@@ -207,3 +207,33 @@ fn sigkill_inside_a_direct_write_leaves_a_torn_item_recovery_truncates() {
     let items = read_trace(&rig.out);
     assert_eq!(check_records(&items, SEED, SIZES), (0..n).collect::<Vec<_>>());
 }
+
+/// SIGHUP (logrotate) with `--direct`: the rotated file is cut to its data
+/// before the new one is opened; the two hold every record once.
+#[test]
+fn sighup_with_direct_leaves_both_files_exact() {
+    let (rig, disk) = rig(65536);
+    let daemon = rig.spawn(&["--direct"]);
+    let mut p = rig.producer();
+    for _ in 0..100 {
+        produce(&mut p, SEED, SIZES, true);
+    }
+    rig.wait_drained(Duration::from_secs(10));
+    let rotated = disk.path().join("trace.bin.1");
+    std::fs::rename(&rig.out, &rotated).unwrap();
+    signal(&daemon, Signal::SIGHUP);
+    for _ in 0..100 {
+        produce(&mut p, SEED, SIZES, true);
+    }
+    rig.wait_drained(Duration::from_secs(10));
+    signal(&daemon, Signal::SIGINT);
+    let out = daemon.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_exact(&rig);
+    let old_len = std::fs::metadata(&rotated).unwrap().len();
+    let old = recover(&rotated).unwrap();
+    assert_eq!((old.tail, old.valid_len), (TailState::Clean, old_len));
+    let mut seqs = check_records(&read_trace(&rotated), SEED, SIZES);
+    seqs.extend(check_records(&read_trace(&rig.out), SEED, SIZES));
+    assert_eq!(seqs, (0..200).collect::<Vec<_>>());
+}
