@@ -28,6 +28,8 @@ pub struct Options {
     /// After a small batch (a slow producer), let records gather this long
     /// before looking again instead of waking for every few (0: never).
     pub batch_wait: Duration,
+    /// Write trace.bin with O_DIRECT (`--direct`, crate::direct).
+    pub direct: bool,
     /// Test hook: widen the windows between the two halves of a batch
     /// write and between the write and the tail publish.
     pub crash_window: Option<Duration>,
@@ -114,7 +116,18 @@ pub fn run(dev: &mut dyn TraceDevice, opts: &Options, stats: &mut DaemonStats) -
         ring.ring_size,
         ring.epoch
     );
-    let (mut out, progress) = Output::open(&opts.output, &ring, opts.fsync)?;
+    let (mut out, progress) = Output::open(&opts.output, &ring, opts.fsync, opts.direct)?;
+    if opts.direct {
+        log::info!(
+            "{}: {}",
+            out.path().display(),
+            if out.is_direct() {
+                "O_DIRECT"
+            } else {
+                "buffered (no O_DIRECT)"
+            }
+        );
+    }
     out.set_crash_window(opts.crash_window);
     stats.epochs = 1;
     let mut frozen_written = resume(&mut consumer, &mut out, &ring, progress)?;

@@ -4,6 +4,7 @@
 //! host tests can drive them.
 
 pub mod device;
+mod direct;
 pub mod drain;
 pub mod exit;
 pub mod output;

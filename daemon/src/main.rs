@@ -52,6 +52,15 @@ struct Cli {
     /// producer sooner; measured no worse than 1 MiB (docs/performance.md).
     #[arg(long, default_value_t = 256, value_name = "KIB", value_parser = clap::value_parser!(u64).range(4..=1048576))]
     max_batch_kib: u64,
+    /// Write trace.bin with O_DIRECT: whole blocks from an aligned copy of
+    /// each batch, the partial last block rewritten by the next, so the
+    /// trace never goes through the page cache and its writeback. The file's
+    /// bytes are the same; between batches it may end in less than a block
+    /// of 0xFF padding, cut at exit (and by recovery after a kill). Falls back to
+    /// buffered writes, with a warning, where the file system has no
+    /// O_DIRECT (tmpfs before Linux 6.6).
+    #[arg(long)]
+    direct: bool,
     /// Test hook for crash tests: sleep this long in the middle of every
     /// batch write and before every tail publish.
     #[arg(long, hide = true, value_name = "US")]
@@ -94,6 +103,7 @@ fn main() -> ExitCode {
         batch_wait: Duration::from_millis(cli.batch_wait_ms),
         max_batch_bytes: cli.max_batch_kib * 1024,
         max_iov: 1024,
+        direct: cli.direct,
         crash_window: cli.debug_crash_window_us.map(Duration::from_micros),
     };
     let mut stats = DaemonStats::default();

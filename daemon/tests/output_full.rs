@@ -33,9 +33,15 @@ fn spawn_limited(rig: &Rig, limit: u64, extra: &[&str]) -> std::process::Child {
     c.spawn().unwrap()
 }
 
-#[test]
-fn a_full_output_ends_at_a_whole_batch_and_a_restart_resumes_exactly() {
-    let rig = Rig::new(65536);
+/// Buffered and `--direct` (O_DIRECT: its padded write past the limit is
+/// refused whole, never cut short to an unaligned length).
+#[rstest::rstest]
+#[case::buffered(&[])]
+#[case::direct(&["--direct"])]
+fn a_full_output_ends_at_a_whole_batch_and_a_restart_resumes_exactly(#[case] mode: &[&str]) {
+    let mut rig = Rig::new(65536);
+    let disk = tempfile::tempdir().unwrap();
+    rig.out = disk.path().join("trace.bin");
     let mut p = rig.producer();
     for _ in 0..200 {
         produce(&mut p, SEED, Workload::Ssd, true);
@@ -49,7 +55,7 @@ fn a_full_output_ends_at_a_whole_batch_and_a_restart_resumes_exactly() {
     assert!(second < 65536, "no wrap: ring bytes are file bytes");
     let limit = FILE_HEADER_SIZE as u64 + first + (second - first) / 2;
 
-    let daemon = spawn_limited(&rig, limit, &[]);
+    let daemon = spawn_limited(&rig, limit, mode);
     let out = daemon.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(11), "{stderr}");
@@ -76,7 +82,7 @@ fn a_full_output_ends_at_a_whole_batch_and_a_restart_resumes_exactly() {
     // Space is back: a restart resumes from the ring and writes every
     // record exactly once.
     p.freeze();
-    let (code, stderr) = rig.run(&[]);
+    let (code, stderr) = rig.run(mode);
     assert_eq!(code, 8, "{stderr}");
     let items = read_trace(&rig.out);
     assert_eq!(check_records(&items, SEED, Workload::Ssd), (0..400).collect::<Vec<_>>());
@@ -93,12 +99,20 @@ fn a_full_output_ends_at_a_whole_batch_and_a_restart_resumes_exactly() {
 /// Full while streaming: the daemon drains batches of at most 4 KiB as they
 /// come, so several are in the file when the limit falls in the middle of
 /// one. Same guarantees.
-#[test]
-fn the_output_fills_up_while_streaming() {
-    let rig = Rig::new(65536);
+#[rstest::rstest]
+#[case::buffered(&[])]
+#[case::direct(&["--direct"])]
+fn the_output_fills_up_while_streaming(#[case] mode: &[&str]) {
+    let mut rig = Rig::new(65536);
+    let disk = tempfile::tempdir().unwrap();
+    rig.out = disk.path().join("trace.bin");
     let mut p = rig.producer();
-    let limit = FILE_HEADER_SIZE as u64 + 12_000;
-    let mut daemon = spawn_limited(&rig, limit, &["--max-batch-kib", "4"]);
+    // Room for several 4 KiB batches also with --direct, whose padded
+    // write is refused up to a block before the limit.
+    let limit = FILE_HEADER_SIZE as u64 + 20_000;
+    let mut args = vec!["--max-batch-kib", "4"];
+    args.extend_from_slice(mode);
+    let mut daemon = spawn_limited(&rig, limit, &args);
     let start = std::time::Instant::now();
     let status = loop {
         if let Some(status) = daemon.try_wait().unwrap() {

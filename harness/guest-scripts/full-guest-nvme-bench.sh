@@ -16,7 +16,11 @@
 #              for the figure, and for finding where the cost goes (issue 28)
 #              on0 (the daemon with --batch-wait-ms 0), shm (trace.bin in
 #              /dev/shm, not on the root file system), slice (the series'
-#              slice adopted, no module and no daemon: the controller's side)
+#              slice adopted, no module and no daemon: the controller's side),
+#              direct (the daemon --direct: trace.bin by O_DIRECT), big (the
+#              daemon with --batch-wait-ms 500 --max-batch-kib 2048), disk
+#              (trace.bin on an ext4 of its own on a second virtio disk of
+#              TRACE_DISK_SECTORS sectors: raw, cache=unsafe, no qcow2)
 #   SERIES_NVME, DKMS_TAR, DAEMON  the series' nvme.ko, DKMS's build of the
 #              module and the static daemon, in the share
 echo "HMBT-STEP PID 1 is $(cat /proc/1/comm): nvme bench"
@@ -105,7 +109,9 @@ series() {
 # run time in host-counters.txt: which vCPU ran fio), our controller's queue
 # interrupts, the timer, rescheduling and call IPIs (/proc/interrupts), and
 # the daemon's context switches, minor faults and CPU ticks (0 with the
-# trace off).
+# trace off); and the disk writes (issue 28): write requests, sectors written
+# and flushes completed by the virtio disks (/proc/diskstats, whole disks),
+# pages dirtied and written back (/proc/vmstat), virtio interrupts.
 counters() {
     q=$(basename "$octrl")q
     printf 'ns=%s ' "$(date +%s%N)"
@@ -117,6 +123,12 @@ counters() {
          index($NF, q) == 1 { nvme += s } $1 == "LOC:" { loc = s } $1 == "RES:" { res = s }
          $1 == "CAL:" { cal = s }
          END { printf "nvme_irq=%d loc=%d res=%d cal=%d ", nvme, loc, res, cal }' /proc/interrupts
+    awk '$3 ~ /^vd[a-z]+$/ { w += $8; s += $10; if (NF >= 20) f += $19 }
+         END { printf "blk_wr=%d blk_wsect=%d blk_flush=%d ", w, s, f }' /proc/diskstats
+    awk '$1 == "nr_dirtied" { d = $2 } $1 == "nr_written" { w = $2 }
+         END { printf "pg_dirtied=%d pg_written=%d ", d, w }' /proc/vmstat
+    awk 'NR == 1 { n = NF; next } /virtio/ { for (i = 2; i <= n + 1; i++) v += $i }
+         END { printf "virtio_irq=%d ", v }' /proc/interrupts
     if [ -n "$dpid" ] && [ -r "/proc/$dpid/stat" ]; then
         awk '/^voluntary_ctxt_switches/ { v = $2 } /^nonvoluntary_ctxt_switches/ { n = $2 }
              END { printf "daemon_vcs=%d daemon_ncs=%d ", v, n }' "/proc/$dpid/status"
@@ -175,12 +187,18 @@ cost_rep() {
             done
             [ -n "$node" ] || fail "no trace node of our controller's slice"
             udevadm settle --timeout=30 || true
-            wait_ms=100
+            wait_ms=100; batch_kib=256; direct=
             [ "$mode" = on0 ] && wait_ms=0
             [ "$mode" = shm ] && out=/dev/shm/cost.bin
-            echo "mode=$mode daemon: --batch-wait-ms $wait_ms --output $out" >> "$SHARE/daemon.stderr"
-            "$SHARE/$DAEMON" --device "$node" --output "$out" --follow --stats \
-                --batch-wait-ms "$wait_ms" 2>>"$SHARE/daemon.stderr" &
+            [ "$mode" = disk ] && out=/mnt/trace/cost.bin
+            [ "$mode" = direct ] && direct=--direct
+            [ "$mode" = big ] && { wait_ms=500; batch_kib=2048; }
+            echo "mode=$mode daemon: --batch-wait-ms $wait_ms --max-batch-kib $batch_kib $direct --output $out" \
+                >> "$SHARE/daemon.stderr"
+            # $direct unquoted: the flag or nothing.
+            # shellcheck disable=SC2086
+            "$SHARE/$DAEMON" --device "$node" --output "$out" --follow --stats -v \
+                --batch-wait-ms "$wait_ms" --max-batch-kib "$batch_kib" $direct 2>>"$SHARE/daemon.stderr" &
             dpid=$!
         fi
         while IFS='|' read -r name args; do
@@ -191,10 +209,27 @@ COST_END
         if [ -n "$dpid" ]; then
             kill -TERM "$dpid"; wait "$dpid" || fail "the daemon exited $?"
             [ "$mode" = on ] && echo "trace_bytes_$rep=$(stat -c %s "$out")" >> "$SHARE/timing.txt"
+            # Every traced mode's file length (after the daemon's exit: with
+            # --direct the padding is cut), for trace.bin's size by mode.
+            echo "mode_bytes_${mode}_$rep=$(stat -c %s "$out")" >> "$SHARE/timing.txt"
             rm -f "$out"
         fi
     done
 }
+# The disk mode's file system: made once, before any cost job, with its
+# inode tables and journal written now (no lazy init during the jobs).
+case " $COST_MODES " in *" disk "*)
+    tdisk=
+    for b in /sys/block/vd*; do
+        [ "$(cat "$b/size")" = "$TRACE_DISK_SECTORS" ] && tdisk=/dev/${b##*/}
+    done
+    [ -n "$tdisk" ] || fail "no trace disk of $TRACE_DISK_SECTORS sectors for mode disk"
+    mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$tdisk" || fail "mkfs.ext4 $tdisk"
+    mkdir -p /mnt/trace
+    mount "$tdisk" /mnt/trace || fail "mount $tdisk"
+    echo "trace_disk=$tdisk" >> "$SHARE/timing.txt"
+    ;;
+esac
 rep=1
 while [ $rep -le "$COST_REPS" ]; do
     cost_rep

@@ -56,8 +56,10 @@ pub struct Bench {
     pub nvme_runtime: u32,
     /// The cost of tracing's modes in one boot, rotated by repetition:
     /// on and off make the figure; on0 (the daemon with --batch-wait-ms 0),
-    /// shm (trace.bin in the guest's /dev/shm) and slice (the slice adopted,
-    /// no module, no daemon) take the cost apart (docs/performance.md).
+    /// shm (trace.bin in the guest's /dev/shm), slice (the slice adopted,
+    /// no module, no daemon), direct (the daemon --direct) and big (the
+    /// daemon with --batch-wait-ms 500 --max-batch-kib 2048) take the cost
+    /// apart (docs/performance.md).
     #[arg(long, value_delimiter = ',', default_value = "on,off")]
     pub nvme_cost_modes: Vec<String>,
     /// Runs of the whole sequence; the table quoted is each figure's

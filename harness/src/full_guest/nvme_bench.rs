@@ -57,8 +57,17 @@ pub(crate) const COST_JOBS: &[(&str, &str, bool)] = &[
 /// at every sample), `shm` trace.bin in the guest's /dev/shm instead of on
 /// its ext4 root, `slice` the series' slice adopted with no module and no
 /// daemon (the controller produces into a ring nobody drains: once it is
-/// full, records are counted as dropped).
-pub const COST_MODES: &[&str] = &["on", "off", "on0", "shm", "slice"];
+/// full, records are counted as dropped), `direct` the daemon with
+/// `--direct` (trace.bin by O_DIRECT, no page cache, no writeback), `big`
+/// the daemon with `--batch-wait-ms 500 --max-batch-kib 2048` (fewer,
+/// larger writes), `disk` trace.bin on an ext4 of its own on a second
+/// virtio disk (a raw host file, `cache=unsafe`, no qcow2 snapshot: a
+/// deployment with a dedicated trace disk).
+pub const COST_MODES: &[&str] = &["on", "off", "on0", "shm", "slice", "direct", "big", "disk"];
+
+/// The `disk` mode's virtio disk: a sparse raw file in the run folder (the
+/// guest script finds it by this size, 512-byte sectors).
+const TRACE_DISK_BYTES: u64 = 256 << 20;
 
 /// QEMU's namespace file in the run folder.
 const QEMU_BACKING: &str = "qemu-nvme.img";
@@ -208,6 +217,7 @@ fn script(reps: u32, cost_reps: u32, cost_modes: &[String], runtime_s: u32) -> S
         .set("COST_REPS", cost_reps)
         .set("COST_MODES", cost_modes.join(" "))
         .set("RUNTIME_S", runtime_s)
+        .set("TRACE_DISK_SECTORS", TRACE_DISK_BYTES / 512)
         .file(&guest_script::FULL_GUEST_NVME_BENCH)
         .build()
 }
@@ -294,6 +304,20 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<
         "-device".into(),
         "nvme,serial=qemu-nvme0,drive=qnvme,bus=qnvmerp".into(),
     ]);
+    if opts.cost_modes.iter().any(|m| m == "disk") {
+        let img = opts.run_dir.join("trace-disk.img");
+        let _ = std::fs::remove_file(&img);
+        std::fs::File::create(&img)?.set_len(TRACE_DISK_BYTES)?;
+        // Behind a root port of its own: probed after the root disk on the
+        // root bus, so that one stays /dev/vda (the kernel's root=).
+        extra.extend(args::pcie_root_port("tdiskrp", 5, 5));
+        extra.extend([
+            "-drive".into(),
+            format!("file={},if=none,id=tracedisk,format=raw,cache=unsafe", img.display()).into(),
+            "-device".into(),
+            "virtio-blk-pci,drive=tracedisk,bus=tdiskrp".into(),
+        ]);
+    }
     let (mut emu, mut nvme, mut vm) =
         phases.run("boot (both controllers)", || boot(&p, &opts.run_dir, &share, &extra))?;
     let per_job = u64::from(opts.runtime_s) + 4;

@@ -12,6 +12,19 @@ use anyhow::{bail, ensure, Context, Result};
 const PER_IO: &[&str] = &["ctxt", "intr", "nvme_irq", "res", "cal", "daemon_vcs", "daemon_ncs"];
 const PER_S: &[&str] = &["loc", "daemon_vcs"];
 const TICKS: &[&str] = &["user", "sys", "irq", "idle", "daemon_ticks"];
+/// The guest's disk writes per second (issue 28, what trace.bin's writes
+/// cost): write requests, sectors written and flushes completed by its
+/// virtio disks (/proc/diskstats), pages dirtied and written back
+/// (/proc/vmstat nr_dirtied, nr_written), virtio interrupts. Optional: lines
+/// from before they were counted parse without them.
+const DISK_PER_S: &[&str] = &[
+    "blk_wr",
+    "blk_wsect",
+    "blk_flush",
+    "pg_dirtied",
+    "pg_written",
+    "virtio_irq",
+];
 
 /// One job in one mode, medians over the repetitions.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -80,6 +93,11 @@ pub fn parse(text: &str, iops: impl Fn(&str, &str, u32) -> Result<f64>) -> Resul
         for k in PER_S {
             entry.1.entry(k).or_default().push(delta(k)? / secs);
         }
+        for k in DISK_PER_S {
+            if a.contains_key(*k) && b.contains_key(*k) {
+                entry.1.entry(k).or_default().push(delta(k)? / secs);
+            }
+        }
         for k in TICKS {
             entry
                 .2
@@ -109,7 +127,7 @@ impl std::fmt::Display for CostCounters {
         let g = |m: &BTreeMap<String, f64>, k: &str| m.get(k).copied().unwrap_or(f64::NAN);
         write!(
             f,
-            "{} trace {}: per I/O ctxt {:.2} intr {:.2} nvme_irq {:.2} res {:.3} cal {:.3} daemon_cs {:.3}; per s loc {:.0} daemon_wakeups {:.0}; CPU % user {:.1} sys {:.1} irq {:.1} idle {:.1} daemon {:.1} (medians of {})",
+            "{} trace {}: per I/O ctxt {:.2} intr {:.2} nvme_irq {:.2} res {:.3} cal {:.3} daemon_cs {:.3}; per s loc {:.0} daemon_wakeups {:.0}; disk per s writes {:.1} KiB {:.0} flushes {:.2} pages dirtied {:.0} written {:.0} virtio_irq {:.1}; CPU % user {:.1} sys {:.1} irq {:.1} idle {:.1} daemon {:.1} (medians of {})",
             self.job,
             self.mode,
             g(&self.per_io, "ctxt"),
@@ -120,6 +138,12 @@ impl std::fmt::Display for CostCounters {
             g(&self.per_io, "daemon_vcs") + g(&self.per_io, "daemon_ncs"),
             g(&self.per_s, "loc"),
             g(&self.per_s, "daemon_vcs"),
+            g(&self.per_s, "blk_wr"),
+            g(&self.per_s, "blk_wsect") / 2.0,
+            g(&self.per_s, "blk_flush"),
+            g(&self.per_s, "pg_dirtied"),
+            g(&self.per_s, "pg_written"),
+            g(&self.per_s, "virtio_irq"),
             g(&self.cpu_pct, "user"),
             g(&self.cpu_pct, "sys"),
             g(&self.cpu_pct, "irq"),
@@ -154,6 +178,26 @@ mod tests {
         assert_eq!(r.per_s["daemon_vcs"], 100.0);
         assert_eq!(r.cpu_pct["idle"], 75.0);
         assert_eq!(r.cpu_pct["daemon_ticks"], 2.0);
+        assert!(!r.per_s.contains_key("blk_wr"), "no disk counters in these lines");
+    }
+
+    #[test]
+    fn disk_writes_become_rates_per_second() {
+        let text = format!(
+            "job=j mode=on rep=1 ns=0 ctxt=0 intr=0 {LINE} blk_wr=10 blk_wsect=80 blk_flush=1 pg_dirtied=5 pg_written=0 virtio_irq=7\n\
+             job=j mode=on rep=1 ns=4000000000 ctxt=0 intr=0 {LINE} blk_wr=50 blk_wsect=8080 blk_flush=3 pg_dirtied=3005 pg_written=2000 virtio_irq=47\n"
+        );
+        let r = &parse(&text, |_, _, _| Ok(1000.0)).unwrap()[0];
+        assert_eq!(r.per_s["blk_wr"], 10.0);
+        assert_eq!(r.per_s["blk_wsect"], 2000.0);
+        assert_eq!(r.per_s["blk_flush"], 0.5);
+        assert_eq!(r.per_s["pg_dirtied"], 750.0);
+        assert_eq!(r.per_s["pg_written"], 500.0);
+        assert_eq!(r.per_s["virtio_irq"], 10.0);
+        assert!(
+            r.to_string().contains("disk per s writes 10.0 KiB 1000 flushes 0.50"),
+            "{r}"
+        );
     }
 
     #[test]
