@@ -93,7 +93,7 @@ pub(crate) struct DirectFile {
     /// Bytes of the file's last, partial block (`len % ALIGN`), at the
     /// front of `buf`.
     carry: usize,
-    /// The file holds zero padding after its data (a write since the last
+    /// The file holds [`PAD`] padding after its data (a write since the last
     /// [`DirectFile::settled`]).
     padded: bool,
     /// A write has gone through (an EINVAL before that means this file
