@@ -42,6 +42,16 @@ pub struct Conformance {
     /// Write a JUnit XML report here.
     #[arg(long)]
     pub junit: Option<PathBuf>,
+    /// On the kernel the debug kernel is built from (6.12), leave out the
+    /// lock scenarios: `cargo xtask debug-kernel` runs them on 6.12-debug,
+    /// the same source with lockdep, KASAN and the other checks on (what
+    /// the test command does: that is its last step).
+    #[arg(long)]
+    pub lock_scenarios_on_debug_kernel: bool,
+    /// Scenarios at a time (each boots a TCG guest); default: the
+    /// `conformance` profile's in .config/nextest.toml.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub test_threads: Option<u16>,
 }
 
 /// One scenario's result on one kernel.
@@ -63,6 +73,8 @@ struct Column {
     kernel: String,
     device: Device,
     cases: Vec<CaseResult>,
+    /// Scenarios left to the debug kernel's step (`--lock-scenarios-on-debug-kernel`).
+    on_debug_kernel: Vec<&'static str>,
     seconds: f64,
 }
 
@@ -99,9 +111,14 @@ fn run(args: Conformance, sh: &Shell) -> Result<()> {
                 Device::Ivshmem => args.qemu,
                 Device::Nvme => QemuVersion::V11_1,
             };
+            let on_debug_kernel: Vec<&'static str> = match args.lock_scenarios_on_debug_kernel {
+                true => debug_kernel_scenarios(&specs, kernel, device)?,
+                false => Vec::new(),
+            };
             let names: Vec<&str> = matrix::on(device, kernel)
                 .into_iter()
                 .filter(|n| wanted.as_ref().is_none_or(|want| want.contains(n)))
+                .filter(|n| !on_debug_kernel.contains(n))
                 .collect();
             if names.is_empty() {
                 continue;
@@ -126,9 +143,13 @@ fn run(args: Conformance, sh: &Shell) -> Result<()> {
                 .chain(std::iter::once("test(=every_scenario_has_a_test)".to_string()))
                 .collect::<Vec<_>>()
                 .join(" | ");
+            let threads: Vec<String> = args
+                .test_threads
+                .map(|n| vec!["--test-threads".to_string(), n.to_string()])
+                .unwrap_or_default();
             let status = cmd!(
                 sh,
-                "cargo nextest run -p conformance --profile conformance --run-ignored all --no-tests fail -E {expr}"
+                "cargo nextest run -p conformance --profile conformance --run-ignored all --no-tests fail {threads...} -E {expr}"
             )
             .env("HMB_TRACE_KERNEL", kernel)
             .env("HMB_TRACE_DEVICE", device.name())
@@ -153,6 +174,7 @@ fn run(args: Conformance, sh: &Shell) -> Result<()> {
                 kernel: kernel.clone(),
                 device,
                 cases,
+                on_debug_kernel,
                 seconds: start.elapsed().as_secs_f64(),
             });
         }
@@ -170,6 +192,16 @@ fn run(args: Conformance, sh: &Shell) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The lock scenarios of `device` when `kernel` is the one the debug kernel
+/// is built from, none otherwise.
+fn debug_kernel_scenarios(specs: &[kernels::KernelSpec], kernel: &str, device: Device) -> Result<Vec<&'static str>> {
+    let debug = kernels::select(specs, Some(crate::debug_kernel::KERNEL))?;
+    if debug.debian().name != kernel {
+        return Ok(Vec::new());
+    }
+    Ok(crate::debug_kernel::lock_scenarios(device).to_vec())
 }
 
 fn attr(tag: &str, name: &str) -> Option<String> {
@@ -248,6 +280,18 @@ fn print_table(table: &[Column]) {
             let cell = match c.cases.iter().find(|case| case.name == name) {
                 Some(case) if case.passed => format!("pass {:.1}s", case.seconds),
                 Some(case) => format!("FAIL {:.1}s", case.seconds),
+                None if c.on_debug_kernel.contains(&name) => {
+                    let line = format!(
+                        "{name} on {} {}: on {} (cargo xtask debug-kernel)",
+                        c.device.name(),
+                        c.kernel,
+                        crate::debug_kernel::KERNEL
+                    );
+                    if !reasons.contains(&line) {
+                        reasons.push(line);
+                    }
+                    "debug".to_string()
+                }
                 None => match matrix::find(name).map(|s| s.on_kernel(c.device, &c.kernel)) {
                     Some(Applies::No(why)) => {
                         let line = format!("{name} on {}: {why}", c.device.name());
@@ -285,6 +329,30 @@ fn print_table(table: &[Column]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--lock-scenarios-on-debug-kernel` leaves out the lock scenarios on
+    /// 6.12 only, and every one it leaves out runs on 6.12-debug.
+    #[test]
+    fn only_the_debug_kernels_source_leaves_its_lock_scenarios_to_it() {
+        let specs = kernels::load(&workspace_root().join("images/KERNELS")).unwrap();
+        let debug = kernels::select(&specs, Some(crate::debug_kernel::KERNEL)).unwrap();
+        for device in Device::ALL {
+            for spec in &specs {
+                let left = debug_kernel_scenarios(&specs, &spec.name, device).unwrap();
+                if spec.name == debug.debian().name {
+                    assert_eq!(left, crate::debug_kernel::lock_scenarios(device));
+                    let on_debug = matrix::on(device, crate::debug_kernel::KERNEL);
+                    assert!(
+                        left.iter().all(|n| on_debug.contains(n)),
+                        "{left:?} on {}",
+                        device.name()
+                    );
+                } else {
+                    assert!(left.is_empty(), "{} leaves {left:?}", spec.name);
+                }
+            }
+        }
+    }
 
     #[test]
     fn junit_cases_are_read_with_failures() {

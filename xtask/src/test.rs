@@ -168,7 +168,9 @@ fn steps(args: Test, sh: &Shell) -> Result<()> {
             target_dir().join("hmb-trace/test-runs/host-integration"),
         )
         .run(sh)?;
-        step("conformance on every guest kernel and both devices");
+        // The lock scenarios of 6.12 run once, on 6.12-debug (the last
+        // step): the same source with lockdep, KASAN and the other checks.
+        step("conformance on every guest kernel and both devices (6.12's lock scenarios on 6.12-debug)");
         Conformance {
             kernel: Some("all".into()),
             device: "all".into(),
@@ -176,6 +178,8 @@ fn steps(args: Test, sh: &Shell) -> Result<()> {
             scenario: None,
             inject: None,
             junit: Some(target_dir().join("hmb-trace/conformance/junit.xml")),
+            lock_scenarios_on_debug_kernel: true,
+            test_threads: None,
         }
         .run(sh)?;
         // Lockdep, KASAN, UBSAN, KFENCE, DEBUG_OBJECTS and sleep-in-atomic
