@@ -511,9 +511,9 @@ fn prefetch(data: &[u8], off: usize) {
 /// first and the last line of the record ahead (64 B records: one line in
 /// three holds no header, so the first-line hints alone left it to the
 /// kernel's copy). Daemon draining 64 B records: 50.4 -> 33.4 instructions
-/// per record (docs/performance.md, "Ninth pass"). Not inlined: in its own
-/// function the loop keeps its bounds in registers (one call per stretch,
-/// a stretch being most of a batch).
+/// per record (docs/performance.md, "Ninth pass: the daemon's walk"). Not
+/// inlined: in its own function the loop keeps its bounds in registers
+/// (one call per stretch, a stretch being most of a batch).
 #[inline(never)]
 fn fast_stretch(data: &[u8], pos: u64, head: u64, expected: u64, run_end: usize, budget: u64) -> Stretch {
     const NONE: Stretch = Stretch { records: 0, bytes: 0 };
@@ -539,20 +539,19 @@ fn fast_stretch(data: &[u8], pos: u64, head: u64, expected: u64, run_end: usize,
             break;
         }
         let size = align_record(length) as usize;
-        let stride = size;
         let ahead = if size as u64 >= PREFETCH_MIN_SIZE {
             PREFETCH_AHEAD * size as u64
         } else {
             PREFETCH_AHEAD_SMALL
         };
-        if stride > room - rel {
+        if size > room - rel {
             break;
         }
         let hint = pos.wrapping_add(rel as u64 + ahead);
         prefetch(data, (hint & mask) as usize);
-        prefetch(data, (hint.wrapping_add(stride as u64 - 1) & mask) as usize);
+        prefetch(data, (hint.wrapping_add(size as u64 - 1) & mask) as usize);
         seq += 1;
-        rel += stride;
+        rel += size;
     }
     Stretch {
         records: seq - expected,

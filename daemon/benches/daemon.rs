@@ -184,7 +184,7 @@ impl Reclaim {
 /// (`clock_getcpuclockid`, nanoseconds, the time of a running process up
 /// to now), or /proc/PID/stat's 10 ms ticks if that clock cannot be read.
 /// The ticks made the CPU ratio of a 0.25 GiB case move by 5-10 % from
-/// rounding alone (docs/performance.md, "Ninth pass").
+/// rounding alone (docs/performance.md, "Ninth pass: the daemon's walk").
 fn cpu_secs(pid: &str) -> f64 {
     let id = if pid == "self" {
         Some(libc::CLOCK_PROCESS_CPUTIME_ID)
