@@ -4,7 +4,6 @@
 //! the daemon is SIGKILLed and must be restarted by systemd with the trace
 //! exactly once (harness/src/full_guest, docs/host-integration.md).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
@@ -37,19 +36,6 @@ pub struct HostIntegration {
 }
 
 impl HostIntegration {
-    /// The command's defaults (default kernel) with its run folder at `run_dir`:
-    /// what `cargo xtask test` runs.
-    pub fn with_run_dir(run_dir: PathBuf) -> HostIntegration {
-        HostIntegration {
-            kernel: KernelArg::default(),
-            workload: "ssd".into(),
-            seed: 1,
-            rate: 2000,
-            produce: 3.0,
-            run_dir: RunDirArg { run_dir: Some(run_dir) },
-        }
-    }
-
     pub fn run(self, sh: &Shell) -> Result<()> {
         if !(self.produce > 0.0 && self.produce <= 600.0) {
             bail!("--produce must be in (0, 600] seconds, got {}", self.produce);

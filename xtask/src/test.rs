@@ -13,7 +13,7 @@ use crate::boot::{self, Boot};
 use crate::conformance::Conformance;
 use crate::nvme_series::NvmeSeries;
 
-mod debug_build;
+mod background;
 mod times;
 
 #[derive(Args)]
@@ -65,10 +65,10 @@ fn steps(args: Test, sh: &Shell) -> Result<()> {
         debug_kernel_toolchain(sh)?;
     }
     // The last step's kernel, built at the lowest priority while the steps
-    // in between run (xtask/src/test/debug_build.rs).
+    // in between run (xtask/src/test/background.rs).
     let background = match args.host_only {
         true => None,
-        false => Some(debug_build::BackgroundBuild::start(
+        false => Some(background::Background::debug_kernel_build(
             target_dir().join("hmb-trace/test-runs/debug-kernel-build.log"),
         )?),
     };
@@ -158,16 +158,21 @@ fn steps(args: Test, sh: &Shell) -> Result<()> {
         .run(sh)?;
     }
     if !args.host_only {
-        guest_tests(sh)?;
-        nvme_guest_tests(sh)?;
         // The shipped DKMS config, udev rule and systemd unit, installed as a
         // user would in a full Debian guest (systemd, udev) on the default
-        // kernel: ~3 min warm, the image is cached (docs/host-integration.md).
-        step("host integration: DKMS, udev, systemd unit in a full Debian guest (cargo xtask host-integration)");
-        crate::host_integration::HostIntegration::with_run_dir(
-            target_dir().join("hmb-trace/test-runs/host-integration"),
-        )
-        .run(sh)?;
+        // kernel, with the everyday NVMe tools (docs/host-integration.md):
+        // one guest for about four minutes, beside the main jobs' boots
+        // (one guest at a time too), joined after them.
+        step("host integration: start it in the background (cargo xtask host-integration: DKMS, udev, systemd unit, nvme-cli, fio, mkfs in a full Debian guest)");
+        let runs = target_dir().join("hmb-trace/test-runs");
+        let host_integration = background::Background::host_integration(
+            &runs.join("host-integration"),
+            runs.join("host-integration.log"),
+        )?;
+        guest_tests(sh)?;
+        nvme_guest_tests(sh)?;
+        step("host integration: wait for it (it ran beside the boots above)");
+        host_integration.join()?;
         // The lock scenarios of 6.12 run once, on 6.12-debug (the last
         // step): the same source with lockdep, KASAN and the other checks.
         step("conformance on every guest kernel and both devices (6.12's lock scenarios on 6.12-debug)");

@@ -405,13 +405,21 @@ fn prepare(sh: &Shell, kernel: Option<&str>, phases: &mut Phases) -> Result<Prep
         crate::images::nvme_series::prepare_cached(sh, &spec)
     })?;
     let series_nvme = series.nvme_ko.context("the series built no nvme.ko")?;
-    let _lock = lock_cache(&cache)?;
-    let (env, resolved) = phases.run(&format!("toolchain ({})", spec.name), || {
-        toolchain::ensure_toolchain(sh, &spec)
-    })?;
-    let kernel = phases.run(&format!("kernel fetch ({})", spec.name), || {
-        fetch::fetch(sh, &env, &spec, &resolved, &cache)
-    })?;
+    let (resolved, kernel) = {
+        let _lock = lock_cache(&cache)?;
+        let (env, resolved) = phases.run(&format!("toolchain ({})", spec.name), || {
+            toolchain::ensure_toolchain(sh, &spec)
+        })?;
+        let kernel = phases.run(&format!("kernel fetch ({})", spec.name), || {
+            fetch::fetch(sh, &env, &spec, &resolved, &cache)
+        })?;
+        (resolved, kernel)
+    };
+    // The image and the DKMS build are this guest's own entries
+    // (cache/full-guest), under a lock of their own: a cold debootstrap
+    // (minutes) does not hold the guests that share the cache, such as the
+    // test command's boots beside this run.
+    let _lock = lock_cache(&cache.join("full-guest"))?;
     let image = phases.run("full guest image (debootstrap, cached)", || {
         debian_root::ensure(sh, &cache, &spec, &resolved)
     })?;
