@@ -3,7 +3,7 @@
 //! DEBUG_ATOMIC_SLEEP, DEBUG_OBJECTS, KFENCE; docs/debug-checks.md). Every
 //! gate fails on their reports (images/KERNEL_CHECKS). `cargo xtask test`
 //! runs it as its last step, the kernel built in the background while the
-//! steps before it run (`--kernel-only`, xtask/src/test/debug_build.rs);
+//! steps before it run (`--kernel-only`, xtask/src/test/background.rs);
 //! the GitHub workflow runs the whole matrix on it (docs/conformance.md).
 
 use std::time::Instant;
