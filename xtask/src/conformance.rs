@@ -319,7 +319,7 @@ fn print_table(table: &[Column]) {
     }
     println!();
     if !reasons.is_empty() {
-        println!("\nn/a:");
+        println!("\nnot run in this table (n/a, or debug: on the debug kernel):");
         for r in reasons {
             println!("  {r}");
         }
