@@ -592,7 +592,7 @@ impl<'c> Latency<'c> {
     /// A later part's begin: matched on its own pairs as one walk would
     /// once the key has been touched in the part; the first touch is left
     /// to the merge (it may replace a pair open at the cut).
-    #[inline]
+    #[inline(always)]
     fn part_begin(&mut self, action: usize, pair: u16, k: u64, ts: u64, source: u32, offset: u64) {
         let Some(log) = matching_log(&mut self.part, self.open_count, offset) else {
             return;
@@ -633,7 +633,7 @@ impl<'c> Latency<'c> {
     }
 
     /// A later part's end: as `part_begin`.
-    #[inline]
+    #[inline(always)]
     fn part_end(&mut self, action: usize, opcode: u16, pair: u16, k: u64, ts: u64, offset: u64) {
         let Some(log) = matching_log(&mut self.part, self.open_count, offset) else {
             return;
@@ -691,6 +691,7 @@ impl<'c> Latency<'c> {
     /// `begin` with a one-word key, passed in a register: the key as a
     /// `PairKey` went through memory, ~10 instructions per begin or end
     /// record (cachegrind, stats' twelfth pass).
+    #[inline(always)]
     fn begin_word(&mut self, action: usize, pair: u16, w: u64, ts: u64, source: u32) {
         if self.open_count >= MAX_OPEN {
             return;
@@ -728,6 +729,7 @@ impl<'c> Latency<'c> {
     }
 
     /// `end` with a one-word key (as `begin_word`).
+    #[inline(always)]
     fn end_word(&mut self, action: usize, opcode: u16, pair: u16, w: u64, ts: u64) {
         let found = self.open[pair as usize].narrow.remove(w);
         self.ended(action, opcode, found, ts);
