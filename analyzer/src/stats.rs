@@ -71,6 +71,11 @@ pub struct Loss {
     pub timestamp_ns: u64,
 }
 
+/// An array serialised as the `Vec` it was (serde's derive stops at 32).
+fn as_slice<S: serde::Serializer>(a: &[u64; HIST_BUCKETS], s: S) -> Result<S::Ok, S::Error> {
+    a.as_slice().serialize(s)
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Stats {
     pub records: u64,
@@ -91,7 +96,10 @@ pub struct Stats {
     pub losses_not_listed: u64,
     pub first_ns: Option<u64>,
     pub last_ns: Option<u64>,
-    pub inter_arrival: Vec<u64>,
+    /// By `bucket`: a fixed array, so the record path's index needs no
+    /// bounds check (`bucket` is below `HIST_BUCKETS`).
+    #[serde(serialize_with = "as_slice")]
+    pub inter_arrival: Box<[u64; HIST_BUCKETS]>,
     pub ts_backwards: u64,
     pub seq_backwards: u64,
     pub unknown_markers: u64,
@@ -169,7 +177,7 @@ impl Stats {
             losses_not_listed: 0,
             first_ns: None,
             last_ns: None,
-            inter_arrival: vec![0; HIST_BUCKETS],
+            inter_arrival: Box::new([0; HIST_BUCKETS]),
             ts_backwards: 0,
             seq_backwards: 0,
             unknown_markers: 0,
@@ -555,7 +563,7 @@ impl Stats {
         self.losses_not_listed += next.losses_not_listed;
         self.lo_ns = self.lo_ns.min(next.lo_ns);
         self.hi_ns = self.hi_ns.max(next.hi_ns);
-        for (a, b) in self.inter_arrival.iter_mut().zip(&next.inter_arrival) {
+        for (a, b) in self.inter_arrival.iter_mut().zip(next.inter_arrival.iter()) {
             *a += b;
         }
         self.ts_backwards += next.ts_backwards;
