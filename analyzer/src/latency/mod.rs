@@ -467,12 +467,19 @@ impl<'c> Latency<'c> {
         };
         let d = &mut self.depth[i].1;
         d.open = if up { d.open + 1 } else { d.open.saturating_sub(1) };
-        if d.max.len() <= b {
-            // An idle stretch keeps the depth it had.
-            let carry = d.open.min(if up { d.open - 1 } else { d.open + 1 });
-            d.max.resize(b + 1, carry);
+        let open = d.open;
+        // One bounds check: the bin's entry if it exists, else the bins up
+        // to it made.
+        match d.max.get_mut(b) {
+            Some(m) => *m = (*m).max(open),
+            None => {
+                // An idle stretch keeps the depth it had; this bin's
+                // maximum so far is the depth now (`carry` is not above it).
+                let carry = open.min(if up { open - 1 } else { open + 1 });
+                d.max.resize(b, carry);
+                d.max.push(open);
+            }
         }
-        d.max[b] = d.max[b].max(d.open);
     }
 
     /// Inlined into the walk's loop: as a call it saved and restored
