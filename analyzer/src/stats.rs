@@ -71,6 +71,11 @@ pub struct Loss {
     pub timestamp_ns: u64,
 }
 
+/// An array serialised as the `Vec` it was (serde's derive stops at 32).
+fn as_slice<S: serde::Serializer>(a: &[u64; HIST_BUCKETS], s: S) -> Result<S::Ok, S::Error> {
+    a.as_slice().serialize(s)
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Stats {
     pub records: u64,
@@ -91,7 +96,10 @@ pub struct Stats {
     pub losses_not_listed: u64,
     pub first_ns: Option<u64>,
     pub last_ns: Option<u64>,
-    pub inter_arrival: Vec<u64>,
+    /// By `bucket`: a fixed array, so the record path's index needs no
+    /// bounds check (`bucket` is below `HIST_BUCKETS`).
+    #[serde(serialize_with = "as_slice")]
+    pub inter_arrival: Box<[u64; HIST_BUCKETS]>,
     pub ts_backwards: u64,
     pub seq_backwards: u64,
     pub unknown_markers: u64,
@@ -102,7 +110,10 @@ pub struct Stats {
     #[serde(skip)]
     cur: Cur,
     /// The first and last timestamps while walking (`first_ns` and
-    /// `last_ns` once `finish`ed); `records` > 0 says they are set.
+    /// `last_ns` once `finish`ed); `records` > 0 says they are set. The
+    /// highest is `hi_ns` and, while `cur.records` > 0, `cur.last_ns`:
+    /// `hi_ns` takes `cur.last_ns` only where that can stop being the
+    /// highest of the epoch's run (a step back, `fold`), not per record.
     #[serde(skip)]
     lo_ns: u64,
     #[serde(skip)]
@@ -166,7 +177,7 @@ impl Stats {
             losses_not_listed: 0,
             first_ns: None,
             last_ns: None,
-            inter_arrival: vec![0; HIST_BUCKETS],
+            inter_arrival: Box::new([0; HIST_BUCKETS]),
             ts_backwards: 0,
             seq_backwards: 0,
             unknown_markers: 0,
@@ -285,7 +296,6 @@ impl Stats {
             Some(n) => *n += 1,
             None => self.add_core_to_map(r.source),
         }
-        self.hi_ns = self.hi_ns.max(ts);
         let c = &mut self.cur;
         // `lo_ns` only moves where a timestamp can be below every earlier
         // one: an epoch's first record or a step back (it already holds
@@ -298,14 +308,20 @@ impl Stats {
         } else {
             self.ts_backwards += 1;
             self.lo_ns = self.lo_ns.min(ts);
+            // `cur.last_ns` stops being the run's highest here.
+            self.hi_ns = self.hi_ns.max(c.last_ns);
         }
         c.records += 1;
         (c.last_seq, c.last_ns) = (r.seq, ts);
     }
 
-    /// Bring the current epoch's `EpochStats` up to date with `cur`.
+    /// Bring the current epoch's `EpochStats` and `hi_ns` up to date with
+    /// `cur`.
     fn fold(&mut self) {
         let c = self.cur;
+        if c.records > 0 {
+            self.hi_ns = self.hi_ns.max(c.last_ns);
+        }
         let e = self.epoch_mut();
         e.records = c.records;
         if c.records > 0 {
@@ -547,7 +563,7 @@ impl Stats {
         self.losses_not_listed += next.losses_not_listed;
         self.lo_ns = self.lo_ns.min(next.lo_ns);
         self.hi_ns = self.hi_ns.max(next.hi_ns);
-        for (a, b) in self.inter_arrival.iter_mut().zip(&next.inter_arrival) {
+        for (a, b) in self.inter_arrival.iter_mut().zip(next.inter_arrival.iter()) {
             *a += b;
         }
         self.ts_backwards += next.ts_backwards;
@@ -619,6 +635,77 @@ mod tests {
         assert_eq!(bucket(u64::MAX), 63);
         for b in 1..63 {
             assert_eq!(bucket(bucket_floor(b)), b);
+        }
+    }
+
+    /// The first and last timestamps are the lowest and the highest of
+    /// every record, whichever way timestamps step and wherever epochs
+    /// start, in one accounting and in two merged at any record (`hi_ns`
+    /// takes `cur.last_ns` only at a step back and in `fold`).
+    #[test]
+    fn first_and_last_ns_are_the_extremes() {
+        // xorshift: timestamps that mostly rise, sometimes fall far, and
+        // epoch starts between records.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for case in 0..300 {
+            let n = 1 + (next() % 60) as usize;
+            let mut ts = 1_000 + next() % 1_000;
+            // (ts, an epoch starts before this record)
+            let mut items = Vec::new();
+            for i in 0..n {
+                ts = match next() % 8 {
+                    0 => ts.saturating_sub(next() % 5_000),
+                    1 => next() % 1_000_000,
+                    _ => ts + next() % 100,
+                };
+                items.push((ts, i > 0 && next() % 10 == 0));
+            }
+            let lo = items.iter().map(|i| i.0).min();
+            let hi = items.iter().map(|i| i.0).max();
+            let feed = |stats: &mut Stats, items: &[(u64, bool)], epoch: &mut u64| {
+                for &(ts, new_epoch) in items {
+                    if new_epoch {
+                        *epoch += 1;
+                        stats.add(&Event::EpochStart {
+                            offset: 0,
+                            epoch: *epoch,
+                            ring_size: 4096,
+                        });
+                    }
+                    stats.add_rec(&Rec {
+                        offset: 0,
+                        opcode: 1,
+                        source: 0,
+                        seq: 0,
+                        ts,
+                        payload: &[],
+                        size: 32,
+                    });
+                }
+            };
+            let mut one = Stats::new(1, 4096);
+            feed(&mut one, &items, &mut 1);
+            one.finish();
+            assert_eq!((one.first_ns, one.last_ns), (lo, hi), "case {case}: one walk");
+            // Cut before a record that starts no epoch (the part starts in
+            // the epoch the earlier part ends in).
+            let cut = 1 + (next() % n as u64) as usize;
+            if cut < n && !items[cut].1 {
+                let mut epoch = 1;
+                let mut first = Stats::new(1, 4096);
+                feed(&mut first, &items[..cut], &mut epoch);
+                let mut later = Stats::new_part(epoch, 4096);
+                feed(&mut later, &items[cut..], &mut epoch);
+                first.merge(None, items[cut].0, later);
+                first.finish();
+                assert_eq!((first.first_ns, first.last_ns), (lo, hi), "case {case}: cut at {cut}");
+            }
         }
     }
 }

@@ -467,12 +467,19 @@ impl<'c> Latency<'c> {
         };
         let d = &mut self.depth[i].1;
         d.open = if up { d.open + 1 } else { d.open.saturating_sub(1) };
-        if d.max.len() <= b {
-            // An idle stretch keeps the depth it had.
-            let carry = d.open.min(if up { d.open - 1 } else { d.open + 1 });
-            d.max.resize(b + 1, carry);
+        let open = d.open;
+        // One bounds check: the bin's entry if it exists, else the bins up
+        // to it made.
+        match d.max.get_mut(b) {
+            Some(m) => *m = (*m).max(open),
+            None => {
+                // An idle stretch keeps the depth it had; this bin's
+                // maximum so far is the depth now (`carry` is not above it).
+                let carry = open.min(if up { open - 1 } else { open + 1 });
+                d.max.resize(b, carry);
+                d.max.push(open);
+            }
         }
-        d.max[b] = d.max[b].max(d.open);
     }
 
     /// Inlined into the walk's loop: as a call it saved and restored
@@ -559,25 +566,30 @@ impl<'c> Latency<'c> {
                 if part {
                     // A later part's keys are all narrow (`new_part`).
                     if let Some(k) = key.read_word(p) {
-                        self.part_begin(ai, pair, k, r);
+                        self.part_begin(ai, pair, k, r.ts, r.source, r.offset);
                     }
-                } else if let Some(k) = PairKey::read(key, p) {
-                    self.begin(ai, pair, k, r.ts, r.source);
+                } else if key.narrow {
+                    if let Some(k) = key.read_word(p) {
+                        self.begin_word(ai, pair, k, r.ts, r.source);
+                    }
+                } else if let Some(k) = key.read(p) {
+                    self.begin_wide(ai, pair, k, r.ts, r.source);
                 }
             }
             Action::End { pair, key, duration } => {
                 let (pair, field) = (*pair, duration.and_then(|f| f.read(p)));
-                let k = if part {
+                let k = if part || key.narrow {
                     key.read_word(p).map(PairKey::Word)
                 } else {
-                    PairKey::read(key, p)
+                    key.read(p).map(PairKey::Wide)
                 };
                 if let Some(v) = field {
                     self.both(ai, opcode, Measure::Field, r.source, v);
                 }
                 match k {
-                    Some(PairKey::Word(k)) if part => self.part_end(ai, opcode, pair, k, r),
-                    Some(k) if !part => self.end(ai, opcode, pair, k, r.ts),
+                    Some(PairKey::Word(k)) if part => self.part_end(ai, opcode, pair, k, r.ts, r.offset),
+                    Some(PairKey::Word(k)) => self.end_word(ai, opcode, pair, k, r.ts),
+                    Some(PairKey::Wide(k)) if !part => self.end_wide(ai, opcode, pair, k, r.ts),
                     _ => {}
                 }
             }
@@ -587,9 +599,9 @@ impl<'c> Latency<'c> {
     /// A later part's begin: matched on its own pairs as one walk would
     /// once the key has been touched in the part; the first touch is left
     /// to the merge (it may replace a pair open at the cut).
-    #[inline]
-    fn part_begin(&mut self, action: usize, pair: u16, k: u64, r: &Rec<'_>) {
-        let Some(log) = matching_log(&mut self.part, self.open_count, r.offset) else {
+    #[inline(always)]
+    fn part_begin(&mut self, action: usize, pair: u16, k: u64, ts: u64, source: u32, offset: u64) {
+        let Some(log) = matching_log(&mut self.part, self.open_count, offset) else {
             return;
         };
         // One walk's limit, checked as `begin` checks it (the merge makes
@@ -597,7 +609,6 @@ impl<'c> Latency<'c> {
         if self.open_count >= MAX_OPEN {
             return;
         }
-        let (ts, source) = (r.ts, r.source);
         let v = (ts, source, action as u16);
         let op = |kind| PairOp {
             ts,
@@ -629,12 +640,11 @@ impl<'c> Latency<'c> {
     }
 
     /// A later part's end: as `part_begin`.
-    #[inline]
-    fn part_end(&mut self, action: usize, opcode: u16, pair: u16, k: u64, r: &Rec<'_>) {
-        let Some(log) = matching_log(&mut self.part, self.open_count, r.offset) else {
+    #[inline(always)]
+    fn part_end(&mut self, action: usize, opcode: u16, pair: u16, k: u64, ts: u64, offset: u64) {
+        let Some(log) = matching_log(&mut self.part, self.open_count, offset) else {
             return;
         };
-        let ts = r.ts;
         let map = &mut self.open[pair as usize].narrow;
         let touch = match map.get_mut(k) {
             Some((&mut begin, &mut source, action_of)) if *action_of != CLOSED => {
@@ -677,28 +687,69 @@ impl<'c> Latency<'c> {
 
     /// A begin of `action` opens `pair` at `k` (a begin whose key is open
     /// replaces it), while fewer than `MAX_OPEN` pairs are open.
+    #[inline(always)]
     fn begin(&mut self, action: usize, pair: u16, k: PairKey, ts: u64, source: u32) {
+        match k {
+            PairKey::Word(w) => self.begin_word(action, pair, w, ts, source),
+            PairKey::Wide(k) => self.begin_wide(action, pair, k, ts, source),
+        }
+    }
+
+    /// `begin` with a one-word key, passed in a register: the key as a
+    /// `PairKey` went through memory, ~10 instructions per begin or end
+    /// record (cachegrind, stats' twelfth pass).
+    #[inline(always)]
+    fn begin_word(&mut self, action: usize, pair: u16, w: u64, ts: u64, source: u32) {
         if self.open_count >= MAX_OPEN {
             return;
         }
-        let open = &mut self.open[pair as usize];
-        let v = (ts, source, action as u16);
-        let new = match k {
-            PairKey::Word(w) => open.narrow.insert(w, v).is_none(),
-            PairKey::Wide(k) => open.wide.insert(k, v).is_none(),
-        };
-        if new {
+        if self.open[pair as usize]
+            .narrow
+            .insert(w, (ts, source, action as u16))
+            .is_none()
+        {
             self.open_count += 1;
             self.depth_change(action, source, ts, true);
         }
     }
 
+    fn begin_wide(&mut self, action: usize, pair: u16, k: [u64; MAX_PAIR_KEY], ts: u64, source: u32) {
+        if self.open_count >= MAX_OPEN {
+            return;
+        }
+        if self.open[pair as usize]
+            .wide
+            .insert(k, (ts, source, action as u16))
+            .is_none()
+        {
+            self.open_count += 1;
+            self.depth_change(action, source, ts, true);
+        }
+    }
+
+    #[inline(always)]
     fn end(&mut self, action: usize, opcode: u16, pair: u16, k: PairKey, ts: u64) {
-        let open = &mut self.open[pair as usize];
-        let found = match k {
-            PairKey::Word(w) => open.narrow.remove(w),
-            PairKey::Wide(k) => open.wide.remove(&k),
-        };
+        match k {
+            PairKey::Word(w) => self.end_word(action, opcode, pair, w, ts),
+            PairKey::Wide(k) => self.end_wide(action, opcode, pair, k, ts),
+        }
+    }
+
+    /// `end` with a one-word key (as `begin_word`).
+    #[inline(always)]
+    fn end_word(&mut self, action: usize, opcode: u16, pair: u16, w: u64, ts: u64) {
+        let found = self.open[pair as usize].narrow.remove(w);
+        self.ended(action, opcode, found, ts);
+    }
+
+    fn end_wide(&mut self, action: usize, opcode: u16, pair: u16, k: [u64; MAX_PAIR_KEY], ts: u64) {
+        let found = self.open[pair as usize].wide.remove(&k);
+        self.ended(action, opcode, found, ts);
+    }
+
+    /// What an end does with the open pair it found, if any.
+    #[inline(always)]
+    fn ended(&mut self, action: usize, opcode: u16, found: Option<Open>, ts: u64) {
         if let Some((begin, source, begin_action)) = found {
             self.open_count -= 1;
             self.both(action, opcode, Measure::Paired, source, ts.saturating_sub(begin));

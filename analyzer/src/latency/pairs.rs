@@ -98,8 +98,10 @@ impl PairTable {
         self.len
     }
 
-    /// Put `v` under `key`; the value it replaces, if any.
-    #[inline]
+    /// Put `v` under `key`; the value it replaces, if any. Inlined into
+    /// its callers: as a call its value went in and out through memory
+    /// (cachegrind: ~12 instructions per begin record).
+    #[inline(always)]
     pub(super) fn insert(&mut self, key: u64, v: Open) -> Option<Open> {
         let (i, found, probes) = self.find(key);
         let s = &mut self.slots[i];
@@ -136,8 +138,8 @@ impl PairTable {
         }
     }
 
-    /// Take `key` out; its value, if it was there.
-    #[inline]
+    /// Take `key` out; its value, if it was there (inlined as `insert`).
+    #[inline(always)]
     pub(super) fn remove(&mut self, key: u64) -> Option<Open> {
         let (mut hole, true, _) = self.find(key) else {
             return None;
