@@ -129,6 +129,14 @@ counters() {
          END { printf "pg_dirtied=%d pg_written=%d ", d, w }' /proc/vmstat
     awk 'NR == 1 { n = NF; next } /virtio/ { for (i = 2; i <= n + 1; i++) v += $i }
          END { printf "virtio_irq=%d ", v }' /proc/interrupts
+    # Ticks (utime + stime) of every task by kind, for the guest's work
+    # per I/O outside the daemon (issue 28): kworkers (the module's
+    # sampler, writeback), ksoftirqd, fio, the file systems' threads.
+    cat /proc/[0-9]*/stat 2>/dev/null | awk '{ c = $0; sub(/^[^(]*\(/, "", c); sub(/\).*$/, "", c)
+         r = $0; sub(/^.*\) /, "", r); split(r, f, " "); t = f[12] + f[13]
+         if (c ~ /^kworker/) kw += t; else if (c ~ /^ksoftirqd/) ks += t; else if (c ~ /^fio/) fio += t
+         else if (c ~ /^(jbd2|flush-|kswapd)/) fs += t; else if (c !~ /^hmb-trace/) o += t }
+         END { printf "kworker_ticks=%d ksoftirqd_ticks=%d fio_ticks=%d fs_ticks=%d other_ticks=%d ", kw, ks, fio, fs, o }'
     if [ -n "$dpid" ] && [ -r "/proc/$dpid/stat" ]; then
         awk '/^voluntary_ctxt_switches/ { v = $2 } /^nonvoluntary_ctxt_switches/ { n = $2 }
              END { printf "daemon_vcs=%d daemon_ncs=%d ", v, n }' "/proc/$dpid/status"
