@@ -34,6 +34,23 @@ Exit codes:
   10  the device went away (removed, or REINIT found it gone: ENODEV)
   11  output full (ENOSPC, EDQUOT, EFBIG): the file ends at the last whole batch, the rest stays in the ring";
 
+/// How the daemon closes when it finds its device gone (exit 10).
+pub const DEVICE_GONE_MESSAGE: &str = "device removed";
+
+/// The closing message of an error and its exit code, with a detail line
+/// to print before it. Every way the daemon finds its device gone (ENODEV
+/// after a freeze, or answering a tail publication when the unbind comes
+/// while the daemon is in that ioctl) closes with the same
+/// [`DEVICE_GONE_MESSAGE`]: one condition, one closing line for scripts
+/// and the conformance snapshots, whichever the race; the error itself is
+/// the detail.
+pub fn closing(e: &DaemonError) -> (Option<String>, String, u8) {
+    match for_error(e) {
+        DEVICE_GONE => (Some(e.to_string()), DEVICE_GONE_MESSAGE.to_string(), DEVICE_GONE),
+        code => (None, e.to_string(), code),
+    }
+}
+
 pub fn for_error(e: &DaemonError) -> u8 {
     match e {
         DaemonError::Device(_) => DEVICE,
@@ -83,6 +100,14 @@ mod tests {
         assert_eq!(for_error(&publish(Errno::ENODEV)), DEVICE_GONE);
         assert_eq!(for_error(&publish(Errno::EINVAL)), DEVICE);
         assert_eq!(for_error(&publish(Errno::EIO)), DEVICE);
+        // It closes as every other way of finding the device gone does,
+        // the publication's error as the detail before it.
+        let (detail, message, code) = closing(&publish(Errno::ENODEV));
+        assert_eq!((message.as_str(), code), (DEVICE_GONE_MESSAGE, DEVICE_GONE));
+        assert!(detail.is_some_and(|d| d.contains("No such device")));
+        let (detail, message, code) = closing(&publish(Errno::EIO));
+        assert_eq!((detail, code), (None, DEVICE));
+        assert!(message.contains("Input/output error"), "{message}");
     }
 
     /// A full file system, a quota and a file size limit are one condition

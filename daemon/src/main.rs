@@ -117,10 +117,13 @@ fn main() -> ExitCode {
             "ring FROZEN (controller reset): drained, FROZEN marker written",
             exit::FROZEN,
         ),
-        Ok(Exit::DeviceGone) => fail("device removed", exit::DEVICE_GONE),
+        Ok(Exit::DeviceGone) => fail(exit::DEVICE_GONE_MESSAGE, exit::DEVICE_GONE),
         Err(e) => {
-            let code = exit::for_error(&e);
-            fail(&e.to_string(), code)
+            let (detail, message, code) = exit::closing(&e);
+            if let Some(detail) = detail {
+                eprintln!("hmb-trace-daemon: {detail}");
+            }
+            fail(&message, code)
         }
     }
 }
