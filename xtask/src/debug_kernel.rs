@@ -126,6 +126,12 @@ impl DebugKernel {
             });
             (booted, ivshmem)
         });
+        // Both are reported when both fail: each is a different guest.
+        if let (Some(Err(boot_error)), Some(Err(ivshmem_error))) = (&booted, &ivshmem) {
+            anyhow::bail!(
+                "the boot on {KERNEL} failed: {boot_error:#}; and the ivshmem lock scenarios: {ivshmem_error:#}"
+            );
+        }
         for (what, result) in [("boot --inject reset (nvme)", booted), ("ivshmem", ivshmem)] {
             if let Some(result) = result {
                 times.push((what, result?));
@@ -188,12 +194,9 @@ mod tests {
     /// Every listed scenario runs on its device and on the debug kernel.
     #[test]
     fn the_lock_scenarios_run_on_their_device_and_kernel() {
-        for (device, names) in [
-            (Device::Ivshmem, IVSHMEM_LOCK_SCENARIOS),
-            (Device::Nvme, NVME_LOCK_SCENARIOS),
-        ] {
+        for device in Device::ALL {
             let runs = matrix::on(device, KERNEL);
-            for n in names {
+            for n in lock_scenarios(device) {
                 assert!(runs.contains(n), "{n} does not run on {} / {KERNEL}", device.name());
             }
         }
