@@ -35,6 +35,25 @@ fn fill(p: &mut hmb_firmware_model::Producer, bytes: u64) -> u64 {
     p.next_seq()
 }
 
+/// Streams 100 records into a running daemon and waits until it has
+/// drained them.
+fn produce_100_drained(rig: &Rig, p: &mut hmb_firmware_model::Producer) {
+    for _ in 0..100 {
+        produce(p, SEED, SIZES, true);
+    }
+    rig.wait_drained(Duration::from_secs(10));
+}
+
+/// Waits until the daemon's first batch has begun: trace.bin holds more
+/// than its header.
+fn wait_for_first_batch(rig: &Rig) {
+    let start = std::time::Instant::now();
+    while std::fs::metadata(&rig.out).map_or(0, |m| m.len()) <= 64 {
+        assert!(start.elapsed() < Duration::from_secs(10), "no batch started");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// The file ends right after its last item: no padding, nothing torn.
 fn assert_exact(rig: &Rig) {
     let len = std::fs::metadata(&rig.out).unwrap().len();
@@ -117,11 +136,7 @@ fn sigterm_in_the_middle_of_a_direct_batch() {
     let n = fill(&mut p, 30_000);
     let daemon = rig.spawn(&["--direct", "--max-batch-kib", "8", "--debug-crash-window-us", "300000"]);
     // Inside the first batch's split write: more than the header is there.
-    let start = std::time::Instant::now();
-    while std::fs::metadata(&rig.out).map_or(0, |m| m.len()) <= 64 {
-        assert!(start.elapsed() < Duration::from_secs(10), "no batch started");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_first_batch(&rig);
     signal(&daemon, Signal::SIGTERM);
     let out = daemon.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -142,10 +157,7 @@ fn padding_left_by_sigkill_is_cut_at_the_next_start(#[case] restart: &[&str]) {
     let (rig, disk) = rig(65536);
     let daemon = rig.spawn(&["--direct"]);
     let mut p = rig.producer();
-    for _ in 0..100 {
-        produce(&mut p, SEED, SIZES, true);
-    }
-    rig.wait_drained(Duration::from_secs(10));
+    produce_100_drained(&rig, &mut p);
     signal(&daemon, Signal::SIGKILL);
     daemon.wait_with_output().unwrap();
     let len = std::fs::metadata(&rig.out).unwrap().len();
@@ -187,11 +199,7 @@ fn sigkill_inside_a_direct_write_leaves_a_torn_item_recovery_truncates() {
         "--debug-crash-window-us",
         "2000000",
     ]);
-    let start = std::time::Instant::now();
-    while std::fs::metadata(&rig.out).map_or(0, |m| m.len()) <= 64 {
-        assert!(start.elapsed() < Duration::from_secs(10), "no batch started");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_first_batch(&rig);
     std::thread::sleep(Duration::from_millis(100));
     signal(&daemon, Signal::SIGKILL);
     daemon.wait_with_output().unwrap();
@@ -215,17 +223,11 @@ fn sighup_with_direct_leaves_both_files_exact() {
     let (rig, disk) = rig(65536);
     let daemon = rig.spawn(&["--direct"]);
     let mut p = rig.producer();
-    for _ in 0..100 {
-        produce(&mut p, SEED, SIZES, true);
-    }
-    rig.wait_drained(Duration::from_secs(10));
+    produce_100_drained(&rig, &mut p);
     let rotated = disk.path().join("trace.bin.1");
     std::fs::rename(&rig.out, &rotated).unwrap();
     signal(&daemon, Signal::SIGHUP);
-    for _ in 0..100 {
-        produce(&mut p, SEED, SIZES, true);
-    }
-    rig.wait_drained(Duration::from_secs(10));
+    produce_100_drained(&rig, &mut p);
     signal(&daemon, Signal::SIGINT);
     let out = daemon.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
