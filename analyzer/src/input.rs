@@ -282,7 +282,7 @@ pub(crate) fn populate(bytes: &[u8], from: usize, to: usize) {
 /// (MADV_DONTNEED). `bytes` is a read-only file mapping: the pages stay in
 /// the page cache and a later read maps them again with the same bytes,
 /// so this only moves the unmapping's work to the calling thread.
-fn unmap(bytes: &[u8], from: usize, to: usize) {
+pub(crate) fn unmap(bytes: &[u8], from: usize, to: usize) {
     #[cfg(target_os = "linux")]
     if let Some((start, end)) = page_range(bytes, from, to) {
         // SAFETY: sysconf has no preconditions.
