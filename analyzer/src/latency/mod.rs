@@ -796,8 +796,9 @@ impl<'c> Latency<'c> {
             let ai = op.action as usize;
             match op.kind {
                 OpKind::Epoch => self.epoch_start(),
-                OpKind::Up => self.depth_change(ai, op.source, op.ts, true),
-                OpKind::Down => self.depth_change(ai, op.source, op.ts, false),
+                // One arm for both: the change's direction as a value, not
+                // a second copy of `depth_change` behind the jump table.
+                OpKind::Up | OpKind::Down => self.depth_change(ai, op.source, op.ts, op.kind == OpKind::Up),
                 OpKind::FirstBegin => {
                     let (k, pair) = (firsts.next().unwrap_or_default(), self.pair_of(ai));
                     if self.open[pair].narrow.remove(k).is_some() {
