@@ -24,7 +24,7 @@ use hmb_trace_file::{parse_item, FileHeader, ItemKind, ItemParse, Marker};
 
 use hmb_trace_file::FileError;
 
-use crate::input::{populate, rec_at, Rec, WalkEnd};
+use crate::input::{populate, rec_at, unmap, Rec, WalkEnd};
 use crate::latency::Latency;
 use crate::progress::Progress;
 use crate::resync;
@@ -255,10 +255,19 @@ pub fn latency_target(header: &FileHeader, len: usize) -> u64 {
 
 /// The accounting of a whole mapped file (`bytes` includes the header) on
 /// two threads, cut at the first item boundary at or after `target`;
-/// finished. Exactly what one walk from the start gives.
-pub fn stats_split(bytes: &[u8], header: &FileHeader, target: u64, progress: &Progress) -> (WalkEnd, Stats) {
+/// finished. Exactly what one walk from the start gives. `file_mapped`:
+/// `bytes` is a read-only mapping of a file (`TraceInput::mapped_bytes`),
+/// whose pages the calling thread may drop from the process once it has
+/// walked them (`split_at`); false for any other memory.
+pub fn stats_split(
+    bytes: &[u8],
+    header: &FileHeader,
+    target: u64,
+    progress: &Progress,
+    file_mapped: bool,
+) -> (WalkEnd, Stats) {
     let window = resync::window_for(header, target);
-    let (end, stats, (), _) = split_at(bytes, header, target, progress, (), |_| (), window);
+    let (end, stats, (), _) = split_at(bytes, header, target, progress, (), |_| (), window, file_mapped);
     (end, stats)
 }
 
@@ -272,6 +281,7 @@ pub fn stats_latency_split<'c>(
     target: u64,
     progress: &Progress,
     catalog: &'c crate::catalog::Catalog,
+    file_mapped: bool,
 ) -> (WalkEnd, Stats, Latency<'c>) {
     let (end, stats, lat, _) = split_at(
         bytes,
@@ -281,6 +291,7 @@ pub fn stats_latency_split<'c>(
         Latency::new(catalog),
         |start| Latency::new_part(catalog, start),
         resync::window_for(header, target),
+        file_mapped,
     );
     (end, stats, lat)
 }
@@ -288,6 +299,14 @@ pub fn stats_latency_split<'c>(
 /// `stats_split` with a rider (`first` for the earlier part, `part(start)`
 /// makes the later part's), and whether the parts were merged (else the
 /// calling thread walked on from the boundary).
+///
+/// With `file_mapped`, a calling thread that ends its walk while the other
+/// is still walking drops the pages it walked from the process
+/// (`input::unmap`) before it waits: that part of the mapping's teardown
+/// then falls in the wait instead of after the merge, when the file is
+/// unmapped. The pages stay in the page cache; a later read of them (a
+/// fallback walk from the start) maps them again with the same bytes.
+#[allow(clippy::too_many_arguments)]
 fn split_at<R: Rider>(
     bytes: &[u8],
     header: &FileHeader,
@@ -296,6 +315,7 @@ fn split_at<R: Rider>(
     first: R,
     part: impl FnOnce(u64) -> R + Send,
     epoch_window: usize,
+    file_mapped: bool,
 ) -> (WalkEnd, Stats, R, bool) {
     let len = bytes.len() as u64;
     let start = header.header_size as u64;
@@ -329,6 +349,11 @@ fn split_at<R: Rider>(
         let mut rider = first;
         populate(bytes, target as usize, bytes.len());
         let mut end = account(bytes, &mut walker, &mut stats, &mut rider, start, target, progress);
+        if file_mapped && !later.is_finished() {
+            // Only what this walk read: the walk on to the boundary below
+            // and the merge read from `end.offset` on.
+            unmap(bytes, start as usize, end.offset as usize);
+        }
         let later = match later.join() {
             Ok(later) => later,
             Err(panic) => std::panic::resume_unwind(panic),
@@ -631,6 +656,7 @@ mod tests {
             Latency::new(catalog),
             |start| Latency::new_part_capped(catalog, start, log_cap),
             window,
+            false,
         );
         (text(&end, &stats, latency_text(&lat)), merged)
     }

@@ -138,6 +138,7 @@ pub fn collect_stats(ctx: &Ctx, path: &str) -> Result<(Walked, Stats), AppError>
             &input.header,
             default_target(&input.header, bytes.len()),
             &progress,
+            true,
         );
         progress.finish();
         return Ok((input.into_walked(end), stats));

@@ -38,7 +38,7 @@ pub fn compute<'c>(ctx: &'c Ctx, path: &str) -> Result<(Walked, Stats, Latency<'
     if let Some(bytes) = input.mapped_bytes().filter(|b| b.len() >= PARALLEL_MIN_BYTES) {
         let progress = Progress::new(input.file_len, ctx.progress);
         let target = latency_target(&input.header, bytes.len());
-        let (end, stats, lat) = stats_latency_split(bytes, &input.header, target, &progress, &ctx.catalog);
+        let (end, stats, lat) = stats_latency_split(bytes, &input.header, target, &progress, &ctx.catalog, true);
         progress.finish();
         return Ok((input.into_walked(end), stats, lat));
     }
