@@ -76,6 +76,8 @@ pub struct Controller {
     /// Doorbell Buffer Config's shadow doorbell and EventIdx buffers (shadow.rs); a
     /// controller reset forgets them.
     pub(crate) dbbuf: Option<crate::shadow::DoorbellBuffers>,
+    /// The observer's calls of an I/O queue's pass, made after its interrupt (held.rs).
+    pub(crate) held: crate::held::Held,
 }
 
 impl Controller {
@@ -142,6 +144,7 @@ impl Controller {
             scratch: Vec::new(),
             deferred: Default::default(),
             dbbuf: None,
+            held: Default::default(),
             cfg,
         })
     }

@@ -148,6 +148,11 @@ impl Controller {
             }
             return;
         }
+        // An I/O queue's CQEs and interrupt go out before the observer hears of its
+        // commands (held.rs); an admin command's Set Features C0h changes the observer.
+        if qid != 0 {
+            self.hold_notes();
+        }
         self.read_shadow_sq_tail(qid);
         loop {
             if !self.running() {
@@ -184,7 +189,7 @@ impl Controller {
             let sqe = Sqe(dw);
             let t0 = self.now_ns();
             let is_rw = qid != 0 && matches!(sqe.opcode(), crate::io::OPC_READ | crate::io::OPC_WRITE);
-            self.observer.on_fetch(&FetchEvent {
+            self.note_fetch(FetchEvent {
                 qid,
                 cid: sqe.cid(),
                 opcode: sqe.opcode(),
@@ -239,6 +244,7 @@ impl Controller {
         if let Some(cqid) = to_raise {
             self.raise(cqid);
         }
+        self.release_notes();
     }
 
     /// PCI Bus Master Enable changed (the transport saw a command-register write). Off: no
@@ -355,7 +361,7 @@ impl Controller {
             let latency = u32::try_from(t.saturating_sub(t0)).unwrap_or(u32::MAX);
             self.counters.io_latency_ns_total += u64::from(latency);
         }
-        self.observer.on_complete(&CompletionEvent {
+        self.note_complete(CompletionEvent {
             qid: sqid,
             cid,
             opcode,

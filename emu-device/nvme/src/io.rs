@@ -9,9 +9,8 @@ use crate::guest_read::GuestRead;
 use crate::guest_write::GuestWrite;
 use hmb_ftl::FtlEvent;
 
-use crate::media::MediaOp;
 use crate::namespace::DataError;
-use crate::{prp, Controller, FtlTraceEvent, MediaEvent, Status};
+use crate::{prp, Controller, Status};
 use vm_memory::GuestAddressSpace;
 
 pub(crate) const OPC_FLUSH: u8 = 0x00;
@@ -114,25 +113,14 @@ impl Controller {
     /// audit in step; returns when the last NAND operation ends (`t0` if none).
     pub(crate) fn report_ftl(&mut self, command: Option<(u16, u16)>, ev: &[FtlEvent], t0: u64) -> u64 {
         let mut end = t0;
-        let cache_in_hmb = self.ns.cache_home.in_hmb();
-        let (qid, cid) = command.unwrap_or((u16::MAX, u16::MAX));
         for e in ev {
             if let FtlEvent::Nand(op) = e {
                 end = end.max(op.start_ns + u64::from(op.latency_ns));
                 self.media.ops += 1;
-                self.observer.on_media(&MediaEvent {
-                    qid,
-                    cid,
-                    op: MediaOp::from(op),
-                });
             }
-            self.observer.on_ftl(&FtlTraceEvent {
-                command,
-                time_ns: t0,
-                cache_in_hmb,
-                event: *e,
-            });
         }
+        let cache_in_hmb = self.ns.cache_home.in_hmb();
+        self.note_ftl(command, t0, cache_in_hmb, ev);
         self.note_cache_events(ev);
         end
     }

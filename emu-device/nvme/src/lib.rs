@@ -23,6 +23,7 @@ mod error;
 pub mod fake_host;
 mod guest_read;
 mod guest_write;
+mod held;
 mod hmb;
 mod io;
 mod lifecycle;

@@ -125,6 +125,8 @@ impl Controller {
         if self.csts & CSTS_CFS != 0 {
             return;
         }
+        // What the observer was told of before the failure comes first (held.rs).
+        self.release_notes();
         log::warn!("nvme: controller fatal status: {reason}");
         self.drop_deferred();
         self.release_hmb();
@@ -139,6 +141,8 @@ impl Controller {
     /// Release the HMB. If a slice of it was shared (the trace ring), the ring goes FROZEN
     /// in the observer and the controller captures its telemetry (log 08h) right after.
     pub(crate) fn release_hmb(&mut self) {
+        // The observer hears of the commands before the HMB goes (held.rs).
+        self.release_notes();
         if let Some(h) = self.hmb.take() {
             // First: the map cache leaves the HMB (its last reads and writes there) before
             // the trace producer writes FROZEN and the audit checks what is left.

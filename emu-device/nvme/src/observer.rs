@@ -70,7 +70,9 @@ pub struct CompletionEvent {
 }
 
 /// Sees what the controller really does (the firmware model hooks in here, issue 14).
-/// Default methods do nothing. Order per command: on_fetch, on_media*, on_complete.
+/// Default methods do nothing. Order per command: on_fetch, on_media*, on_complete. An I/O
+/// queue's commands are told of after the interrupt of the pass that ran them, before
+/// the doorbell write that started it returns (held.rs).
 pub trait CommandObserver: Send {
     fn on_fetch(&mut self, _f: &FetchEvent) {}
     fn on_media(&mut self, _m: &MediaEvent) {}

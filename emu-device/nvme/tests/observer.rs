@@ -153,3 +153,86 @@ fn vendor_features_get_their_data() {
     assert_eq!(c.status, Status::DATA_TRANSFER_ERROR);
     assert_eq!(seen.lock().unwrap().len(), 1);
 }
+
+/// What a pass of the controller did, in the order it did it: interrupts and the
+/// observer's calls in one list.
+#[derive(Debug, PartialEq)]
+enum Seen {
+    Irq(u16),
+    Fetch(u16),
+    Media(u16),
+    Complete(u16),
+}
+
+struct SeenLog(Arc<Mutex<Vec<Seen>>>);
+
+impl CommandObserver for SeenLog {
+    fn on_fetch(&mut self, f: &FetchEvent) {
+        self.0.lock().unwrap().push(Seen::Fetch(f.cid));
+    }
+    fn on_media(&mut self, m: &MediaEvent) {
+        self.0.lock().unwrap().push(Seen::Media(m.cid));
+    }
+    fn on_complete(&mut self, c: &CompletionEvent) {
+        self.0.lock().unwrap().push(Seen::Complete(c.cid));
+    }
+}
+
+impl hmb_nvme::InterruptSink for SeenLog {
+    fn raise(&self, vector: u16) {
+        self.0.lock().unwrap().push(Seen::Irq(vector));
+    }
+}
+
+/// An I/O queue's pass posts its CQEs and raises its interrupt before the observer hears
+/// of its commands (held.rs: the host does not wait for the trace's records); the
+/// observer then hears of every command, in the order it happened. An admin command is
+/// told of before its interrupt.
+#[test]
+fn an_io_pass_raises_its_interrupt_before_the_observer_hears_of_it() {
+    let cfg = ControllerConfig::default();
+    let mut h = hmb_nvme::fake_host::FakeHost::new(cfg.clone(), common::GUEST_BYTES);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    h.ctrl = hmb_nvme::Controller::new(cfg, h.mem.clone(), Arc::new(SeenLog(log.clone()))).unwrap();
+    h.ctrl.set_observer(Box::new(SeenLog(log.clone())));
+    assert_eq!(h.enable(32) & 0b11, 1);
+    h.create_io_queue(1, 64).expect("I/O queue pair 1");
+    log.lock().unwrap().clear();
+
+    // Three writes of 64 KiB (16 NAND programs each) on one doorbell: one pass.
+    let mut cids = Vec::new();
+    for i in 0..3u64 {
+        let (prp1, prp2, segs) = h.build_prps(64 << 10, 0, 512);
+        for (a, n) in segs {
+            h.guest_write(a, &pattern(n, i));
+        }
+        let cmd = Command::new(0x01)
+            .nsid(1)
+            .prp1(prp1)
+            .prp2(prp2)
+            .cdw(10, (i * 128) as u32)
+            .cdw(12, 127);
+        cids.push(h.push(1, cmd));
+    }
+    h.ring(1);
+    for _ in 0..3 {
+        assert!(h.reap(1).expect("completed in the pass").ok());
+    }
+    let seen = std::mem::take(&mut *log.lock().unwrap());
+    let mut want = vec![Seen::Irq(1)];
+    for &cid in &cids {
+        want.push(Seen::Fetch(cid));
+        want.extend((0..16).map(|_| Seen::Media(cid)));
+        want.push(Seen::Complete(cid));
+    }
+    assert_eq!(seen, want);
+
+    // The admin queue's pass is not held: Identify is told of before its interrupt.
+    let id = h.alloc(4096);
+    assert!(h.admin(Command::identify(1, 0, id)).ok());
+    let seen = std::mem::take(&mut *log.lock().unwrap());
+    assert!(
+        matches!(seen[..], [Seen::Fetch(_), Seen::Complete(_), Seen::Irq(0)]),
+        "{seen:?}"
+    );
+}

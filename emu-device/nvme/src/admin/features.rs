@@ -333,6 +333,7 @@ impl Controller {
         self.hmb_bits = bits & (HMB_EHM | HMB_MR);
         self.hmb_report.enables += 1;
         self.hmb_report.last_rejection = None;
+        self.release_notes();
         self.observer.on_hmb_enabled(&h);
         // The controller's own data goes in (or is checked, on a return) before any other
         // command can run.

@@ -102,6 +102,8 @@ impl Controller {
     /// and the last capture was released; announced as docs/nvme-controller.md says.
     /// Returns the capture's generation number.
     pub(crate) fn capture_controller_telemetry(&mut self, why: &str) -> Result<u8, CaptureRefused> {
+        // The snapshot holds every record of what went before (held.rs).
+        self.release_notes();
         if !self.vendor.has_telemetry() {
             return Err(CaptureRefused::NoTelemetry);
         }
