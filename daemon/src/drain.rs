@@ -158,8 +158,15 @@ pub fn run(dev: &mut dyn TraceDevice, opts: &Options, stats: &mut DaemonStats) -
         }
         let epoch = consumer.epoch();
         let consumer_ring_size = consumer.ring_size();
-        let since_last_look = last_look.elapsed();
-        last_look = std::time::Instant::now();
+        // One clock read per look: under TCG with the HPET as the guest's
+        // clocksource each is a system call and an MMIO exit.
+        let now = std::time::Instant::now();
+        let since_last_look = now.saturating_duration_since(last_look);
+        last_look = now;
+        // What the ring held when the daemon looked: a batch that reaches it
+        // took everything there was, so its bytes over `since_last_look`
+        // are the producer's rate.
+        let head_at_look = consumer.view().head();
         match consumer.next_batch() {
             Err(ConsumerError::EpochChanged { old, new }) if opts.follow => {
                 log::warn!("ring epoch changed from {old} to {new} without a freeze seen: following");
@@ -177,6 +184,7 @@ pub fn run(dev: &mut dyn TraceDevice, opts: &Options, stats: &mut DaemonStats) -
                 }
                 out.write_batch(lost.as_ref(), b.iov)?;
                 let small = b.bytes < small_batch_bytes(consumer_ring_size, opts.max_batch_bytes);
+                let end = b.end;
                 let wait = nap_length(opts.batch_wait, consumer_ring_size, b.bytes, since_last_look);
                 stats.records += b.records;
                 stats.bytes += b.bytes;
@@ -191,11 +199,18 @@ pub fn run(dev: &mut dyn TraceDevice, opts: &Options, stats: &mut DaemonStats) -
                     std::thread::sleep(window);
                 }
                 consumer.commit()?;
-                // Only a batch that emptied the ring measured the producer's
-                // rate (one cut by --max-batch-kib or IOV_MAX did not: a
-                // 64 B producer's full batch is 1024 records, under 100 KiB).
-                let emptied = consumer.available() == 0;
-                if small && emptied && stopping.is_none() && !wait.is_zero() && !signals::pending() {
+                // Only a batch that took all the ring held at the look
+                // measured the producer's rate (one cut by --max-batch-kib or
+                // IOV_MAX did not: a 64 B producer's full batch is 1024
+                // records, under 100 KiB). Records that arrived during the
+                // write wait for the nap's end: before, the ring had to be
+                // empty after the write, and at QD32 in the NVMe bench's TCG
+                // guest a nap was followed by a second, smaller batch (1.6-2.4
+                // batches per nap), each a writev, a PUBLISH_TAIL and clock
+                // reads (docs/performance.md, "The daemon's work per I/O in
+                // the TCG guest").
+                let took_all = end >= head_at_look;
+                if small && took_all && stopping.is_none() && !wait.is_zero() && !signals::pending() {
                     let r = dev.nap(wait).map_err(DaemonError::Device)?;
                     stats.naps += 1;
                     if r.gone {

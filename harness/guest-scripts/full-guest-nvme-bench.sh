@@ -108,7 +108,8 @@ series() {
 # of each vCPU, cpuN_busy/cpuN_all, to set beside the host's per-vCPU-thread
 # run time in host-counters.txt: which vCPU ran fio), our controller's queue
 # interrupts, the timer, rescheduling and call IPIs (/proc/interrupts), and
-# the daemon's context switches, minor faults and CPU ticks (0 with the
+# the daemon's context switches, minor faults, CPU ticks (user and system
+# apart), system calls, bytes written and scheduler time (0 with the
 # trace off); and the disk writes (issue 28): write requests, sectors written
 # and flushes completed by the virtio disks (/proc/diskstats, whole disks),
 # pages dirtied and written back (/proc/vmstat), virtio interrupts.
@@ -143,7 +144,15 @@ counters() {
         # After the command's parenthesised name: minflt is field 8, utime
         # and stime are fields 12 and 13 (faults: the ring view is mapped by
         # the module's fault handler).
-        sed 's/.*) //' "/proc/$dpid/stat" | awk '{ printf "daemon_minflt=%d daemon_ticks=%d", $8, $12 + $13 }'
+        sed 's/.*) //' "/proc/$dpid/stat" |
+            awk '{ printf "daemon_minflt=%d daemon_ticks=%d daemon_uticks=%d daemon_sticks=%d ", $8, $12 + $13, $12, $13 }'
+        # Its system calls and bytes (syscw: write calls, writev among
+        # them; syscr: read calls; wchar: bytes written) and its run time,
+        # wait for a CPU and times scheduled in (schedstat), for the
+        # daemon's work per system call and per wake-up (issue 28).
+        awk '$1 == "syscr:" { r = $2 } $1 == "syscw:" { w = $2 } $1 == "wchar:" { b = $2 }
+             END { printf "daemon_syscr=%d daemon_syscw=%d daemon_wchar=%d ", r, w, b }' "/proc/$dpid/io"
+        awk '{ printf "daemon_run_ns=%d daemon_wait_ns=%d daemon_slices=%d", $1, $2, $3 }' "/proc/$dpid/schedstat"
     else
         printf 'daemon_vcs=0 daemon_ncs=0 daemon_minflt=0 daemon_ticks=0'
     fi
