@@ -321,27 +321,39 @@ impl Row<'_> {
     }
 
     /// `v` right-aligned in `width` (0: no padding); returns its digit
-    /// count. Below 10^8 (most numbers of a row) the count comes from the
-    /// digits themselves (`short_digits`); larger ones count first
-    /// (`digit_count`) and are stored eight digits per word, the first
-    /// word shifted: the bytes up to 7 past a short number may be written
-    /// (the row's bound has `NUM` per number) and are overwritten by what
-    /// follows or lie past the row's end.
+    /// count. Below 10^8 (most numbers of a row) the digits and their
+    /// count come from `short` (a table below 100, one word of digits
+    /// above); up to 10^16 the part above the low eight digits is such a
+    /// short number and the low eight digits one more word; larger ones
+    /// count first (`digit_count`) and are stored eight digits per word,
+    /// the first word shifted. The bytes up to 7 past a number may be
+    /// written (the row's bound has `NUM` per number) and are overwritten
+    /// by what follows or lie past the row's end.
     #[inline(always)]
     fn number(&mut self, v: u64, width: usize) -> usize {
         if v < 100_000_000 {
-            // Each call site has its own branch: most numbers of a column
-            // fall on the same side.
-            let (w, n) = if v < 10_000 {
-                four_digits(v as u32)
-            } else {
-                short_digits(v as u32)
-            };
+            // Each call site has its own branches: most numbers of a
+            // column fall on the same side.
+            let (w, n) = short(v as u32);
             if width > 0 {
                 self.spaces(width.saturating_sub(n));
             }
             let i = self.i;
             self.word(i, w);
+            self.i = i + n;
+            return n;
+        }
+        if v < 10_000_000_000_000_000 {
+            // Timestamps, offsets past 100 MB, large field values.
+            let (top, low) = (v / 100_000_000, v % 100_000_000);
+            let (w, top_n) = short(top as u32);
+            let n = top_n + 8;
+            if width > 0 {
+                self.spaces(width.saturating_sub(n));
+            }
+            let i = self.i;
+            self.word(i, w);
+            self.word(i + top_n, ascii(digit_values(low as u32)));
             self.i = i + n;
             return n;
         }
@@ -351,13 +363,9 @@ impl Row<'_> {
         }
         let i = self.i;
         let (top, low) = (v / 100_000_000, v % 100_000_000);
-        if n <= 16 {
-            self.word(i, ascii(digit_values(top as u32)) >> (8 * (16 - n)));
-        } else {
-            let (top, mid) = (top / 100_000_000, top % 100_000_000);
-            self.word(i, ascii(digit_values(top as u32)) >> (8 * (24 - n)));
-            self.word(i + n - 16, ascii(digit_values(mid as u32)));
-        }
+        let (top, mid) = (top / 100_000_000, top % 100_000_000);
+        self.word(i, ascii(digit_values(top as u32)) >> (8 * (24 - n)));
+        self.word(i + n - 16, ascii(digit_values(mid as u32)));
         self.word(i + n - 8, ascii(digit_values(low as u32)));
         self.i = i + n;
         n
@@ -468,6 +476,35 @@ fn four_digits(x: u32) -> (u64, usize) {
     let d = q | (y - q * 10) << 8;
     let lead = ((d | 1 << 24).trailing_zeros() / 8) as usize;
     ((d | 0x3030_3030) >> (8 * lead), 4 - lead)
+}
+
+/// "0" to "99" as the bytes to store (the first digit lowest).
+const DIGITS2: [u16; 100] = {
+    let mut t = [0u16; 100];
+    let mut v = 0;
+    while v < 100 {
+        t[v] = if v < 10 {
+            b'0' as u16 + v as u16
+        } else {
+            (b'0' + (v / 10) as u8) as u16 | ((b'0' + (v % 10) as u8) as u16) << 8
+        };
+        v += 1;
+    }
+    t
+};
+
+/// The digits of `x` (below 10^8) as the word to store, and their count:
+/// below 100 (epochs, sources, lengths, most small fields) from a table,
+/// below 10^4 one lane of four digits, else two.
+#[inline(always)]
+fn short(x: u32) -> (u64, usize) {
+    if x < 100 {
+        (DIGITS2[x as usize] as u64, 1 + usize::from(x >= 10))
+    } else if x < 10_000 {
+        four_digits(x)
+    } else {
+        short_digits(x)
+    }
 }
 
 /// Digit values to ASCII.
