@@ -557,6 +557,12 @@ enum Width {
 pub struct FieldFmt {
     offset: usize,
     width: Width,
+    /// Where the field's word is read: the 8 bytes ending at the field's
+    /// end, or the payload's first 8 when the field ends before byte 8.
+    word_at: usize,
+    /// The field within that word: shifted down by `shift` bits, masked.
+    shift: u32,
+    mask: u64,
     /// `name=`
     eq_key: Text,
     /// `"name":`
@@ -564,9 +570,44 @@ pub struct FieldFmt {
 }
 
 impl FieldFmt {
-    /// The field's value, if the payload holds it (as `catalog::read_field`).
-    #[inline]
+    fn new(offset: usize, width: Width, eq_key: Text, json_key: Text) -> Self {
+        let bytes = match width {
+            Width::U8 => 1,
+            Width::U16 => 2,
+            Width::U32 => 4,
+            Width::U64 => 8,
+        };
+        let word_at = (offset + bytes).max(8) - 8;
+        Self {
+            offset,
+            width,
+            word_at,
+            shift: 8 * (offset - word_at) as u32,
+            mask: u64::MAX >> (64 - 8 * bytes),
+            eq_key,
+            json_key,
+        }
+    }
+
+    /// The field's value, if the payload holds it (as `catalog::read_field`):
+    /// one 8-byte load, shift and mask, whatever the width. The word lies in
+    /// the payload exactly when the field does, except in payloads shorter
+    /// than 8 bytes (`read_short`).
+    #[inline(always)]
     fn read(&self, payload: &[u8]) -> Option<u64> {
+        match payload.get(self.word_at..self.word_at + 8) {
+            Some(w) => {
+                let w: [u8; 8] = w.try_into().unwrap_or_default();
+                Some((u64::from_le_bytes(w) >> self.shift) & self.mask)
+            }
+            None if payload.len() < 8 => self.read_short(payload),
+            None => None,
+        }
+    }
+
+    /// `read` in a payload shorter than 8 bytes: a load of the field's width.
+    #[cold]
+    fn read_short(&self, payload: &[u8]) -> Option<u64> {
         let at = self.offset;
         Some(match self.width {
             Width::U8 => *payload.get(at)? as u64,
@@ -610,21 +651,21 @@ impl OpFmt {
         let fields: Vec<FieldFmt> = fields
             .iter()
             .filter_map(|f| {
-                Some(FieldFmt {
-                    offset: f.offset as usize,
-                    width: match field_width(&f.ty)? {
+                Some(FieldFmt::new(
+                    f.offset as usize,
+                    match field_width(&f.ty)? {
                         1 => Width::U8,
                         2 => Width::U16,
                         4 => Width::U32,
                         _ => Width::U64,
                     },
-                    eq_key: Text::new(format!("{}=", f.name).into_bytes()),
-                    json_key: Text::new({
+                    Text::new(format!("{}=", f.name).into_bytes()),
+                    Text::new({
                         let mut k = json(&f.name);
                         k.push(b':');
                         k
                     }),
-                })
+                ))
             })
             .collect();
         let decode_name = Text::new(format!("{name:<14}").into_bytes());
