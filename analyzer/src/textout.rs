@@ -52,21 +52,25 @@ pub fn walk_text(
     let mut input = open_trace(path)?;
     let progress = Progress::new(input.file_len, ctx.progress);
     let mut walker = Walker::new(&input.header);
-    let end = input.walk(&progress, |item| {
-        if !item.is_marker() && walker.in_order(item.seq()) {
-            return f(&Event::Record {
-                epoch: walker.epoch(),
-                item,
-            });
-        }
-        let mut flow = ControlFlow::Continue(());
-        walker.feed(item, &mut |ev| {
-            if flow.is_continue() {
-                flow = f(&ev);
+    let end = input.walk(
+        &progress,
+        #[inline(always)]
+        |item| {
+            if !item.is_marker() && walker.in_order(item.seq()) {
+                return f(&Event::Record {
+                    epoch: walker.epoch(),
+                    item,
+                });
             }
-        });
-        flow
-    });
+            let mut flow = ControlFlow::Continue(());
+            walker.feed(item, &mut |ev| {
+                if flow.is_continue() {
+                    flow = f(&ev);
+                }
+            });
+            flow
+        },
+    );
     progress.finish();
     Ok(input.into_walked(end))
 }

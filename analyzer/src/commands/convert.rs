@@ -110,44 +110,50 @@ pub fn run(ctx: &Ctx, args: &ConvertArgs, stdout: &mut dyn Write) -> Result<(), 
     }
     let mut ops = OpCache::new(&ctx.catalog);
     let mut io_err = None;
-    let mut walked = walk_text(ctx, &args.trace, |ev| {
-        // Records: the fast formatters (crate::textout); markers and
-        // rows needing CSV quoting: the general Row path below.
-        if let Event::Record { epoch, item } = *ev {
-            if !all && !filter.keeps(epoch, item) {
-                return ControlFlow::Continue(());
-            }
-            let op = ops.get(item.opcode());
-            let done = match args.format {
-                ConvertFormat::Csv => chunk.csv_record(op, epoch, item, args.payload),
-                ConvertFormat::Jsonl => chunk.jsonl_record(op, epoch, item, args.payload).map(|()| true),
-            };
-            match done {
-                Ok(true) => return ControlFlow::Continue(()),
-                Ok(false) => {}
-                Err(e) => {
-                    io_err = Some(e);
-                    return ControlFlow::Break(());
+    // Inlined into the walk's loop (as in `decode`).
+    let mut walked = walk_text(
+        ctx,
+        &args.trace,
+        #[inline(always)]
+        |ev| {
+            // Records: the fast formatters (crate::textout); markers and
+            // rows needing CSV quoting: the general Row path below.
+            if let Event::Record { epoch, item } = *ev {
+                if !all && !filter.keeps(epoch, item) {
+                    return ControlFlow::Continue(());
+                }
+                let op = ops.get(item.opcode());
+                let done = match args.format {
+                    ConvertFormat::Csv => chunk.csv_record(op, epoch, item, args.payload),
+                    ConvertFormat::Jsonl => chunk.jsonl_record(op, epoch, item, args.payload).map(|()| true),
+                };
+                match done {
+                    Ok(true) => return ControlFlow::Continue(()),
+                    Ok(false) => {}
+                    Err(e) => {
+                        io_err = Some(e);
+                        return ControlFlow::Break(());
+                    }
                 }
             }
-        }
-        let Some(row) = to_row(ctx, &filter, args.payload, ev) else {
-            return ControlFlow::Continue(());
-        };
-        let r = chunk.general(|out| match args.format {
-            ConvertFormat::Csv => write_csv(out, &row, args.payload),
-            ConvertFormat::Jsonl => serde_json::to_writer(&mut *out, &row)
-                .map_err(std::io::Error::other)
-                .and_then(|()| out.write_all(b"\n")),
-        });
-        match r {
-            Ok(()) => ControlFlow::Continue(()),
-            Err(e) => {
-                io_err = Some(e);
-                ControlFlow::Break(())
+            let Some(row) = to_row(ctx, &filter, args.payload, ev) else {
+                return ControlFlow::Continue(());
+            };
+            let r = chunk.general(|out| match args.format {
+                ConvertFormat::Csv => write_csv(out, &row, args.payload),
+                ConvertFormat::Jsonl => serde_json::to_writer(&mut *out, &row)
+                    .map_err(std::io::Error::other)
+                    .and_then(|()| out.write_all(b"\n")),
+            });
+            match r {
+                Ok(()) => ControlFlow::Continue(()),
+                Err(e) => {
+                    io_err = Some(e);
+                    ControlFlow::Break(())
+                }
             }
-        }
-    })?;
+        },
+    )?;
     if let Some(e) = io_err {
         return Err(e.into());
     }
