@@ -20,7 +20,10 @@
 //!   `decode`, CSV-ready, JSON-escaped; each field's `name=` and `"name":`
 //!   keys, its offset and width; the row's upper bound) is resolved once
 //!   per opcode ([`OpCache`]);
-//! * a field is read with a load of its own width.
+//! * a field is read with one 8-byte load, shift and mask, whatever its
+//!   width (`FieldFmt::read`); numbers below 100 come from a table;
+//! * records that arrive in order skip the walker's general step
+//!   ([`walk_text`]), and the row code is inlined into the walk's loop.
 //!
 //! The output is byte for byte what the `format!`-based code produced (the
 //! insta snapshots in tests/snapshots pin it); rows this module does not
@@ -28,10 +31,52 @@
 //! general code through [`ChunkOut::general`].
 
 use std::io::{self, Write};
+use std::ops::ControlFlow;
 
 use hmb_trace_file::Item;
 
 use crate::catalog::{field_width, Catalog, Field};
+use crate::commands::{open_trace, Ctx, Walked};
+use crate::exit::AppError;
+use crate::progress::Progress;
+use crate::walk::{Event, Walker};
+
+/// `commands::walk_trace` for the text outputs: the same events to `f`,
+/// in the same order, but a device record whose seq is the one expected
+/// next (nearly every record) goes to `f` as `Event::Record` straight
+/// after `Walker::in_order`, without `Walker::feed`'s classification,
+/// progress update and event closure (callgrind: about 100 of
+/// `convert --format csv`'s 1 107 instructions per record were the walk's).
+pub fn walk_text(
+    ctx: &Ctx,
+    path: &str,
+    mut f: impl FnMut(&Event<'_, '_>) -> ControlFlow<()>,
+) -> Result<Walked, AppError> {
+    let mut input = open_trace(path)?;
+    let progress = Progress::new(input.file_len, ctx.progress);
+    let mut walker = Walker::new(&input.header);
+    let end = input.walk(
+        &progress,
+        #[inline(always)]
+        |item| {
+            if !item.is_marker() && walker.in_order(item.seq()) {
+                return f(&Event::Record {
+                    epoch: walker.epoch(),
+                    item,
+                });
+            }
+            let mut flow = ControlFlow::Continue(());
+            walker.feed(item, &mut |ev| {
+                if flow.is_continue() {
+                    flow = f(&ev);
+                }
+            });
+            flow
+        },
+    );
+    progress.finish();
+    Ok(input.into_walked(end))
+}
 
 /// Bytes gathered before they are handed to the output.
 const CHUNK: usize = 256 << 10;
@@ -69,13 +114,10 @@ impl<'a> ChunkOut<'a> {
 
     /// A cursor over at least `bound` free bytes (written out first if the
     /// buffer cannot take them; grown if it never could).
-    #[inline]
+    #[inline(always)]
     fn row(&mut self, bound: usize) -> io::Result<Row<'_>> {
         if self.len + bound > self.buf.len() {
-            self.write_out()?;
-            if bound > self.buf.len() {
-                self.buf = vec![0u8; bound].into_boxed_slice();
-            }
+            self.make_room(bound)?;
         }
         Ok(Row {
             b: &mut self.buf[self.len..],
@@ -83,9 +125,21 @@ impl<'a> ChunkOut<'a> {
         })
     }
 
+    /// `row`'s rare part: the buffer written out, grown if it could never
+    /// take `bound` bytes.
+    #[cold]
+    #[inline(never)]
+    fn make_room(&mut self, bound: usize) -> io::Result<()> {
+        self.write_out()?;
+        if bound > self.buf.len() {
+            self.buf = vec![0u8; bound].into_boxed_slice();
+        }
+        Ok(())
+    }
+
     /// Account for `n` bytes written through the last `row`, and hand the
     /// buffer over once it is full.
-    #[inline]
+    #[inline(always)]
     fn row_done(&mut self, n: usize) -> io::Result<()> {
         self.len += n;
         if self.len >= CHUNK {
@@ -94,6 +148,7 @@ impl<'a> ChunkOut<'a> {
         Ok(())
     }
 
+    #[inline(never)]
     fn write_out(&mut self) -> io::Result<()> {
         self.out.write_all(&self.buf[..self.len])?;
         self.len = 0;
@@ -273,27 +328,39 @@ impl Row<'_> {
     }
 
     /// `v` right-aligned in `width` (0: no padding); returns its digit
-    /// count. Below 10^8 (most numbers of a row) the count comes from the
-    /// digits themselves (`short_digits`); larger ones count first
-    /// (`digit_count`) and are stored eight digits per word, the first
-    /// word shifted: the bytes up to 7 past a short number may be written
-    /// (the row's bound has `NUM` per number) and are overwritten by what
-    /// follows or lie past the row's end.
+    /// count. Below 10^8 (most numbers of a row) the digits and their
+    /// count come from `short` (a table below 100, one word of digits
+    /// above); up to 10^16 the part above the low eight digits is such a
+    /// short number and the low eight digits one more word; larger ones
+    /// count first (`digit_count`) and are stored eight digits per word,
+    /// the first word shifted. The bytes up to 7 past a number may be
+    /// written (the row's bound has `NUM` per number) and are overwritten
+    /// by what follows or lie past the row's end.
     #[inline(always)]
     fn number(&mut self, v: u64, width: usize) -> usize {
         if v < 100_000_000 {
-            // Each call site has its own branch: most numbers of a column
-            // fall on the same side.
-            let (w, n) = if v < 10_000 {
-                four_digits(v as u32)
-            } else {
-                short_digits(v as u32)
-            };
+            // Each call site has its own branches: most numbers of a
+            // column fall on the same side.
+            let (w, n) = short(v as u32);
             if width > 0 {
                 self.spaces(width.saturating_sub(n));
             }
             let i = self.i;
             self.word(i, w);
+            self.i = i + n;
+            return n;
+        }
+        if v < 10_000_000_000_000_000 {
+            // Timestamps, offsets past 100 MB, large field values.
+            let (top, low) = (v / 100_000_000, v % 100_000_000);
+            let (w, top_n) = short(top as u32);
+            let n = top_n + 8;
+            if width > 0 {
+                self.spaces(width.saturating_sub(n));
+            }
+            let i = self.i;
+            self.word(i, w);
+            self.word(i + top_n, ascii(digit_values(low as u32)));
             self.i = i + n;
             return n;
         }
@@ -303,13 +370,9 @@ impl Row<'_> {
         }
         let i = self.i;
         let (top, low) = (v / 100_000_000, v % 100_000_000);
-        if n <= 16 {
-            self.word(i, ascii(digit_values(top as u32)) >> (8 * (16 - n)));
-        } else {
-            let (top, mid) = (top / 100_000_000, top % 100_000_000);
-            self.word(i, ascii(digit_values(top as u32)) >> (8 * (24 - n)));
-            self.word(i + n - 16, ascii(digit_values(mid as u32)));
-        }
+        let (top, mid) = (top / 100_000_000, top % 100_000_000);
+        self.word(i, ascii(digit_values(top as u32)) >> (8 * (24 - n)));
+        self.word(i + n - 16, ascii(digit_values(mid as u32)));
         self.word(i + n - 8, ascii(digit_values(low as u32)));
         self.i = i + n;
         n
@@ -422,6 +485,35 @@ fn four_digits(x: u32) -> (u64, usize) {
     ((d | 0x3030_3030) >> (8 * lead), 4 - lead)
 }
 
+/// "0" to "99" as the bytes to store (the first digit lowest).
+const DIGITS2: [u16; 100] = {
+    let mut t = [0u16; 100];
+    let mut v = 0;
+    while v < 100 {
+        t[v] = if v < 10 {
+            b'0' as u16 + v as u16
+        } else {
+            (b'0' + (v / 10) as u8) as u16 | ((b'0' + (v % 10) as u8) as u16) << 8
+        };
+        v += 1;
+    }
+    t
+};
+
+/// The digits of `x` (below 10^8) as the word to store, and their count:
+/// below 100 (epochs, sources, lengths, most small fields) from a table,
+/// below 10^4 one lane of four digits, else two.
+#[inline(always)]
+fn short(x: u32) -> (u64, usize) {
+    if x < 100 {
+        (DIGITS2[x as usize] as u64, 1 + usize::from(x >= 10))
+    } else if x < 10_000 {
+        four_digits(x)
+    } else {
+        short_digits(x)
+    }
+}
+
 /// Digit values to ASCII.
 #[inline(always)]
 fn ascii(d: u64) -> u64 {
@@ -472,6 +564,12 @@ enum Width {
 pub struct FieldFmt {
     offset: usize,
     width: Width,
+    /// Where the field's word is read: the 8 bytes ending at the field's
+    /// end, or the payload's first 8 when the field ends before byte 8.
+    word_at: usize,
+    /// The field within that word: shifted down by `shift` bits, masked.
+    shift: u32,
+    mask: u64,
     /// `name=`
     eq_key: Text,
     /// `"name":`
@@ -479,9 +577,44 @@ pub struct FieldFmt {
 }
 
 impl FieldFmt {
-    /// The field's value, if the payload holds it (as `catalog::read_field`).
-    #[inline]
+    fn new(offset: usize, width: Width, eq_key: Text, json_key: Text) -> Self {
+        let bytes = match width {
+            Width::U8 => 1,
+            Width::U16 => 2,
+            Width::U32 => 4,
+            Width::U64 => 8,
+        };
+        let word_at = (offset + bytes).max(8) - 8;
+        Self {
+            offset,
+            width,
+            word_at,
+            shift: 8 * (offset - word_at) as u32,
+            mask: u64::MAX >> (64 - 8 * bytes),
+            eq_key,
+            json_key,
+        }
+    }
+
+    /// The field's value, if the payload holds it (as `catalog::read_field`):
+    /// one 8-byte load, shift and mask, whatever the width. The word lies in
+    /// the payload exactly when the field does, except in payloads shorter
+    /// than 8 bytes (`read_short`).
+    #[inline(always)]
     fn read(&self, payload: &[u8]) -> Option<u64> {
+        match payload.get(self.word_at..self.word_at + 8) {
+            Some(w) => {
+                let w: [u8; 8] = w.try_into().unwrap_or_default();
+                Some((u64::from_le_bytes(w) >> self.shift) & self.mask)
+            }
+            None if payload.len() < 8 => self.read_short(payload),
+            None => None,
+        }
+    }
+
+    /// `read` in a payload shorter than 8 bytes: a load of the field's width.
+    #[cold]
+    fn read_short(&self, payload: &[u8]) -> Option<u64> {
         let at = self.offset;
         Some(match self.width {
             Width::U8 => *payload.get(at)? as u64,
@@ -525,21 +658,21 @@ impl OpFmt {
         let fields: Vec<FieldFmt> = fields
             .iter()
             .filter_map(|f| {
-                Some(FieldFmt {
-                    offset: f.offset as usize,
-                    width: match field_width(&f.ty)? {
+                Some(FieldFmt::new(
+                    f.offset as usize,
+                    match field_width(&f.ty)? {
                         1 => Width::U8,
                         2 => Width::U16,
                         4 => Width::U32,
                         _ => Width::U64,
                     },
-                    eq_key: Text::new(format!("{}=", f.name).into_bytes()),
-                    json_key: Text::new({
+                    Text::new(format!("{}=", f.name).into_bytes()),
+                    Text::new({
                         let mut k = json(&f.name);
                         k.push(b':');
                         k
                     }),
-                })
+                ))
             })
             .collect();
         let decode_name = Text::new(format!("{name:<14}").into_bytes());

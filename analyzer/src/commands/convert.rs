@@ -9,11 +9,11 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
 use crate::cli::{ConvertArgs, ConvertFormat};
-use crate::commands::{walk_trace, Ctx};
+use crate::commands::Ctx;
 use crate::exit::{AppError, IO};
 use crate::filter::Filter;
 use crate::format::{fields, hex};
-use crate::textout::{ChunkOut, OpCache};
+use crate::textout::{walk_text, ChunkOut, OpCache};
 use crate::walk::Event;
 
 const CSV_HEADER: &str = "kind,offset,epoch,seq,timestamp_ns,opcode,name,source,length,fields";
@@ -93,6 +93,8 @@ impl Serialize for Row<'_> {
 
 pub fn run(ctx: &Ctx, args: &ConvertArgs, stdout: &mut dyn Write) -> Result<(), AppError> {
     let filter = Filter::new(&args.filter, &ctx.catalog)?;
+    // No filter (the common case): no checks per record.
+    let all = filter.is_all();
     let mut file_out;
     let out: &mut dyn Write = match &args.output {
         Some(p) => {
@@ -108,15 +110,16 @@ pub fn run(ctx: &Ctx, args: &ConvertArgs, stdout: &mut dyn Write) -> Result<(), 
     }
     let mut ops = OpCache::new(&ctx.catalog);
     let mut io_err = None;
-    let (mut walked, ()) = walk_trace(
+    // Inlined into the walk's loop (as in `decode`).
+    let mut walked = walk_text(
         ctx,
         &args.trace,
-        |_| (),
-        |_, ev| {
+        #[inline(always)]
+        |ev| {
             // Records: the fast formatters (crate::textout); markers and
             // rows needing CSV quoting: the general Row path below.
             if let Event::Record { epoch, item } = *ev {
-                if !filter.keeps(epoch, item) {
+                if !all && !filter.keeps(epoch, item) {
                     return ControlFlow::Continue(());
                 }
                 let op = ops.get(item.opcode());

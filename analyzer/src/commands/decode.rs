@@ -4,10 +4,10 @@ use std::io::Write;
 use std::ops::ControlFlow;
 
 use crate::cli::DecodeArgs;
-use crate::commands::{walk_trace, Ctx};
+use crate::commands::Ctx;
 use crate::exit::AppError;
 use crate::filter::Filter;
-use crate::textout::{ChunkOut, OpCache};
+use crate::textout::{walk_text, ChunkOut, OpCache};
 use crate::walk::Event;
 
 pub fn run(ctx: &Ctx, args: &DecodeArgs, out: &mut dyn Write) -> Result<(), AppError> {
@@ -19,11 +19,13 @@ pub fn run(ctx: &Ctx, args: &DecodeArgs, out: &mut dyn Write) -> Result<(), AppE
     let mut io_err: Option<std::io::Error> = None;
     let mut chunk = ChunkOut::new(out);
     let mut ops = OpCache::new(&ctx.catalog);
-    let (mut walked, ()) = walk_trace(
+    // Inlined into the walk's loop: a record built by `walk_text`'s fast
+    // path then needs no call and no match on the event's kind.
+    let mut walked = walk_text(
         ctx,
         &args.trace,
-        |_| (),
-        |_, ev| {
+        #[inline(always)]
+        |ev| {
             if args.limit.is_some_and(|l| shown >= l) {
                 return ControlFlow::Break(());
             }
