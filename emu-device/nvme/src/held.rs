@@ -63,17 +63,7 @@ impl Controller {
         let Held { notes, events, .. } = &mut self.held;
         let observer = &mut *self.observer;
         for n in notes.drain(..) {
-            match n {
-                Note::Fetch(e) => observer.on_fetch(&e),
-                Note::Ftl {
-                    command,
-                    time_ns,
-                    cache_in_hmb,
-                    from,
-                    to,
-                } => tell_ftl(observer, command, time_ns, cache_in_hmb, &events[from..to]),
-                Note::Complete(e) => observer.on_complete(&e),
-            }
+            tell(observer, events, n);
         }
         events.clear();
     }
@@ -88,21 +78,21 @@ impl Controller {
 
     /// Tell the observer of a fetch now, or hold it.
     pub(crate) fn note_fetch(&mut self, e: FetchEvent) {
-        if self.held.on {
-            self.make_room(0);
-            self.held.notes.push(Note::Fetch(e));
-        } else {
-            self.observer.on_fetch(&e);
-        }
+        self.note(Note::Fetch(e));
     }
 
     /// Tell the observer of a completion now, or hold it.
     pub(crate) fn note_complete(&mut self, e: CompletionEvent) {
+        self.note(Note::Complete(e));
+    }
+
+    /// Tell the observer of a note that carries its own event now, or hold it.
+    fn note(&mut self, n: Note) {
         if self.held.on {
             self.make_room(0);
-            self.held.notes.push(Note::Complete(e));
+            self.held.notes.push(n);
         } else {
-            self.observer.on_complete(&e);
+            tell(&mut *self.observer, &self.held.events, n);
         }
     }
 
@@ -122,6 +112,21 @@ impl Controller {
             from,
             to: self.held.events.len(),
         });
+    }
+}
+
+/// The observer's call (or calls) for note `n`, the FTL events it refers to in `events`.
+fn tell(observer: &mut dyn CommandObserver, events: &[FtlEvent], n: Note) {
+    match n {
+        Note::Fetch(e) => observer.on_fetch(&e),
+        Note::Ftl {
+            command,
+            time_ns,
+            cache_in_hmb,
+            from,
+            to,
+        } => tell_ftl(observer, command, time_ns, cache_in_hmb, &events[from..to]),
+        Note::Complete(e) => observer.on_complete(&e),
     }
 }
 
