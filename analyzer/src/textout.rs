@@ -23,7 +23,8 @@
 //! * a field is read with one 8-byte load, shift and mask, whatever its
 //!   width (`FieldFmt::read`); numbers below 100 come from a table;
 //! * records that arrive in order skip the walker's general step
-//!   ([`walk_text`]), and the row code is inlined into the walk's loop.
+//!   (`commands::walk_input`), and the row code is inlined into the walk's
+//!   loop.
 //!
 //! The output is byte for byte what the `format!`-based code produced (the
 //! insta snapshots in tests/snapshots pin it); rows this module does not
@@ -36,46 +37,18 @@ use std::ops::ControlFlow;
 use hmb_trace_file::Item;
 
 use crate::catalog::{field_width, Catalog, Field};
-use crate::commands::{open_trace, Ctx, Walked};
+use crate::commands::{walk_trace, Ctx, Walked};
 use crate::exit::AppError;
-use crate::progress::Progress;
-use crate::walk::{Event, Walker};
+use crate::walk::Event;
 
-/// `commands::walk_trace` for the text outputs: the same events to `f`,
-/// in the same order, but a device record whose seq is the one expected
-/// next (nearly every record) goes to `f` as `Event::Record` straight
-/// after `Walker::in_order`, without `Walker::feed`'s classification,
-/// progress update and event closure (callgrind: about 100 of
-/// `convert --format csv`'s 1 107 instructions per record were the walk's).
+/// `commands::walk_trace` with no state of its own, for the text outputs'
+/// row closures.
 pub fn walk_text(
     ctx: &Ctx,
     path: &str,
     mut f: impl FnMut(&Event<'_, '_>) -> ControlFlow<()>,
 ) -> Result<Walked, AppError> {
-    let mut input = open_trace(path)?;
-    let progress = Progress::new(input.file_len, ctx.progress);
-    let mut walker = Walker::new(&input.header);
-    let end = input.walk(
-        &progress,
-        #[inline(always)]
-        |item| {
-            if !item.is_marker() && walker.in_order(item.seq()) {
-                return f(&Event::Record {
-                    epoch: walker.epoch(),
-                    item,
-                });
-            }
-            let mut flow = ControlFlow::Continue(());
-            walker.feed(item, &mut |ev| {
-                if flow.is_continue() {
-                    flow = f(&ev);
-                }
-            });
-            flow
-        },
-    );
-    progress.finish();
-    Ok(input.into_walked(end))
+    walk_trace(ctx, path, |_| (), |(), ev| f(ev)).map(|(walked, ())| walked)
 }
 
 /// Bytes gathered before they are handed to the output.

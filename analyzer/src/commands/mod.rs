@@ -61,15 +61,32 @@ pub fn walk_input<S>(
     let mut state = init(&input.header);
     let progress = Progress::new(input.file_len, ctx.progress);
     let mut walker = Walker::new(&input.header);
-    let end = input.walk(&progress, |item| {
-        let mut flow = ControlFlow::Continue(());
-        walker.feed(item, &mut |ev| {
-            if flow.is_continue() {
-                flow = f(&mut state, &ev);
+    let end = input.walk(
+        &progress,
+        #[inline(always)]
+        |item| {
+            // A device record whose seq is the one expected next (nearly
+            // every record) is `feed`'s `Event::Record` without its
+            // classification and event closure (`Walker::in_order`; about 100
+            // instructions per record of `convert --format csv`).
+            if !item.is_marker() && walker.in_order(item.seq()) {
+                return f(
+                    &mut state,
+                    &Event::Record {
+                        epoch: walker.epoch(),
+                        item,
+                    },
+                );
             }
-        });
-        flow
-    });
+            let mut flow = ControlFlow::Continue(());
+            walker.feed(item, &mut |ev| {
+                if flow.is_continue() {
+                    flow = f(&mut state, &ev);
+                }
+            });
+            flow
+        },
+    );
     progress.finish();
     (input.into_walked(end), state)
 }
