@@ -48,7 +48,14 @@ pub fn walk_text(
     path: &str,
     mut f: impl FnMut(&Event<'_, '_>) -> ControlFlow<()>,
 ) -> Result<Walked, AppError> {
-    walk_trace(ctx, path, |_| (), |(), ev| f(ev)).map(|(walked, ())| walked)
+    walk_trace(
+        ctx,
+        path,
+        |_| (),
+        #[inline(always)]
+        |(), ev| f(ev),
+    )
+    .map(|(walked, ())| walked)
 }
 
 /// Bytes gathered before they are handed to the output.
