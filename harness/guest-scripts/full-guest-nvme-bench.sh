@@ -20,7 +20,11 @@
 #              direct (the daemon --direct: trace.bin by O_DIRECT), big (the
 #              daemon with --batch-wait-ms 500 --max-batch-kib 2048), disk
 #              (trace.bin on an ext4 of its own on a second virtio disk of
-#              TRACE_DISK_SECTORS sectors: raw, cache=unsafe, no qcow2)
+#              TRACE_DISK_SECTORS sectors: raw, cache=unsafe, no qcow2);
+#              every mode runs fio on CPU 0 and the daemon on the last CPU
+#              (a CPU of its own, as a deployment runs it: docs/daemon.md)
+#              but off_unpinned and on_unpinned, off and on with neither
+#              pinned (where the scheduler puts them)
 #   SERIES_NVME, DKMS_TAR, DAEMON  the series' nvme.ko, DKMS's build of the
 #              module and the static daemon, in the share
 echo "HMBT-STEP PID 1 is $(cat /proc/1/comm): nvme bench"
@@ -162,13 +166,15 @@ counters() {
 # which samples its own processes' CPU there and its speed probe between
 # them (nvme_bench/host_counters.rs, speed_probe.rs).
 cost_job() {
+    fiocpu=--cpus_allowed=0
+    case $3 in *_unpinned) fiocpu= ;; esac
     echo "job=$1 mode=$3 rep=$rep $(counters)" >> "$SHARE/cost-counters.txt"
     echo "HMBT-COST job=$1 mode=$3 rep=$rep at=begin"
     # $2 unquoted: fio's arguments, a word each.
     # shellcheck disable=SC2086
     fio --name="$1" --filename="$ours" --ioengine=io_uring --direct=1 --size=64M \
         --time_based --runtime="$RUNTIME_S" --ramp_time=1 --output-format=json \
-        --output="$SHARE/fio-$1-$3-$rep.json" $2 < /dev/null > /dev/null 2>>"$SHARE/fio.stderr" \
+        --output="$SHARE/fio-$1-$3-$rep.json" $2 $fiocpu < /dev/null > /dev/null 2>>"$SHARE/fio.stderr" \
         || fail "fio $1 with the trace $3"
     echo "HMBT-COST job=$1 mode=$3 rep=$rep at=end"
     echo "job=$1 mode=$3 rep=$rep $(counters)" >> "$SHARE/cost-counters.txt"
@@ -182,13 +188,20 @@ rotated() {
     done
     echo "$@"
 }
+# daemon_holds PID NODE: whether process PID has NODE open.
+daemon_holds() {
+    for fd in /proc/"$1"/fd/*; do
+        [ "$(readlink "$fd" 2>/dev/null)" = "$2" ] && return 0
+    done
+    return 1
+}
 cost_rep() {
     # $COST_MODES unquoted: a word each.
     # shellcheck disable=SC2086
     order=$(rotated $(((rep - 1) % $(echo $COST_MODES | wc -w))) $COST_MODES)
     for mode in $order; do
         dpid=; out=/tmp/cost.bin
-        if [ "$mode" = off ]; then
+        if [ "$mode" = off ] || [ "$mode" = off_unpinned ]; then
             series hmb_trace_kb=0
         elif [ "$mode" = slice ]; then
             series
@@ -210,13 +223,23 @@ cost_rep() {
             [ "$mode" = disk ] && out=/mnt/trace/cost.bin
             [ "$mode" = direct ] && direct=--direct
             [ "$mode" = big ] && { wait_ms=500; batch_kib=2048; }
+            pin="taskset -c $daemon_cpu"
+            [ "$mode" = on_unpinned ] && pin=
             echo "mode=$mode daemon: --batch-wait-ms $wait_ms --max-batch-kib $batch_kib $direct --output $out" \
                 >> "$SHARE/daemon.stderr"
-            # $direct unquoted: the flag or nothing.
+            # $direct and $pin unquoted: the flag or nothing, the command or nothing.
             # shellcheck disable=SC2086
-            "$SHARE/$DAEMON" --device "$node" --output "$out" --follow --stats -v \
+            $pin "$daemon_bin" --device "$node" --output "$out" --follow --stats -v \
                 --batch-wait-ms "$wait_ms" --max-batch-kib "$batch_kib" $direct 2>>"$SHARE/daemon.stderr" &
             dpid=$!
+            # Started, not starting: its file opened (the open also starts
+            # the module's sampler, on the daemon's CPU) before a job is timed.
+            i=0
+            while ! daemon_holds "$dpid" "$node" || [ ! -e "$out" ]; do
+                kill -0 "$dpid" 2>/dev/null || fail "the daemon exited at start (mode $mode)"
+                [ $i -lt 600 ] || fail "the daemon did not open $node and $out (mode $mode)"
+                sleep 0.05; i=$((i + 1))
+            done
         fi
         while IFS='|' read -r name args; do
             [ -n "$name" ] && cost_job "$name" "$args" "$mode"
@@ -247,6 +270,12 @@ case " $COST_MODES " in *" disk "*)
     echo "trace_disk=$tdisk" >> "$SHARE/timing.txt"
     ;;
 esac
+# The daemon runs from the guest's own file system, as installed: started
+# from the 9p share, its first pages were read over virtio during the first
+# job (issue 28). Its CPU: the last one, fio's is CPU 0.
+daemon_bin=/tmp/hmb-trace-daemon
+cp "$SHARE/$DAEMON" "$daemon_bin" || fail "copying the daemon into the guest"
+daemon_cpu=$(($(nproc) - 1))
 rep=1
 while [ $rep -le "$COST_REPS" ]; do
     cost_rep

@@ -62,8 +62,22 @@ pub(crate) const COST_JOBS: &[(&str, &str, bool)] = &[
 /// the daemon with `--batch-wait-ms 500 --max-batch-kib 2048` (fewer,
 /// larger writes), `disk` trace.bin on an ext4 of its own on a second
 /// virtio disk (a raw host file, `cache=unsafe`, no qcow2 snapshot: a
-/// deployment with a dedicated trace disk).
-pub const COST_MODES: &[&str] = &["on", "off", "on0", "shm", "slice", "direct", "big", "disk"];
+/// deployment with a dedicated trace disk). Every mode runs fio on CPU 0 and
+/// the daemon on the guest's last CPU (a CPU of its own, as a deployment
+/// runs it), but `off_unpinned` and `on_unpinned`: `off` and `on` with
+/// neither pinned.
+pub const COST_MODES: &[&str] = &[
+    "on",
+    "off",
+    "on0",
+    "shm",
+    "slice",
+    "direct",
+    "big",
+    "disk",
+    "off_unpinned",
+    "on_unpinned",
+];
 
 /// The `disk` mode's virtio disk: a sparse raw file in the run folder (the
 /// guest script finds it by this size, 512-byte sectors).
@@ -365,7 +379,7 @@ pub fn run(sh: &Shell, opts: &BenchOptions, phases: &mut Phases) -> Result<(Vec<
             j,
             "on",
             "off",
-            "the same job under the series' nvme.ko with hmb_trace_kb=0 (no slice, no module), same boot",
+            "the same job under the series' nvme.ko with hmb_trace_kb=0 (no slice, no module), same boot; fio on CPU 0, the daemon on the last CPU",
         )
     });
     for ((name, _, iops), mine, theirs, baseline_what) in all.chain(cost) {
