@@ -7,8 +7,8 @@ use crate::oob::Oob;
 use crate::FtlError;
 
 /// What GC and wear levelling look at before a host page's write (`Ftl::line_census`).
-#[derive(Clone, Copy)]
-struct LineCensus {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LineCensus {
     free: u32,
     /// The least-erased line (the first of equals); None without lines.
     coldest: Option<u32>,
@@ -53,9 +53,27 @@ impl Ftl {
         self.level_wear(census, now, ev)
     }
 
-    /// The free lines, the least-erased line and the highest erase count, in one pass over
-    /// the lines: every host page's write asks for them (it was four passes per page).
-    fn line_census(&self) -> LineCensus {
+    /// The free lines, the least-erased line and the highest erase count. Every host
+    /// page's write asks (it was four passes over the lines per page); they change only
+    /// when a line opens, fills or is erased (`lines_changed`), so they are counted again
+    /// only then.
+    fn line_census(&mut self) -> LineCensus {
+        if let Some(c) = self.census {
+            debug_assert_eq!(c, self.count_lines(), "a line changed without lines_changed()");
+            return c;
+        }
+        let c = self.count_lines();
+        self.census = Some(c);
+        c
+    }
+
+    /// A line's state or erase count changed: `line_census` counts again.
+    pub(crate) fn lines_changed(&mut self) {
+        self.census = None;
+    }
+
+    /// `line_census` in one pass over the lines.
+    fn count_lines(&self) -> LineCensus {
         let mut c = LineCensus {
             free: 0,
             coldest: None,
@@ -177,6 +195,7 @@ impl Ftl {
             .write_at(self.geo.line_table_off + u64::from(line) * 4, &count.to_le_bytes())?;
         self.lines[line as usize].erase_count = count;
         self.lines[line as usize].state = LineState::Free;
+        self.lines_changed();
         for d in 0..self.geo.dies {
             let op = self
                 .clock
