@@ -78,6 +78,9 @@ pub struct Ftl {
     /// Sequence number of the last program (every program takes the next).
     pub(crate) seq: u64,
     pub(crate) lines: Vec<Line>,
+    /// What GC and wear levelling ask of `lines` before every host page (gc.rs
+    /// `line_census`), until a line changes.
+    pub(crate) census: Option<crate::gc::LineCensus>,
     /// One bit per physical page: holds the current copy of a logical page or map page.
     pub(crate) valid: Vec<u64>,
     /// Global translation directory: map page index -> PPN of its newest copy on NAND.
@@ -146,6 +149,7 @@ impl Ftl {
                 };
                 geo.lines as usize
             ],
+            census: None,
             valid: vec![0; geo.physical_pages().div_ceil(64) as usize],
             gtd: vec![NO_PPN; geo.map_pages as usize],
             cache,
@@ -498,6 +502,7 @@ impl Ftl {
                 return Ok(line * self.geo.line_pages + next);
             }
             self.lines[line as usize].state = LineState::Full;
+            self.lines_changed();
             self.open = None;
         }
         let line = (0..self.geo.lines)
@@ -505,6 +510,7 @@ impl Ftl {
             .min_by_key(|&l| self.lines[l as usize].erase_count)
             .ok_or(FtlError::NoSpace)?;
         self.lines[line as usize].state = LineState::Open;
+        self.lines_changed();
         self.open = Some((line, 1));
         Ok(line * self.geo.line_pages)
     }

@@ -6,12 +6,22 @@ use crate::ftl::{Ftl, LineState};
 use crate::oob::Oob;
 use crate::FtlError;
 
+/// What GC and wear levelling look at before a host page's write (`Ftl::line_census`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LineCensus {
+    free: u32,
+    /// The least-erased line (the first of equals); None without lines.
+    coldest: Option<u32>,
+    max_erase_count: u32,
+}
+
 impl Ftl {
     /// Before a host page is written: collect until more than `gc_free_lines` lines are
     /// free, then level wear.
     pub(crate) fn collect_garbage(&mut self, now: u64, ev: &mut Vec<FtlEvent>) -> Result<(), FtlError> {
         let mut runs = 0;
-        while self.free_lines() <= self.cfg.gc_free_lines {
+        let mut census = self.line_census();
+        while census.free <= self.cfg.gc_free_lines {
             let Some(victim) = (0..self.geo.lines)
                 .filter(|&l| self.lines[l as usize].state == LineState::Full)
                 .min_by_key(|&l| self.lines[l as usize].valid)
@@ -38,22 +48,64 @@ impl Ftl {
                 time_ns: now,
             });
             runs += 1;
+            census = self.line_census();
         }
-        self.level_wear(now, ev)
+        self.level_wear(census, now, ev)
+    }
+
+    /// The free lines, the least-erased line and the highest erase count. Every host
+    /// page's write asks (it was four passes over the lines per page); they change only
+    /// when a line opens, fills or is erased (`lines_changed`), so they are counted again
+    /// only then.
+    fn line_census(&mut self) -> LineCensus {
+        if let Some(c) = self.census {
+            debug_assert_eq!(c, self.count_lines(), "a line changed without lines_changed()");
+            return c;
+        }
+        let c = self.count_lines();
+        self.census = Some(c);
+        c
+    }
+
+    /// A line's state or erase count changed: `line_census` counts again.
+    pub(crate) fn lines_changed(&mut self) {
+        self.census = None;
+    }
+
+    /// `line_census` in one pass over the lines.
+    fn count_lines(&self) -> LineCensus {
+        let mut c = LineCensus {
+            free: 0,
+            coldest: None,
+            max_erase_count: 0,
+        };
+        let mut min = u32::MAX;
+        for (l, line) in self.lines.iter().enumerate() {
+            if line.state == LineState::Free {
+                c.free += 1;
+            }
+            // The first of equally erased lines, as `min_by_key` had it.
+            if c.coldest.is_none() || line.erase_count < min {
+                (c.coldest, min) = (Some(l as u32), line.erase_count);
+            }
+            c.max_erase_count = c.max_erase_count.max(line.erase_count);
+        }
+        c
     }
 
     /// Static wear levelling: once max - min erase count exceeds the threshold and the
     /// least-erased line is full (cold data sitting on it), move its pages and erase it so
     /// it joins the free pool, where allocation (least erased first) takes it next.
-    fn level_wear(&mut self, now: u64, ev: &mut Vec<FtlEvent>) -> Result<(), FtlError> {
-        if self.free_lines() <= self.cfg.gc_free_lines {
+    /// `census`: the lines as they are now (`line_census`).
+    fn level_wear(&mut self, census: LineCensus, now: u64, ev: &mut Vec<FtlEvent>) -> Result<(), FtlError> {
+        if census.free <= self.cfg.gc_free_lines {
             return Ok(());
         }
-        let Some(cold) = (0..self.geo.lines).min_by_key(|&l| self.lines[l as usize].erase_count) else {
+        let Some(cold) = census.coldest else {
             return Ok(());
         };
         let min = self.lines[cold as usize].erase_count;
-        let max = self.lines.iter().map(|l| l.erase_count).max().unwrap_or(0);
+        let max = census.max_erase_count;
         if max - min <= self.cfg.wl_threshold || self.lines[cold as usize].state != LineState::Full {
             return Ok(());
         }
@@ -143,6 +195,7 @@ impl Ftl {
             .write_at(self.geo.line_table_off + u64::from(line) * 4, &count.to_le_bytes())?;
         self.lines[line as usize].erase_count = count;
         self.lines[line as usize].state = LineState::Free;
+        self.lines_changed();
         for d in 0..self.geo.dies {
             let op = self
                 .clock

@@ -80,6 +80,7 @@ impl Ftl {
         for (l, c) in self.lines.iter_mut().zip(counts.chunks_exact(4)) {
             l.erase_count = u32::from_le_bytes(c.try_into().expect("4 bytes"));
         }
+        self.lines_changed();
         // 1. Scan the OOB table.
         let mut data = Vec::new(); // (seq, lpn, ppn)
         let mut best_map: Vec<Option<(u64, u64, u32)>> = vec![None; geo.map_pages as usize]; // (covers, seq, ppn)
@@ -167,6 +168,7 @@ impl Ftl {
                 self.open = Some((line, next));
             }
         }
+        self.lines_changed();
         // 5. Persist what the replay changed.
         let mut ev = Vec::new();
         for idx in dirty {

@@ -584,3 +584,82 @@ fn an_operation_checks_each_map_page_once() {
     assert_eq!(ftl.stats().cache_corruptions, 1);
     ftl.check_invariants().unwrap();
 }
+
+/// Slots where the host writes byte `at` (xor 0x40) once, right after the controller's
+/// `after`-th entry update: a host write into the HMB while a command runs.
+struct PokingSlots(SharedSlots, usize, usize);
+
+impl SlotStore for PokingSlots {
+    fn slots(&self) -> u32 {
+        self.0.slots()
+    }
+    fn read(&self, slot: u32, at: usize, buf: &mut [u8]) -> std::io::Result<()> {
+        self.0.read(slot, at, buf)
+    }
+    fn write(&mut self, slot: u32, at: usize, buf: &[u8]) -> std::io::Result<()> {
+        self.0.write(slot, at, buf)?;
+        if buf.len() == 4 {
+            self.1 = self.1.saturating_sub(1);
+            if self.1 == 0 {
+                self.0.poke(self.2, 0x40);
+                self.1 = usize::MAX;
+            }
+        }
+        Ok(())
+    }
+    fn offset(&self, slot: u32) -> u64 {
+        self.0.offset(slot)
+    }
+}
+
+/// The map cache per command (docs/nvme-controller.md, "The map cache per command"): a
+/// host write into a slot while a write command updates its entries is not looked for
+/// during that command (its lookups and updates use the checked copy), and is found at
+/// the next command's first use of the slot, with the checksum of the page as the host
+/// left it; the data stay right, and the next check after that finds nothing.
+#[test]
+fn a_host_write_during_an_operation_is_found_at_the_next_one() {
+    let mut ftl = fresh();
+    let slots = SharedSlots::new();
+    let mut ev = Vec::new();
+    ftl.attach_cache(Box::new(PokingSlots(slots.clone(), 10, 900 * 4)), None, 0, &mut ev)
+        .unwrap();
+    let data = pattern(32 * PAGE, 3, 0);
+    // Map page 0 in slot 0: 32 updates, the host's write into entry 900 after the 10th.
+    ftl.write(0, &data, 0, &mut ev).unwrap();
+    let corrupt = |ev: &[FtlEvent]| -> Vec<(u32, u64)> {
+        ev.iter()
+            .filter_map(|e| match *e {
+                FtlEvent::MapCacheCorrupt {
+                    map_page, found, when, ..
+                } => {
+                    assert_eq!(when, CorruptionFound::InUse);
+                    Some((map_page, found))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(corrupt(&ev), vec![], "not looked for during the command");
+    assert_eq!(ftl.stats().cache_corruptions, 0);
+    let mut page = vec![0u8; PAGE as usize];
+    slots.read(0, 0, &mut page).unwrap();
+    let host_left = hmb_ftl::page_checksum(&page);
+    ev.clear();
+    let mut back = vec![0u8; data.len()];
+    ftl.read(0, &mut back, 0, &mut ev).unwrap();
+    assert_eq!(back, data);
+    assert_eq!(
+        corrupt(&ev),
+        vec![(0, host_left)],
+        "found at the next command's first use"
+    );
+    assert_eq!(ftl.stats().cache_corruptions, 1);
+    // Rebuilt (the slot held updates not on NAND): the next command finds nothing.
+    ev.clear();
+    ftl.read(0, &mut back, 0, &mut ev).unwrap();
+    assert_eq!(back, data);
+    assert_eq!(corrupt(&ev), vec![]);
+    assert_eq!(ftl.stats().map_page_rebuilds, 1);
+    ftl.check_invariants().unwrap();
+}

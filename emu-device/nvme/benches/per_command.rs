@@ -4,7 +4,10 @@
 //! fio transfer becomes) of data written sequentially, and Identify, first with the
 //! namespace in memory, then the data rows again on a sparse backing file (what
 //! `serve-nvme` uses: the medium's preads and pwrites are part of the cost), and the 4 KiB
-//! reads once more with shadow doorbells (Doorbell Buffer Config). Figures are
+//! reads once more with shadow doorbells (Doorbell Buffer Config), and the data rows on
+//! a controller lent an HMB (the map cache in host memory, as the stock driver lends
+//! one at boot: every command's first lookup of a map page reads and checks its slot
+//! there). Figures are
 //! only meaningful on an idle machine. `HMB_NVME_BENCH_ROWS=<text>` runs only the rows
 //! whose name contains it (for `perf record` of one kind of command).
 
@@ -19,24 +22,51 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(20_000);
     println!("hmb-nvme per-command cost over the fake host ({iterations} iterations each)");
-    suite("memory", ControllerConfig::default(), iterations, true);
+    suite("memory", ControllerConfig::default(), iterations, true, false);
     let dir = tempfile::tempdir().expect("temporary directory");
     let file = ControllerConfig {
         backing: Backing::SparseFile(dir.path().join("ns.img")),
         ..ControllerConfig::default()
     };
-    suite("file", file, iterations, false);
+    suite("file", file.clone(), iterations, false, false);
+    suite("file, HMB", file, iterations, false, true);
+}
+
+/// Lend the controller an HMB of `bytes` in one chunk (Set Features 0Dh, EHM=1): the map
+/// cache moves into it at the next data command.
+fn lend_hmb(host: &mut FakeHost, bytes: u64) {
+    let chunk = host.alloc(bytes);
+    let list = host.alloc(16);
+    let mut e = [0u8; 16];
+    e[0..8].copy_from_slice(&chunk.to_le_bytes());
+    e[8..12].copy_from_slice(&((bytes / 4096) as u32).to_le_bytes());
+    host.guest_write(list, &e);
+    let c = Command::set_features(0x0D, 1)
+        .cdw(12, (bytes / 4096) as u32)
+        .cdw(13, list as u32)
+        .cdw(14, (list >> 32) as u32)
+        .cdw(15, 1);
+    assert!(host.admin(c).ok(), "HMB not accepted");
 }
 
 /// Every row on a controller made with `cfg` (`label`: its backing); `all`: also QD32,
-/// 128 KiB and Identify (the rows the backing changes little).
-fn suite(label: &str, cfg: ControllerConfig, iterations: u32, all: bool) {
+/// 128 KiB and Identify (the rows the backing changes little); `hmb`: lend an HMB first.
+fn suite(label: &str, cfg: ControllerConfig, iterations: u32, all: bool, hmb: bool) {
     let mut host = FakeHost::new(cfg, 256 << 20);
     assert_eq!(host.enable(64) & 1, 1, "controller did not become ready");
     host.create_io_queue(1, 64).expect("I/O queue");
+    if hmb {
+        lend_hmb(&mut host, 4 << 20);
+    }
 
     let data = vec![0xa5u8; 4096];
     host.write_lbas(1, 0, &data, 9);
+    if hmb {
+        assert!(
+            host.ctrl.report().namespace.ftl.cache_in_hmb,
+            "map cache not in the HMB"
+        );
+    }
 
     // Pre-built commands whose buffers are allocated once, so the loop measures the
     // controller (fetch, PRP walk, copy, CQE, doorbells), not the fake host's allocator.

@@ -176,3 +176,51 @@ fn writes_while_the_hmb_is_released_change_only_their_map_pages_and_lose_nothing
     assert_eq!(ftl.cache_corruptions, 0);
     assert_eq!(h.ctrl.hmb_audit().violations, 0);
 }
+
+/// The map cache per command (docs/nvme-controller.md, "The map cache per command"): a
+/// 512 KiB Write's 128 lookups and updates of one map page check its slot in the HMB once,
+/// at the first; a host write into that slot between two such Writes is still found at
+/// the second one's first lookup and reported once by the audit (offset, while enabled),
+/// and every byte reads back.
+#[test]
+fn a_host_write_between_two_large_writes_is_found_at_the_second() {
+    let mut h = ready_host(ControllerConfig::default());
+    let hmb = Hmb::new(&mut h, &[4 * MB]);
+    assert_eq!(hmb.set(&mut h, 1), Status::SUCCESS);
+    let first = pattern(512 << 10, 1);
+    assert!(h.write_lbas(1, 0, &first, 9).ok());
+    let ftl = h.ctrl.report().namespace.ftl;
+    assert!(ftl.cache_in_hmb, "{ftl:?}");
+    let hits = ftl.cache_hits;
+    // Entries 0-127 of map page 0 (slot 0, HMB offset 0) are in host memory.
+    let e5 = u32::from_le_bytes(h.guest_read(hmb.addr(5 * 4), 4).try_into().unwrap());
+    assert_ne!(e5, u32::MAX);
+    // A second Write with no host write between: nothing found.
+    let second = pattern(512 << 10, 2);
+    assert!(h.write_lbas(1, 0, &second, 9).ok());
+    let ftl = h.ctrl.report().namespace.ftl;
+    assert_eq!(ftl.cache_hits - hits, 128, "every lookup counted: {ftl:?}");
+    assert_eq!((ftl.cache_corruptions, h.ctrl.hmb_audit().violations), (0, 0));
+    // The host overwrites an entry the next Write does not update (entry 900).
+    h.guest_write(hmb.addr(900 * 4), &0x1234u32.to_le_bytes());
+    let third = pattern(512 << 10, 3);
+    assert!(h.write_lbas(1, 0, &third, 9).ok());
+    let ftl = h.ctrl.report().namespace.ftl;
+    assert_eq!((ftl.cache_corruptions, ftl.map_page_rebuilds), (1, 1), "{ftl:?}");
+    let a = h.ctrl.hmb_audit();
+    assert_eq!(a.violations, 1);
+    assert_eq!(
+        a.first_violations,
+        vec![HmbViolation {
+            offset: 0,
+            phase: AuditPhase::WhileEnabled
+        }]
+    );
+    let (c, back) = h.read_lbas(1, 0, 1024, 9);
+    assert!(c.ok());
+    assert!(back == third);
+    // Rebuilt and rewritten in the HMB: the audit's baseline followed, nothing more found.
+    assert_eq!(hmb.set(&mut h, 0), Status::SUCCESS);
+    assert_eq!(h.ctrl.hmb_audit().violations, 1);
+    assert_eq!(h.ctrl.report().namespace.ftl.cache_corruptions, 1);
+}
