@@ -56,6 +56,22 @@ fn touch_every_map_page(h: &mut FakeHost, seed: u64) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// The cache found one changed page and rebuilt it, and the audit one host write, at HMB
+/// offset 0 (slot 0) while the HMB was enabled.
+fn found_once_at_slot_0(h: &mut FakeHost) {
+    let ftl = h.ctrl.report().namespace.ftl;
+    assert_eq!((ftl.cache_corruptions, ftl.map_page_rebuilds), (1, 1), "{ftl:?}");
+    let a = h.ctrl.hmb_audit();
+    assert_eq!(a.violations, 1);
+    assert_eq!(
+        a.first_violations,
+        vec![HmbViolation {
+            offset: 0,
+            phase: AuditPhase::WhileEnabled
+        }]
+    );
+}
+
 fn read_every_map_page(h: &mut FakeHost, want: &[Vec<u8>]) {
     for (m, data) in want.iter().enumerate() {
         let (c, back) = h.read_lbas(1, m as u64 * 8192, 8, 9);
@@ -79,17 +95,7 @@ fn a_host_write_into_the_cache_part_is_found_reported_and_loses_nothing() {
     // The host overwrites LPN 0's entry (the slot still holds updates not on NAND).
     h.guest_write(hmb.addr(0), &0x1234u32.to_le_bytes());
     read_every_map_page(&mut h, &data);
-    let ftl = h.ctrl.report().namespace.ftl;
-    assert_eq!((ftl.cache_corruptions, ftl.map_page_rebuilds), (1, 1), "{ftl:?}");
-    let a = h.ctrl.hmb_audit();
-    assert_eq!(a.violations, 1);
-    assert_eq!(
-        a.first_violations,
-        vec![HmbViolation {
-            offset: 0,
-            phase: AuditPhase::WhileEnabled
-        }]
-    );
+    found_once_at_slot_0(&mut h);
     // Released and returned with MR=1: the audit's checks of both find nothing new, and
     // the cache takes its 16 slots over without reading NAND.
     assert_eq!(hmb.set(&mut h, 0), Status::SUCCESS);
@@ -205,17 +211,7 @@ fn a_host_write_between_two_large_writes_is_found_at_the_second() {
     h.guest_write(hmb.addr(900 * 4), &0x1234u32.to_le_bytes());
     let third = pattern(512 << 10, 3);
     assert!(h.write_lbas(1, 0, &third, 9).ok());
-    let ftl = h.ctrl.report().namespace.ftl;
-    assert_eq!((ftl.cache_corruptions, ftl.map_page_rebuilds), (1, 1), "{ftl:?}");
-    let a = h.ctrl.hmb_audit();
-    assert_eq!(a.violations, 1);
-    assert_eq!(
-        a.first_violations,
-        vec![HmbViolation {
-            offset: 0,
-            phase: AuditPhase::WhileEnabled
-        }]
-    );
+    found_once_at_slot_0(&mut h);
     let (c, back) = h.read_lbas(1, 0, 1024, 9);
     assert!(c.ok());
     assert!(back == third);
