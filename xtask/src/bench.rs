@@ -55,11 +55,14 @@ pub struct Bench {
     #[arg(long, default_value_t = 3)]
     pub nvme_runtime: u32,
     /// The cost of tracing's modes in one boot, rotated by repetition:
-    /// on and off make the figure; on0 (the daemon with --batch-wait-ms 0),
-    /// shm (trace.bin in the guest's /dev/shm), slice (the slice adopted,
-    /// no module, no daemon), direct (the daemon --direct) and big (the
-    /// daemon with --batch-wait-ms 500 --max-batch-kib 2048) take the cost
-    /// apart (docs/performance.md).
+    /// on and off make the figure (fio on CPU 0, the daemon on the guest's
+    /// last CPU); on0 (the daemon with --batch-wait-ms 0), shm (trace.bin
+    /// in the guest's /dev/shm), slice (the slice adopted, no module, no
+    /// daemon), direct (the daemon --direct), big (the daemon with
+    /// --batch-wait-ms 500 --max-batch-kib 2048) and disk (trace.bin on a
+    /// disk of its own) take the cost apart; off_unpinned and on_unpinned
+    /// are off and on with neither fio nor the daemon pinned
+    /// (docs/performance.md).
     #[arg(long, value_delimiter = ',', default_value = "on,off")]
     pub nvme_cost_modes: Vec<String>,
     /// Runs of the whole sequence; the table quoted is each figure's
@@ -156,7 +159,7 @@ const NVME: &[(&str, Target, &str)] = &[
     (
         "nvme_trace_cost_4k_qd1",
         Target::Ratio(0.97),
-        "the cost of tracing: fio 4 KiB random read, io_uring, direct, QD1 on emu-device's controller in the same boot, under the patch series' nvme.ko with the module and the daemon tracing, IOPS (median of --nvme-reps, at least 5); baseline: the series' nvme.ko with hmb_trace_kb=0, alternating",
+        "the cost of tracing: fio 4 KiB random read, io_uring, direct, QD1 on emu-device's controller in the same boot, under the patch series' nvme.ko with the module and the daemon tracing, IOPS (median of --nvme-reps, at least 7); fio on CPU 0, the daemon on the guest's last CPU; baseline: the series' nvme.ko with hmb_trace_kb=0, fio on CPU 0, alternating",
     ),
     ("nvme_trace_cost_4k_qd32", Target::Ratio(0.97), "as nvme_trace_cost_4k_qd1 at QD32"),
     (
