@@ -182,9 +182,10 @@ impl Ftl {
 
     pub fn stats(&self) -> FtlStats {
         let mut s = self.stats.clone();
-        s.min_erase_count = self.lines.iter().map(|l| l.erase_count).min().unwrap_or(0);
-        s.max_erase_count = self.lines.iter().map(|l| l.erase_count).max().unwrap_or(0);
-        s.free_lines = self.free_lines();
+        let census = self.count_lines();
+        s.min_erase_count = census.coldest.map_or(0, |l| self.lines[l as usize].erase_count);
+        s.max_erase_count = census.max_erase_count;
+        s.free_lines = census.free;
         s.cache_slots = self.cache.slots();
         s.cache_in_hmb = self.cache_external;
         s.geometry = self.geo.report();
@@ -460,10 +461,6 @@ impl Ftl {
             self.valid[(ppn / 64) as usize] &= !(1 << (ppn % 64));
             self.lines[self.geo.line_of(ppn) as usize].valid -= 1;
         }
-    }
-
-    pub(crate) fn free_lines(&self) -> u32 {
-        self.lines.iter().filter(|l| l.state == LineState::Free).count() as u32
     }
 
     pub(crate) fn read_oob(&self, ppn: u32) -> Result<Oob, FtlError> {

@@ -9,10 +9,10 @@ use crate::FtlError;
 /// What GC and wear levelling look at before a host page's write (`Ftl::line_census`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct LineCensus {
-    free: u32,
+    pub(crate) free: u32,
     /// The least-erased line (the first of equals); None without lines.
-    coldest: Option<u32>,
-    max_erase_count: u32,
+    pub(crate) coldest: Option<u32>,
+    pub(crate) max_erase_count: u32,
 }
 
 impl Ftl {
@@ -72,8 +72,8 @@ impl Ftl {
         self.census = None;
     }
 
-    /// `line_census` in one pass over the lines.
-    fn count_lines(&self) -> LineCensus {
+    /// `line_census` in one pass over the lines (also `stats`, which takes `&self`).
+    pub(crate) fn count_lines(&self) -> LineCensus {
         let mut c = LineCensus {
             free: 0,
             coldest: None,
